@@ -1,0 +1,57 @@
+"""Typed errors and the one table of exit codes.
+
+Every error the user can cause is an :class:`AdvisorError` subclass that carries its exit code
+and a one-line message; the CLI maps it to stderr and ``sys.exit`` in one place
+(``advisor.cli``), so a bad input never prints a traceback. The errors live in the lowest layer
+(``probes``) because probes, rules and the engine all raise them.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes of the ``advisor`` command (a contract: other tools depend on them)."""
+
+    OK = 0
+    INTERNAL = 1  #: a bug in advisor: please report it
+    USAGE = 2  #: bad flags or values (argparse also exits 2), unknown GPU name
+    MODEL_NOT_FOUND = 3  #: the model id or path resolves to no config.json
+    BAD_CONFIG = 4  #: a config.json that is malformed or not a transformers config
+    NO_FIT = 5  #: no plan fits the hardware's memory
+    INTERRUPTED = 130  #: Ctrl-C
+
+
+class AdvisorError(Exception):
+    """Base of every error advisor reports to a user as one line."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+
+class UsageError(AdvisorError):
+    """A flag or value the command cannot use (e.g. ``--seq-len 0``)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class UnknownGPUError(UsageError):
+    """``--gpu NAME`` names no GPU of the shipped catalog."""
+
+
+class ModelNotFoundError(AdvisorError):
+    """No config.json for the id or path: not local, not cached, not on the Hub, not shipped."""
+
+    exit_code = ExitCode.MODEL_NOT_FOUND
+
+
+class BadConfigError(AdvisorError):
+    """A config.json that is not valid JSON or not a transformers model config."""
+
+    exit_code = ExitCode.BAD_CONFIG
+
+
+class NoFitError(AdvisorError):
+    """No candidate plan fits in memory; the message says what would."""
+
+    exit_code = ExitCode.NO_FIT

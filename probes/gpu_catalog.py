@@ -1,0 +1,113 @@
+"""The shipped GPU catalog: datasheet facts for GPUs the user may plan for without having them.
+
+The data lives in ``probes/data/gpus.json``, one entry per GPU with the URL of its datasheet.
+TFLOPS are dense (the datasheets' sparse figures halved); memory is the nominal capacity.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, Field
+
+from probes.errors import UnknownGPUError
+from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
+
+GIB = 1024**3
+
+
+class CatalogGPU(BaseModel):
+    """One catalog entry (see ``probes/data/gpus.json``)."""
+
+    id: str
+    name: str
+    nvml_name_patterns: list[str] = Field(description="regular expressions matching NVML's device name")
+    compute_capability: str
+    memory_gib: float
+    peak_tflops: PeakTflops
+    memory_bandwidth_gbps: float
+    nvlink_bandwidth_gbps: float | None
+    nvlink_links: int
+    pcie_generation: int
+    tdp_w: float
+    source_url: str
+    note: str | None = None
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, CatalogGPU]:
+    """All catalog GPUs by id, in file order."""
+    text = resources.files("probes").joinpath("data/gpus.json").read_text(encoding="utf-8")
+    return {entry["id"]: CatalogGPU(**entry) for entry in json.loads(text)["gpus"]}
+
+
+def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
+    """Parse ``NAME[:COUNT]`` (e.g. ``a100-80gb:8``).
+
+    Raises:
+        UnknownGPUError: unknown name (the message lists the known names) or a bad count.
+    """
+    name, _, count_text = spec.strip().partition(":")
+    entries = catalog()
+    key = name.strip().lower()
+    if key not in entries:
+        raise UnknownGPUError(f"unknown GPU '{name}'; known: {', '.join(entries)}")
+    count = 1
+    if count_text:
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise UnknownGPUError(f"bad GPU count '{count_text}' in '{spec}': give a whole number >= 1")
+        count = int(count_text)
+    return entries[key], count
+
+
+def gpu_info_from_catalog(entry: CatalogGPU, index: int = 0) -> GPUInfo:
+    """A ``GPUInfo`` built from datasheet facts alone (no live readings)."""
+    return GPUInfo(
+        index=index,
+        name=entry.name,
+        catalog_id=entry.id,
+        compute_capability=entry.compute_capability,
+        memory_total_bytes=int(entry.memory_gib * GIB),
+        pcie_generation=entry.pcie_generation,
+        pcie_max_generation=entry.pcie_generation,
+        pcie_width=16,
+        pcie_max_width=16,
+        default_power_limit_w=entry.tdp_w,
+        peak_tflops=entry.peak_tflops,
+        memory_bandwidth_gbps=entry.memory_bandwidth_gbps,
+        nvlink_bandwidth_gbps=entry.nvlink_bandwidth_gbps,
+        source_url=entry.source_url,
+        **derive_capabilities(entry.compute_capability, entry.id),
+    )
+
+
+def profile_from_catalog(spec: str, nodes: int = 1) -> HardwareProfile:
+    """Hardware profile for ``--gpu NAME[:COUNT]`` and ``--nodes N``.
+
+    GPU pairs are NVLink-joined when the GPU has NVLink (SXM boards and bridged PCIe pairs are
+    assumed connected), else their PCIe relation is unknown.
+
+    Raises:
+        UnknownGPUError: see :func:`parse_gpu_spec`.
+    """
+    entry, count = parse_gpu_spec(spec)
+    gpus = [gpu_info_from_catalog(entry, i) for i in range(count)]
+    links = [
+        GPULink(a=i, b=j, nvlink_count=entry.nvlink_links if entry.nvlink_bandwidth_gbps else 0)
+        for i in range(count) for j in range(i + 1, count)
+    ]
+    notes = [f"planned from the datasheet of {entry.name} ({entry.source_url}); no live readings"]
+    if entry.note:
+        notes.append(f"{entry.id}: {entry.note}")
+    return HardwareProfile(source="catalog", host=None, gpus=gpus, links=links, nodes=nodes, notes=notes)
+
+
+def match_catalog(nvml_name: str) -> CatalogGPU | None:
+    """The catalog entry whose NVML-name pattern matches a probed device name, if any."""
+    for entry in catalog().values():
+        if any(re.search(p, nvml_name, re.IGNORECASE) for p in entry.nvml_name_patterns):
+            return entry
+    return None

@@ -1,0 +1,195 @@
+"""Hardware facts: the typed profile every other layer reads.
+
+``HardwareProfile`` is built either from live NVML readings (:mod:`probes.nvml_probe`) or from
+the shipped datasheet catalog (:mod:`probes.gpu_catalog`) when the user plans for a GPU they do
+not have. Derived capabilities (tensor cores, bf16, tf32, alignment) come from the compute
+capability, never from ``torch.cuda.is_bf16_supported()``, which answers True on V100 and T4
+because it counts emulation.
+
+Sources:
+- Compute capabilities and tensor-core generations: CUDA C++ Programming Guide, "Compute
+  Capabilities" https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#compute-capabilities
+- bf16 / tf32 from Ampere (cc 8.0) on: NVIDIA A100 Tensor Core GPU Architecture whitepaper,
+  https://images.nvidia.com/aem-dam/en-zz/Solutions/data-center/nvidia-ampere-architecture-whitepaper.pdf
+  ("Third-generation Tensor Cores"); the HF performance guide, section "bf16"/"tf32":
+  https://huggingface.co/docs/transformers/v4.18.0/en/performance#bf16
+- Alignment multiples: NVIDIA "Matrix Multiplication Background User's Guide", section
+  "Tensor Core Requirements"
+  https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html#requirements-tc
+  (8 fp16/bf16 elements; 64 elements on A100 for the best cuBLAS efficiency, as the HF guide
+  "Batch sizes" section quotes).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+
+#: Tensor-core generation by compute-capability major.minor (CUDA programming guide; NVIDIA
+#: architecture whitepapers: Volta 1st, Turing 2nd, Ampere 3rd, Ada and Hopper 4th, Blackwell 5th).
+_TENSOR_CORE_GENERATION = {(7, 0): 1, (7, 2): 1, (7, 5): 2, (8, 0): 3, (8, 6): 3, (8, 7): 3,
+                           (8, 9): 4, (9, 0): 4, (10, 0): 5, (12, 0): 5}
+
+
+class PeakTflops(BaseModel):
+    """Dense peak rates in TFLOP/s (10^12 FLOP/s) by math mode; ``None`` where the GPU lacks it."""
+
+    fp32: float | None = Field(None, description="FP32 on CUDA cores, TFLOP/s")
+    tf32: float | None = Field(None, description="TF32 tensor cores, TFLOP/s (Ampere and newer)")
+    fp16: float | None = Field(None, description="FP16 tensor cores with FP32 accumulate, TFLOP/s")
+    bf16: float | None = Field(None, description="BF16 tensor cores with FP32 accumulate, TFLOP/s")
+
+
+class GPUInfo(BaseModel):
+    """One GPU: live NVML readings where probed, datasheet facts where known."""
+
+    index: int = Field(description="device index as NVML numbers it")
+    name: str = Field(description="marketing name, e.g. 'NVIDIA A100-SXM4-80GB'")
+    catalog_id: str | None = Field(None, description="matching entry of the GPU catalog, e.g. 'a100-80gb'")
+    uuid: str | None = None
+    compute_capability: str = Field(description="CUDA compute capability 'major.minor', e.g. '8.0'")
+    memory_total_bytes: int = Field(description="device memory, bytes")
+    memory_free_bytes: int | None = Field(None, description="free device memory now, bytes (live probe only)")
+    driver_version: str | None = None
+    cuda_driver_version: str | None = Field(None, description="highest CUDA version the driver supports, e.g. '12.4'")
+    pcie_generation: int | None = Field(None, description="current PCIe link generation")
+    pcie_max_generation: int | None = Field(None, description="maximum PCIe link generation of the GPU")
+    pcie_width: int | None = Field(None, description="current PCIe link width (lanes)")
+    pcie_max_width: int | None = Field(None, description="maximum PCIe link width (lanes)")
+    power_limit_w: float | None = Field(None, description="enforced power limit, W")
+    default_power_limit_w: float | None = Field(None, description="default power limit, W")
+    temperature_c: float | None = Field(None, description="GPU core temperature, °C")
+    slowdown_temperature_c: float | None = Field(None, description="temperature at which the GPU slows down, °C")
+    throttle_reasons: list[str] = Field(default_factory=list, description="active clock throttle reasons")
+    tensor_cores: bool = Field(description="has tensor cores (compute capability >= 7.0)")
+    tensor_core_generation: int | None = Field(None, description="tensor-core generation (1 Volta ... 5 Blackwell)")
+    bf16: bool = Field(description="native bf16 math (compute capability >= 8.0; not emulation)")
+    tf32: bool = Field(description="tf32 tensor-core math (compute capability >= 8.0)")
+    alignment_multiple: int = Field(description="tensor-core alignment multiple for fp16/bf16 GEMM dimensions, elements")
+    peak_tflops: PeakTflops | None = Field(None, description="datasheet peak rates; None for a GPU not in the catalog")
+    memory_bandwidth_gbps: float | None = Field(None, description="device memory bandwidth, GB/s")
+    nvlink_bandwidth_gbps: float | None = Field(None, description="total NVLink bandwidth per GPU, GB/s")
+    source_url: str | None = Field(None, description="where the datasheet figures come from")
+
+    @property
+    def cc(self) -> tuple[int, int]:
+        """Compute capability as a ``(major, minor)`` tuple."""
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
+
+
+class GPULink(BaseModel):
+    """How two GPUs of one host are connected, as ``nvidia-smi topo -m`` shows it."""
+
+    a: int = Field(description="index of the first GPU")
+    b: int = Field(description="index of the second GPU")
+    nvlink_count: int = Field(0, description="number of NVLinks between the two (NV# in nvidia-smi topo -m)")
+    pcie_relation: Literal["PIX", "PXB", "PHB", "NODE", "SYS", "SAME_BOARD"] | None = Field(
+        None, description="PCIe relation when there is no NVLink; None when unknown (catalog plans)")
+
+    @property
+    def label(self) -> str:
+        """The ``nvidia-smi topo -m`` label: 'NV12', 'PHB', … or '?' when unknown."""
+        if self.nvlink_count:
+            return f"NV{self.nvlink_count}"
+        return self.pcie_relation or "?"
+
+
+class HostInfo(BaseModel):
+    """The host: CPU cores and RAM."""
+
+    cpu_cores: int = Field(description="logical CPU cores available to this process")
+    ram_bytes: int = Field(description="total RAM, bytes")
+    cpu_model: str | None = None
+    cpu_flags: list[str] = Field(default_factory=list, description="CPU SIMD flags that matter for CPU training")
+    cpu_mhz: float | None = Field(None, description="nominal CPU clock, MHz")
+
+
+class HardwareProfile(BaseModel):
+    """Everything advisor knows about the hardware to plan for."""
+
+    source: Literal["nvml", "catalog", "none"] = Field(
+        description="'nvml': read from this machine; 'catalog': planned from datasheets; 'none': no GPU found")
+    host: HostInfo | None = Field(None, description="this machine's host; None when planning for catalog hardware")
+    gpus: list[GPUInfo] = Field(default_factory=list, description="GPUs of one node")
+    links: list[GPULink] = Field(default_factory=list, description="link between every pair of GPUs of the node")
+    nodes: int = Field(1, description="number of identical nodes")
+    notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
+
+    @property
+    def gpu(self) -> GPUInfo | None:
+        """The GPU advisor plans for (the first; mixed GPU models are flagged in ``notes``)."""
+        return self.gpus[0] if self.gpus else None
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in all nodes together."""
+        return len(self.gpus) * self.nodes
+
+    @property
+    def all_pairs_nvlink(self) -> bool:
+        """True when every pair of GPUs of a node is joined by NVLink (False with fewer than 2 GPUs)."""
+        return bool(self.links) and all(link.nvlink_count > 0 for link in self.links)
+
+
+def derive_capabilities(compute_capability: str, catalog_id: str | None = None) -> dict:
+    """Capabilities implied by a compute capability.
+
+    Args:
+        compute_capability: 'major.minor', e.g. '8.0'.
+        catalog_id: the catalog entry, used for A100's 64-element alignment.
+    Returns:
+        dict with ``tensor_cores``, ``tensor_core_generation``, ``bf16``, ``tf32``, ``alignment_multiple``.
+    """
+    major, minor = (int(x) for x in compute_capability.split("."))
+    tensor_cores = major >= 7
+    generation = _TENSOR_CORE_GENERATION.get((major, minor))
+    if tensor_cores and generation is None:
+        generation = max(g for (mj, _), g in _TENSOR_CORE_GENERATION.items() if mj <= major)
+    ampere_or_newer = major >= 8
+    is_a100 = bool(catalog_id and catalog_id.startswith("a100")) or (major, minor) == (8, 0)
+    return {
+        "tensor_cores": tensor_cores,
+        "tensor_core_generation": generation if tensor_cores else None,
+        "bf16": ampere_or_newer,
+        "tf32": ampere_or_newer,
+        "alignment_multiple": 64 if is_a100 else 8,
+    }
+
+
+def read_host() -> HostInfo:
+    """Read this machine's CPU cores, RAM and CPU flags (Linux ``/proc``; portable fallbacks).
+
+    Never raises: a missing ``/proc`` leaves optional fields ``None``.
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    ram = 0
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    model = None
+    flags: list[str] = []
+    mhz = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and model is None:
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    wanted = {"avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+                    flags = sorted(wanted.intersection(value.split()))
+                elif key == "cpu MHz" and mhz is None:
+                    mhz = float(value)
+    except (OSError, ValueError):
+        pass
+    return HostInfo(cpu_cores=cores, ram_bytes=ram, cpu_model=model, cpu_flags=flags, cpu_mhz=mhz)

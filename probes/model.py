@@ -1,0 +1,249 @@
+"""Model facts from a config.json: family, exact parameter count, shapes, checkpoint dtype.
+
+Resolution order for ``--model ID_OR_PATH`` (weights are never downloaded):
+
+1. a local folder holding ``config.json``, or a path to a config file;
+2. the Hugging Face cache (``huggingface_hub.try_to_load_from_cache``);
+3. the Hub (``huggingface_hub.hf_hub_download`` of config.json alone), only when not offline
+   (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, so an offline machine
+   never waits for the client's ~25 s of retries;
+4. the shipped catalog (``probes/configs``).
+
+Parameter counts for the catalog families are closed-form (:mod:`probes.architectures`); other
+architectures are instantiated by transformers on ``torch.device("meta")`` (:mod:`probes.meta_count`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from probes.architectures import BUILDERS, FAMILIES, FAMILY_TASKS, Family, ParamGroup, Task
+from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+
+TASKS: tuple[Task, ...] = ("causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm")
+
+#: Architecture-name suffix → task head (transformers' naming convention for model classes).
+_ARCH_SUFFIX_TASK: list[tuple[str, Task]] = [
+    ("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"), ("ForMaskedLM", "masked-lm"),
+    ("ForConditionalGeneration", "seq2seq-lm"), ("ForSeq2SeqLM", "seq2seq-lm"),
+    ("ForSequenceClassification", "sequence-classification"), ("ForQuestionAnswering", "question-answering"),
+]
+
+#: Families pretrained in bf16 whose configs do not say so. T5 was pretrained on TPUs in bf16;
+#: the HF performance guide ("bf16") warns such models overflow when fine-tuned in fp16:
+#: https://huggingface.co/docs/transformers/v4.18.0/en/performance#bf16
+_BF16_PRETRAINED_TYPES = {"t5", "mt5", "umt5", "switch_transformers", "byt5"}
+
+_DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
+                "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+
+
+class ModelProfile(BaseModel):
+    """What advisor knows about one model with one task head."""
+
+    id: str = Field(description="the id or path the user gave")
+    source: Literal["local", "cache", "hub", "catalog"] = Field(description="where config.json came from")
+    config_path: str | None = Field(None, description="the config.json read (None for the packaged catalog)")
+    model_type: str
+    architectures: list[str] = Field(default_factory=list)
+    family: Family
+    task: Task = Field(description="the task head the counts are for")
+    supported_tasks: list[Task]
+    num_parameters: int = Field(description="exact parameter count with the task head, tied embeddings once")
+    matmul_parameters: int = Field(description="parameters used in a matmul per token (N of 6·N·T FLOPs)")
+    parameter_count_method: Literal["closed-form", "meta-device"]
+    num_layers: int = Field(description="transformer blocks in all stacks")
+    encoder_layers: int
+    decoder_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    ffn_size: int
+    vocab_size: int
+    max_position_embeddings: int | None = Field(None, description="longest sequence the model takes; None if unbounded")
+    gated_mlp: bool = Field(description="SwiGLU/GeGLU MLP (three FFN matrices)")
+    tied_embeddings: bool
+    checkpoint_dtype: Literal["float32", "float16", "bfloat16"] = Field(
+        description="dtype the config declares (torch_dtype); float32 when absent")
+    pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
+    supports_gradient_checkpointing: bool
+    parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(
+        default_factory=list, exclude=True,
+        description="(shape, how many) of every parameter tensor; for factored optimizer states")
+
+
+def _catalog_dir():
+    return resources.files("probes").joinpath("configs")
+
+
+def catalog_ids() -> list[str]:
+    """Ids of the shipped configs, e.g. 'gpt2', 'meta-llama/Llama-2-7b-hf'."""
+    return sorted(p.name[:-5].replace("--", "/") for p in _catalog_dir().iterdir() if p.name.endswith(".json"))
+
+
+def _hub_offline() -> bool:
+    value = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
+    return value in {"1", "true", "yes", "on"}
+
+
+def _hub_reachable(timeout_s: float = 2.0) -> bool:
+    """A TCP connection to the Hub endpoint within ``timeout_s`` (skipped behind a proxy)."""
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    host = endpoint.split("://", 1)[-1].split("/", 1)[0]
+    hostname, _, port = host.partition(":")
+    try:
+        with socket.create_connection((hostname, int(port or 443)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
+    """Find and read config.json for an id or path.
+
+    Returns:
+        (config dict, source, path or None, notes about the resolution).
+    Raises:
+        ModelNotFoundError: nothing found (the message names the id and how to pass a path).
+        BadConfigError: the file is not valid JSON or not a JSON object.
+    """
+    notes: list[str] = []
+    path = Path(model).expanduser()
+    if path.exists():
+        file = path / "config.json" if path.is_dir() else path
+        if not file.is_file():
+            raise ModelNotFoundError(f"no config.json in '{model}'")
+        return _read_json(file), "local", str(file), notes
+    looks_like_path = model.startswith((".", "/", "~")) or model.endswith(".json") or model.count("/") > 1
+    if looks_like_path:
+        raise ModelNotFoundError(f"'{model}' does not exist")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # invalid repo id, unreadable cache: not in the cache
+        cached = None
+    if isinstance(cached, str) and os.path.isfile(cached):
+        return _read_json(Path(cached)), "cache", cached, notes
+    shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
+    if not _hub_offline():
+        if _hub_reachable():
+            try:
+                from huggingface_hub import hf_hub_download
+
+                downloaded = hf_hub_download(model, "config.json")
+                return _read_json(Path(downloaded)), "hub", downloaded, notes
+            except Exception as exc:
+                notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
+        else:
+            notes.append("the Hugging Face Hub is unreachable; using local sources only")
+    if shipped.is_file():
+        return json.loads(shipped.read_text(encoding="utf-8")), "catalog", None, notes
+    where = "offline (HF_HUB_OFFLINE=1)" if _hub_offline() else "not in the cache, not on the Hub"
+    raise ModelNotFoundError(
+        f"model '{model}' not found: {where}, not in the shipped catalog; "
+        f"pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+
+
+def _read_json(file: Path) -> dict:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadConfigError(f"cannot read '{file}': {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BadConfigError(f"'{file}' is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    if not isinstance(data, dict):
+        raise BadConfigError(f"'{file}' is not a JSON object")
+    return data
+
+
+def default_task(config: dict, family: Family) -> Task:
+    """The task head named by the config's ``architectures``, else the family's pretraining head."""
+    for arch in config.get("architectures") or []:
+        for suffix, task in _ARCH_SUFFIX_TASK:
+            if str(arch).endswith(suffix):
+                return task
+    return {"decoder-only": "causal-lm", "encoder-only": "masked-lm", "encoder-decoder": "seq2seq-lm"}[family]
+
+
+def _dtype(config: dict) -> str:
+    raw = config.get("torch_dtype") or config.get("dtype") or "float32"
+    name = _DTYPE_NAMES.get(str(raw).replace("torch.", "").lower())
+    if name is None:
+        raise BadConfigError(f"config.json declares an unknown dtype '{raw}'")
+    return name
+
+
+def profile_model(model: str, task: Task | None = None, num_labels: int = 2) -> ModelProfile:
+    """Resolve a model and profile it for a task head.
+
+    Args:
+        model: a Hub id (``gpt2``), a folder with config.json, or a config.json path.
+        task: the task head; default from the config's ``architectures``.
+        num_labels: classes of a sequence-classification head.
+    Raises:
+        ModelNotFoundError, BadConfigError, UsageError (a task the family does not support).
+    """
+    config, source, path, _notes = load_config(model)
+    return profile_from_config(config, model, source, path, task, num_labels)
+
+
+def profile_from_config(config: dict, model_id: str, source: str = "local", path: str | None = None,
+                        task: Task | None = None, num_labels: int = 2) -> ModelProfile:
+    """Profile an already-loaded config dict (see :func:`profile_model`)."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise BadConfigError(f"'{path or model_id}' is not a transformers config: it has no 'model_type'")
+    builder = BUILDERS.get(model_type)
+    if builder is not None:
+        family = FAMILIES[model_type]
+        chosen = task or default_task(config, family)
+        _check_task(model_id, family, chosen)
+        try:
+            shape = builder(config, chosen, num_labels)
+        except (TypeError, ValueError, ZeroDivisionError) as exc:
+            raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
+        method = "closed-form"
+        supports_ckpt = True
+    else:
+        from probes.meta_count import shape_on_meta_device
+
+        shape, family, supports_ckpt = shape_on_meta_device(config, task, num_labels, default_task)
+        chosen = task or default_task(config, family)
+        _check_task(model_id, family, chosen)
+        method = "meta-device"
+    dtype = _dtype(config)
+    return ModelProfile(
+        id=model_id, source=source, config_path=path, model_type=model_type,
+        architectures=list(config.get("architectures") or []), family=shape.family, task=chosen,
+        supported_tasks=list(FAMILY_TASKS[shape.family]), num_parameters=shape.num_parameters,
+        matmul_parameters=shape.matmul_parameters, parameter_count_method=method,
+        num_layers=shape.layers, encoder_layers=shape.encoder_layers, decoder_layers=shape.decoder_layers,
+        hidden_size=shape.hidden, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim, ffn_size=shape.ffn, vocab_size=shape.vocab,
+        max_position_embeddings=shape.max_positions, gated_mlp=shape.gated_mlp,
+        tied_embeddings=shape.tied_embeddings, checkpoint_dtype=dtype,
+        pretrained_in_bf16=dtype == "bfloat16" or model_type in _BF16_PRETRAINED_TYPES,
+        supports_gradient_checkpointing=supports_ckpt,
+        parameter_shapes=[(g.shape, g.count) for g in shape.groups],
+    )
+
+
+def _check_task(model_id: str, family: Family, task: Task) -> None:
+    if task not in FAMILY_TASKS[family]:
+        raise UsageError(f"task '{task}' does not fit '{model_id}' ({family}); "
+                         f"choose one of: {', '.join(FAMILY_TASKS[family])}")
+
+
+__all__ = ["ModelProfile", "ParamGroup", "TASKS", "catalog_ids", "load_config", "profile_model",
+           "profile_from_config", "default_task"]
