@@ -1,0 +1,133 @@
+"""What a rule is, what it can say, and the registry that holds every rule once.
+
+A rule is a small class with plain metadata attributes (``id``, ``title``, ``sources``,
+``rationale``) and up to two methods:
+
+- ``propose(facts)`` before the search: forbid, prefer or mark as fallback the values of a
+  searched setting, set a setting that is not searched, or warn;
+- ``check(facts, plan)`` after the planner picked a plan: set plan-dependent settings, warn.
+
+Rules hold no search logic and no I/O. A malformed rule (no source URL, duplicate id, …) raises
+:class:`RuleDefinitionError` when its module is imported.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field
+
+from rules.facts import Facts, Plan
+
+EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]
+
+
+class Source(BaseModel):
+    """A public document a rule comes from."""
+
+    title: str
+    url: str
+    section: str | None = None
+
+
+class Effect(BaseModel):
+    """What a rule says about one setting.
+
+    - ``forbid``: the value is not a candidate (``reason`` explains the alternative's loss);
+    - ``prefer``: among equally fast plans, take this value;
+    - ``fallback``: use the value only when no plan without it fits; plans pay ``penalty``
+      (the planner minimises total penalty first, then maximises throughput);
+    - ``set``: the setting takes ``value`` (settings the planner does not search);
+    - ``warn``: a message for the user (``setting`` optional).
+    """
+
+    kind: EffectKind
+    setting: str | None = None
+    value: Any = None
+    reason: str
+    penalty: int = 0
+    rule_id: str = ""
+
+    def matches(self, value: Any) -> bool:
+        """Whether a setting value is the one this effect names (``value`` may be a list: any of)."""
+        if isinstance(self.value, list):
+            return value in self.value
+        return value == self.value
+
+
+class RuleDefinitionError(Exception):
+    """A rule declared without id, title, a source URL or rationale, or with a duplicate id."""
+
+
+class Rule:
+    """Base class: subclass, fill the metadata, override ``propose`` and/or ``check``."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    topic: ClassVar[str]
+    sources: ClassVar[list[Source]]
+    rationale: ClassVar[str]
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        """Effects before the search (see :class:`Effect`)."""
+        return []
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        """Effects once a plan is chosen: plan-dependent ``set`` and ``warn`` only."""
+        return []
+
+    # helpers: rules build effects with these, so every effect carries the rule id
+    def forbid(self, setting: str, value: Any, reason: str) -> Effect:
+        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id)
+
+    def prefer(self, setting: str, value: Any, reason: str) -> Effect:
+        return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id)
+
+    def fallback(self, setting: str, value: Any, reason: str, penalty: int) -> Effect:
+        return Effect(kind="fallback", setting=setting, value=value, reason=reason, penalty=penalty,
+                      rule_id=self.id)
+
+    def set(self, setting: str, value: Any, reason: str) -> Effect:
+        return Effect(kind="set", setting=setting, value=value, reason=reason, rule_id=self.id)
+
+    def warn(self, reason: str, setting: str | None = None) -> Effect:
+        return Effect(kind="warn", setting=setting, reason=reason, rule_id=self.id)
+
+
+class RuleInfo(BaseModel):
+    """A rule's metadata, as ``advisor rules --json`` prints it."""
+
+    id: str
+    title: str
+    topic: str
+    rationale: str
+    sources: list[Source] = Field(min_length=1)
+
+
+REGISTRY: dict[str, Rule] = {}
+
+
+def register(cls: type[Rule]) -> type[Rule]:
+    """Class decorator: validate a rule's metadata and add one instance to the registry.
+
+    Raises:
+        RuleDefinitionError: missing metadata, a source without an http(s) URL, or a duplicate id.
+    """
+    for attr in ("id", "title", "topic", "sources", "rationale"):
+        if not getattr(cls, attr, None):
+            raise RuleDefinitionError(f"rule {cls.__name__} has no {attr}")
+    if cls.id in REGISTRY:
+        raise RuleDefinitionError(f"duplicate rule id '{cls.id}'")
+    for source in cls.sources:
+        if not source.url.startswith(("https://", "http://")):
+            raise RuleDefinitionError(f"rule {cls.id}: source '{source.title}' has no public URL")
+    if not cls.id.startswith(f"{cls.topic}."):
+        raise RuleDefinitionError(f"rule id '{cls.id}' must start with its topic '{cls.topic}.'")
+    REGISTRY[cls.id] = cls()
+    return cls
+
+
+def info(rule: Rule) -> RuleInfo:
+    """The metadata of a registered rule."""
+    return RuleInfo(id=rule.id, title=rule.title, topic=rule.topic, rationale=rule.rationale,
+                    sources=list(rule.sources))

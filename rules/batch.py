@@ -1,0 +1,130 @@
+"""Batch size: micro-batch, gradient accumulation, padding to tensor-core multiples, learning rate."""
+
+from __future__ import annotations
+
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+
+def _alignment(facts: Facts) -> int:
+    return facts.gpu.alignment_multiple if facts.gpu is not None else 8
+
+
+@register
+class MicroBatchMultipleOf8(Rule):
+    id = "batch.micro-batch-multiple-of-8"
+    title = "micro-batch a multiple of 8 under mixed precision"
+    topic = "batch"
+    sources = [S.HF_BATCH, S.NV_FC_BATCH, S.NV_TC_REQ]
+    rationale = ("Tensor cores are used fully when GEMM dimensions, the batch among them, are multiples of 8 "
+                 "(fp16/bf16); the HF guide adds that A100 prefers 64.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or not gpu.tensor_cores:
+            return []
+        multiples = list(range(8, facts.workload.global_batch_size + 1, 8))
+        if not multiples:
+            return []
+        return [self.prefer("micro_batch_size", multiples,
+                            "a multiple of 8 keeps tensor-core GEMMs aligned"
+                            + (" (A100 prefers 64)" if gpu.alignment_multiple == 64 else ""))]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or plan.precision == "fp32" or plan.micro_batch_size % 8 == 0:
+            return []
+        return [self.warn(f"micro-batch {plan.micro_batch_size} is not a multiple of 8: the next multiple does not "
+                          "fit (or does not divide the global batch); keep the sequence length a multiple of 8 so "
+                          "the tokens dimension stays aligned", setting="micro_batch_size")]
+
+
+@register
+class LargestMicroBatch(Rule):
+    id = "batch.largest-micro-batch"
+    title = "the largest micro-batch that fits, then accumulate"
+    topic = "batch"
+    sources = [S.HF_GRAD_ACC, S.HF_SCALE]
+    rationale = ("Throughput grows with the micro-batch until the GPU is saturated: for a batch of 64 use 4 x 16, "
+                 "not 1 x 64. Fill the GPU's memory, then accumulate the rest.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        return [self.set("micro_batch_size", plan.micro_batch_size,
+                         f"the micro-batch with the highest estimated throughput that fits; "
+                         f"{plan.micro_batch_size} x {plan.gradient_accumulation_steps} accumulation"
+                         + (f" x {plan.data_parallel_size} GPUs" if plan.data_parallel_size > 1 else "")
+                         + f" = global batch {plan.global_batch_size}")]
+
+
+@register
+class AccumulationOnlyWhenNeeded(Rule):
+    id = "batch.gradient-accumulation-only-when-needed"
+    title = "gradient accumulation only when the global batch does not fit"
+    topic = "batch"
+    sources = [S.HF_GRAD_ACC, S.HF_SCALE]
+    rationale = ("Accumulation reaches a global batch beyond memory at the cost of more, smaller passes; if the "
+                 "batch fits, accumulation only slows training. A larger effective batch may need the learning "
+                 "rate and warm-up adjusted, and short datasets get fewer optimizer steps.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        k = plan.gradient_accumulation_steps
+        if k == 1:
+            return [self.set("gradient_accumulation_steps", 1,
+                             "the global batch fits in one pass per device: accumulation would only slow training")]
+        return [
+            self.set("gradient_accumulation_steps", k,
+                     f"the global batch {plan.global_batch_size} does not fit at once: {k} micro-batches of "
+                     f"{plan.micro_batch_size} per optimizer step"),
+            self.warn(f"gradient accumulation ({k} steps) gives an effective batch of {plan.global_batch_size}: set the "
+                      "learning rate and warm-up for that batch, and expect fewer optimizer steps per epoch",
+                      setting="gradient_accumulation_steps"),
+        ]
+
+
+@register
+class PadToMultipleOf8(Rule):
+    id = "batch.pad-to-multiple-of-8"
+    title = "pad sequence length and vocabulary to multiples of 8 (64 on A100)"
+    topic = "batch"
+    sources = [S.HF_FP16, S.HF_BATCH, S.NV_TC_REQ]
+    rationale = ("fp16/bf16 speed-ups need every GEMM dimension a multiple of 8: pad sequences "
+                 "(tokenizer pad_to_multiple_of) and the embedding matrix (resize_token_embeddings(..., "
+                 "pad_to_multiple_of=N)).")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or not gpu.tensor_cores:
+            return []
+        multiple = gpu.alignment_multiple
+        effects = [self.set("pad_to_multiple_of", multiple,
+                            f"tensor cores want GEMM dimensions in multiples of {multiple} on {gpu.name}")]
+        seq = facts.workload.seq_len
+        if seq % 8:
+            effects.append(self.warn(f"sequence length {seq} is not a multiple of 8: pad to {seq + (-seq) % 8}",
+                                     setting="pad_to_multiple_of"))
+        vocab = facts.model.vocab_size
+        if vocab % multiple:
+            padded = vocab + (-vocab) % multiple
+            effects.append(self.warn(f"vocabulary {vocab} is not a multiple of {multiple}: "
+                                     f"model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={multiple}) "
+                                     f"pads it to {padded}", setting="pad_to_multiple_of"))
+        return effects
+
+
+@register
+class LinearLearningRateScaling(Rule):
+    id = "batch.linear-lr-scaling"
+    title = "scale the learning rate linearly with the global batch"
+    topic = "batch"
+    sources = [S.LINEAR_SCALING, S.HF_GRAD_ACC]
+    rationale = ("When the global batch is multiplied by k (more GPUs, more accumulation), multiply the learning "
+                 "rate by k and warm it up (Goyal et al. 2017); DDP keeps each device's batch, so the global "
+                 "batch grows with the number of GPUs.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.data_parallel_size == 1 and plan.gradient_accumulation_steps == 1:
+            return []
+        return [self.warn(f"global batch = {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x "
+                          f"{plan.data_parallel_size} = {plan.global_batch_size}: if your learning rate was tuned for "
+                          "another batch, scale it linearly (lr x new/old) with warm-up")]

@@ -1,0 +1,68 @@
+"""The vocabulary rules read: the facts about a question and a candidate training plan."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from probes.hardware import GPUInfo, HardwareProfile
+from probes.model import ModelProfile
+
+PrecisionName = Literal["fp32", "fp16", "bf16"]
+OptimizerName = Literal["adamw", "adafactor", "adamw-8bit", "sgd"]
+ParallelismName = Literal["none", "dp", "ddp", "zero-1", "zero-2", "zero-3"]
+OffloadName = Literal["none", "optimizer", "optimizer+parameters"]
+
+PRECISIONS: tuple[PrecisionName, ...] = ("bf16", "fp16", "fp32")
+OPTIMIZERS: tuple[OptimizerName, ...] = ("adamw", "adamw-8bit", "adafactor", "sgd")
+PARALLELISMS: tuple[ParallelismName, ...] = ("none", "dp", "ddp", "zero-1", "zero-2", "zero-3")
+
+
+class Workload(BaseModel):
+    """What the user wants to train: sequence length and global batch size."""
+
+    seq_len: int = Field(description="tokens per sample (padded length)")
+    global_batch_size: int = Field(
+        description="samples per optimizer step = micro-batch size × gradient accumulation steps × data-parallel size")
+
+
+class Plan(BaseModel):
+    """One candidate training configuration."""
+
+    device: Literal["cuda", "cpu"] = Field(description="where training runs")
+    precision: PrecisionName = Field(description="fp32, or fp16 / bf16 mixed precision (autocast)")
+    tf32: bool = Field(description="TF32 tensor-core math for fp32 matmuls (Ampere and newer)")
+    optimizer: OptimizerName
+    gradient_checkpointing: bool = Field(description="activation checkpointing: recompute activations in backward")
+    micro_batch_size: int = Field(description="samples per device per forward/backward pass")
+    gradient_accumulation_steps: int = Field(description="micro-batches per optimizer step")
+    parallelism: ParallelismName = Field(description="'none' on one device; DDP or ZeRO stage across GPUs")
+    num_gpus: int = Field(description="GPUs in all nodes (data-parallel size); 0 on the CPU")
+    offload: OffloadName = Field("none", description="ZeRO CPU offload")
+
+    @property
+    def data_parallel_size(self) -> int:
+        return max(self.num_gpus, 1)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.gradient_accumulation_steps * self.data_parallel_size
+
+
+class Facts(BaseModel):
+    """Everything a rule may read."""
+
+    hardware: HardwareProfile
+    model: ModelProfile
+    workload: Workload
+    packages: dict[str, bool] = Field(
+        default_factory=dict, description="optional packages found on this machine (bitsandbytes, deepspeed)")
+
+    @property
+    def gpu(self) -> GPUInfo | None:
+        return self.hardware.gpu
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.hardware.gpu is None

@@ -1,0 +1,122 @@
+"""Parallelism: one device, DDP (never DP), ZeRO/FSDP sharding only when it pays."""
+
+from __future__ import annotations
+
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+SMALL_MODEL = 200_000_000  #: below: plain data parallel (seed lecture review)
+LARGE_MODEL = 500_000_000  #: above: consider sharding (Lightning: "roughly 500M+ parameters")
+
+
+@register
+class SingleDevice(Rule):
+    id = "parallelism.single-device"
+    title = "one device: no distributed wrapper"
+    topic = "parallelism"
+    sources = [S.HF_SCALE, S.HF_DEEPSPEED]
+    rationale = ("With one GPU (or the CPU) there is nothing to distribute; DeepSpeed on a single GPU that fits "
+                 "the model only slows things down.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus > 1:
+            return []
+        why = "a single device: nothing to distribute"
+        return [self.forbid("parallelism", v, why) for v in ("dp", "ddp", "zero-1", "zero-2", "zero-3")]
+
+
+@register
+class DdpNotDp(Rule):
+    id = "parallelism.ddp-not-dp"
+    title = "DistributedDataParallel, never DataParallel"
+    topic = "parallelism"
+    sources = [S.HF_DP_DDP, S.TORCH_DP]
+    rationale = ("DP is one process with Python threads: GPU 0 scatters inputs, gathers outputs and does extra "
+                 "work, with 5 data exchanges per batch; DDP is one process per GPU and only all-reduces "
+                 "gradients. PyTorch itself recommends DDP.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus <= 1:
+            return []
+        return [self.forbid("parallelism", "dp", "nn.DataParallel: single process, GPU 0 bottleneck, 5 exchanges "
+                                                 "per batch; use DDP (torchrun)"),
+                self.forbid("parallelism", "none", f"leaves {facts.hardware.num_gpus - 1} of "
+                                                   f"{facts.hardware.num_gpus} GPUs idle")]
+
+
+@register
+class DataParallelForSmallModels(Rule):
+    id = "parallelism.data-parallel-small-models"
+    title = "plain data parallel for models under ~200M parameters"
+    topic = "parallelism"
+    sources = [S.LIGHTNING_MODEL_PARALLEL, S.HF_SCALE]
+    rationale = "A model that fits one GPU with a good batch scales by replicating it: DDP syncs once per step."
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus <= 1 or facts.model.num_parameters >= SMALL_MODEL:
+            return []
+        return [self.prefer("parallelism", "ddp", f"{facts.model.num_parameters / 1e6:.0f}M parameters: "
+                                                  "replicate and all-reduce gradients once per step")]
+
+
+@register
+class ShardingOnlyWhenNeeded(Rule):
+    id = "parallelism.deepspeed-only-when-needed"
+    title = "ZeRO / FSDP only when the model or a small batch does not fit (models up to ~500M)"
+    topic = "parallelism"
+    sources = [S.HF_DEEPSPEED, S.HF_SCALE, S.ZERO_PAPER]
+    rationale = ("The documents' decision tree: if the model fits one GPU with room for a small batch, DeepSpeed "
+                 "only slows things down; if it does not, use DeepSpeed ZeRO (or FSDP). ZeRO-3 also gathers "
+                 "parameters every layer (~1.5x DDP's traffic).")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus <= 1 or facts.model.num_parameters > LARGE_MODEL:
+            return []
+        why = "shards model states at the cost of communication: only when DDP does not fit"
+        return [self.fallback("parallelism", "zero-1", why, penalty=1),
+                self.fallback("parallelism", "zero-2", why, penalty=1),
+                self.fallback("parallelism", "zero-3", why + " (gathers parameters every layer)", penalty=2)]
+
+
+@register
+class ShardLargeModels(Rule):
+    id = "parallelism.shard-large-models"
+    title = "over ~500M parameters, sharded data parallel competes on equal terms"
+    topic = "parallelism"
+    sources = [S.LIGHTNING_MODEL_PARALLEL, S.HF_MANY, S.ZERO_PAPER]
+    rationale = ("Above roughly 500M parameters the replicated model states (16 B/param with mixed-precision "
+                 "Adam) crowd out activations; ZeRO-2 / FSDP SHARD_GRAD_OP shards states and gradients for "
+                 "DDP-like traffic.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus <= 1 or facts.model.num_parameters <= LARGE_MODEL:
+            return []
+        return [self.prefer("parallelism", "zero-2", f"{facts.model.num_parameters / 1e9:.1f}B parameters: shard "
+                                                     "optimizer states and gradients at DDP-like traffic")]
+
+
+@register
+class SlowLinksFavourDdp(Rule):
+    id = "parallelism.slow-links-favour-ddp"
+    title = "without NVLink, ZeRO-3 and tensor parallel are costly"
+    topic = "parallelism"
+    sources = [S.HF_CONNECTIVITY, S.HF_DP_DDP]
+    rationale = ("DDP syncs once per step, so a slow link matters less; ZeRO-3 and tensor parallel exchange data "
+                 "every layer and need NVLink-class bandwidth (the HF guide: DDP 23 % slower without NVLink even "
+                 "for gpt2).")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        hw = facts.hardware
+        if len(hw.gpus) <= 1 or hw.all_pairs_nvlink:
+            return []
+        return [self.prefer("parallelism", "ddp", "no NVLink between the GPUs: sync as rarely as possible"),
+                self.warn("no NVLink between all GPUs: ZeRO-3 and tensor parallel exchange data every layer over "
+                          "PCIe; prefer plans that sync once per step")]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        hw = facts.hardware
+        if plan.parallelism != "zero-3" or hw.nodes <= 1:
+            return []
+        return [self.warn(f"ZeRO-3 across {hw.nodes} nodes gathers parameters over the inter-node network every "
+                          "layer: a fast interconnect (InfiniBand) matters")]

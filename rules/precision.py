@@ -1,0 +1,176 @@
+"""Precision: fp32, fp16 or bf16 mixed precision, and TF32."""
+
+from __future__ import annotations
+
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+
+@register
+class Bf16OnAmpere(Rule):
+    id = "precision.bf16-on-ampere"
+    title = "bf16 mixed precision on compute capability 8.0 and newer"
+    topic = "precision"
+    sources = [S.HF_BF16, S.CUDA_CC]
+    rationale = ("Ampere and newer GPUs run bf16 on tensor cores at the fp16 rate; bf16 has fp32's range, "
+                 "so no loss scaling is needed and overflow is rare.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or not gpu.bf16:
+            return []
+        return [self.prefer("precision", "bf16",
+                            f"compute capability {gpu.compute_capability} has native bf16: fp16 speed with fp32 range, "
+                            "no loss scaling")]
+
+
+@register
+class NoBf16BeforeAmpere(Rule):
+    id = "precision.no-bf16-before-ampere"
+    title = "no bf16 below compute capability 8.0"
+    topic = "precision"
+    sources = [S.HF_BF16, S.CUDA_CC]
+    rationale = ("bf16 tensor-core math arrived with Ampere (cc 8.0). On V100 and T4 bf16 is emulated, "
+                 "so torch.cuda.is_bf16_supported() saying True there does not make it fast.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or gpu.bf16:
+            return []
+        return [self.forbid("precision", "bf16",
+                            f"{gpu.name} (compute capability {gpu.compute_capability}) has no native bf16: "
+                            "it would be emulated, without tensor-core speed-up")]
+
+
+@register
+class Fp16OnVoltaTuring(Rule):
+    id = "precision.fp16-on-volta-turing"
+    title = "fp16 mixed precision with loss scaling on Volta/Turing tensor cores"
+    topic = "precision"
+    sources = [S.HF_FP16, S.NV_AMP, S.MIXED_PRECISION_PAPER]
+    rationale = ("Volta and Turing tensor cores run fp16 several times faster than fp32 (the HF guide measures "
+                 "bert-large about twice as fast on a V100); fp16's narrow range needs dynamic loss scaling.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or not gpu.tensor_cores or gpu.bf16:
+            return []
+        return [self.prefer("precision", "fp16",
+                            f"{gpu.name} has tensor cores (generation {gpu.tensor_core_generation}) for fp16 "
+                            "but no bf16: fp16 mixed precision with loss scaling")]
+
+
+@register
+class Fp16NeedsLossScaling(Rule):
+    id = "precision.fp16-needs-loss-scaling"
+    title = "fp16 needs dynamic loss scaling; bf16 and fp32 need none"
+    topic = "precision"
+    sources = [S.MIXED_PRECISION_PAPER, S.TORCH_AMP, S.HF_BF16]
+    rationale = ("Small fp16 gradients underflow to zero; scaling the loss (torch.amp.GradScaler) keeps them "
+                 "representable. bf16 shares fp32's exponent range, so it needs no scaling.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.precision == "fp16":
+            return [self.set("loss_scaling", "dynamic",
+                             "fp16 gradients underflow without it: torch.amp.GradScaler (the Trainer's fp16=True does this)")]
+        return [self.set("loss_scaling", "none", f"{plan.precision} has fp32's exponent range: no loss scaling")]
+
+
+@register
+class Fp32WithoutTensorCores(Rule):
+    id = "precision.fp32-without-tensor-cores"
+    title = "fp32 where there are no tensor cores"
+    topic = "precision"
+    sources = [S.NV_AMP, S.TORCH_AMP]
+    rationale = ("Mixed precision is fast because tensor cores run 16-bit matmuls; without them (pre-Volta GPUs, "
+                 "CPUs without AMX/AVX-512 bf16) it saves some activation memory but gains no speed, and CPU "
+                 "autocast supports bf16 only.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is not None:
+            if gpu.tensor_cores:
+                return []
+            why = f"{gpu.name} (compute capability {gpu.compute_capability}) has no tensor cores"
+            return [self.forbid("precision", "fp16", why), self.forbid("precision", "bf16", why)]
+        flags = set(facts.hardware.host.cpu_flags) if facts.hardware.host else set()
+        effects = [self.forbid("precision", "fp16", "training on the CPU: CPU autocast gains nothing from fp16")]
+        if not flags & {"amx_bf16", "avx512_bf16"}:
+            effects.append(self.forbid("precision", "bf16",
+                                       "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
+        return effects
+
+
+@register
+class Tf32OnAmpere(Rule):
+    id = "precision.tf32-on-ampere"
+    title = "TF32 on Ampere and newer, also beside bf16"
+    topic = "precision"
+    sources = [S.HF_TF32, S.NV_TF32, S.TORCH_TF32]
+    rationale = ("TF32 runs fp32 matmuls on tensor cores (up to 3x throughput, same convergence per NVIDIA); "
+                 "under bf16 autocast it still speeds the matmuls that stay in fp32.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is None or not gpu.tf32:
+            return []
+        return [self.prefer("tf32", True,
+                            f"compute capability {gpu.compute_capability} has TF32 tensor cores: fp32 matmuls up to 3x "
+                            "faster; helps beside bf16 too")]
+
+
+@register
+class NoTf32BeforeAmpere(Rule):
+    id = "precision.no-tf32-before-ampere"
+    title = "no TF32 below compute capability 8.0 or on the CPU"
+    topic = "precision"
+    sources = [S.HF_TF32, S.TORCH_TF32]
+    rationale = "TF32 is an Ampere tensor-core mode; elsewhere the flag does nothing."
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        gpu = facts.gpu
+        if gpu is not None and gpu.tf32:
+            return []
+        where = "the CPU" if gpu is None else f"{gpu.name} (compute capability {gpu.compute_capability})"
+        return [self.forbid("tf32", True, f"{where} has no TF32 tensor cores: the flag would do nothing")]
+
+
+@register
+class Bf16PretrainedNoFp16(Rule):
+    id = "precision.bf16-pretrained-no-fp16"
+    title = "never fp16 for a model pretrained in bf16"
+    topic = "precision"
+    sources = [S.HF_BF16]
+    rationale = ("A model pretrained in bf16 (T5, Llama 3, Mistral, ...) has activations beyond fp16's 65504 "
+                 "and overflows when fine-tuned in fp16; once on the bf16 path, stay on it.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        model = facts.model
+        if not model.pretrained_in_bf16:
+            return []
+        effects = [self.forbid("precision", "fp16",
+                               f"{model.id} was pretrained in bf16: fp16 (max 65504) risks overflow")]
+        gpu = facts.gpu
+        if gpu is not None and not gpu.bf16:
+            effects.append(self.warn(f"{model.id} was pretrained in bf16 and {gpu.name} has no bf16: fp32 is the safe "
+                                     "precision here; a GPU of compute capability >= 8.0 would allow bf16"))
+        return effects
+
+
+@register
+class MixedPrecisionSmallBatchMemory(Rule):
+    id = "precision.mixed-precision-small-batch-memory"
+    title = "mixed precision keeps the weights twice: at small batches it can cost memory"
+    topic = "precision"
+    sources = [S.HF_FP16, S.HF_ANATOMY]
+    rationale = ("Mixed precision holds fp32 master weights and 16-bit copies (6 bytes per parameter instead of 4); "
+                 "it saves memory only on activations, so below a micro-batch of about 8 it can use more memory "
+                 "than fp32. Its gain is speed.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.precision == "fp32" or plan.micro_batch_size >= 8:
+            return []
+        return [self.warn(f"{plan.precision} mixed precision keeps fp32 weights plus 16-bit copies (6 B/parameter): "
+                          f"at micro-batch {plan.micro_batch_size} it saves little or no memory; it is chosen for speed",
+                          setting="precision")]

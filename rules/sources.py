@@ -1,0 +1,92 @@
+"""The public documents the rules cite, each declared once (URL + section)."""
+
+from rules.base import Source
+
+_HF_PERF = "https://huggingface.co/docs/transformers/v4.18.0/en/performance"
+_HF_ONE = "https://huggingface.co/docs/transformers/perf_train_gpu_one"
+_NV_MM = "https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html"
+
+HF_ANATOMY = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#anatomy-of-models-memory",
+                    section="Anatomy of Model's Memory")
+HF_FP16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#fp16", section="fp16")
+HF_BF16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#bf16", section="bf16")
+HF_TF32 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#tf32", section="tf32")
+HF_GRAD_ACC = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#gradient-accumulation",
+                     section="Gradient Accumulation")
+HF_CKPT = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#gradient-checkpointing",
+                 section="Gradient Checkpointing")
+HF_BATCH = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#batch-sizes",
+                  section="Batch sizes")
+HF_DP_DDP = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#dp-vs-ddp", section="DP vs DDP")
+HF_DATALOADER = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#dataloader",
+                       section="DataLoader")
+HF_FASTER_OPT = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#faster-optimizer",
+                       section="Faster optimizer")
+HF_POWER = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#power-and-cooling",
+                  section="Power and Cooling")
+HF_CONNECTIVITY = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#multigpu-connectivity",
+                         section="Multi-GPU Connectivity")
+HF_SCALE = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#how-to-scale",
+                  section="How to scale / Multi-GPU Training / What if my model still does not fit?")
+HF_ONE_ADAFACTOR = Source(title="HF Efficient Training on a Single GPU", url=f"{_HF_ONE}#adafactor",
+                          section="Optimizer choice: Adafactor")
+HF_ONE_8BIT = Source(title="HF Efficient Training on a Single GPU", url=f"{_HF_ONE}#8-bit-adam",
+                     section="Optimizer choice: 8-bit Adam")
+HF_ONE_COMPILE = Source(title="HF Efficient Training on a Single GPU", url=f"{_HF_ONE}#using-torchcompile",
+                        section="Using torch.compile")
+HF_MANY = Source(title="HF Efficient Training on Multiple GPUs",
+                 url="https://huggingface.co/docs/transformers/perf_train_gpu_many",
+                 section="Scalability strategy")
+HF_DEEPSPEED = Source(title="HF DeepSpeed integration",
+                      url="https://huggingface.co/docs/transformers/main/en/deepspeed#select-a-zero-stage",
+                      section="Select a ZeRO stage")
+NV_TC_REQ = Source(title="NVIDIA Matrix Multiplication Background User's Guide", url=f"{_NV_MM}#requirements-tc",
+                   section="Tensor Core Requirements")
+NV_FC_BATCH = Source(title="NVIDIA Linear/Fully-Connected Layers User's Guide",
+                     url="https://docs.nvidia.com/deeplearning/performance/dl-performance-fully-connected/index.html#batch-size",
+                     section="Batch Size")
+NV_TF32 = Source(title="NVIDIA blog: Accelerating AI Training with NVIDIA TF32 Tensor Cores",
+                 url="https://developer.nvidia.com/blog/accelerating-ai-training-with-tf32-tensor-cores/")
+NV_AMP = Source(title="NVIDIA Train With Mixed Precision",
+                url="https://docs.nvidia.com/deeplearning/performance/mixed-precision-training/index.html",
+                section="Tensor Core architecture support / Loss scaling")
+MIXED_PRECISION_PAPER = Source(title="Micikevicius et al. 2018, Mixed Precision Training",
+                               url="https://arxiv.org/abs/1710.03740", section="3.2 Loss scaling")
+TORCH_AMP = Source(title="PyTorch Automatic Mixed Precision", url="https://pytorch.org/docs/stable/amp.html",
+                   section="CPU op-specific behavior / Gradient scaling")
+TORCH_TF32 = Source(title="PyTorch CUDA semantics",
+                    url="https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices",
+                    section="TensorFloat-32 (TF32) on Ampere (and later) devices")
+TORCH_ADAMW = Source(title="PyTorch torch.optim.AdamW",
+                     url="https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html",
+                     section="foreach / fused arguments")
+TORCH_DP = Source(title="PyTorch torch.nn.DataParallel",
+                  url="https://pytorch.org/docs/stable/generated/torch.nn.DataParallel.html",
+                  section="warning: use DistributedDataParallel instead")
+TORCH_PIN = Source(title="PyTorch torch.utils.data", url="https://pytorch.org/docs/stable/data.html#memory-pinning",
+                   section="Memory Pinning / Multi-process data loading")
+TORCH_COMPILE = Source(title="PyTorch Introduction to torch.compile",
+                       url="https://pytorch.org/tutorials/intermediate/torch_compile_tutorial.html")
+CHECKPOINT_PAPER = Source(title="Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost",
+                          url="https://arxiv.org/abs/1604.06174")
+ADAFACTOR_PAPER = Source(title="Shazeer & Stern 2018, Adafactor", url="https://arxiv.org/abs/1804.04235",
+                         section="3 Factored second moment estimation")
+EIGHT_BIT_PAPER = Source(title="Dettmers et al. 2022, 8-bit Optimizers via Block-wise Quantization",
+                         url="https://arxiv.org/abs/2110.02861")
+ZERO_PAPER = Source(title="Rajbhandari et al. 2020, ZeRO", url="https://arxiv.org/abs/1910.02054",
+                    section="5 Deep dive into ZeRO-DP / 7 Communication analysis")
+LINEAR_SCALING = Source(title="Goyal et al. 2017, Accurate, Large Minibatch SGD",
+                        url="https://arxiv.org/abs/1706.02677", section="2.1 Learning rates for large minibatches")
+LIGHTNING_MODEL_PARALLEL = Source(
+    title="PyTorch Lightning: Choosing an advanced distributed GPU strategy",
+    url="https://lightning.ai/docs/pytorch/stable/advanced/model_parallel.html",
+    section="'Model parallel techniques help when model sizes are fairly large; roughly 500M+ parameters'; "
+            "the seed lecture review adds: data parallel under ~200M parameters")
+CUDA_CC = Source(title="CUDA C++ Programming Guide",
+                 url="https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#compute-capabilities",
+                 section="Compute Capabilities")
+TRITON_CC = Source(title="Triton installation: supported GPUs",
+                   url="https://github.com/triton-lang/triton#compatibility",
+                   section="Compatibility (NVIDIA GPUs of compute capability 8.0+; 7.0+ in older releases)")
+NVML_THROTTLE = Source(title="NVML API: Clock event reasons",
+                       url="https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html")
