@@ -75,6 +75,7 @@ class ModelProfile(BaseModel):
         description="dtype the config declares (torch_dtype); float32 when absent")
     pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
     supports_gradient_checkpointing: bool
+    dropout: bool = Field(description="the config trains with dropout (masks are kept for backward)")
     parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(
         default_factory=list, exclude=True,
         description="(shape, how many) of every parameter tensor; for factored optimizer states")
@@ -235,8 +236,18 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         tied_embeddings=shape.tied_embeddings, checkpoint_dtype=dtype,
         pretrained_in_bf16=dtype == "bfloat16" or model_type in _BF16_PRETRAINED_TYPES,
         supports_gradient_checkpointing=supports_ckpt,
+        dropout=_has_dropout(config),
         parameter_shapes=[(g.shape, g.count) for g in shape.groups],
     )
+
+
+#: Config keys of dropout probabilities across the transformers families.
+_DROPOUT_KEYS = ("resid_pdrop", "embd_pdrop", "attn_pdrop", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                 "dropout", "dropout_rate", "attention_dropout", "hidden_dropout", "activation_dropout")
+
+
+def _has_dropout(config: dict) -> bool:
+    return any(isinstance(config.get(k), (int, float)) and config[k] > 0 for k in _DROPOUT_KEYS)
 
 
 def _check_task(model_id: str, family: Family, task: Task) -> None:

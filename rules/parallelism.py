@@ -120,3 +120,21 @@ class SlowLinksFavourDdp(Rule):
             return []
         return [self.warn(f"ZeRO-3 across {hw.nodes} nodes gathers parameters over the inter-node network every "
                           "layer: a fast interconnect (InfiniBand) matters")]
+
+
+@register
+class OffloadLastResort(Rule):
+    id = "parallelism.offload-last-resort"
+    title = "CPU offload of ZeRO states only when nothing on the GPUs fits"
+    topic = "parallelism"
+    sources = [S.HF_DEEPSPEED, S.ZERO_PAPER]
+    rationale = ("ZeRO-Offload moves optimizer states (and with stage 3 the parameters) to CPU RAM: it fits much "
+                 "larger models, but every step crosses PCIe and the CPU runs the optimizer, so it is the slowest "
+                 "option.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.hardware.num_gpus <= 1:
+            return []
+        return [self.fallback("offload", "optimizer", "optimizer states in CPU RAM: every step crosses PCIe", penalty=4),
+                self.fallback("offload", "optimizer+parameters",
+                              "optimizer states and parameters in CPU RAM: the slowest plan", penalty=5)]

@@ -96,7 +96,11 @@ class Fp32WithoutTensorCores(Rule):
             return [self.forbid("precision", "fp16", why), self.forbid("precision", "bf16", why)]
         flags = set(facts.hardware.host.cpu_flags) if facts.hardware.host else set()
         effects = [self.forbid("precision", "fp16", "training on the CPU: CPU autocast gains nothing from fp16")]
-        if not flags & {"amx_bf16", "avx512_bf16"}:
+        if flags & {"amx_bf16", "avx512_bf16"}:
+            effects.append(self.prefer("precision", "bf16", "this CPU has "
+                                       + ("AMX" if "amx_bf16" in flags else "AVX-512 BF16")
+                                       + " instructions: bf16 autocast runs matmuls faster than fp32"))
+        else:
             effects.append(self.forbid("precision", "bf16",
                                        "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
         return effects

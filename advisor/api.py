@@ -1,0 +1,199 @@
+"""The Python API: the same functions and models the CLI prints.
+
+    from advisor import recommend, estimate, probe_hardware, profile_model
+    rec = recommend("gpt2", gpu="a100-80gb")
+    rec.settings["precision"].value  # 'bf16'
+
+Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+from pydantic import BaseModel, Field
+
+from advisor import planner
+from advisor.memory import MemoryEstimate
+from advisor.recommendation import SCHEMA_VERSION, Recommendation, build
+from advisor.speed import SpeedEstimate
+from probes.errors import NoFitError, UsageError
+from probes.gpu_catalog import catalog, profile_from_catalog
+from probes.hardware import HardwareProfile
+from probes.model import ModelProfile, profile_model as _profile_model
+from probes.nvml_probe import probe_local
+from rules import Facts, Plan, Workload
+
+DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
+DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
+GIB = 1024**3
+OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
+
+
+def probe_hardware(gpu: str | None = None, nodes: int = 1) -> HardwareProfile:
+    """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
+
+    Raises:
+        UnknownGPUError: unknown catalog name. UsageError: nodes < 1.
+    """
+    if nodes < 1:
+        raise UsageError(f"--nodes must be >= 1, got {nodes}")
+    if gpu:
+        return profile_from_catalog(gpu, nodes)
+    profile = probe_local()
+    if nodes > 1:
+        profile = profile.model_copy(update={"nodes": nodes})
+    return profile
+
+
+def profile_model(model: str, task: str | None = None) -> ModelProfile:
+    """Resolve and profile a model (see :func:`probes.model.profile_model`)."""
+    return _profile_model(model, task)
+
+
+def _packages(hardware: HardwareProfile) -> dict[str, bool]:
+    """Optional packages found here; unknown (empty) when planning for other hardware."""
+    if hardware.source == "catalog":
+        return {}
+    return {name: importlib.util.find_spec(name) is not None for name in OPTIONAL_PACKAGES}
+
+
+def make_facts(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
+               seq_len: int | None = None, global_batch_size: int | None = None,
+               hardware: HardwareProfile | None = None) -> Facts:
+    """Gather and validate the facts of a question.
+
+    Raises:
+        UsageError: seq-len or batch <= 0, or seq-len beyond the model's max positions.
+        ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
+    """
+    if seq_len is not None and seq_len <= 0:
+        raise UsageError(f"--seq-len must be > 0, got {seq_len}")
+    if global_batch_size is not None and global_batch_size <= 0:
+        raise UsageError(f"--global-batch-size must be > 0, got {global_batch_size}")
+    profile = model if isinstance(model, ModelProfile) else profile_model(model, task)
+    hw = hardware or probe_hardware(gpu, nodes)
+    limit = profile.max_position_embeddings
+    if seq_len is None:
+        seq_len = min(limit, DEFAULT_SEQ_LEN) if limit else DEFAULT_SEQ_LEN
+    elif limit and seq_len > limit:
+        raise UsageError(f"--seq-len {seq_len} is beyond {profile.id}'s {limit} positions")
+    workload = Workload(seq_len=seq_len, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE)
+    return Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
+
+
+def _fits_somewhere(facts: Facts) -> planner.Candidate | None:
+    return planner.search(facts).best
+
+
+def suggestions(facts: Facts) -> list[str]:
+    """What would fit when nothing does: a larger GPU, more GPUs (sharded, with offload)."""
+    found: list[str] = []
+    current = facts.gpu.memory_total_bytes if facts.gpu else 0
+    if facts.gpu is None:
+        found.append("plan for a GPU with --gpu NAME (see `advisor probe --gpu LIST`)")
+    for entry in sorted(catalog().values(), key=lambda e: e.memory_gib):
+        if entry.memory_gib * GIB <= current:
+            continue
+        hw = profile_from_catalog(entry.id, 1)
+        best = _fits_somewhere(facts.model_copy(update={"hardware": hw, "packages": {}}))
+        if best is not None:
+            found.append(f"a larger GPU: --gpu {entry.id} ({entry.memory_gib:g} GiB) fits with "
+                         f"{best.plan.precision}, {best.plan.optimizer}, micro-batch {best.plan.micro_batch_size}")
+            break
+    base = facts.gpu.catalog_id if facts.gpu is not None and facts.gpu.catalog_id else None
+    if base:
+        for count in (2, 4, 8, 16, 32, 64):
+            per_node, nodes = min(count, 8), max(count // 8, 1)
+            if facts.workload.global_batch_size % count:
+                continue
+            hw = profile_from_catalog(f"{base}:{per_node}", nodes)
+            best = _fits_somewhere(facts.model_copy(update={"hardware": hw, "packages": {}}))
+            if best is not None:
+                where = f"--gpu {base}:{per_node}" + (f" --nodes {nodes}" if nodes > 1 else "")
+                offload = f" with {best.plan.offload} offload" if best.plan.offload != "none" else ""
+                found.append(f"more GPUs: {where} fits with {best.plan.parallelism}{offload}")
+                break
+    if not found:
+        found.append("a shorter --seq-len or a smaller model")
+    return found
+
+
+def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
+              seq_len: int | None = None, global_batch_size: int | None = None,
+              hardware: HardwareProfile | None = None) -> Recommendation:
+    """Recommend the fastest plan that fits.
+
+    Raises:
+        NoFitError: nothing fits; ``str(err)`` says what would (also on ``err.suggestions``).
+        UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
+    """
+    facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len,
+                       global_batch_size=global_batch_size, hardware=hardware)
+    result = planner.search(facts)
+    if result.best is None:
+        closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
+        ideas = suggestions(facts)
+        where = facts.gpu.name if facts.gpu else "the CPU's RAM"
+        err = NoFitError(
+            f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest needs "
+            f"{closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB usable; "
+            f"would fit: {'; '.join(ideas)}")
+        err.suggestions = ideas  # type: ignore[attr-defined]
+        err.closest = closest  # type: ignore[attr-defined]
+        raise err
+    return build(result)
+
+
+class Estimate(BaseModel):
+    """What ``advisor estimate --json`` prints."""
+
+    schema_version: str = SCHEMA_VERSION
+    plan: Plan
+    memory: MemoryEstimate
+    speed: SpeedEstimate
+    model: ModelProfile = Field(description="the model the plan trains")
+    workload: Workload
+
+
+def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
+             seq_len: int | None = None, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1,
+             precision: str | None = None, tf32: bool | None = None, optimizer: str = "adamw",
+             gradient_checkpointing: bool = False, parallelism: str | None = None, offload: str = "none",
+             hardware: HardwareProfile | None = None) -> Estimate:
+    """Memory and speed of one given plan (no search).
+
+    Defaults: precision bf16 where the GPU has it, fp16 on other tensor-core GPUs, fp32 otherwise;
+    tf32 on where supported; parallelism 'none' on one device, 'ddp' on several.
+
+    Raises:
+        UsageError: a value outside its range (batch <= 0, ZeRO on one GPU, ...).
+    """
+    for name, value in (("micro-batch-size", micro_batch_size),
+                        ("gradient-accumulation-steps", gradient_accumulation_steps)):
+        if value <= 0:
+            raise UsageError(f"--{name} must be > 0, got {value}")
+    facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len, hardware=hardware,
+                       global_batch_size=micro_batch_size * gradient_accumulation_steps)
+    g = facts.gpu
+    gpus = facts.hardware.num_gpus
+    if precision is None:
+        precision = "fp32" if g is None or not g.tensor_cores else ("bf16" if g.bf16 else "fp16")
+    if precision in ("fp16", "bf16") and g is None and precision == "fp16":
+        raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
+    if parallelism is None:
+        parallelism = "ddp" if gpus > 1 else "none"
+    if parallelism != "none" and gpus <= 1:
+        raise UsageError(f"--parallelism {parallelism} needs several GPUs (--gpu NAME:COUNT)")
+    if offload != "none" and not planner._offload_ok(parallelism, offload):
+        raise UsageError(f"--offload {offload} needs ZeRO ({'zero-3' if 'parameters' in offload else 'zero-1/2/3'})")
+    plan = Plan(device="cpu" if g is None else "cuda", precision=precision,
+                tf32=bool(g is not None and g.tf32) if tf32 is None else bool(tf32 and g is not None and g.tf32),
+                optimizer=optimizer, gradient_checkpointing=gradient_checkpointing,
+                micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
+                parallelism=parallelism, num_gpus=gpus, offload=offload)
+    facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
+                                                          global_batch_size=plan.global_batch_size)})
+    candidate = planner.evaluate(facts, plan)
+    return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, model=facts.model,
+                    workload=facts.workload)

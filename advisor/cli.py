@@ -1,0 +1,261 @@
+"""The ``advisor`` command line: one function per command; errors mapped to exit codes in one place.
+
+Data goes to stdout, diagnostics to stderr. Exit codes: :class:`probes.errors.ExitCode`.
+This module imports neither torch, transformers nor textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Callable, NoReturn
+
+from probes.errors import AdvisorError, ExitCode, NoFitError
+
+TASK_CHOICES = ("causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm")
+EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with one-line errors and the documented usage exit code."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"advisor: error: {message} (see `{self.prog} --help`)\n")
+        sys.exit(ExitCode.USAGE)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 160)
+
+
+def _print_json(model) -> None:
+    sys.stdout.write(model.model_dump_json(indent=2) + "\n")
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    from advisor.api import probe_hardware
+
+    if args.gpu and args.gpu.strip().lower() == "list":
+        return _list_gpus(args)
+    hw = probe_hardware(args.gpu, args.nodes)
+    if args.json:
+        _print_json(hw)
+    else:
+        from advisor.report import hardware_table
+
+        _console().print(hardware_table(hw))
+    return ExitCode.OK
+
+
+def _list_gpus(args: argparse.Namespace) -> int:
+    from probes.gpu_catalog import catalog
+
+    entries = list(catalog().values())
+    if args.json:
+        sys.stdout.write(json.dumps([e.model_dump() for e in entries], indent=2) + "\n")
+        return ExitCode.OK
+    from rich.table import Table
+
+    t = Table(title="GPU catalog (--gpu NAME[:COUNT])", title_justify="left")
+    for col in ("name", "GPU", "cc", "memory", "fp32", "tf32", "bf16/fp16", "bandwidth", "NVLink"):
+        t.add_column(col)
+    for e in entries:
+        p = e.peak_tflops
+        t.add_row(e.id, e.name, e.compute_capability, f"{e.memory_gib:g} GiB", f"{p.fp32:g}",
+                  f"{p.tf32:g}" if p.tf32 else "—", f"{(p.bf16 or p.fp16):g}", f"{e.memory_bandwidth_gbps:g} GB/s",
+                  f"{e.nvlink_bandwidth_gbps:g} GB/s" if e.nvlink_bandwidth_gbps else "—")
+    _console().print(t)
+    return ExitCode.OK
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from advisor.api import profile_model
+
+    profile = profile_model(args.model, args.task)
+    if args.json:
+        _print_json(profile)
+    else:
+        from advisor.report import model_table
+
+        _console().print(model_table(profile))
+    return ExitCode.OK
+
+
+def cmd_recommend(args: argparse.Namespace) -> int:
+    from advisor.api import recommend
+
+    try:
+        rec = recommend(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
+                        global_batch_size=args.global_batch_size)
+    except NoFitError as err:
+        if args.json:
+            closest = getattr(err, "closest", None)
+            payload = {"schema_version": "1.0", "fits": False, "error": str(err),
+                       "suggestions": getattr(err, "suggestions", []),
+                       "closest_plan": closest.plan.model_dump() if closest else None,
+                       "closest_memory": closest.memory.model_dump() if closest else None}
+            sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+            sys.stderr.write(f"advisor: {err.args[0].split(': would fit')[0]}\n")
+            return err.exit_code
+        raise
+    if args.json:
+        _print_json(rec)
+    else:
+        from advisor.report import print_recommendation
+
+        print_recommendation(rec, _console())
+    return ExitCode.OK
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from advisor.api import estimate
+
+    est = estimate(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
+                   micro_batch_size=args.micro_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
+                   precision=args.precision, tf32=args.tf32, optimizer=args.optimizer,
+                   gradient_checkpointing=args.gradient_checkpointing, parallelism=args.parallelism,
+                   offload=args.offload)
+    if args.json:
+        sys.stdout.write(est.model_dump_json(indent=2, include={"schema_version", "plan", "memory", "speed"}) + "\n")
+    else:
+        from advisor.report import memory_table, speed_table
+
+        console = _console()
+        p = est.plan
+        console.print(f"[bold]{est.model.id}[/]: {p.precision}{' + tf32' if p.tf32 else ''}, {p.optimizer}, "
+                      f"micro-batch {p.micro_batch_size} x {p.gradient_accumulation_steps} accumulation, "
+                      f"seq-len {est.workload.seq_len}, checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
+                      f"{p.parallelism} on {p.num_gpus or 'the CPU'}{' GPU(s)' if p.num_gpus else ''}")
+        console.print(memory_table(est.memory))
+        console.print(speed_table(est.speed))
+    return ExitCode.OK
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from rules import REGISTRY, info
+
+    infos = [info(r) for r in REGISTRY.values()]
+    if args.json:
+        sys.stdout.write(json.dumps([i.model_dump() for i in infos], indent=2) + "\n")
+    else:
+        from advisor.report import rules_table
+
+        _console().print(rules_table(infos))
+    return ExitCode.OK
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from advisor.api import Estimate
+    from advisor.recommendation import SCHEMA_VERSION, Recommendation
+    from probes.hardware import HardwareProfile
+    from probes.model import ModelProfile
+
+    schemas = {name: model.model_json_schema() for name, model in
+               (("Recommendation", Recommendation), ("Estimate", Estimate), ("HardwareProfile", HardwareProfile),
+                ("ModelProfile", ModelProfile))}
+    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "schemas": schemas}, indent=2) + "\n")
+    return ExitCode.OK
+
+
+def _hardware_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", metavar="NAME[:COUNT]",
+                   help="plan for catalog GPUs instead of this machine's (`advisor probe --gpu list` lists them)")
+    p.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="identical nodes (default 1)")
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="ID_OR_PATH",
+                   help="Hub id (gpt2), a folder with config.json, or a config.json path")
+    p.add_argument("--task", choices=TASK_CHOICES, help="task head (default: from the config's architectures)")
+    _hardware_args(p)
+    p.add_argument("--seq-len", type=_positive_int, metavar="L",
+                   help="tokens per sample (default: min(model max positions, 1024))")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="advisor", description="How to train a PyTorch / Hugging Face model fastest on your "
+                                                 "hardware, with every choice explained and sourced.",
+                     epilog=EXIT_CODES_HELP)
+    parser.add_argument("--version", action="version", version="advisor 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("probe", help="the hardware: GPUs (NVML), links, host", epilog=EXIT_CODES_HELP)
+    _hardware_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_probe)
+
+    p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
+    p.add_argument("--model", required=True, metavar="ID_OR_PATH")
+    p.add_argument("--task", choices=TASK_CHOICES)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
+    _workload_args(p)
+    p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
+                   help="samples per optimizer step (default 64)")
+    p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.set_defaults(func=cmd_recommend)
+
+    p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
+    _workload_args(p)
+    p.add_argument("--micro-batch-size", type=_positive_int, default=1, metavar="b")
+    p.add_argument("--gradient-accumulation-steps", type=_positive_int, default=1, metavar="k")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"), default="adamw")
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3"))
+    p.add_argument("--offload", choices=("none", "optimizer", "optimizer+parameters"), default="none")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_rules)
+
+    p = sub.add_parser("schema", help="JSON Schema of the machine-readable outputs")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], int] | None = None) -> int:
+    """Parse and run; return the exit code (errors become one stderr line)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int((handler or args.func)(args))
+    except AdvisorError as err:
+        sys.stderr.write(f"advisor: error: {err}\n")
+        return int(err.exit_code)
+    except KeyboardInterrupt:
+        sys.stderr.write("advisor: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        return int(ExitCode.OK)
+    except Exception as err:  # a bug: one line, the traceback only on request
+        if os.environ.get("ADVISOR_DEBUG"):
+            raise
+        sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
+                         "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
+        return int(ExitCode.INTERNAL)
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Entry point of the ``advisor`` script."""
+    sys.exit(run(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The analytic memory model: bytes by component for one training step of a plan, per device.
+
+Components follow the HF guide's anatomy of model memory
+(https://huggingface.co/docs/transformers/v4.18.0/en/performance#anatomy-of-models-memory):
+
+- weights: 4 B/param in fp32; mixed precision adds the 16-bit copies autocast makes of every
+  matmul weight (saved for backward), the guide's "6 bytes per parameter";
+- gradients: 4 B/param (the parameters stay fp32 under autocast);
+- optimizer states: AdamW 8 B/param, 8-bit Adam 2, SGD with momentum 4, Adafactor the factored
+  row + column statistics of every matrix (Shazeer & Stern 2018, sec. 3);
+- activations: per layer from batch, sequence, hidden, FFN, heads, precision and dropout,
+  after Korthikanti et al. 2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), with the residual
+  stream kept in fp32 under autocast, SDPA (flash / memory-efficient) attention on CUDA that
+  keeps no s x s matrix, eager attention elsewhere, and the logits and loss in fp32;
+- temporaries: the loss/logits gradient at the start of backward, the optimizer's step
+  temporaries (foreach AdamW holds a parameter-sized fp32 copy), a layer's workspace;
+- CUDA context, and the caching allocator's reserve for ``device_bytes``.
+
+ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054):
+16-bit parameters and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master
+weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
+
+Known limitations (issue 3 calibrates them against a simulated step):
+- the peak is modelled as the larger of "start of backward" and "optimizer step", not traced;
+- the caching allocator's fragmentation is a flat 10 %; the CUDA context a flat 500 MiB;
+- DDP's gradient buckets are counted as a second copy of the gradients (gradient_as_bucket_view=False).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from probes.model import ModelProfile
+from rules.facts import Plan
+
+MIB = 1024**2
+CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
+ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
+ADAMW_STATE_BYTES = 8
+STATE_BYTES = {"adamw": 8, "adamw-8bit": 2, "sgd": 4}
+
+
+class MemoryComponents(BaseModel):
+    """Bytes by kind, per device."""
+
+    weights_bytes: int = Field(description="parameters: fp32 masters, plus 16-bit copies under mixed precision")
+    gradients_bytes: int = Field(description="parameter gradients (and DDP's bucket copy)")
+    optimizer_states_bytes: int = Field(description="optimizer state (ZeRO: this device's shard)")
+    activations_bytes: int = Field(description="activations saved for backward, logits and loss included")
+    temporary_bytes: int = Field(description="transient buffers: loss gradient, optimizer-step temporaries")
+    cuda_context_bytes: int = Field(description="CUDA context and library workspaces (0 on the CPU)")
+
+
+class MemoryEstimate(BaseModel):
+    """Memory of one training step, per device."""
+
+    peak_bytes: int = Field(description="most bytes held by live tensors during a step (torch.cuda.max_memory_allocated)")
+    device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + context")
+    capacity_bytes: int = Field(description="device memory (RAM on the CPU), bytes")
+    usable_bytes: int = Field(description="capacity less the safety margin: plans must keep device_bytes below it")
+    fits: bool = Field(description="device_bytes <= usable_bytes")
+    components: MemoryComponents
+
+
+def _bytes_per_activation(plan: Plan) -> int:
+    return 4 if plan.precision == "fp32" else 2
+
+
+def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
+                           eager_attention: bool = False) -> int:
+    """Bytes one transformer block saves for backward at micro-batch ``plan.micro_batch_size``.
+
+    Residual stream and norm inputs are fp32 (autocast runs layer/RMS norms in fp32); matmul
+    inputs, attention q/k/v/output and MLP intermediates are in the compute dtype; dropout
+    masks are 1 byte per element. Eager attention adds the softmax output (fp32 under
+    autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
+    """
+    b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
+    a = _bytes_per_activation(plan)
+    sbh = s * b * h
+    sbf = s * b * model.ffn_size
+    drop = 1 if model.dropout else 0
+    norm = (8 if model.gated_mlp else 4) * sbh  # RMSNorm (Llama) keeps input and normalized copy in fp32
+    qkv_width = (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
+    inner = model.num_attention_heads * model.head_dim
+
+    def attention() -> int:
+        total = norm + a * sbh + a * s * b * qkv_width + a * s * b * inner + drop * sbh
+        if eager_attention:
+            scores = model.num_attention_heads * s * s * b
+            # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
+            # copy when dropout or a cast to the compute dtype made a new tensor
+            total += scores * (4 + drop + (a if drop or plan.precision != "fp32" else 0))
+        return total
+
+    total = attention()
+    if cross_attention:
+        total += attention()
+    if model.gated_mlp:
+        total += norm + a * sbh + 4 * a * sbf
+    else:
+        total += norm + a * sbh + 2 * a * sbf + drop * sbh
+    return total
+
+
+def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> tuple[int, int]:
+    """(activations held at the start of backward, loss/logits gradient temporaries), bytes."""
+    b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
+    a = _bytes_per_activation(plan)
+    eager = plan.device != "cuda"  # SDPA on CUDA uses flash / memory-efficient kernels
+    enc = layer_activation_bytes(model, plan, s, eager_attention=eager)
+    dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == "encoder-decoder",
+                                 eager_attention=eager)
+    per_layer = [enc] * model.encoder_layers + [dec] * model.decoder_layers
+    if plan.gradient_checkpointing:
+        # each block keeps only its input (fp32 residual stream); one block is recomputed at a time
+        layers = 4 * s * b * h * len(per_layer) + max(per_layer)
+    else:
+        layers = sum(per_layer)
+    embeddings = 4 * s * b * h * (2 if model.family == "encoder-decoder" else 1) + (s * b * h if model.dropout else 0)
+    if model.task in ("causal-lm", "masked-lm", "seq2seq-lm"):
+        v = model.vocab_size
+        head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
+        saved_logits = 4 * s * b * v  # log_softmax output, fp32
+        loss_grad = (8 + (2 if plan.precision != "fp32" else 0)) * s * b * v  # fp32 grads + 16-bit cast
+    else:
+        head_input = (a + 4) * b * h * s
+        saved_logits = 0
+        loss_grad = 0
+    return layers + embeddings + head_input + saved_logits, loss_grad
+
+
+def _optimizer_state_bytes(model: ModelProfile, optimizer: str) -> int:
+    if optimizer == "adafactor":
+        total = 0
+        for shape, count in model.parameter_shapes:
+            if len(shape) >= 2:
+                rows = 1
+                for d in shape[:-1]:
+                    rows *= d
+                total += (rows + shape[-1]) * 4 * count
+            else:
+                total += shape[0] * 4 * count
+        return total
+    return STATE_BYTES[optimizer] * model.num_parameters
+
+
+def _largest_param_elements(model: ModelProfile) -> int:
+    best = 0
+    for shape, _count in model.parameter_shapes:
+        n = 1
+        for d in shape:
+            n *= d
+        best = max(best, n)
+    return best
+
+
+def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
+                    safety_margin: float = 0.10) -> MemoryEstimate:
+    """Estimate the memory of one training step of ``plan`` on one device.
+
+    Args:
+        model: the model profile (its task head included).
+        plan: the candidate plan.
+        seq_len: tokens per sample.
+        capacity_bytes: device memory (host RAM for a CPU plan).
+        safety_margin: fraction of capacity kept free.
+    Returns:
+        MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
+    """
+    P = model.num_parameters
+    mixed = plan.precision != "fp32"
+    copies16 = 2 * model.matmul_parameters if mixed else 0
+    states_full = _optimizer_state_bytes(model, plan.optimizer)
+    n = plan.data_parallel_size
+    stage = {"zero-1": 1, "zero-2": 2, "zero-3": 3}.get(plan.parallelism, 0)
+    act, loss_grad = _activation_bytes(model, plan, seq_len)
+    largest = _largest_param_elements(model)
+
+    if stage:
+        # ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states)
+        low = 2 if mixed else 4
+        master_and_states = (4 * P if mixed else 0) + states_full
+        params = low * P // (n if stage >= 3 else 1)
+        grads = low * P // (n if stage >= 2 else 1)
+        states = master_and_states // n
+        if plan.offload in ("optimizer", "optimizer+parameters"):
+            states = 0
+        if plan.offload == "optimizer+parameters":
+            params = 0
+        if stage >= 3:
+            params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
+        weights, copies16 = params, 0
+        step_temp = 0
+        ddp_buckets = 0
+    else:
+        weights = 4 * P
+        grads = 4 * P
+        states = states_full
+        ddp_buckets = 4 * P if plan.parallelism in ("ddp", "dp") else 0
+        if plan.optimizer == "adamw":
+            step_temp = 0 if plan.device == "cuda" else 4 * P  # fused on CUDA; foreach on the CPU
+        elif plan.optimizer == "adafactor":
+            step_temp = 3 * 4 * largest
+        else:
+            step_temp = 0
+    grads_total = grads + ddp_buckets
+    workspace = 2 * _bytes_per_activation(plan) * plan.micro_batch_size * seq_len * model.ffn_size
+    first_grad = 4 * largest if not stage else 0
+    backward_phase = copies16 + act + loss_grad + workspace
+    if plan.gradient_accumulation_steps > 1 or stage:
+        peak = weights + states + grads_total + max(backward_phase, step_temp)
+    else:
+        peak = weights + states + max(backward_phase + first_grad + ddp_buckets, grads_total + step_temp)
+    context = CUDA_CONTEXT_BYTES if plan.device == "cuda" else 0
+    device = int(peak * ALLOCATOR_OVERHEAD) + context
+    usable = int(capacity_bytes * (1 - safety_margin))
+    components = MemoryComponents(
+        weights_bytes=weights + copies16, gradients_bytes=grads_total, optimizer_states_bytes=states,
+        activations_bytes=act, temporary_bytes=max(loss_grad + workspace, step_temp), cuda_context_bytes=context)
+    return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
+                          usable_bytes=usable, fits=device <= usable, components=components)

@@ -1,0 +1,169 @@
+"""The planner: enumerate candidate plans, keep what the rules allow and memory admits, rank.
+
+Search space: precision × tf32 × optimizer × activation checkpointing × micro-batch (divisors of
+the per-device batch, so gradient accumulation is a whole number) × parallelism × offload.
+Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
+them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
+the safety margin. Ranking: least total fallback penalty, then highest estimated tokens/s, then
+most preferences met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+from advisor.memory import MemoryEstimate, estimate_memory
+from advisor.speed import SpeedEstimate, estimate_speed
+from probes.errors import UsageError
+from rules import REGISTRY, Effect, Facts, Plan
+from rules.facts import OPTIMIZERS, PARALLELISMS, PRECISIONS
+
+SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
+SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
+
+#: The settings the planner searches (the rest are set by rules).
+SEARCHED = ("precision", "tf32", "optimizer", "gradient_checkpointing", "micro_batch_size", "parallelism", "offload")
+
+
+@dataclass
+class Candidate:
+    """One evaluated plan."""
+
+    plan: Plan
+    memory: MemoryEstimate
+    speed: SpeedEstimate
+    penalty: int
+    preferences: int
+    fallbacks: list[Effect] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def key(self) -> tuple:
+        """Sort key: best first."""
+        return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
+
+
+@dataclass
+class PlanningResult:
+    """Everything the planner decided, for the recommendation and its explanation."""
+
+    facts: Facts
+    best: Candidate | None
+    candidates: list[Candidate]
+    domains: dict[str, list[Any]]
+    effects: list[Effect]  #: propose-phase effects of every rule
+    check_effects: list[Effect]  #: check-phase effects on the chosen plan
+
+    @property
+    def fitting(self) -> list[Candidate]:
+        return sorted((c for c in self.candidates if c.fits), key=Candidate.key)
+
+
+def capacity_bytes(facts: Facts) -> int:
+    """Memory a plan may use on one device: GPU memory, or host RAM when training on the CPU."""
+    if facts.gpu is not None:
+        return facts.gpu.memory_total_bytes
+    host = facts.hardware.host
+    return host.ram_bytes if host and host.ram_bytes else 0
+
+
+def propose_effects(facts: Facts) -> list[Effect]:
+    """Run every rule's ``propose`` on the facts."""
+    effects: list[Effect] = []
+    for rule in REGISTRY.values():
+        effects.extend(rule.propose(facts))
+    return effects
+
+
+def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
+    """Run every rule's ``check`` on the chosen plan."""
+    effects: list[Effect] = []
+    for rule in REGISTRY.values():
+        effects.extend(rule.check(facts, plan))
+    return effects
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def domains(facts: Facts) -> dict[str, list[Any]]:
+    """Every value each searched setting could take before the rules speak.
+
+    Raises:
+        UsageError: the global batch is not divisible by the number of GPUs.
+    """
+    gpus = facts.hardware.num_gpus
+    dp = max(gpus, 1)
+    gbs = facts.workload.global_batch_size
+    if gbs % dp:
+        raise UsageError(f"global batch size {gbs} is not divisible by {dp} GPUs: use a multiple of {dp}")
+    return {
+        "precision": list(PRECISIONS),
+        "tf32": [True, False],
+        "optimizer": list(OPTIMIZERS),
+        "gradient_checkpointing": [False, True],
+        "micro_batch_size": _divisors(gbs // dp),
+        "parallelism": list(PARALLELISMS),
+        "offload": ["none", "optimizer", "optimizer+parameters"],
+    }
+
+
+def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, list[Any]]:
+    allowed = {}
+    for setting, values in domain.items():
+        allowed[setting] = [v for v in values
+                            if not any(e.kind == "forbid" and e.setting == setting and e.matches(v) for e in effects)]
+    # offload only pairs with ZeRO; ZeRO-Offload of parameters needs stage 3
+    return allowed
+
+
+def _offload_ok(parallelism: str, offload: str) -> bool:
+    if offload == "none":
+        return True
+    if offload == "optimizer":
+        return parallelism.startswith("zero")
+    return parallelism == "zero-3"
+
+
+def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Candidate:
+    """Memory, speed, penalty and preferences of one plan."""
+    effects = effects if effects is not None else propose_effects(facts)
+    margin = SAFETY_MARGIN_GPU if plan.device == "cuda" else SAFETY_MARGIN_CPU
+    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, capacity_bytes(facts), margin)
+    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, facts.hardware.host,
+                           nvlink=facts.hardware.all_pairs_nvlink, nodes=facts.hardware.nodes)
+    values = plan.model_dump()
+    fallbacks = [e for e in effects if e.kind == "fallback" and e.setting in values and e.matches(values[e.setting])]
+    prefs = sum(1 for e in effects if e.kind == "prefer" and e.setting in values and e.matches(values[e.setting]))
+    return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
+                     preferences=prefs, fallbacks=fallbacks)
+
+
+def search(facts: Facts) -> PlanningResult:
+    """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits)."""
+    effects = propose_effects(facts)
+    domain = domains(facts)
+    allowed = _allowed(domain, effects)
+    device = "cpu" if facts.gpu is None else "cuda"
+    gpus = facts.hardware.num_gpus
+    gbs = facts.workload.global_batch_size
+    candidates = []
+    for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
+            *(allowed[s] for s in SEARCHED)):
+        if not _offload_ok(parallelism, offload):
+            continue
+        plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
+                    gradient_checkpointing=ckpt, micro_batch_size=micro,
+                    gradient_accumulation_steps=gbs // (micro * max(gpus, 1)), parallelism=parallelism,
+                    num_gpus=gpus, offload=offload)
+        candidates.append(evaluate(facts, plan, effects))
+    fitting = sorted((c for c in candidates if c.fits), key=Candidate.key)
+    best = fitting[0] if fitting else None
+    checks = check_effects(facts, best.plan) if best else []
+    return PlanningResult(facts=facts, best=best, candidates=candidates, domains=domain, effects=effects,
+                          check_effects=checks)

@@ -1,0 +1,182 @@
+"""The recommendation: the chosen plan, every setting with its rules, sources and losing
+alternatives, the memory breakdown, the speed, and the warnings (the JSON contract of DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from advisor.memory import MemoryEstimate
+from advisor.planner import SEARCHED, Candidate, PlanningResult
+from advisor.speed import SpeedEstimate
+from probes.hardware import HardwareProfile
+from probes.model import ModelProfile
+from rules import REGISTRY, Effect, Plan, Workload
+
+SCHEMA_VERSION = "1.0"
+GIB = 1024**3
+
+
+class SourceRef(BaseModel):
+    """A cited document."""
+
+    title: str
+    url: str
+
+
+class AlternativeValue(BaseModel):
+    """A value a setting could have taken, and why it lost."""
+
+    value: Any
+    reason: str
+
+
+class SettingDecision(BaseModel):
+    """One recommended setting and why."""
+
+    value: Any
+    rule_ids: list[str] = Field(description="rules that decided it or removed alternatives")
+    rationale: str
+    sources: list[SourceRef]
+    alternatives: list[AlternativeValue] = Field(default_factory=list)
+
+
+class Warning(BaseModel):
+    """Something the user should know, from a rule."""
+
+    rule_id: str
+    message: str
+
+
+class PlanSummary(BaseModel):
+    """A runner-up plan with its estimates."""
+
+    plan: Plan
+    device_bytes: int
+    fits: bool
+    tokens_per_s: float
+    step_time_s: float
+    fallback_penalty: int
+
+
+class Recommendation(BaseModel):
+    """What ``advisor recommend --json`` prints."""
+
+    schema_version: str = SCHEMA_VERSION
+    hardware: HardwareProfile
+    model: ModelProfile
+    workload: Workload
+    plan: Plan = Field(description="the chosen plan, all searched settings in one place")
+    settings: dict[str, SettingDecision]
+    memory: MemoryEstimate
+    speed: SpeedEstimate
+    warnings: list[Warning]
+    alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
+
+
+def _fmt(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _sources(rule_ids: list[str]) -> list[SourceRef]:
+    seen: dict[str, SourceRef] = {}
+    for rid in rule_ids:
+        for s in REGISTRY[rid].sources:
+            title = f"{s.title}, {s.section}" if s.section else s.title
+            seen.setdefault(s.url, SourceRef(title=title, url=s.url))
+    return list(seen.values())
+
+
+def _what_else(candidate: Candidate, best: Candidate) -> str:
+    """The fallbacks a candidate needs beyond the best plan's, as a phrase."""
+    extra = [f"{e.setting}={_fmt(e.value if not isinstance(e.value, list) else getattr(candidate.plan, e.setting))}"
+             for e in candidate.fallbacks if e not in best.fallbacks]
+    return ", ".join(extra) or "a costlier fallback"
+
+
+def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
+    forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
+    if forbids:
+        return f"{forbids[0].reason} [{forbids[0].rule_id}]"
+    with_value = [c for c in result.candidates if getattr(c.plan, setting) == value]
+    if not with_value:
+        return "not applicable to this hardware"
+    fitting = sorted((c for c in with_value if c.fits), key=Candidate.key)
+    if not fitting:
+        closest = min(with_value, key=lambda c: c.memory.device_bytes)
+        return (f"does not fit: the smallest plan with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
+                f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
+    alt = fitting[0]
+    fallback = [e for e in alt.fallbacks if e.setting == setting]
+    if alt.penalty > best.penalty:
+        if fallback:
+            return f"{fallback[0].reason} [{fallback[0].rule_id}]"
+        return f"fits only with {_what_else(alt, best)}"
+    slower = 1 - alt.speed.tokens_per_s / best.speed.tokens_per_s
+    if slower > 0.0005:
+        return (f"{slower * 100:.0f} % slower: est. {alt.speed.tokens_per_s:,.0f} vs "
+                f"{best.speed.tokens_per_s:,.0f} tokens/s")
+    prefs = [e for e in result.effects if e.kind == "prefer" and e.setting == setting
+             and e.matches(getattr(best.plan, setting))]
+    if prefs:
+        return f"equally fast; {prefs[0].reason} [{prefs[0].rule_id}]"
+    return "equally fast; the other value was ranked first"
+
+
+def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
+    value = getattr(best.plan, setting)
+    touching = [e for e in result.effects + result.check_effects if e.setting == setting]
+    reasons = [e.reason for e in touching if e.kind in ("prefer", "set", "fallback") and e.matches(value)]
+    if not reasons:
+        unused = [e for e in touching if e.kind == "fallback"]
+        if unused:
+            values = ", ".join(dict.fromkeys(_fmt(e.value) for e in unused))
+            reasons = [f"not needed: the fastest plan fits without {setting}={values}"]
+        else:
+            reasons = ["the value of the fastest plan that fits"]
+    rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
+    alternatives = [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
+                    for v in result.domains[setting] if v != value]
+    return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
+                           sources=_sources(rule_ids), alternatives=alternatives)
+
+
+def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
+    chosen = effects[-1]
+    rule_ids = list(dict.fromkeys(e.rule_id for e in effects))
+    return SettingDecision(value=chosen.value, rule_ids=rule_ids, rationale=chosen.reason, sources=_sources(rule_ids))
+
+
+def build(result: PlanningResult, top: int = 5) -> Recommendation:
+    """Assemble the recommendation from a planning result whose ``best`` is not None."""
+    best = result.best
+    assert best is not None, "build() needs a plan that fits"
+    facts = result.facts
+    settings: dict[str, SettingDecision] = {}
+    searched = [s for s in SEARCHED if not (s == "offload" and facts.hardware.num_gpus <= 1)]
+    if facts.gpu is None:
+        searched = [s for s in searched if s != "tf32"]
+    for setting in searched:
+        settings[setting] = _decide_searched(setting, result, best)
+    accumulation = [e for e in result.check_effects if e.kind == "set" and e.setting == "gradient_accumulation_steps"]
+    settings["gradient_accumulation_steps"] = _decide_set("gradient_accumulation_steps", accumulation)
+    gpus = facts.hardware.num_gpus
+    settings["num_gpus"] = SettingDecision(
+        value=gpus, rule_ids=[], sources=[],
+        rationale="training on the CPU: no GPU found" if gpus == 0 else f"all {gpus} GPU(s) of the hardware")
+    set_effects: dict[str, list[Effect]] = {}
+    for e in result.effects + result.check_effects:
+        if e.kind == "set" and e.setting not in settings:
+            set_effects.setdefault(e.setting, []).append(e)
+    for setting, effects in set_effects.items():
+        settings[setting] = _decide_set(setting, effects)
+    warnings = [Warning(rule_id=e.rule_id, message=e.reason)
+                for e in result.effects + result.check_effects if e.kind == "warn"]
+    runners = [c for c in result.fitting if c is not best][:top]
+    return Recommendation(
+        hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
+        memory=best.memory, speed=best.speed, warnings=warnings,
+        alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
+                                       tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,
+                                       fallback_penalty=c.penalty) for c in runners])

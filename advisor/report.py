@@ -1,0 +1,171 @@
+"""Human-readable reports (rich tables) of the engine's models. Printing only: no advice here."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from advisor.memory import MemoryEstimate
+from advisor.recommendation import Recommendation
+from advisor.speed import SpeedEstimate
+from probes.hardware import HardwareProfile
+from probes.model import ModelProfile
+from rules import RuleInfo
+
+GIB = 1024**3
+
+
+def gib(n: int | float | None) -> str:
+    """Bytes as GiB for display."""
+    return "—" if n is None else f"{n / GIB:,.2f} GiB"
+
+
+def _value(v) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def hardware_table(hw: HardwareProfile) -> Group:
+    """GPUs, links and host of a hardware profile."""
+    parts = []
+    if hw.gpus:
+        t = Table(title=f"GPUs ({hw.source}{f', {hw.nodes} nodes' if hw.nodes > 1 else ''})", title_justify="left")
+        for col in ("#", "name", "cc", "memory", "tensor cores", "bf16", "tf32", "align", "peak bf16/fp16",
+                    "bandwidth", "temp", "power", "PCIe"):
+            t.add_column(col)
+        for g in hw.gpus:
+            peak = g.peak_tflops
+            peak16 = f"{(peak.bf16 or peak.fp16):g} TFLOP/s" if peak and (peak.bf16 or peak.fp16) else "—"
+            t.add_row(str(g.index), g.name, g.compute_capability, gib(g.memory_total_bytes),
+                      f"gen {g.tensor_core_generation}" if g.tensor_cores else "no", _value(g.bf16), _value(g.tf32),
+                      str(g.alignment_multiple), peak16,
+                      f"{g.memory_bandwidth_gbps:g} GB/s" if g.memory_bandwidth_gbps else "—",
+                      f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",
+                      f"{g.power_limit_w:.0f}/{g.default_power_limit_w:.0f} W"
+                      if g.power_limit_w and g.default_power_limit_w else "—",
+                      f"gen{g.pcie_generation} x{g.pcie_width}" if g.pcie_generation and g.pcie_width else "—")
+        parts.append(t)
+    else:
+        parts.append(Text("No NVIDIA GPU found: advisor plans for training on the CPU.", style="bold yellow"))
+    if hw.links:
+        t = Table(title="GPU links (nvidia-smi topo -m)", title_justify="left")
+        t.add_column("")
+        for g in hw.gpus:
+            t.add_column(f"GPU{g.index}")
+        labels = {(link.a, link.b): link.label for link in hw.links}
+        for g in hw.gpus:
+            t.add_row(f"GPU{g.index}", *["X" if g.index == o.index else
+                                         labels.get((min(g.index, o.index), max(g.index, o.index)), "?")
+                                         for o in hw.gpus])
+        parts.append(t)
+    if hw.host:
+        h = hw.host
+        parts.append(Text(f"Host: {h.cpu_cores} CPU cores, {gib(h.ram_bytes)} RAM"
+                          + (f", {h.cpu_model}" if h.cpu_model else "")
+                          + (f" ({', '.join(h.cpu_flags)})" if h.cpu_flags else "")))
+    for note in hw.notes:
+        parts.append(Text(f"note: {note}", style="dim"))
+    return Group(*parts)
+
+
+def model_table(m: ModelProfile) -> Table:
+    """The model profile as a two-column table."""
+    t = Table(title=f"Model {m.id} ({m.source})", title_justify="left", show_header=False)
+    t.add_column("fact", style="bold")
+    t.add_column("value")
+    rows = [
+        ("family", f"{m.family} ({m.model_type})"),
+        ("task head", f"{m.task} (supports: {', '.join(m.supported_tasks)})"),
+        ("parameters", f"{m.num_parameters:,} ({m.parameter_count_method}; {m.matmul_parameters:,} in matmuls)"),
+        ("layers", f"{m.num_layers}" + (f" ({m.encoder_layers} encoder + {m.decoder_layers} decoder)"
+                                         if m.family == "encoder-decoder" else "")),
+        ("hidden size", str(m.hidden_size)),
+        ("attention heads", f"{m.num_attention_heads} ({m.num_key_value_heads} KV heads, head dim {m.head_dim})"),
+        ("FFN size", f"{m.ffn_size}" + (" (gated)" if m.gated_mlp else "")),
+        ("vocabulary", f"{m.vocab_size:,}" + (" (tied embeddings)" if m.tied_embeddings else "")),
+        ("max positions", str(m.max_position_embeddings) if m.max_position_embeddings else "unbounded"),
+        ("checkpoint dtype", m.checkpoint_dtype + (" (pretrained in bf16)" if m.pretrained_in_bf16 else "")),
+        ("gradient checkpointing", "supported" if m.supports_gradient_checkpointing else "not supported"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    return t
+
+
+def memory_table(mem: MemoryEstimate) -> Table:
+    """Memory components against capacity."""
+    t = Table(title="Memory per device", title_justify="left")
+    t.add_column("component")
+    t.add_column("bytes", justify="right")
+    t.add_column("share", justify="right")
+    comps = mem.components.model_dump()
+    total = sum(comps.values()) or 1
+    for name, value in comps.items():
+        t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
+    t.add_row("peak (live tensors)", gib(mem.peak_bytes), "", style="bold")
+    t.add_row("device in use (NVML)", gib(mem.device_bytes), "", style="bold")
+    fits = "[green]fits[/]" if mem.fits else "[red]does not fit[/]"
+    t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", fits)
+    return t
+
+
+def speed_table(speed: SpeedEstimate) -> Table:
+    """Estimated speed."""
+    t = Table(title="Estimated speed", title_justify="left", show_header=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+    t.add_row("step time", f"{speed.step_time_s:.3f} s")
+    t.add_row("throughput", f"{speed.samples_per_s:,.1f} samples/s, {speed.tokens_per_s:,.0f} tokens/s")
+    t.add_row("FLOPs per step", f"{speed.flops_per_step:.3e} FLOP")
+    t.add_row("MFU", f"{speed.mfu:.0%} of {speed.peak_flops_per_s / 1e12:,.1f} TFLOP/s per device")
+    if speed.communication_s:
+        t.add_row("communication", f"{speed.communication_s:.3f} s per step (exposed)")
+    return t
+
+
+def print_recommendation(rec: Recommendation, console: Console) -> None:
+    """The full human report of a recommendation."""
+    hw = rec.hardware
+    where = (f"{hw.num_gpus} x {hw.gpu.name}" if hw.gpu else "the CPU (no NVIDIA GPU found)")
+    console.print(Panel.fit(f"[bold]{rec.model.id}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
+                            f"{rec.model.task}) on [bold]{where}[/]\nseq-len {rec.workload.seq_len}, "
+                            f"global batch {rec.workload.global_batch_size}", title="advisor recommend"))
+    if hw.gpu is None:
+        console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
+                      "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")
+    t = Table(title="Settings and why", title_justify="left", show_lines=True)
+    t.add_column("setting", style="bold")
+    t.add_column("value", style="cyan")
+    t.add_column("why")
+    t.add_column("alternatives that lost")
+    for name, s in rec.settings.items():
+        why = s.rationale + (f"\n[dim]{', '.join(s.rule_ids)}[/]" if s.rule_ids else "")
+        alts = "\n".join(f"{_value(a.value)}: {a.reason}" for a in s.alternatives[:6])
+        if len(s.alternatives) > 6:
+            alts += f"\n… {len(s.alternatives) - 6} more (see --json)"
+        t.add_row(name, _value(s.value), why, alts)
+    console.print(t)
+    console.print(memory_table(rec.memory))
+    console.print(speed_table(rec.speed))
+    if rec.warnings:
+        w = Table(title="Warnings", title_justify="left", show_header=False)
+        w.add_column("rule", style="yellow")
+        w.add_column("message")
+        for item in rec.warnings:
+            w.add_row(item.rule_id, item.message)
+        console.print(w)
+    sources = {s.url: s.title for setting in rec.settings.values() for s in setting.sources}
+    console.print(Text("Sources: " + "; ".join(f"{title} <{url}>" for url, title in sources.items()), style="dim"))
+
+
+def rules_table(rules: list[RuleInfo]) -> Table:
+    """The knowledge base."""
+    t = Table(title=f"{len(rules)} rules", title_justify="left", show_lines=True)
+    t.add_column("id", style="bold")
+    t.add_column("title")
+    t.add_column("sources")
+    for r in rules:
+        t.add_row(r.id, r.title, "\n".join(f"{s.title}{f' — {s.section}' if s.section else ''}\n{s.url}"
+                                           for s in r.sources))
+    return t

@@ -1,0 +1,172 @@
+"""The analytic speed model: seconds per optimizer step of a plan, tokens/s and MFU.
+
+FLOPs per step (Kaplan et al. 2020, https://arxiv.org/abs/2001.08361 sec. 2.1; Narayanan et al.
+2021, https://arxiv.org/abs/2104.04473 sec. 5.1): forward = 2·N·T for the matmul parameters N
+over T tokens, plus 4·b·s²·(heads·head_dim) per attention block; backward = 2x forward (HF
+guide, "forward vs backward Execution Speed"); activation checkpointing adds one forward.
+
+Time = matmul FLOPs / (peak rate of the precision × efficiency) + memory-bound work
+(elementwise ops, the optimizer step, fp16 loss-scaling) / memory bandwidth + exposed
+communication. Efficiency grows with the tokens per micro-batch and the hidden size and drops
+when the tokens dimension is not a tensor-core multiple (NVIDIA "Tensor Core Requirements").
+
+First calibration: the seeds' V100 bert-large runs (fp16 about 2x fp32, checkpointing about
+20-30 % slower, accumulation close to a larger batch). Known limitations: no kernel-level
+model; the efficiency curve is a fit, not a measurement on your GPU (``advisor validate`` measures).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from advisor.memory import MemoryEstimate
+from probes.hardware import GPUInfo, HostInfo, PeakTflops
+from probes.model import ModelProfile
+from rules.facts import Plan
+
+#: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
+#: missing from the catalog: conservative values of that generation's data-center parts.
+_GENERIC_GPU = {
+    7: (PeakTflops(fp32=14.0, fp16=110.0), 800.0),
+    8: (PeakTflops(fp32=19.5, tf32=150.0, fp16=300.0, bf16=300.0), 1500.0),
+    9: (PeakTflops(fp32=60.0, tf32=400.0, fp16=800.0, bf16=800.0), 3000.0),
+}
+#: fp32 FLOP per cycle per core: 2 FMA units × SIMD lanes × 2 (Intel 64 and IA-32 Architectures
+#: Optimization Reference Manual, https://www.intel.com/content/www/us/en/developer/articles/technical/intel-sdm.html).
+_CPU_FLOP_PER_CYCLE = {"avx512f": 64, "avx2": 32, "avx": 16}
+CPU_BANDWIDTH_GBPS = 20.0  #: typical sustained DRAM bandwidth of a few server cores
+PCIE_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}  #: effective one-direction x16 bandwidth, GB/s
+INTER_NODE_GBPS = 25.0  #: 200 Gb/s InfiniBand HDR per node, GB/s
+
+
+class SpeedEstimate(BaseModel):
+    """Time and throughput of one optimizer step (all GPUs together)."""
+
+    step_time_s: float = Field(description="seconds per optimizer step (all micro-batches)")
+    samples_per_s: float = Field(description="samples per second, all devices")
+    tokens_per_s: float = Field(description="tokens per second, all devices")
+    flops_per_step: float = Field(description="model FLOPs per optimizer step, recomputation excluded, all devices")
+    mfu: float = Field(description="model FLOPs utilization: achieved model FLOP/s / peak FLOP/s of the precision")
+    peak_flops_per_s: float = Field(description="peak FLOP/s of one device at the plan's precision")
+    communication_s: float = Field(0.0, description="exposed communication per step, seconds")
+
+
+def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
+    """Forward FLOPs of one micro-batch: 2·N·T plus self- (and cross-) attention score/value matmuls."""
+    tokens = micro_batch * seq_len
+    inner = model.num_attention_heads * model.head_dim
+    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == "encoder-decoder" else 1)
+    return 2.0 * model.matmul_parameters * tokens + 4.0 * micro_batch * seq_len**2 * inner * attention_blocks
+
+
+def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tuple[float, float]:
+    """(peak FLOP/s for the plan's matmuls, memory bandwidth in bytes/s) of one device."""
+    if gpu is None:
+        cores = host.cpu_cores if host else 1
+        ghz = (host.cpu_mhz or 2500.0) / 1000 if host else 2.5
+        flags = set(host.cpu_flags) if host else set()
+        per_cycle = next((v for k, v in _CPU_FLOP_PER_CYCLE.items() if k in flags), 8)
+        if plan.precision == "bf16":
+            # VDPBF16PS does two bf16 FMAs per fp32 lane; AMX tiles many more (Intel SDM, vol. 1 ch. 18 and 20)
+            per_cycle *= 8 if "amx_bf16" in flags else 2 if "avx512_bf16" in flags else 1
+        return cores * ghz * 1e9 * per_cycle, CPU_BANDWIDTH_GBPS * 1e9
+    peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
+    if peaks is None or bandwidth is None:
+        peaks, bandwidth = _GENERIC_GPU[min(max(gpu.cc[0], 7), 9)]
+    if plan.precision in ("fp16", "bf16"):
+        rate = getattr(peaks, plan.precision) or peaks.fp32
+    elif plan.tf32 and gpu.tf32 and peaks.tf32:
+        rate = peaks.tf32
+    else:
+        rate = peaks.fp32
+    return (rate or 1.0) * 1e12, bandwidth * 1e9
+
+
+def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: int) -> float:
+    """Fraction of peak the matmuls reach: saturates with tokens per micro-batch and hidden size."""
+    tokens = plan.micro_batch_size * seq_len
+    h = model.hidden_size
+    if gpu is None:
+        return 0.35 * tokens / (tokens + 64)
+    tensor16 = plan.precision in ("fp16", "bf16") and gpu.tensor_cores
+    tf32 = plan.precision == "fp32" and plan.tf32 and gpu.tf32
+    if tensor16:
+        top, half = 0.50, 1.5e6 / h
+    elif tf32:
+        top, half = 0.55, 0.75e6 / h
+    else:
+        top, half = 0.75, 256.0
+    eff = top * tokens / (tokens + half) * h / (h + 256)
+    if (tensor16 or tf32) and (tokens % 8 or h % 8):
+        eff *= 0.85  # misaligned GEMM dimensions fall off the tensor-core fast path
+    return eff
+
+
+def _optimizer_bytes_per_param(plan: Plan) -> float:
+    """Memory traffic of one optimizer step, bytes per parameter (reads + writes)."""
+    traffic = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 20.0, "sgd": 16.0}[plan.optimizer]
+    if plan.precision == "fp16":
+        traffic += 8.0  # GradScaler: unscale and inf-check every gradient
+    return traffic + 4.0  # zero_grad / accumulation buffer
+
+
+def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int) -> float:
+    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe)."""
+    if nodes > 1:
+        return INTER_NODE_GBPS * 1e9
+    if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
+        return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
+    gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
+    return PCIE_GBPS.get(gen, 24.0) * 1e9
+
+
+def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int) -> float:
+    """Exposed communication per optimizer step (ZeRO paper sec. 7: DDP all-reduce 2Ψ, ZeRO-3 3Ψ).
+
+    Ring all-reduce moves 2·(n−1)/n of the gradient bytes per device; about half of it overlaps
+    with the backward pass (DDP buckets); ZeRO-3 also all-gathers parameters every micro-batch.
+    """
+    n = plan.data_parallel_size
+    if n <= 1 or plan.parallelism == "none":
+        return 0.0
+    bw = _link_bandwidth(gpu, nvlink, nodes)
+    P = model.num_parameters
+    grad_bytes = (4 if plan.parallelism in ("ddp", "dp") or plan.precision == "fp32" else 2) * P
+    ring = 2 * (n - 1) / n
+    seconds = ring * grad_bytes / bw
+    if plan.parallelism == "dp":
+        seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
+    if plan.parallelism == "zero-3":
+        seconds *= 1.5
+        seconds += (plan.gradient_accumulation_steps - 1) * ring / 2 * grad_bytes / bw
+    if plan.offload != "none":
+        seconds += 2 * P * 4 / (PCIE_GBPS[4] * 1e9)  # fp32 master + states over PCIe every step
+    return 0.5 * seconds
+
+
+def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
+                   host: HostInfo | None, nvlink: bool = False, nodes: int = 1) -> SpeedEstimate:
+    """Estimate one optimizer step of ``plan``.
+
+    Args:
+        memory: the plan's memory estimate (its activation bytes drive the memory-bound time).
+        nvlink: all GPUs of a node are NVLink-joined; nodes: number of nodes.
+    """
+    peak, bandwidth = device_rates(plan, gpu, host)
+    fwd = forward_flops(model, plan.micro_batch_size, seq_len)
+    model_flops_micro = 3 * fwd
+    executed = (4 if plan.gradient_checkpointing else 3) * fwd
+    compute = executed / (peak * _efficiency(plan, model, gpu, seq_len))
+    act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0)
+    micro_time = compute + act_traffic / (bandwidth * 0.7)
+    k = plan.gradient_accumulation_steps
+    params_here = model.num_parameters / (plan.data_parallel_size if plan.parallelism.startswith("zero") else 1)
+    optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
+    comm = communication_seconds(model, plan, gpu, nvlink, nodes)
+    step = k * micro_time + optimizer_time + comm
+    samples = plan.global_batch_size
+    flops_step = model_flops_micro * k * plan.data_parallel_size
+    return SpeedEstimate(
+        step_time_s=step, samples_per_s=samples / step, tokens_per_s=samples * seq_len / step,
+        flops_per_step=flops_step, mfu=flops_step / (step * peak * plan.data_parallel_size),
+        peak_flops_per_s=peak, communication_s=comm)
