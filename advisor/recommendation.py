@@ -134,7 +134,11 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
             values = ", ".join(dict.fromkeys(_fmt(e.value) for e in unused))
             reasons = [f"not needed: the fastest plan fits without {setting}={values}"]
         else:
-            reasons = ["the value of the fastest plan that fits"]
+            others = [e for e in touching if e.kind == "forbid" and not e.matches(value)]
+            if others and all(any(e.matches(v) for e in others) for v in result.domains[setting] if v != value):
+                reasons = [f"the only value the rules allow: {others[0].reason}"]
+            else:
+                reasons = ["the value of the fastest plan that fits"]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
     alternatives = [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
                     for v in result.domains[setting] if v != value]

@@ -1,0 +1,58 @@
+"""Shared fixtures: hardware and model facts built in the tests (never live NVML), offline Hub."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from probes.gpu_catalog import profile_from_catalog  # noqa: E402
+from probes.hardware import GPULink, HardwareProfile, HostInfo  # noqa: E402
+from probes.model import profile_model  # noqa: E402
+from rules import Facts, Workload  # noqa: E402
+
+GIB = 1024**3
+
+
+def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None) -> HostInfo:
+    return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0)
+
+
+def hardware(spec: str | dict) -> HardwareProfile:
+    """'cpu', a catalog spec 'NAME[:COUNT]', or a dict {gpu: spec, nodes, gpu_overrides, host, links: pcie}."""
+    if isinstance(spec, str):
+        spec = {"gpu": spec}
+    if spec["gpu"] == "cpu":
+        host = spec.get("host") or {}
+        return HardwareProfile(source="none", host=cpu_host(**host), notes=["no NVIDIA driver found"])
+    hw = profile_from_catalog(spec["gpu"], spec.get("nodes", 1))
+    overrides = spec.get("gpu_overrides")
+    if overrides:
+        hw = hw.model_copy(update={"source": "nvml",
+                                   "gpus": [g.model_copy(update=overrides) for g in hw.gpus]})
+    if "host" in spec:
+        hw = hw.model_copy(update={"host": cpu_host(**spec["host"])})
+    if spec.get("links") == "pcie":
+        hw = hw.model_copy(update={"links": [GPULink(a=link.a, b=link.b, pcie_relation="PHB") for link in hw.links]})
+    return hw
+
+
+def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = None, seq_len: int = 512,
+          global_batch_size: int = 64, packages: dict | None = None, model_overrides: dict | None = None) -> Facts:
+    profile = profile_model(model, task)
+    if model_overrides:
+        profile = profile.model_copy(update=model_overrides)
+    return Facts(hardware=hardware(hw), model=profile,
+                 workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size),
+                 packages=packages or {})
+
+
+@pytest.fixture
+def make_facts():
+    return facts
