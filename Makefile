@@ -1,0 +1,27 @@
+# One command sets up and runs the advisor; one runs the tests.
+#   make run    -> creates .venv, installs advisor, prints a recommendation for gpt2 on this machine
+#   make test   -> the test suite (offline, no GPU needed)
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	# the CPU build of torch 2.13.0 is on disk here; an unpinned torch would pull CUDA packages.
+	# A machine that already has torch (e.g. a CUDA build) keeps it: pyproject only asks for torch>=2.1.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/advisor recommend --model gpt2
+
+test: setup
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

@@ -1,0 +1,96 @@
+"""Properties of the analytic memory and speed models, and the ZeRO paper's model-state figures."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from advisor.memory import estimate_memory
+from advisor.speed import estimate_speed, forward_flops
+from probes.model import profile_model
+from rules import Plan
+
+GIB = 1024**3
+GPT2 = profile_model("gpt2")
+
+
+def _plan(**kw) -> Plan:
+    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
+                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base.update(kw)
+    return Plan(**base)
+
+
+def _mem(model=GPT2, seq=512, **kw):
+    return estimate_memory(model, _plan(**kw), seq, 80 * GIB)
+
+
+@settings(max_examples=40, deadline=None)
+@given(b=st.integers(1, 32), seq=st.sampled_from([128, 512, 1024]), precision=st.sampled_from(["fp32", "bf16"]),
+       ckpt=st.booleans(), opt=st.sampled_from(["adamw", "adafactor", "adamw-8bit", "sgd"]))
+def test_memory_grows_with_the_micro_batch(b, seq, precision, ckpt, opt) -> None:
+    small = _mem(seq=seq, micro_batch_size=b, precision=precision, gradient_checkpointing=ckpt, optimizer=opt)
+    large = _mem(seq=seq, micro_batch_size=b + 1, precision=precision, gradient_checkpointing=ckpt, optimizer=opt)
+    assert large.components.activations_bytes > small.components.activations_bytes
+    assert large.peak_bytes >= small.peak_bytes  # equal while the optimizer step is the peak (tiny batches)
+    assert small.device_bytes > small.peak_bytes  # allocator reserve and CUDA context come on top
+
+
+def test_the_documents_bytes_per_parameter() -> None:
+    P = GPT2.num_parameters
+    fp32 = _mem(precision="fp32").components
+    assert fp32.weights_bytes == 4 * P and fp32.gradients_bytes == 4 * P and fp32.optimizer_states_bytes == 8 * P
+    mixed = _mem(precision="bf16").components
+    assert mixed.weights_bytes == 4 * P + 2 * GPT2.matmul_parameters  # ~6 B/param
+    assert _mem(optimizer="adamw-8bit").components.optimizer_states_bytes == 2 * P
+    assert _mem(optimizer="sgd").components.optimizer_states_bytes == 4 * P
+    assert _mem(optimizer="adafactor").components.optimizer_states_bytes < 0.01 * P * 4
+
+
+def test_checkpointing_and_mixed_precision_cut_activations() -> None:
+    base = _mem(micro_batch_size=16, precision="fp32").components.activations_bytes
+    assert _mem(micro_batch_size=16, precision="bf16").components.activations_bytes < base
+    # gpt2's fp32 logits (16 x 512 x 50257 x 4 B = 1.6 GB) stay; the 12 blocks shrink to their inputs
+    assert _mem(micro_batch_size=16, precision="fp32", gradient_checkpointing=True).components.activations_bytes < base / 2
+
+
+def test_logits_and_loss_are_fp32() -> None:
+    # gpt2 at 4 x 512: one fp32 logits tensor is 4*512*50257*4 bytes = 392.6 MiB
+    logits = 4 * 512 * 50257 * 4
+    with_head = _mem(micro_batch_size=4).components.temporary_bytes
+    assert with_head >= 2 * logits
+
+
+def test_zero_paper_model_state_figures() -> None:
+    # ZeRO paper, Figure 1: Psi = 7.5B, N_d = 64, K = 12 (mixed-precision Adam): 120, 31.4, 16.6, 1.9 GB
+    psi = 7_500_000_000
+    model = GPT2.model_copy(update={"num_parameters": psi, "matmul_parameters": psi, "parameter_shapes": [((1,), 1)]})
+
+    def states(parallelism: str) -> float:
+        plan = _plan(parallelism=parallelism, num_gpus=64, micro_batch_size=1)
+        c = estimate_memory(model, plan, 1, 80 * GIB).components
+        weights = c.weights_bytes - (2 * psi if parallelism == "ddp" else 0)  # autocast copies are not model states
+        grads = c.gradients_bytes - (4 * psi if parallelism == "ddp" else 0)  # DDP's bucket copy neither
+        return (weights + grads + c.optimizer_states_bytes) / 1e9
+
+    assert round(states("ddp")) == 120
+    assert round(states("zero-1"), 1) == 31.4
+    assert round(states("zero-2"), 1) == 16.6
+    assert round(states("zero-3"), 1) == 1.9
+
+
+def test_speed_checkpointing_costs_a_forward_and_fp16_beats_fp32_on_v100() -> None:
+    from probes.gpu_catalog import gpu_info_from_catalog, catalog
+
+    v100 = gpu_info_from_catalog(catalog()["v100-16gb"])
+    bert = profile_model("bert-large-uncased", "sequence-classification")
+
+    def speed(**kw):
+        plan = _plan(tf32=False, **kw)
+        mem = estimate_memory(bert, plan, 512, 16 * GIB)
+        return estimate_speed(bert, plan, 512, mem, v100, None)
+
+    fp32, fp16 = speed(precision="fp32"), speed(precision="fp16")
+    assert 1.5 < fp32.step_time_s / fp16.step_time_s < 3.5  # the seeds: "almost twice as fast"
+    ckpt = speed(precision="fp16", gradient_checkpointing=True)
+    assert 1.15 < ckpt.step_time_s / fp16.step_time_s < 1.45  # the seeds: ~20-30 % slower
+    assert fp16.flops_per_step == 3 * forward_flops(bert, 4, 512)

@@ -1,0 +1,85 @@
+"""The planner end to end on built facts: the issue's acceptance cases and the plan invariants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from advisor.api import recommend
+from advisor.planner import search
+from conftest import hardware
+from probes.errors import NoFitError, UsageError
+
+
+def test_bert_large_on_v100_uses_fp16_without_tf32() -> None:
+    rec = recommend("bert-large-uncased", gpu="v100-16gb", seq_len=512)
+    assert rec.plan.precision == "fp16" and rec.plan.tf32 is False
+    assert rec.memory.fits and rec.memory.device_bytes <= rec.memory.usable_bytes
+    assert rec.settings["loss_scaling"].value == "dynamic"
+    bf16 = next(a for a in rec.settings["precision"].alternatives if a.value == "bf16")
+    assert "no native bf16" in bf16.reason
+
+
+def test_llama2_7b_on_a100_80gb_is_bf16_with_tf32() -> None:
+    rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=2048)
+    assert rec.plan.precision == "bf16" and rec.plan.tf32 is True
+    assert rec.memory.fits
+    adamw = next(a for a in rec.settings["optimizer"].alternatives if a.value == "adamw")
+    assert "does not fit" in adamw.reason  # 16+ B/param of 6.7B parameters cannot fit 80 GB
+
+
+def test_llama2_7b_on_8_a100s_is_sharded_and_uses_adamw() -> None:
+    rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=2048)
+    assert rec.plan.parallelism.startswith("zero") and rec.plan.optimizer == "adamw"
+    assert rec.plan.global_batch_size == rec.workload.global_batch_size
+
+
+def test_gpt2_on_the_cpu_plans_for_the_cpu() -> None:
+    rec = recommend("gpt2", hardware=hardware("cpu"))
+    assert rec.plan.device == "cpu" and rec.plan.num_gpus == 0 and rec.plan.precision == "fp32"
+    assert rec.settings["dataloader_pin_memory"].value is False
+
+
+def test_model_pretrained_in_bf16_never_gets_fp16() -> None:
+    rec = recommend("t5-base", gpu="t4", seq_len=512)
+    assert rec.plan.precision == "fp32"
+    assert any(w.rule_id == "precision.bf16-pretrained-no-fp16" for w in rec.warnings)
+
+
+def test_nothing_fits_says_what_would() -> None:
+    with pytest.raises(NoFitError) as err:
+        recommend("meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048)
+    message = str(err.value)
+    assert "larger GPU" in message and "more GPUs" in message
+
+
+def test_every_alternative_has_a_reason() -> None:
+    rec = recommend("gpt2", gpu="a100-80gb")
+    for name, setting in rec.settings.items():
+        assert setting.rationale, name
+        for alt in setting.alternatives:
+            assert alt.reason and alt.value != setting.value, name
+    assert rec.settings["precision"].value == "bf16" and rec.settings["tf32"].value is True
+    assert rec.settings["optimizer_implementation"].value == "fused"
+
+
+def test_global_batch_must_divide_over_gpus() -> None:
+    with pytest.raises(UsageError, match="divisible"):
+        recommend("gpt2", gpu="a100-80gb:3", global_batch_size=64)
+
+
+@settings(max_examples=25, deadline=None)
+@given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
+       model=st.sampled_from(["gpt2", "bert-base-uncased", "distilbert-base-uncased", "facebook/opt-125m"]),
+       seq_len=st.sampled_from([128, 256, 512]), gbs=st.sampled_from([8, 16, 32, 64, 128]))
+def test_chosen_plan_fits_and_is_fastest_at_its_penalty(gpu, model, seq_len, gbs) -> None:
+    from conftest import facts
+
+    result = search(facts(gpu, model, seq_len=seq_len, global_batch_size=gbs))
+    best = result.best
+    assert best is not None and best.fits
+    plan = best.plan
+    assert plan.micro_batch_size * plan.gradient_accumulation_steps * plan.data_parallel_size == gbs
+    same_tier = [c for c in result.candidates if c.fits and c.penalty == best.penalty]
+    assert all(c.speed.tokens_per_s <= best.speed.tokens_per_s + 1e-9 for c in same_tier)
+    assert all(c.penalty >= best.penalty for c in result.candidates if c.fits)

@@ -1,0 +1,123 @@
+"""Hardware probes: no driver, the catalog, and the NVML reading code driven by a stand-in binding."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from probes.errors import UnknownGPUError
+from probes.gpu_catalog import catalog, match_catalog, profile_from_catalog
+from probes.hardware import derive_capabilities
+from probes.nvml_probe import probe_local
+
+REQUIRED = ["v100-16gb", "v100-32gb", "t4", "titan-rtx", "rtx-3090", "rtx-4090", "rtx-a6000", "a10g", "l4",
+            "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200"]
+
+
+def test_no_driver_gives_zero_gpus_and_a_note() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present")
+    except pynvml.NVMLError:
+        pass
+    hw = probe_local()
+    assert hw.source == "none" and hw.gpus == [] and hw.notes
+    assert hw.host is not None and hw.host.cpu_cores >= 1 and hw.host.ram_bytes > 0
+
+
+def test_catalog_has_the_required_gpus_with_sources() -> None:
+    entries = catalog()
+    for name in REQUIRED:
+        e = entries[name]
+        assert e.source_url.startswith("https://")
+        assert e.memory_gib > 0 and e.memory_bandwidth_gbps > 0 and e.peak_tflops.fp32
+        assert e.peak_tflops.fp16 or e.peak_tflops.bf16
+
+
+def test_unknown_gpu_lists_known_names() -> None:
+    with pytest.raises(UnknownGPUError, match="a100-80gb"):
+        profile_from_catalog("b300")
+    with pytest.raises(UnknownGPUError, match="count"):
+        profile_from_catalog("t4:zero")
+
+
+@pytest.mark.parametrize("cc, bf16, tc, gen, align", [
+    ("7.0", False, True, 1, 8), ("7.5", False, True, 2, 8), ("8.0", True, True, 3, 64), ("8.6", True, True, 3, 8),
+    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 8), ("6.1", False, False, None, 8)])
+def test_capabilities_from_compute_capability(cc, bf16, tc, gen, align) -> None:
+    caps = derive_capabilities(cc)
+    assert caps["bf16"] is bf16 and caps["tf32"] is bf16  # never torch's emulation-counting answer
+    assert caps["tensor_cores"] is tc and caps["tensor_core_generation"] == gen
+    assert caps["alignment_multiple"] == align
+
+
+def test_catalog_profile_with_count_and_links() -> None:
+    hw = profile_from_catalog("a100-80gb:4", nodes=2)
+    assert hw.num_gpus == 8 and len(hw.gpus) == 4 and hw.all_pairs_nvlink
+    assert len(hw.links) == 6 and hw.links[0].label == "NV12"
+    pcie = profile_from_catalog("rtx-4090:2")
+    assert not pcie.all_pairs_nvlink and pcie.links[0].label == "?"
+
+
+@pytest.mark.parametrize("nvml_name, expected", [
+    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
+    ("Tesla V100-SXM2-16GB", "v100-16gb"), ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+    ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie"), ("NVIDIA L40S", "l40s"), ("NVIDIA L4", "l4")])
+def test_nvml_names_match_the_catalog(nvml_name: str, expected: str) -> None:
+    assert match_catalog(nvml_name).id == expected
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def _stand_in_nvml(temps=(45, 88)):
+    """A stand-in for the pynvml module: two A100s joined by 12 NVLinks (for the reading code only)."""
+    bus = ["0000:07:00.0", "0000:0F:00.0"]
+    mem = SimpleNamespace(total=85899345920, free=80000000000, used=5899345920)
+
+    def nvlink_state(h, link):
+        if link >= 12:
+            raise _NVMLError("not supported")
+        return 1
+
+    def not_supported(*_):
+        raise _NVMLError("not supported")
+
+    return SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
+        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 0), nvmlDeviceGetMemoryInfo=lambda h: mem,
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlSystemGetDriverVersion=lambda: "550.54",
+        nvmlSystemGetCudaDriverVersion=lambda: 12040, nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4, nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16, nvmlDeviceGetPowerManagementLimit=lambda h: 400000,
+        nvmlDeviceGetPowerManagementDefaultLimit=lambda h: 400000,
+        nvmlDeviceGetTemperature=lambda h, kind: temps[h], NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetTemperatureThreshold=lambda h, kind: 87, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x40 if h else 0,
+        nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=bus[h].encode()),
+        NVML_NVLINK_MAX_LINKS=18, NVML_FEATURE_ENABLED=1, nvmlDeviceGetNvLinkState=nvlink_state,
+        nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: SimpleNamespace(busId=bus[1 - h].encode()),
+        nvmlDeviceGetTopologyCommonAncestor=not_supported)
+
+
+def test_nvml_reading_code() -> None:
+    hw = probe_local(_stand_in_nvml())
+    assert hw.source == "nvml" and len(hw.gpus) == 2
+    g = hw.gpus[1]
+    assert g.catalog_id == "a100-80gb" and g.bf16 and g.alignment_multiple == 64
+    assert g.cuda_driver_version == "12.4" and g.power_limit_w == 400 and g.temperature_c == 88
+    assert g.throttle_reasons == ["hw_thermal_slowdown"]
+    assert hw.links[0].nvlink_count == 12 and hw.links[0].label == "NV12"
+
+
+def test_nvml_failure_is_not_a_crash() -> None:
+    def boom():
+        raise _NVMLError("driver/library version mismatch")
+
+    hw = probe_local(SimpleNamespace(nvmlInit=boom))
+    assert hw.source == "none" and "mismatch" in hw.notes[0]
