@@ -1,0 +1,133 @@
+"""The command line as a user runs it: a subprocess, stdout for data, one stderr line per error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from advisor.recommendation import Recommendation
+from probes.errors import ExitCode
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+
+
+def advisor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
+                          env=env or ENV, cwd=ROOT, timeout=120)
+
+
+def test_recommend_gpt2_here() -> None:
+    out = advisor("recommend", "--model", "gpt2")
+    assert out.returncode == 0, out.stderr
+    assert "Settings and why" in out.stdout and "precision" in out.stdout and "Memory per device" in out.stdout
+    assert "tokens/s" in out.stdout
+
+
+def test_recommend_json_follows_the_contract() -> None:
+    out = advisor("recommend", "--model", "bert-large-uncased", "--gpu", "v100-16gb", "--seq-len", "512", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    rec = Recommendation.model_validate(data)
+    assert data["schema_version"] == "1.0"
+    for key in ("hardware", "model", "workload", "settings", "memory", "speed", "warnings"):
+        assert key in data
+    for name in ("precision", "tf32", "micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+                 "optimizer", "parallelism", "num_gpus", "dataloader_num_workers", "dataloader_pin_memory",
+                 "torch_compile"):
+        setting = data["settings"][name]
+        assert {"value", "rule_ids", "rationale", "sources", "alternatives"} <= set(setting), name
+    assert rec.settings["precision"].value == "fp16" and rec.settings["tf32"].value is False
+    for key in ("peak_bytes", "device_bytes", "capacity_bytes", "fits"):
+        assert key in data["memory"]
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "activations_bytes",
+                "temporary_bytes", "cuda_context_bytes"):
+        assert key in data["memory"]["components"]
+    for key in ("step_time_s", "samples_per_s", "tokens_per_s", "flops_per_step", "mfu"):
+        assert key in data["speed"]
+
+
+def test_llama_on_a100_80gb() -> None:
+    out = advisor("recommend", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--seq-len", "2048",
+                  "--json")
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)["plan"]
+    assert plan["precision"] == "bf16" and plan["tf32"] is True
+
+
+def test_estimate_probe_profile_rules_schema() -> None:
+    est = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--micro-batch-size", "8", "--json")
+    assert est.returncode == 0, est.stderr
+    assert set(json.loads(est.stdout)) == {"schema_version", "plan", "memory", "speed"}
+    probe = advisor("probe", "--json")
+    assert probe.returncode == 0 and "gpus" in json.loads(probe.stdout)
+    listing = advisor("probe", "--gpu", "list")
+    assert listing.returncode == 0 and "h100-sxm" in listing.stdout
+    profile = advisor("profile", "--model", "gpt2", "--json")
+    assert json.loads(profile.stdout)["num_parameters"] == 124_439_808
+    rules = advisor("rules", "--json")
+    assert len(json.loads(rules.stdout)) >= 30
+    schema = advisor("schema")
+    assert "Recommendation" in json.loads(schema.stdout)["schemas"]
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (["recommend", "--model", "acme/nope"], ExitCode.MODEL_NOT_FOUND, "acme/nope"),
+    (["recommend", "--model", "gpt2", "--gpu", "b300"], ExitCode.USAGE, "known: v100-16gb"),
+    (["recommend", "--model", "gpt2", "--seq-len", "0"], ExitCode.USAGE, "--seq-len"),
+    (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
+    (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),
+    (["recommend", "--model", "gpt2", "--seq-len", "abc"], ExitCode.USAGE, "whole number"),
+    (["recommend", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "t4", "--seq-len", "2048"],
+     ExitCode.NO_FIT, "would fit"),
+    (["frobnicate"], ExitCode.USAGE, "invalid choice"),
+])
+def test_bad_input_is_one_line_and_a_documented_code(args, code, needle) -> None:
+    out = advisor(*args)
+    assert out.returncode == code, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+@pytest.mark.parametrize("content, code", [("{ nope", ExitCode.BAD_CONFIG),
+                                           ('{"name": "a web app"}', ExitCode.BAD_CONFIG)])
+def test_bad_config_files(tmp_path, content, code) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(content)
+    out = advisor("recommend", "--model", str(path))
+    assert out.returncode == code and len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr
+
+
+def test_no_fit_json_goes_to_stdout() -> None:
+    out = advisor("recommend", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "t4", "--seq-len", "2048", "--json")
+    assert out.returncode == ExitCode.NO_FIT
+    data = json.loads(out.stdout)
+    assert data["fits"] is False and data["suggestions"]
+
+
+FAST_PATH = """
+import sys
+from advisor.cli import run
+for argv in ({argvs}):
+    code = run(argv)
+    assert code == 0, (argv, code)
+heavy = sorted(m for m in ("torch", "transformers", "textual") if m in sys.modules)
+print("HEAVY:" + ",".join(heavy))
+"""
+
+
+def test_fast_path_imports_no_torch_transformers_textual() -> None:
+    argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
+                  ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],
+                  ["probe"], ["probe", "--gpu", "a100-80gb:8"]])[1:-1] + ","
+    out = subprocess.run([sys.executable, "-c", FAST_PATH.format(argvs=argvs)], capture_output=True, text=True,
+                         env=ENV, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
