@@ -90,6 +90,8 @@ def model_table(m: ModelProfile) -> Table:
     ]
     for k, v in rows:
         t.add_row(k, v)
+    for note in m.notes:
+        t.add_row("note", note, style="dim")
     return t
 
 
@@ -131,6 +133,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
     console.print(Panel.fit(f"[bold]{rec.model.id}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
                             f"{rec.model.task}) on [bold]{where}[/]\nseq-len {rec.workload.seq_len}, "
                             f"global batch {rec.workload.global_batch_size}", title="advisor recommend"))
+    for note in rec.model.notes:
+        console.print(f"[dim]note: {note}[/]")
     if hw.gpu is None:
         console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")

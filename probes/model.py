@@ -76,6 +76,7 @@ class ModelProfile(BaseModel):
     pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
     supports_gradient_checkpointing: bool
     dropout: bool = Field(description="the config trains with dropout (masks are kept for backward)")
+    notes: list[str] = Field(default_factory=list, description="how the config was found, when it matters")
     parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(
         default_factory=list, exclude=True,
         description="(shape, how many) of every parameter tensor; for factored optimizer states")
@@ -195,8 +196,11 @@ def profile_model(model: str, task: Task | None = None, num_labels: int = 2) -> 
     Raises:
         ModelNotFoundError, BadConfigError, UsageError (a task the family does not support).
     """
-    config, source, path, _notes = load_config(model)
-    return profile_from_config(config, model, source, path, task, num_labels)
+    config, source, path, notes = load_config(model)
+    profile = profile_from_config(config, model, source, path, task, num_labels)
+    if source == "catalog":
+        notes.append(f"config.json of '{model}' from advisor's shipped catalog")
+    return profile.model_copy(update={"notes": notes}) if notes else profile
 
 
 def profile_from_config(config: dict, model_id: str, source: str = "local", path: str | None = None,
