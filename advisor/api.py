@@ -145,6 +145,17 @@ def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | 
     return build(result)
 
 
+class SimulatedMemory(BaseModel):
+    """A simulated training step (``--simulate``): exact live-tensor accounting on fake tensors."""
+
+    peak_bytes: int = Field(description="peak bytes of live tensors in the simulated step (max_memory_allocated)")
+    device_bytes: int = Field(description="peak_bytes with the allocator reserve and CUDA context, as memory.device_bytes")
+    peak_phase: str = Field(description="where the peak happened: forward, backward or optimizer")
+    phase_peaks_bytes: dict[str, int] = Field(description="peak live bytes per phase")
+    analytic_error: float = Field(description="memory.peak_bytes / peak_bytes - 1 (the analytic model's error)")
+    wall_s: float = Field(description="seconds the simulation took")
+
+
 class Estimate(BaseModel):
     """What ``advisor estimate --json`` prints."""
 
@@ -152,6 +163,7 @@ class Estimate(BaseModel):
     plan: Plan
     memory: MemoryEstimate
     speed: SpeedEstimate
+    simulated: SimulatedMemory | None = Field(None, description="present with --simulate")
     model: ModelProfile = Field(description="the model the plan trains")
     workload: Workload
 
@@ -160,7 +172,7 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
              seq_len: int | None = None, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1,
              precision: str | None = None, tf32: bool | None = None, optimizer: str = "adamw",
              gradient_checkpointing: bool = False, parallelism: str | None = None, offload: str = "none",
-             hardware: HardwareProfile | None = None) -> Estimate:
+             hardware: HardwareProfile | None = None, simulate: bool = False) -> Estimate:
     """Memory and speed of one given plan (no search).
 
     Defaults: precision bf16 where the GPU has it, fp16 on other tensor-core GPUs, fp32 otherwise;
@@ -195,5 +207,15 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
                                                           global_batch_size=plan.global_batch_size)})
     candidate = planner.evaluate(facts, plan)
-    return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, model=facts.model,
-                    workload=facts.workload)
+    simulated = None
+    if simulate:
+        from advisor.memory import device_bytes
+        from advisor.simulate import simulate as run_simulation
+
+        result = run_simulation(facts.model, plan, facts.workload.seq_len)
+        simulated = SimulatedMemory(
+            peak_bytes=result.peak_bytes, device_bytes=device_bytes(result.peak_bytes, plan),
+            peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
+            analytic_error=candidate.memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
+    return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
+                    model=facts.model, workload=facts.workload)

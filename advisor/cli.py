@@ -125,9 +125,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                    micro_batch_size=args.micro_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
                    precision=args.precision, tf32=args.tf32, optimizer=args.optimizer,
                    gradient_checkpointing=args.gradient_checkpointing, parallelism=args.parallelism,
-                   offload=args.offload)
+                   offload=args.offload, simulate=args.simulate)
     if args.json:
-        sys.stdout.write(est.model_dump_json(indent=2, include={"schema_version", "plan", "memory", "speed"}) + "\n")
+        keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
+        sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
     else:
         from advisor.report import memory_table, speed_table
 
@@ -138,6 +139,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                       f"seq-len {est.workload.seq_len}, checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
                       f"{p.parallelism} on {p.num_gpus or 'the CPU'}{' GPU(s)' if p.num_gpus else ''}")
         console.print(memory_table(est.memory))
+        if est.simulated:
+            sim = est.simulated
+            console.print(f"Simulated step (fake tensors, {sim.wall_s:.1f} s): peak {sim.peak_bytes / 2**30:.2f} GiB "
+                          f"in the {sim.peak_phase}, device {sim.device_bytes / 2**30:.2f} GiB; the analytic peak is "
+                          f"{sim.analytic_error:+.1%} off")
         console.print(speed_table(est.speed))
     return ExitCode.OK
 
@@ -219,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3"))
     p.add_argument("--offload", choices=("none", "optimizer", "optimizer+parameters"), default="none")
+    p.add_argument("--simulate", action="store_true",
+                   help="also run a real training step on fake tensors (imports torch; seconds)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_estimate)
 

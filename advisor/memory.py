@@ -155,6 +155,14 @@ def _largest_param_elements(model: ModelProfile) -> int:
     return best
 
 
+def device_bytes(peak_bytes: int, plan: Plan) -> int:
+    """What the device shows in use for a live-tensor peak: the caching allocator's reserve plus
+    the CUDA context (on the CPU, the peak itself)."""
+    if plan.device != "cuda":
+        return peak_bytes
+    return int(peak_bytes * ALLOCATOR_OVERHEAD) + CUDA_CONTEXT_BYTES
+
+
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10) -> MemoryEstimate:
     """Estimate the memory of one training step of ``plan`` on one device.
@@ -213,7 +221,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     else:
         peak = weights + states + max(backward_phase + first_grad + ddp_buckets, grads_total + step_temp)
     context = CUDA_CONTEXT_BYTES if plan.device == "cuda" else 0
-    device = int(peak * ALLOCATOR_OVERHEAD) + context
+    device = device_bytes(int(peak), plan)
     usable = int(capacity_bytes * (1 - safety_margin))
     components = MemoryComponents(
         weights_bytes=weights + copies16, gradients_bytes=grads_total, optimizer_states_bytes=states,

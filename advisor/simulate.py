@@ -1,0 +1,194 @@
+"""Simulate training steps of the real transformers model under ``FakeTensorMode``: exact tensor
+accounting, no real memory, no GPU (``advisor estimate ... --simulate``).
+
+The model is built from its config inside PyTorch's ``FakeTensorMode``
+(https://pytorch.org/docs/stable/torch.compiler_fake_tensor.html), and a ``TorchDispatchMode``
+counts the bytes of every live storage, as ``torch.distributed._tools.mem_tracker.MemTracker``
+does (weak references on untyped storages, freed when the last reference dies). Two optimizer
+steps run, so the lazily created optimizer state is counted. The peak equals what
+``torch.cuda.max_memory_allocated()`` would report, up to the caching allocator's 512-byte rounding.
+
+Fake CUDA tensors need a CUDA build of torch, so the step runs on fake CPU tensors and the CUDA
+step is modelled:
+
+- attention: SDPA, with the attention-dropout probability set to 0, so that the CPU picks its
+  flash kernel, which like CUDA's flash / memory-efficient kernels keeps only the output and the
+  log-sum-exp, not the s x s probabilities (CUDA draws the dropout mask from the RNG state);
+- AdamW: ``fused=True`` for a CUDA plan (no foreach temporaries), ``foreach=True`` for a CPU plan;
+  Adafactor as the Trainer builds it (``scale_parameter=False, relative_step=False``);
+- mixed precision: CPU autocast with the plan's dtype; CPU and CUDA autocast cast the same ops;
+- the batch is unpadded (no attention mask), like packed training batches: a padding mask would
+  add a (b, 1, s, s) mask tensor.
+
+Known limitations: 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
+GradScaler's unscale buffers (fp16) are not simulated; the ZeRO / DDP wrappers are not simulated.
+Imports torch and transformers (off the fast path).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from dataclasses import dataclass
+
+from probes.errors import UsageError
+from probes.model import ModelProfile, load_config
+from rules import Plan
+
+#: Config keys of attention-probability dropout (set to 0 to get the flash kernel, as on CUDA).
+_ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
+_AUTO_CLASSES = {
+    "causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+}
+
+
+@dataclass
+class SimulationResult:
+    """Peak live bytes of the simulated steps and where they happened."""
+
+    peak_bytes: int  #: most bytes held by live tensors (max_memory_allocated), bytes
+    peak_phase: str  #: 'forward', 'backward' or 'optimizer'
+    phase_peaks: dict[str, int]  #: peak per phase, bytes
+    wall_s: float  #: seconds the simulation took
+
+
+def _live_bytes_mode():
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    class LiveBytes(TorchDispatchMode):
+        """Counts the bytes of live storages created under it; keeps the peak per phase."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.storages = WeakIdKeyDictionary()
+            self.refs: list = []
+            self.current = 0
+            self.phase = "build"
+            self.phase_peaks: dict[str, int] = {}
+
+        def _free(self, nbytes: int, _ref) -> None:
+            self.current -= nbytes
+
+        def track(self, t) -> None:
+            st = t.untyped_storage()
+            if st in self.storages:
+                return
+            nbytes = st.nbytes()
+            self.storages[st] = nbytes
+            self.refs.append(weakref.ref(st, lambda ref, n=nbytes: self._free(n, ref)))
+            self.current += nbytes
+            if self.current > self.phase_peaks.get(self.phase, 0):
+                self.phase_peaks[self.phase] = self.current
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self.track(t)
+            return out
+
+    return LiveBytes()
+
+
+def _hf_config(model: ModelProfile, plan: Plan):
+    import transformers
+
+    raw, _source, _path, _notes = load_config(model.id)
+    cfg = dict(raw)
+    model_type = cfg.pop("model_type")
+    if plan.device == "cuda":
+        for key in _ATTENTION_DROPOUT_KEYS:
+            if key in cfg:
+                cfg[key] = 0.0
+    cfg.pop("torch_dtype", None)
+    cfg.pop("dtype", None)
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    config._attn_implementation = "sdpa" if plan.device == "cuda" else "eager"
+    if plan.device == "cuda":
+        for key in _ATTENTION_DROPOUT_KEYS:
+            if hasattr(config, key):
+                setattr(config, key, 0.0)
+    return config
+
+
+def _optimizer(params, plan: Plan):
+    import torch
+
+    if plan.optimizer == "adamw":
+        if plan.device == "cuda":
+            return torch.optim.AdamW(params, lr=1e-4, fused=True)
+        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
+    if plan.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
+    if plan.optimizer == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
+    raise UsageError(f"--simulate cannot run {plan.optimizer}: bitsandbytes' 8-bit kernels need a real CUDA "
+                     "device; use the analytic estimate (without --simulate)")
+
+
+def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2) -> SimulationResult:
+    """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
+
+    Accumulation runs at most 2 micro-batches per step: the peak repeats from the second on.
+    Raises:
+        UsageError: a plan the simulation cannot run (8-bit Adam, ZeRO, several GPUs).
+    """
+    if plan.parallelism != "none":
+        raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
+    import torch
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import warnings
+
+    start = time.perf_counter()
+    transformers.logging.set_verbosity_error()  # its config notes are not advisor's diagnostics
+    warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
+    config = _hf_config(model, plan)
+    auto = getattr(transformers, _AUTO_CLASSES[model.task])
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
+    b, s = plan.micro_batch_size, seq_len
+    tracker = _live_bytes_mode()
+    with FakeTensorMode(allow_non_fake_inputs=True), tracker:
+        net = auto.from_config(config)
+        net.train()
+        if plan.gradient_checkpointing:
+            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        optimizer = _optimizer([p for p in net.parameters() if p.requires_grad], plan)
+        vocab = model.vocab_size
+        input_ids = torch.randint(0, vocab, (b, s))
+        # no attention mask: an unpadded (packed) batch; with a mask transformers materializes a
+        # (b, 1, s, s) mask and SDPA leaves its flash kernel
+        batch = {"input_ids": input_ids}
+        if model.task in ("causal-lm", "masked-lm"):
+            batch["labels"] = torch.randint(0, vocab, (b, s))
+        elif model.task == "seq2seq-lm":
+            batch["labels"] = torch.randint(0, vocab, (b, s))
+        elif model.task == "sequence-classification":
+            batch["labels"] = torch.randint(0, config.num_labels, (b,))
+        else:
+            batch["start_positions"] = torch.randint(0, s, (b,))
+            batch["end_positions"] = torch.randint(0, s, (b,))
+        micro_steps = min(plan.gradient_accumulation_steps, 2)
+        for _ in range(steps):
+            for _ in range(micro_steps):
+                tracker.phase = "forward"
+                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                    loss = net(**batch).loss / plan.gradient_accumulation_steps
+                tracker.phase = "backward"
+                loss.backward()
+                del loss
+            tracker.phase = "optimizer"
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
+    phase = max(peaks, key=peaks.get)
+    return SimulationResult(peak_bytes=peaks[phase], peak_phase=phase, phase_peaks=peaks,
+                            wall_s=time.perf_counter() - start)
