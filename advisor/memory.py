@@ -28,6 +28,10 @@ Known limitations (issue 3 calibrates them against a simulated step):
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from importlib import resources
+
 from pydantic import BaseModel, Field
 
 from probes.model import ModelProfile
@@ -38,6 +42,9 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
 ADAMW_STATE_BYTES = 8
 STATE_BYTES = {"adamw": 8, "adamw-8bit": 2, "sgd": 4}
+#: the task head the calibration simulated per family (the catalog configs' architectures)
+_DEFAULT_TASKS = {"gpt2": "causal-lm", "opt": "causal-lm", "llama": "causal-lm", "mistral": "causal-lm",
+                  "bert": "masked-lm", "roberta": "masked-lm", "distilbert": "masked-lm", "t5": "seq2seq-lm"}
 
 
 class MemoryComponents(BaseModel):
@@ -103,8 +110,45 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     return total
 
 
+@lru_cache(maxsize=1)
+def _calibration() -> dict:
+    """Per-family activation coefficients fitted to simulated steps (benchmarks/calibrate_activations.py)."""
+    text = resources.files("advisor").joinpath("data/activations.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict) -> tuple[int, int]:
+    b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
+    sbh, sbf, sbv = s * b * h, s * b * model.ffn_size, s * b * model.vocab_size
+    nss = model.num_attention_heads * s * s
+    # the fit counts a T5 encoder + decoder layer pair as one layer
+    layers = model.num_layers / 2 if model.family == "encoder-decoder" else model.num_layers
+    full_layer = c["layer_h"] * sbh + c["layer_f"] * sbf + c["layer_s"] * b * nss
+    start_of_backward = c["backward_v"] * sbv + c["backward_h"] * sbh
+    if plan.device == "cpu" and c["layer_s"] < 1:
+        # the calibration ran CUDA's flash attention; on the CPU the eager path keeps the s x s
+        # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
+        per_score = 4 + (7 if model.dropout else 0) + (2 if plan.precision != "fp32" else 0)
+        full_layer += per_score * b * nss
+    if plan.gradient_checkpointing:
+        forward = layers * c["ckpt_layer_h"] * sbh + c["ckpt_head_h"] * sbh + c["ckpt_head_v"] * sbv + c["ckpt_head_s"] * nss
+        # backward: the loss gradient first, later one layer recomputed at a time
+        extra = max(start_of_backward, full_layer - c["ckpt_head_v"] * sbv)
+    else:
+        forward = layers * full_layer + c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
+        extra = start_of_backward
+    return int(max(forward, 0)), int(max(extra, 0))
+
+
 def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> tuple[int, int]:
-    """(activations held at the start of backward, loss/logits gradient temporaries), bytes."""
+    """(bytes held at the end of the forward pass, what the start of backward adds), bytes.
+
+    Families of the catalog use coefficients fitted to simulated steps; others the structural
+    formula of :func:`layer_activation_bytes` with fp32 logits and loss.
+    """
+    table = _calibration().get(model.model_type)
+    if table is not None and model.task == _DEFAULT_TASKS.get(model.model_type, model.task):
+        return _calibrated_activation_bytes(model, plan, seq_len, table["fp32" if plan.precision == "fp32" else "mixed"])
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
     eager = plan.device != "cuda"  # SDPA on CUDA uses flash / memory-efficient kernels
@@ -121,13 +165,13 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> tuple[in
     if model.task in ("causal-lm", "masked-lm", "seq2seq-lm"):
         v = model.vocab_size
         head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
-        saved_logits = 4 * s * b * v  # log_softmax output, fp32
-        loss_grad = (8 + (2 if plan.precision != "fp32" else 0)) * s * b * v  # fp32 grads + 16-bit cast
+        logits = (4 + 4 + (2 if plan.precision != "fp32" else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
+        loss_grad = (4 if plan.precision == "fp32" else 2) * s * b * v
     else:
         head_input = (a + 4) * b * h * s
-        saved_logits = 0
+        logits = 0
         loss_grad = 0
-    return layers + embeddings + head_input + saved_logits, loss_grad
+    return layers + embeddings + head_input + logits, loss_grad
 
 
 def _optimizer_state_bytes(model: ModelProfile, optimizer: str) -> int:
@@ -182,7 +226,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     states_full = _optimizer_state_bytes(model, plan.optimizer)
     n = plan.data_parallel_size
     stage = {"zero-1": 1, "zero-2": 2, "zero-3": 3}.get(plan.parallelism, 0)
-    act, loss_grad = _activation_bytes(model, plan, seq_len)
+    act, backward_extra = _activation_bytes(model, plan, seq_len)
     largest = _largest_param_elements(model)
 
     if stage:
@@ -213,18 +257,17 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         else:
             step_temp = 0
     grads_total = grads + ddp_buckets
-    workspace = 2 * _bytes_per_activation(plan) * plan.micro_batch_size * seq_len * model.ffn_size
-    first_grad = 4 * largest if not stage else 0
-    backward_phase = copies16 + act + loss_grad + workspace
+    backward_phase = copies16 + act + backward_extra
     if plan.gradient_accumulation_steps > 1 or stage:
+        # the gradients of earlier micro-batches stay through the next forward and backward
         peak = weights + states + grads_total + max(backward_phase, step_temp)
     else:
-        peak = weights + states + max(backward_phase + first_grad + ddp_buckets, grads_total + step_temp)
+        peak = weights + states + max(backward_phase + ddp_buckets, grads_total + step_temp)
     context = CUDA_CONTEXT_BYTES if plan.device == "cuda" else 0
     device = device_bytes(int(peak), plan)
     usable = int(capacity_bytes * (1 - safety_margin))
     components = MemoryComponents(
         weights_bytes=weights + copies16, gradients_bytes=grads_total, optimizer_states_bytes=states,
-        activations_bytes=act, temporary_bytes=max(loss_grad + workspace, step_temp), cuda_context_bytes=context)
+        activations_bytes=act, temporary_bytes=max(backward_extra, step_temp), cuda_context_bytes=context)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable, components=components)

@@ -95,10 +95,11 @@ def _live_bytes_mode():
     return LiveBytes()
 
 
-def _hf_config(model: ModelProfile, plan: Plan):
+def _hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None):
     import transformers
 
-    raw, _source, _path, _notes = load_config(model.id)
+    if raw is None:
+        raw = load_config(model.config_path or model.id)[0]
     cfg = dict(raw)
     model_type = cfg.pop("model_type")
     if plan.device == "cuda":
@@ -133,8 +134,11 @@ def _optimizer(params, plan: Plan):
                      "device; use the analytic estimate (without --simulate)")
 
 
-def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2) -> SimulationResult:
+def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
+             config: dict | None = None) -> SimulationResult:
     """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
+
+    ``config`` is the config.json dict (default: loaded again from the model's id or path).
 
     Accumulation runs at most 2 micro-batches per step: the peak repeats from the second on.
     Raises:
@@ -151,7 +155,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2) -> S
     start = time.perf_counter()
     transformers.logging.set_verbosity_error()  # its config notes are not advisor's diagnostics
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
-    config = _hf_config(model, plan)
+    config = _hf_config(model, plan, config)
     auto = getattr(transformers, _AUTO_CLASSES[model.task])
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
     b, s = plan.micro_batch_size, seq_len

@@ -1,0 +1,133 @@
+"""Calibrate the analytic activation model against simulated training steps (fake tensors).
+
+For each catalog family and precision class (fp32; 16-bit mixed precision), simulate one step of
+the family's real transformers model at 1-2 layers of its real width, varying layers, FFN size,
+vocabulary, micro-batch and sequence length, and fit by least squares the bytes held at the end
+of the forward pass (sbh = seq·batch·hidden elements, sbf = seq·batch·FFN, sbv = seq·batch·vocab,
+bnss = batch·heads·seq², nss = heads·seq²):
+
+    F  = layers·(c_h·sbh + c_f·sbf + c_s·bnss) + e_h·sbh + e_v·sbv + e_s·nss
+    Fc = layers·k_h·sbh + ec_h·sbh + ec_v·sbv + ec_s·nss            (activation checkpointing)
+
+and, at micro-batches where the start of the backward pass is the peak, what it adds:
+
+    B − F = g_v·sbv + g_h·sbh                                          (loss and logits gradients)
+
+F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
+precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
+``advisor/data/activations.json``; ``advisor/memory.py`` reads them. Takes about a minute.
+
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from advisor.simulate import simulate  # noqa: E402
+from probes.model import load_config, profile_from_config  # noqa: E402
+from rules import Plan  # noqa: E402
+
+#: family → (representative catalog model, layer key(s), FFN key, default FFN when the key is absent)
+FAMILIES = {
+    "gpt2": ("gpt2", ["n_layer"], "n_inner", lambda c: 4 * c.get("n_embd", 768)),
+    "bert": ("bert-base-uncased", ["num_hidden_layers"], "intermediate_size", None),
+    "roberta": ("roberta-base", ["num_hidden_layers"], "intermediate_size", None),
+    "distilbert": ("distilbert-base-uncased", ["n_layers"], "hidden_dim", None),
+    "t5": ("t5-small", ["num_layers", "num_decoder_layers"], "d_ff", None),
+    "opt": ("facebook/opt-125m", ["num_hidden_layers"], "ffn_dim", None),
+    "llama": ("meta-llama/Llama-2-7b-hf", ["num_hidden_layers"], "intermediate_size", None),
+    "mistral": ("mistralai/Mistral-7B-v0.1", ["num_hidden_layers"], "intermediate_size", None),
+}
+
+
+def _plan(precision: str, ckpt: bool, b: int) -> Plan:
+    return Plan(device="cuda", precision=precision, tf32=False, optimizer="sgd", gradient_checkpointing=ckpt,
+                micro_batch_size=b, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+
+
+def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, precision: str, ckpt: bool,
+         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256) -> dict:
+    raw = dict(load_config(model_id)[0])
+    for key in layer_keys:
+        raw[key] = layers
+    raw[ffn_key] = ffn0 * ffn_mult
+    raw["vocab_size"] = raw["vocab_size"] + vocab_extra
+    prof = profile_from_config(raw, model_id)
+    result = simulate(prof, _plan(precision, ckpt, b), seq, steps=1, config=raw)
+    weights = 4 * prof.num_parameters + (2 * prof.matmul_parameters if precision != "fp32" else 0)
+    sb = seq * b
+    nss = prof.num_attention_heads * seq * seq
+    return {"L": layers, "sbh": sb * prof.hidden_size, "sbf": sb * prof.ffn_size, "sbv": sb * prof.vocab_size,
+            "bnss": b * nss, "nss": nss, "F": result.phase_peaks["forward"] - weights,
+            "B": result.phase_peaks["backward"] - weights}
+
+
+def _fit(rows: list[dict], columns: list, target) -> list[float]:
+    a = np.array([[c(r) for c in columns] for r in rows], dtype=float)
+    y = np.array([target(r) for r in rows], dtype=float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    pred = a @ coef
+    worst = float(np.max(np.abs(pred - y) / np.maximum(np.abs(y), 1)))
+    return [float(c) for c in coef], worst
+
+
+def calibrate(family: str, precision: str) -> dict:
+    model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
+    raw = load_config(model_id)[0]
+    ffn0 = raw.get(ffn_key) or default_ffn(raw)
+    v1 = 512  # extra vocabulary (a multiple of 64)
+
+    def run(ckpt, *design):
+        return _run(model_id, layer_keys, ffn_key, ffn0, precision, ckpt, *design)
+
+    # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
+    plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
+                                      (1, 1, 0, 4, 256), (2, 1, 0, 2, 512), (1, 1, 0, 4, 512), (2, 2, v1, 4, 128)]]
+    ckpt = [run(True, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (1, 1, v1, 2, 256), (1, 1, 0, 4, 512),
+                                    (2, 1, 0, 2, 512)]]
+    start = [run(False, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
+    cols = [lambda r: r["L"] * r["sbh"], lambda r: r["L"] * r["sbf"], lambda r: r["L"] * r["bnss"],
+            lambda r: r["sbh"], lambda r: r["sbv"], lambda r: r["nss"]]
+    (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
+    (k_h, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
+    (g_v, g_h), w3 = _fit(start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - r["F"])
+    return {"layer_h": c_h, "layer_f": c_f, "layer_s": c_s, "head_h": e_h, "head_v": e_v, "head_s": e_s,
+            "ckpt_layer_h": k_h, "ckpt_head_h": ec_h, "ckpt_head_v": ec_v, "ckpt_head_s": ec_s,
+            "backward_v": g_v, "backward_h": g_h,
+            "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3}}
+
+
+def main() -> None:
+    import torch
+    import transformers
+
+    start = time.perf_counter()
+    table: dict = {"_meta": {"date": str(date.today()), "torch": torch.__version__,
+                             "transformers": transformers.__version__, "python": platform.python_version(),
+                             "method": __doc__.split("\n\n")[1].replace("\n", " ")}}
+    for family in FAMILIES:
+        table[family] = {}
+        for precision, key in (("fp32", "fp32"), ("bf16", "mixed")):
+            table[family][key] = calibrate(family, precision)
+            print(f"{family:10s} {key:5s} " + " ".join(f"{k}={v:.2f}" for k, v in table[family][key].items()
+                                                        if isinstance(v, float))
+                  + f" residuals={table[family][key]['fit_worst_relative_residual']}", flush=True)
+    out = ROOT / "advisor" / "data" / "activations.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"wrote {out} in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
