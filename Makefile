@@ -21,7 +21,7 @@ run: setup
 	$(VENV)/bin/advisor recommend --model gpt2
 
 test: setup
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

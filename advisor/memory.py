@@ -42,9 +42,7 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
 ADAMW_STATE_BYTES = 8
 STATE_BYTES = {"adamw": 8, "adamw-8bit": 2, "sgd": 4}
-#: the task head the calibration simulated per family (the catalog configs' architectures)
-_DEFAULT_TASKS = {"gpt2": "causal-lm", "opt": "causal-lm", "llama": "causal-lm", "mistral": "causal-lm",
-                  "bert": "masked-lm", "roberta": "masked-lm", "distilbert": "masked-lm", "t5": "seq2seq-lm"}
+
 
 
 class MemoryComponents(BaseModel):
@@ -117,7 +115,8 @@ def _calibration() -> dict:
     return json.loads(text)
 
 
-def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict) -> tuple[int, int]:
+def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
+                                 eager: bool) -> tuple[int, int]:
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     sbh, sbf, sbv = s * b * h, s * b * model.ffn_size, s * b * model.vocab_size
     nss = model.num_attention_heads * s * s
@@ -125,33 +124,35 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     layers = model.num_layers / 2 if model.family == "encoder-decoder" else model.num_layers
     full_layer = c["layer_h"] * sbh + c["layer_f"] * sbf + c["layer_s"] * b * nss
     start_of_backward = c["backward_v"] * sbv + c["backward_h"] * sbh
-    if plan.device == "cpu" and c["layer_s"] < 1:
-        # the calibration ran CUDA's flash attention; on the CPU the eager path keeps the s x s
+    if eager and c["layer_s"] < 1:
+        # the calibration ran CUDA's flash attention; the eager path keeps the s x s
         # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
         per_score = 4 + (7 if model.dropout else 0) + (2 if plan.precision != "fp32" else 0)
         full_layer += per_score * b * nss
+    head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
     if plan.gradient_checkpointing:
-        forward = layers * c["ckpt_layer_h"] * sbh + c["ckpt_head_h"] * sbh + c["ckpt_head_v"] * sbv + c["ckpt_head_s"] * nss
-        # backward: the loss gradient first, later one layer recomputed at a time
-        extra = max(start_of_backward, full_layer - c["ckpt_head_v"] * sbv)
+        # every block keeps its input; the forward peaks in one block's recomputable internals or
+        # at the head's logits; the backward starts with the loss gradient
+        forward = layers * c["ckpt_layer_h"] * sbh + max(full_layer, head)
+        extra = c["ckpt_backward_v"] * sbv + c["ckpt_backward_h"] * sbh
     else:
-        forward = layers * full_layer + c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
+        forward = layers * full_layer + head
         extra = start_of_backward
     return int(max(forward, 0)), int(max(extra, 0))
 
 
-def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> tuple[int, int]:
+def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool) -> tuple[int, int]:
     """(bytes held at the end of the forward pass, what the start of backward adds), bytes.
 
-    Families of the catalog use coefficients fitted to simulated steps; others the structural
-    formula of :func:`layer_activation_bytes` with fp32 logits and loss.
+    Families and task heads of the calibration table use coefficients fitted to simulated steps;
+    others the structural formula of :func:`layer_activation_bytes` with fp32 logits and loss.
     """
-    table = _calibration().get(model.model_type)
-    if table is not None and model.task == _DEFAULT_TASKS.get(model.model_type, model.task):
-        return _calibrated_activation_bytes(model, plan, seq_len, table["fp32" if plan.precision == "fp32" else "mixed"])
+    table = _calibration().get(model.model_type, {}).get(model.task)
+    if table is not None:
+        return _calibrated_activation_bytes(model, plan, seq_len, table["fp32" if plan.precision == "fp32" else "mixed"],
+                                            eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
-    eager = plan.device != "cuda"  # SDPA on CUDA uses flash / memory-efficient kernels
     enc = layer_activation_bytes(model, plan, s, eager_attention=eager)
     dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == "encoder-decoder",
                                  eager_attention=eager)
@@ -199,16 +200,17 @@ def _largest_param_elements(model: ModelProfile) -> int:
     return best
 
 
-def device_bytes(peak_bytes: int, plan: Plan) -> int:
+def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES) -> int:
     """What the device shows in use for a live-tensor peak: the caching allocator's reserve plus
     the CUDA context (on the CPU, the peak itself)."""
     if plan.device != "cuda":
         return peak_bytes
-    return int(peak_bytes * ALLOCATOR_OVERHEAD) + CUDA_CONTEXT_BYTES
+    return int(peak_bytes * ALLOCATOR_OVERHEAD) + context_bytes
 
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
-                    safety_margin: float = 0.10) -> MemoryEstimate:
+                    safety_margin: float = 0.10, *, attention: str | None = None,
+                    cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> MemoryEstimate:
     """Estimate the memory of one training step of ``plan`` on one device.
 
     Args:
@@ -217,6 +219,9 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         seq_len: tokens per sample.
         capacity_bytes: device memory (host RAM for a CPU plan).
         safety_margin: fraction of capacity kept free.
+        attention: 'sdpa' (flash / memory-efficient, CUDA's default) or 'eager'; default: sdpa on
+            CUDA, eager on the CPU.
+        cuda_context_bytes: the CUDA context and library workspaces (older CUDA versions: more).
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
@@ -226,7 +231,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     states_full = _optimizer_state_bytes(model, plan.optimizer)
     n = plan.data_parallel_size
     stage = {"zero-1": 1, "zero-2": 2, "zero-3": 3}.get(plan.parallelism, 0)
-    act, backward_extra = _activation_bytes(model, plan, seq_len)
+    eager = (attention or ("sdpa" if plan.device == "cuda" else "eager")) == "eager"
+    act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     largest = _largest_param_elements(model)
 
     if stage:
@@ -253,18 +259,26 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         if plan.optimizer == "adamw":
             step_temp = 0 if plan.device == "cuda" else 4 * P  # fused on CUDA; foreach on the CPU
         elif plan.optimizer == "adafactor":
-            step_temp = 3 * 4 * largest
+            step_temp = 4 * largest  # the update of the largest matrix, fp32
         else:
             step_temp = 0
     grads_total = grads + ddp_buckets
-    backward_phase = copies16 + act + backward_extra
+    # the end of backward: every gradient, plus the embedding's dense gradient and its accumulation
+    # into the (tied) weight's gradient: two embedding-sized temporaries
+    end_of_backward = 2 * 4 * largest if not stage else 0
+    step_temp = max(step_temp, end_of_backward)
+    # autocast's weight casts live in its cache through the forward; in the backward only those
+    # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
+    head_matmul = model.vocab_size * model.hidden_size if model.task in ("causal-lm", "masked-lm", "seq2seq-lm") else 0
+    copies16_backward = min(copies16, 2 * head_matmul) if plan.gradient_checkpointing else copies16
+    backward_phase = max(copies16 + act, copies16_backward + act + backward_extra)
     if plan.gradient_accumulation_steps > 1 or stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
         peak = weights + states + grads_total + max(backward_phase, step_temp)
     else:
         peak = weights + states + max(backward_phase + ddp_buckets, grads_total + step_temp)
-    context = CUDA_CONTEXT_BYTES if plan.device == "cuda" else 0
-    device = device_bytes(int(peak), plan)
+    context = cuda_context_bytes if plan.device == "cuda" else 0
+    device = device_bytes(int(peak), plan, context)
     usable = int(capacity_bytes * (1 - safety_margin))
     components = MemoryComponents(
         weights_bytes=weights + copies16, gradients_bytes=grads_total, optimizer_states_bytes=states,

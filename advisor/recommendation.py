@@ -108,20 +108,23 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         return (f"does not fit: the smallest plan with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
                 f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
     alt = fitting[0]
-    fallback = [e for e in alt.fallbacks if e.setting == setting]
+    own = [e for e in alt.fallbacks if e.setting == setting]
     if alt.penalty > best.penalty:
-        if fallback:
-            return f"{fallback[0].reason} [{fallback[0].rule_id}]"
-        return f"fits only with {_what_else(alt, best)}"
+        others = [e for e in alt.fallbacks if e.setting != setting and e not in best.fallbacks]
+        parts = [f"{own[0].reason} [{own[0].rule_id}]"] if own else []
+        if others:
+            parts.append("here it fits only with " + ", ".join(
+                f"{e.setting}={_fmt(getattr(alt.plan, e.setting))}" for e in others))
+        return "; ".join(parts) or f"fits only with {_what_else(alt, best)}"
     slower = 1 - alt.speed.tokens_per_s / best.speed.tokens_per_s
-    if slower > 0.0005:
-        return (f"{slower * 100:.0f} % slower: est. {alt.speed.tokens_per_s:,.0f} vs "
-                f"{best.speed.tokens_per_s:,.0f} tokens/s")
     prefs = [e for e in result.effects if e.kind == "prefer" and e.setting == setting
              and e.matches(getattr(best.plan, setting))]
-    if prefs:
-        return f"equally fast; {prefs[0].reason} [{prefs[0].rule_id}]"
-    return "equally fast; the other value was ranked first"
+    if slower >= 0.01 or not prefs:
+        if slower > 0.0005:
+            return (f"{slower * 100:.0f} % slower: est. {alt.speed.tokens_per_s:,.0f} vs "
+                    f"{best.speed.tokens_per_s:,.0f} tokens/s")
+        return "equally fast; the other value was ranked first"
+    return f"about as fast ({slower * 100:.1f} % slower); {prefs[0].reason} [{prefs[0].rule_id}]"
 
 
 def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:

@@ -20,7 +20,8 @@ step is modelled:
 - the batch is unpadded (no attention mask), like packed training batches: a padding mask would
   add a (b, 1, s, s) mask tensor.
 
-Known limitations: 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
+Known limitations: encoder-decoder classification heads (T5) check each row's EOS tokens, a
+data-dependent step fake tensors cannot run; 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
 GradScaler's unscale buffers (fp16) are not simulated; the ZeRO / DDP wrappers are not simulated.
 Imports torch and transformers (off the fast path).
 """
@@ -110,6 +111,10 @@ def _hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None):
     cfg.pop("dtype", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
     config._attn_implementation = "sdpa" if plan.device == "cuda" else "eager"
+    if model.task == "sequence-classification" and getattr(config, "pad_token_id", None) is None:
+        # decoder classifiers find the last token by the padding id; users set it the same way
+        eos = getattr(config, "eos_token_id", None)
+        config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
     if plan.device == "cuda":
         for key in _ATTENTION_DROPOUT_KEYS:
             if hasattr(config, key):
@@ -146,6 +151,9 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     """
     if plan.parallelism != "none":
         raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
+    if model.family == "encoder-decoder" and model.task in ("sequence-classification", "question-answering"):
+        raise UsageError(f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's "
+                         "EOS tokens, which fake tensors cannot; use the analytic estimate")
     import torch
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -164,7 +172,11 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
         net = auto.from_config(config)
         net.train()
         if plan.gradient_checkpointing:
-            net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(net, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name goes in v6
+                net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         optimizer = _optimizer([p for p in net.parameters() if p.requires_grad], plan)
         vocab = model.vocab_size
         input_ids = torch.randint(0, vocab, (b, s))

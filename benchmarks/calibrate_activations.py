@@ -7,11 +7,13 @@ of the forward pass (sbh = seq·batch·hidden elements, sbf = seq·batch·FFN, s
 bnss = batch·heads·seq², nss = heads·seq²):
 
     F  = layers·(c_h·sbh + c_f·sbf + c_s·bnss) + e_h·sbh + e_v·sbv + e_s·nss
-    Fc = layers·k_h·sbh + ec_h·sbh + ec_v·sbv + ec_s·nss            (activation checkpointing)
+    Fc = layers·k_h·sbh + ec_h·sbh + ec_v·sbv + ec_s·nss            (activation checkpointing; the
+         analytic model uses only k_h: layers·k_h·sbh + max(one layer's F terms, F's head terms))
 
 and, at micro-batches where the start of the backward pass is the peak, what it adds:
 
     B − F = g_v·sbv + g_h·sbh                                          (loss and logits gradients)
+    Bc − Fc' = gc_v·sbv + gc_h·sbh    (checkpointed; Fc' = the analytic model's checkpointed forward)
 
 F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
@@ -57,13 +59,13 @@ def _plan(precision: str, ckpt: bool, b: int) -> Plan:
 
 
 def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, precision: str, ckpt: bool,
-         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256) -> dict:
+         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256, task: str | None = None) -> dict:
     raw = dict(load_config(model_id)[0])
     for key in layer_keys:
         raw[key] = layers
     raw[ffn_key] = ffn0 * ffn_mult
     raw["vocab_size"] = raw["vocab_size"] + vocab_extra
-    prof = profile_from_config(raw, model_id)
+    prof = profile_from_config(raw, model_id, task=task)
     result = simulate(prof, _plan(precision, ckpt, b), seq, steps=1, config=raw)
     weights = 4 * prof.num_parameters + (2 * prof.matmul_parameters if precision != "fp32" else 0)
     sb = seq * b
@@ -82,14 +84,14 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
-def calibrate(family: str, precision: str) -> dict:
+def calibrate(family: str, precision: str, task: str | None = None) -> dict:
     model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
     raw = load_config(model_id)[0]
     ffn0 = raw.get(ffn_key) or default_ffn(raw)
     v1 = 512  # extra vocabulary (a multiple of 64)
 
     def run(ckpt, *design):
-        return _run(model_id, layer_keys, ffn_key, ffn0, precision, ckpt, *design)
+        return _run(model_id, layer_keys, ffn_key, ffn0, precision, ckpt, *design, task=task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
     plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
@@ -97,15 +99,23 @@ def calibrate(family: str, precision: str) -> dict:
     ckpt = [run(True, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (1, 1, v1, 2, 256), (1, 1, 0, 4, 512),
                                     (2, 1, 0, 2, 512)]]
     start = [run(False, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
+    ckpt_start = [run(True, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
     cols = [lambda r: r["L"] * r["sbh"], lambda r: r["L"] * r["sbf"], lambda r: r["L"] * r["bnss"],
             lambda r: r["sbh"], lambda r: r["sbv"], lambda r: r["nss"]]
     (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
     (k_h, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
     (g_v, g_h), w3 = _fit(start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - r["F"])
+
+    def ckpt_forward(r: dict) -> float:
+        layer = c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"]
+        return r["L"] * k_h * r["sbh"] + max(layer, e_h * r["sbh"] + e_v * r["sbv"] + e_s * r["nss"])
+
+    (gc_v, gc_h), w4 = _fit(ckpt_start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - ckpt_forward(r))
     return {"layer_h": c_h, "layer_f": c_f, "layer_s": c_s, "head_h": e_h, "head_v": e_v, "head_s": e_s,
             "ckpt_layer_h": k_h, "ckpt_head_h": ec_h, "ckpt_head_v": ec_v, "ckpt_head_s": ec_s,
-            "backward_v": g_v, "backward_h": g_h,
-            "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3}}
+            "backward_v": g_v, "backward_h": g_h, "ckpt_backward_v": gc_v, "ckpt_backward_h": gc_h,
+            "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3,
+                                            "checkpointed_backward_start": w4}}
 
 
 def main() -> None:
@@ -116,13 +126,18 @@ def main() -> None:
     table: dict = {"_meta": {"date": str(date.today()), "torch": torch.__version__,
                              "transformers": transformers.__version__, "python": platform.python_version(),
                              "method": __doc__.split("\n\n")[1].replace("\n", " ")}}
-    for family in FAMILIES:
+    for family, (model_id, *_rest) in FAMILIES.items():
         table[family] = {}
-        for precision, key in (("fp32", "fp32"), ("bf16", "mixed")):
-            table[family][key] = calibrate(family, precision)
-            print(f"{family:10s} {key:5s} " + " ".join(f"{k}={v:.2f}" for k, v in table[family][key].items()
-                                                        if isinstance(v, float))
-                  + f" residuals={table[family][key]['fit_worst_relative_residual']}", flush=True)
+        default = profile_from_config(load_config(model_id)[0], model_id).task
+        # T5's classification head checks each row's EOS tokens: data-dependent, no fake tensors
+        for task in dict.fromkeys([default] + (["sequence-classification"] if family != "t5" else [])):
+            table[family][task] = {}
+            for precision, key in (("fp32", "fp32"), ("bf16", "mixed")):
+                coef = calibrate(family, precision, task)
+                table[family][task][key] = coef
+                print(f"{family:10s} {task:24s} {key:5s} " + " ".join(f"{k}={v:.2f}" for k, v in coef.items()
+                                                                   if isinstance(v, float))
+                      + f" residuals={coef['fit_worst_relative_residual']}", flush=True)
     out = ROOT / "advisor" / "data" / "activations.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")

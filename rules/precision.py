@@ -14,7 +14,8 @@ class Bf16OnAmpere(Rule):
     topic = "precision"
     sources = [S.HF_BF16, S.CUDA_CC]
     rationale = ("Ampere and newer GPUs run bf16 on tensor cores at the fp16 rate; bf16 has fp32's range, "
-                 "so no loss scaling is needed and overflow is rare.")
+                 "so no loss scaling is needed and overflow is rare. fp32 stays a fallback for when the 16-bit "
+                 "weight copies of mixed precision do not fit.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
@@ -22,7 +23,10 @@ class Bf16OnAmpere(Rule):
             return []
         return [self.prefer("precision", "bf16",
                             f"compute capability {gpu.compute_capability} has native bf16: fp16 speed with fp32 range, "
-                            "no loss scaling")]
+                            "no loss scaling"),
+                self.fallback("precision", "fp32",
+                              "gives up the tensor cores' 16-bit rate: only when mixed precision's 16-bit weight "
+                              "copies (2 B/param) are what does not fit", penalty=2)]
 
 
 @register
@@ -58,7 +62,10 @@ class Fp16OnVoltaTuring(Rule):
             return []
         return [self.prefer("precision", "fp16",
                             f"{gpu.name} has tensor cores (generation {gpu.tensor_core_generation}) for fp16 "
-                            "but no bf16: fp16 mixed precision with loss scaling")]
+                            "but no bf16: fp16 mixed precision with loss scaling"),
+                self.fallback("precision", "fp32",
+                              "gives up the tensor cores' fp16 rate: only when mixed precision's 16-bit weight "
+                              "copies (2 B/param) are what does not fit", penalty=2)]
 
 
 @register
