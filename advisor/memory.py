@@ -8,21 +8,26 @@ Components follow the HF guide's anatomy of model memory
 - gradients: 4 B/param (the parameters stay fp32 under autocast);
 - optimizer states: AdamW 8 B/param, 8-bit Adam 2, SGD with momentum 4, Adafactor the factored
   row + column statistics of every matrix (Shazeer & Stern 2018, sec. 3);
-- activations: per layer from batch, sequence, hidden, FFN, heads, precision and dropout,
-  after Korthikanti et al. 2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), with the residual
-  stream kept in fp32 under autocast, SDPA (flash / memory-efficient) attention on CUDA that
-  keeps no s x s matrix, eager attention elsewhere, and the logits and loss in fp32;
-- temporaries: the loss/logits gradient at the start of backward, the optimizer's step
-  temporaries (foreach AdamW holds a parameter-sized fp32 copy), a layer's workspace;
+- activations: for the catalog families and task heads, coefficients fitted to simulated training
+  steps (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per
+  layer c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
+  what the start of backward adds (the loss gradient). Other architectures use the structural
+  formula of :func:`layer_activation_bytes`, after Korthikanti et al. 2022 sec. 4.1
+  (https://arxiv.org/abs/2205.05198), with the residual stream in fp32 under autocast;
+- lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
+  forward; in backward only those autograd saved remain (under checkpointing, the head's); the
+  end of backward holds every gradient plus two embedding-sized temporaries; then the optimizer
+  step's temporaries;
 - CUDA context, and the caching allocator's reserve for ``device_bytes``.
 
 ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054):
 16-bit parameters and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master
 weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
 
-Known limitations (issue 3 calibrates them against a simulated step):
-- the peak is modelled as the larger of "start of backward" and "optimizer step", not traced;
-- the caching allocator's fragmentation is a flat 10 %; the CUDA context a flat 500 MiB;
+Known limitations:
+- the caching allocator's reserve is a flat 10 % over the peak and the CUDA context a flat 500 MiB
+  (CUDA 12 with lazy loading); neither is yet measured on a GPU by this project;
+- fp16 and bf16 are assumed to hold the same bytes (GradScaler's buffers are not modelled);
 - DDP's gradient buckets are counted as a second copy of the gradients (gradient_as_bucket_view=False).
 """
 
