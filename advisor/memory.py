@@ -135,10 +135,16 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
         per_score = 4 + (7 if model.dropout else 0) + (2 if plan.precision != "fp32" else 0)
         full_layer += per_score * b * nss
     head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
+    transient = full_layer
+    if model.family == "encoder-decoder":
+        # checkpointing runs one block at a time; the largest is a decoder block: its self- and
+        # cross-attention (2 of the pair's 3 attention blocks) and about half of the other tensors
+        transient = (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
+                     + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
     if plan.gradient_checkpointing:
         # every block keeps its input; the forward peaks in one block's recomputable internals or
         # at the head's logits; the backward starts with the loss gradient
-        forward = layers * c["ckpt_layer_h"] * sbh + max(full_layer, head)
+        forward = layers * c["ckpt_layer_h"] * sbh + max(transient, head)
         extra = c["ckpt_backward_v"] * sbv + c["ckpt_backward_h"] * sbh
     else:
         forward = layers * full_layer + head

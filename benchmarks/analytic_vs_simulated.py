@@ -51,8 +51,19 @@ def compare(model_id: str, precision: str, ckpt: bool, optimizer: str, micro: in
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", nargs="*", default=catalog_ids())
+    parser.add_argument("--update", action="store_true",
+                        help="keep the rows of other models from the existing results file")
     args = parser.parse_args()
+    out = ROOT / "benchmarks" / "results" / "analytic_vs_simulated.md"
+    kept: list[str] = []
+    if args.update and out.exists():
+        kept = [line for line in out.read_text().splitlines()
+                if line.startswith("| ") and not line.startswith("| model")
+                and line.split("|")[1].strip() not in args.models]
     rows, errors, start = [], [], time.perf_counter()
+    for line in kept:
+        rows.append(line)
+        errors.append(abs(float(line.split("|")[8].strip().rstrip("%")) / 100))
     for model_id in args.models:
         for precision, ckpt, optimizer, micro in GRID:
             analytic, simulated, wall = compare(model_id, precision, ckpt, optimizer, micro)
@@ -62,12 +73,12 @@ def main() -> None:
                         f"{simulated / GIB:.2f} | {analytic / GIB:.2f} | {err:+.1%} | {wall:.1f} |")
             print(rows[-1], flush=True)
     head = [f"# Analytic vs simulated peak ({date.today()}; {len(rows)} rows; "
-            f"{time.perf_counter() - start:.0f} s)", "",
+            f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''})", "",
             f"Median |error| {statistics.median(errors):.2%}, worst {max(errors):.2%} (target: every row within 10 %).",
             "Simulated: one real transformers training step, twice, on fake tensors (advisor/simulate.py).", "",
             "| model | precision | checkpointing | optimizer | micro-batch | simulated GiB | analytic GiB | error | sim s |",
             "|---|---|---|---|---:|---:|---:|---:|---:|"]
-    out = ROOT / "benchmarks" / "results" / "analytic_vs_simulated.md"
+    rows.sort(key=lambda line: line.split("|")[1].strip())
     out.write_text("\n".join(head + rows) + "\n")
     print(f"median {statistics.median(errors):.2%} worst {max(errors):.2%}; wrote {out}")
 

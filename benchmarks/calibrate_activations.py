@@ -7,8 +7,8 @@ of the forward pass (sbh = seq·batch·hidden elements, sbf = seq·batch·FFN, s
 bnss = batch·heads·seq², nss = heads·seq²):
 
     F  = layers·(c_h·sbh + c_f·sbf + c_s·bnss) + e_h·sbh + e_v·sbv + e_s·nss
-    Fc = layers·k_h·sbh + ec_h·sbh + ec_v·sbv + ec_s·nss            (activation checkpointing; the
-         analytic model uses only k_h: layers·k_h·sbh + max(one layer's F terms, F's head terms))
+    Fc = layers·k_h·sbh + max(one layer's transient, F's head terms)  (activation checkpointing;
+         k_h from the difference of 8 and 4 checkpointed layers)
 
 and, at micro-batches where the start of the backward pass is the peak, what it adds:
 
@@ -103,7 +103,11 @@ def calibrate(family: str, precision: str, task: str | None = None) -> dict:
     cols = [lambda r: r["L"] * r["sbh"], lambda r: r["L"] * r["sbf"], lambda r: r["L"] * r["bnss"],
             lambda r: r["sbh"], lambda r: r["sbv"], lambda r: r["nss"]]
     (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
-    (k_h, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
+    (_k_shallow, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
+    # what each checkpointed layer keeps, from a deep difference (at 1-2 layers one layer's
+    # recomputable internals set the forward peak and blur it): (F(8 layers) - F(4)) / (4·sbh)
+    deep = [(run(True, 4, 1, 0, b, s), run(True, 8, 1, 0, b, s)) for b, s in ((2, 256), (4, 128))]
+    k_h = sum((r8["F"] - r4["F"]) / (4 * r4["sbh"]) for r4, r8 in deep) / len(deep)
     (g_v, g_h), w3 = _fit(start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - r["F"])
 
     def ckpt_forward(r: dict) -> float:
