@@ -14,7 +14,7 @@ import importlib.util
 from pydantic import BaseModel, Field
 
 from advisor import planner
-from advisor.memory import MemoryEstimate
+from advisor.memory import GIB, MemoryEstimate
 from advisor.recommendation import SCHEMA_VERSION, Recommendation, build
 from advisor.speed import SpeedEstimate
 from probes.errors import NoFitError, UsageError
@@ -26,7 +26,6 @@ from rules import Facts, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
-GIB = 1024**3
 OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
 
 

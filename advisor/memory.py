@@ -43,9 +43,9 @@ from probes.model import ModelProfile
 from rules.facts import Plan
 
 MIB = 1024**2
+GIB = 1024**3
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
 ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
-ADAMW_STATE_BYTES = 8
 STATE_BYTES = {"adamw": 8, "adamw-8bit": 2, "sgd": 4}
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from advisor.memory import MemoryEstimate
+from advisor.memory import GIB, MemoryEstimate
 from advisor.planner import SEARCHED, Candidate, PlanningResult
 from advisor.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
@@ -15,7 +15,6 @@ from probes.model import ModelProfile
 from rules import REGISTRY, Effect, Plan, Workload
 
 SCHEMA_VERSION = "1.0"
-GIB = 1024**3
 
 
 class SourceRef(BaseModel):

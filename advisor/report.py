@@ -7,14 +7,13 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.memory import MemoryEstimate
+from advisor.memory import GIB, MemoryEstimate
 from advisor.recommendation import Recommendation
 from advisor.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from rules import RuleInfo
 
-GIB = 1024**3
 
 
 def gib(n: int | float | None) -> str:
