@@ -134,13 +134,11 @@ def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | 
         closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
         ideas = suggestions(facts)
         where = facts.gpu.name if facts.gpu else "the CPU's RAM"
-        err = NoFitError(
-            f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest needs "
-            f"{closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB usable; "
-            f"would fit: {'; '.join(ideas)}")
-        err.suggestions = ideas  # type: ignore[attr-defined]
-        err.closest = closest  # type: ignore[attr-defined]
-        raise err
+        summary = (f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
+                   f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
+                   "usable")
+        raise NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas,
+                         closest=closest)
     return build(result)
 
 
@@ -190,7 +188,7 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
     gpus = facts.hardware.num_gpus
     if precision is None:
         precision = "fp32" if g is None or not g.tensor_cores else ("bf16" if g.bf16 else "fp16")
-    if precision in ("fp16", "bf16") and g is None and precision == "fp16":
+    if precision == "fp16" and g is None:
         raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
     if parallelism is None:
         parallelism = "ddp" if gpus > 1 else "none"

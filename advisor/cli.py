@@ -100,13 +100,12 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                         global_batch_size=args.global_batch_size)
     except NoFitError as err:
         if args.json:
-            closest = getattr(err, "closest", None)
-            payload = {"schema_version": "1.0", "fits": False, "error": str(err),
-                       "suggestions": getattr(err, "suggestions", []),
+            closest = err.closest
+            payload = {"schema_version": "1.0", "fits": False, "error": str(err), "suggestions": err.suggestions,
                        "closest_plan": closest.plan.model_dump() if closest else None,
                        "closest_memory": closest.memory.model_dump() if closest else None}
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            sys.stderr.write(f"advisor: {err.args[0].split(': would fit')[0]}\n")
+            sys.stderr.write(f"advisor: {err.summary}\n")
             return err.exit_code
         raise
     if args.json:

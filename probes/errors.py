@@ -52,6 +52,17 @@ class BadConfigError(AdvisorError):
 
 
 class NoFitError(AdvisorError):
-    """No candidate plan fits in memory; the message says what would."""
+    """No candidate plan fits in memory; the message says what would.
+
+    Attributes: ``summary`` (the message without the suggestions), ``suggestions`` (what would fit,
+    one phrase each), ``closest`` (the planner's candidate with the least memory, or None).
+    """
 
     exit_code = ExitCode.NO_FIT
+
+    def __init__(self, message: str, *, summary: str | None = None, suggestions: list[str] | None = None,
+                 closest: object = None) -> None:
+        super().__init__(message)
+        self.summary = summary or message
+        self.suggestions = suggestions or []
+        self.closest = closest
