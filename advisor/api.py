@@ -194,7 +194,7 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
         parallelism = "ddp" if gpus > 1 else "none"
     if parallelism != "none" and gpus <= 1:
         raise UsageError(f"--parallelism {parallelism} needs several GPUs (--gpu NAME:COUNT)")
-    if offload != "none" and not planner._offload_ok(parallelism, offload):
+    if offload != "none" and not planner.offload_ok(parallelism, offload):
         raise UsageError(f"--offload {offload} needs ZeRO ({'zero-3' if 'parameters' in offload else 'zero-1/2/3'})")
     plan = Plan(device="cpu" if g is None else "cuda", precision=precision,
                 tf32=bool(g is not None and g.tf32) if tf32 is None else bool(tf32 and g is not None and g.tf32),

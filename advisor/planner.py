@@ -118,11 +118,11 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
     for setting, values in domain.items():
         allowed[setting] = [v for v in values
                             if not any(e.kind == "forbid" and e.setting == setting and e.matches(v) for e in effects)]
-    # offload only pairs with ZeRO; ZeRO-Offload of parameters needs stage 3
     return allowed
 
 
-def _offload_ok(parallelism: str, offload: str) -> bool:
+def offload_ok(parallelism: str, offload: str) -> bool:
+    """Offload pairs only with ZeRO; offloading parameters needs stage 3."""
     if offload == "none":
         return True
     if offload == "optimizer":
@@ -155,7 +155,7 @@ def search(facts: Facts) -> PlanningResult:
     candidates = []
     for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
             *(allowed[s] for s in SEARCHED)):
-        if not _offload_ok(parallelism, offload):
+        if not offload_ok(parallelism, offload):
             continue
         plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
                     gradient_checkpointing=ckpt, micro_batch_size=micro,

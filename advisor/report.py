@@ -30,7 +30,7 @@ def hardware_table(hw: HardwareProfile) -> Group:
     parts = []
     if hw.gpus:
         t = Table(title=f"GPUs ({hw.source}{f', {hw.nodes} nodes' if hw.nodes > 1 else ''})", title_justify="left")
-        for col in ("#", "name", "cc", "memory", "tensor cores", "bf16", "tf32", "align", "peak bf16/fp16",
+        for col in ("#", "name", "cc", "memory", "tensor cores", "bf16", "tf32", "align (elements)", "peak bf16/fp16",
                     "bandwidth", "temp", "power", "PCIe"):
             t.add_column(col)
         for g in hw.gpus:

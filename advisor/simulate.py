@@ -103,10 +103,6 @@ def _hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None):
         raw = load_config(model.config_path or model.id)[0]
     cfg = dict(raw)
     model_type = cfg.pop("model_type")
-    if plan.device == "cuda":
-        for key in _ATTENTION_DROPOUT_KEYS:
-            if key in cfg:
-                cfg[key] = 0.0
     cfg.pop("torch_dtype", None)
     cfg.pop("dtype", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
