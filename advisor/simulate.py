@@ -32,17 +32,10 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from advisor.trainable import build_model, enable_checkpointing, hf_config, make_optimizer, synthetic_batch
 from probes.errors import UsageError
-from probes.model import ModelProfile, load_config
+from probes.model import ModelProfile
 from rules import Plan
-
-#: Config keys of attention-probability dropout (set to 0 to get the flash kernel, as on CUDA).
-_ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
-_AUTO_CLASSES = {
-    "causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
-    "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
 
 
 @dataclass
@@ -96,45 +89,6 @@ def _live_bytes_mode():
     return LiveBytes()
 
 
-def _hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None):
-    import transformers
-
-    if raw is None:
-        raw = load_config(model.config_path or model.id)[0]
-    cfg = dict(raw)
-    model_type = cfg.pop("model_type")
-    cfg.pop("torch_dtype", None)
-    cfg.pop("dtype", None)
-    config = transformers.AutoConfig.for_model(model_type, **cfg)
-    config._attn_implementation = "sdpa" if plan.device == "cuda" else "eager"
-    if model.task == "sequence-classification" and getattr(config, "pad_token_id", None) is None:
-        # decoder classifiers find the last token by the padding id; users set it the same way
-        eos = getattr(config, "eos_token_id", None)
-        config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
-    if plan.device == "cuda":
-        for key in _ATTENTION_DROPOUT_KEYS:
-            if hasattr(config, key):
-                setattr(config, key, 0.0)
-    return config
-
-
-def _optimizer(params, plan: Plan):
-    import torch
-
-    if plan.optimizer == "adamw":
-        if plan.device == "cuda":
-            return torch.optim.AdamW(params, lr=1e-4, fused=True)
-        return torch.optim.AdamW(params, lr=1e-4, foreach=True)
-    if plan.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
-    if plan.optimizer == "adafactor":
-        from transformers.optimization import Adafactor
-
-        return Adafactor(params, lr=1e-3, scale_parameter=False, relative_step=False, warmup_init=False)
-    raise UsageError(f"--simulate cannot run {plan.optimizer}: bitsandbytes' 8-bit kernels need a real CUDA "
-                     "device; use the analytic estimate (without --simulate)")
-
-
 def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
              config: dict | None = None) -> SimulationResult:
     """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
@@ -147,47 +101,31 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     """
     if plan.parallelism != "none":
         raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
+    if plan.optimizer == "adamw-8bit":
+        raise UsageError("--simulate cannot run adamw-8bit: bitsandbytes' 8-bit kernels need a real CUDA device; "
+                         "use the analytic estimate (without --simulate)")
     if model.family == "encoder-decoder" and model.task in ("sequence-classification", "question-answering"):
         raise UsageError(f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's "
                          "EOS tokens, which fake tensors cannot; use the analytic estimate")
+    import warnings
+
     import torch
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import warnings
-
     start = time.perf_counter()
     transformers.logging.set_verbosity_error()  # its config notes are not advisor's diagnostics
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
-    config = _hf_config(model, plan, config)
-    auto = getattr(transformers, _AUTO_CLASSES[model.task])
+    config = hf_config(model, plan, config, zero_attention_dropout=plan.device == "cuda")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
-    b, s = plan.micro_batch_size, seq_len
     tracker = _live_bytes_mode()
     with FakeTensorMode(allow_non_fake_inputs=True), tracker:
-        net = auto.from_config(config)
+        net = build_model(model, config)
         net.train()
         if plan.gradient_checkpointing:
-            kwargs = {"use_reentrant": False}
-            if hasattr(net, "activation_checkpointing_enable"):  # transformers >= 5.x; the old name goes in v6
-                net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-            else:
-                net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-        optimizer = _optimizer([p for p in net.parameters() if p.requires_grad], plan)
-        vocab = model.vocab_size
-        input_ids = torch.randint(0, vocab, (b, s))
-        # no attention mask: an unpadded (packed) batch; with a mask transformers materializes a
-        # (b, 1, s, s) mask and SDPA leaves its flash kernel
-        batch = {"input_ids": input_ids}
-        if model.task in ("causal-lm", "masked-lm"):
-            batch["labels"] = torch.randint(0, vocab, (b, s))
-        elif model.task == "seq2seq-lm":
-            batch["labels"] = torch.randint(0, vocab, (b, s))
-        elif model.task == "sequence-classification":
-            batch["labels"] = torch.randint(0, config.num_labels, (b,))
-        else:
-            batch["start_positions"] = torch.randint(0, s, (b,))
-            batch["end_positions"] = torch.randint(0, s, (b,))
+            enable_checkpointing(net)
+        optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
+        batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
         micro_steps = min(plan.gradient_accumulation_steps, 2)
         for _ in range(steps):
             for _ in range(micro_steps):

@@ -1,0 +1,145 @@
+"""Build what a training step of a plan needs: the transformers model from its config, the
+optimizer, activation checkpointing and a synthetic batch. Shared by the simulator (fake
+tensors) and the validator (real trial steps), so both run the same model the same way.
+
+Imports torch and transformers when called (off the fast path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from probes.errors import UsageError
+from probes.model import ModelProfile, load_config
+from rules import Plan
+
+#: The Auto class of each task head (transformers "Auto Classes",
+#: https://huggingface.co/docs/transformers/model_doc/auto).
+AUTO_CLASSES = {
+    "causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
+    "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
+    "question-answering": "AutoModelForQuestionAnswering",
+}
+#: Config keys of attention-probability dropout.
+ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
+#: Weight files ``from_pretrained`` reads from a local folder.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+#: Learning rates of the trial optimizers: moderate values; a trial measures memory and time, not convergence.
+LEARNING_RATES = {"adamw": 1e-4, "adamw-8bit": 1e-4, "adafactor": 1e-3, "sgd": 1e-3}
+
+
+def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_attention_dropout: bool = False):
+    """The ``transformers`` config of ``model`` for ``plan``'s device.
+
+    Attention: SDPA on CUDA (transformers' default there), eager on the CPU (what the memory model
+    assumes). ``zero_attention_dropout`` sets the attention-dropout probability to 0 (the simulator
+    needs it to get the CPU's flash kernel). A decoder classifier without a pad token gets the EOS id,
+    as users set it (it finds each row's last token by the padding id).
+    """
+    import transformers
+
+    if raw is None:
+        raw = load_config(model.config_path or model.id)[0]
+    cfg = dict(raw)
+    model_type = cfg.pop("model_type")
+    cfg.pop("torch_dtype", None)
+    cfg.pop("dtype", None)
+    config = transformers.AutoConfig.for_model(model_type, **cfg)
+    config._attn_implementation = "sdpa" if plan.device == "cuda" else "eager"
+    if model.task == "sequence-classification" and getattr(config, "pad_token_id", None) is None:
+        eos = getattr(config, "eos_token_id", None)
+        config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
+    if zero_attention_dropout:
+        for key in ATTENTION_DROPOUT_KEYS:
+            if hasattr(config, key):
+                setattr(config, key, 0.0)
+    return config
+
+
+def local_weights_dir(model: ModelProfile) -> Path | None:
+    """The folder of the model's config when it also holds weights (a local path or the HF cache), else None."""
+    if not model.config_path:
+        return None
+    folder = Path(model.config_path).parent
+    return folder if any((folder / name).exists() for name in WEIGHT_FILES) else None
+
+
+def build_model(model: ModelProfile, config, *, weights: Path | None = None):
+    """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads)."""
+    import transformers
+
+    auto = getattr(transformers, AUTO_CLASSES[model.task])
+    if weights is not None:
+        return auto.from_pretrained(str(weights), config=config, local_files_only=True)
+    return auto.from_config(config)
+
+
+def enable_checkpointing(net) -> None:
+    """Activation checkpointing, non-reentrant (transformers >= 5 names it ``activation_checkpointing_enable``)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(net, "activation_checkpointing_enable"):
+        net.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def make_optimizer(params, plan: Plan, *, fused_ok: bool = True):
+    """The plan's optimizer, as the Trainer builds it.
+
+    AdamW: ``fused=True`` on CUDA (when ``fused_ok``), ``foreach=True`` otherwise (PyTorch
+    torch.optim.AdamW, foreach / fused); Adafactor: transformers' with
+    ``scale_parameter=False, relative_step=False`` (Trainer's ``optim="adafactor"``); 8-bit Adam:
+    ``bitsandbytes.optim.AdamW8bit`` (Trainer's ``adamw_bnb_8bit``).
+
+    Raises:
+        UsageError: 8-bit Adam without bitsandbytes.
+    """
+    import torch
+
+    lr = LEARNING_RATES[plan.optimizer]
+    if plan.optimizer == "adamw":
+        if plan.device == "cuda" and fused_ok:
+            return torch.optim.AdamW(params, lr=lr, fused=True)
+        return torch.optim.AdamW(params, lr=lr, foreach=True)
+    if plan.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
+    if plan.optimizer == "adafactor":
+        from transformers.optimization import Adafactor
+
+        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False)
+    try:
+        import bitsandbytes
+    except ImportError:
+        raise UsageError("8-bit Adam needs the bitsandbytes package: pip install bitsandbytes") from None
+    return bitsandbytes.optim.AdamW8bit(params, lr=lr)
+
+
+def label_kwargs(model: ModelProfile, config, batch: int, seq_len: int, generator=None) -> dict[str, Any]:
+    """Random targets for the task head: token labels (LM and seq2seq: the model shifts them into
+    decoder inputs), a class per row, or answer start/end positions. Shapes: (b, s), (b,), (b,)."""
+    import torch
+
+    kw = {"generator": generator} if generator is not None else {}
+    if model.task in ("causal-lm", "masked-lm", "seq2seq-lm"):
+        return {"labels": torch.randint(0, model.vocab_size, (batch, seq_len), **kw)}
+    if model.task == "sequence-classification":
+        return {"labels": torch.randint(0, config.num_labels, (batch,), **kw)}
+    return {"start_positions": torch.randint(0, seq_len, (batch,), **kw),
+            "end_positions": torch.randint(0, seq_len, (batch,), **kw)}
+
+
+def synthetic_batch(model: ModelProfile, config, batch: int, seq_len: int, generator=None) -> dict[str, Any]:
+    """An unpadded batch: ``input_ids`` (b, s) inside the vocabulary and the task's targets.
+
+    No attention mask, like packed training batches (with a padding mask transformers builds a
+    (b, 1, s, s) mask and SDPA leaves its flash kernel). A seq2seq model gets its decoder inputs
+    from the labels (shifted right), as in training with ``labels``.
+    """
+    import torch
+
+    kw = {"generator": generator} if generator is not None else {}
+    out = {"input_ids": torch.randint(0, model.vocab_size, (batch, seq_len), **kw)}
+    out.update(label_kwargs(model, config, batch, seq_len, generator))
+    return out
