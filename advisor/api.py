@@ -216,3 +216,85 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
             analytic_error=candidate.memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
     return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
                     model=facts.model, workload=facts.workload)
+
+
+def _local_hardware_for_trials() -> tuple[HardwareProfile, list[str]]:
+    """This machine's hardware as the trials see it: one GPU (the first), or the CPU."""
+    hw = probe_hardware()
+    notes: list[str] = []
+    if hw.num_gpus > 1:
+        notes.append(f"{hw.num_gpus} GPUs here: the trials run on the first; multi-GPU trials (torchrun) are not "
+                     "supported yet")
+        hw = hw.model_copy(update={"gpus": hw.gpus[:1], "links": []})
+    if hw.gpu is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError(f"NVML sees {hw.gpu.name} but torch {torch.__version__} has no CUDA: install a CUDA "
+                             "build of torch to validate on the GPU")
+    return hw, notes
+
+
+def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int | None = None,
+             global_batch_size: int | None = None, plan: Plan | None = None, micro_batch_size: int | None = None,
+             gradient_accumulation_steps: int | None = None, precision: str | None = None, tf32: bool | None = None,
+             optimizer: str | None = None, gradient_checkpointing: bool | None = None, steps: int = 10,
+             warmup: int = 2, compare: bool = False, memory_limit_bytes: int | None = None, max_trials: int = 6,
+             progress=None, stop=None, hardware: HardwareProfile | None = None):
+    """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.validation`).
+
+    The plan: ``plan`` when given (e.g. from a recommendation's JSON); else this machine's
+    recommendation with the given settings overriding it (a micro-batch alone keeps the global
+    batch by changing the accumulation). Imports torch.
+
+    Returns:
+        ValidationReport (``verdict``, ``trials``, ``confirmed_plan``; ``comparison`` with ``compare``).
+    Raises:
+        UsageError: inconsistent settings, a plan for another device, a CUDA-less torch on a GPU machine.
+        NoFitError: nothing fits and no setting was given to try anyway.
+        ModelNotFoundError, BadConfigError: from the model probe.
+    """
+    from advisor.validation import validate as run_validation
+
+    if hardware is None:
+        hw, notes = _local_hardware_for_trials()
+    else:
+        hw, notes = hardware, []
+    if plan is None:
+        overrides = {k: v for k, v in (("precision", precision), ("tf32", tf32), ("optimizer", optimizer),
+                                       ("gradient_checkpointing", gradient_checkpointing),
+                                       ("micro_batch_size", micro_batch_size),
+                                       ("gradient_accumulation_steps", gradient_accumulation_steps)) if v is not None}
+        for name in ("micro_batch_size", "gradient_accumulation_steps"):
+            if overrides.get(name, 1) <= 0:
+                raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {overrides[name]}")
+        if global_batch_size is None and micro_batch_size is not None:
+            global_batch_size = micro_batch_size * (gradient_accumulation_steps or 1)
+        try:
+            base = recommend(model, task=task, seq_len=seq_len, global_batch_size=global_batch_size, hardware=hw).plan
+        except NoFitError as err:
+            if not overrides or err.closest is None:
+                raise
+            base = err.closest.plan
+        gbs = base.global_batch_size
+        if "micro_batch_size" in overrides and "gradient_accumulation_steps" not in overrides:
+            if gbs % overrides["micro_batch_size"]:
+                raise UsageError(f"--micro-batch-size {overrides['micro_batch_size']} does not divide the global "
+                                 f"batch {gbs}")
+            overrides["gradient_accumulation_steps"] = gbs // overrides["micro_batch_size"]
+        elif "gradient_accumulation_steps" in overrides and "micro_batch_size" not in overrides:
+            if gbs % overrides["gradient_accumulation_steps"]:
+                raise UsageError(f"--gradient-accumulation-steps {overrides['gradient_accumulation_steps']} does "
+                                 f"not divide the global batch {gbs}")
+            overrides["micro_batch_size"] = gbs // overrides["gradient_accumulation_steps"]
+        if overrides.get("precision") == "fp16" and hw.gpu is None:
+            raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
+        if overrides.get("tf32") and (hw.gpu is None or not hw.gpu.tf32):
+            raise UsageError("tf32 needs an Ampere or newer GPU")
+        plan = base.model_copy(update=overrides)
+    facts = make_facts(model, task=task, seq_len=seq_len, global_batch_size=plan.global_batch_size, hardware=hw)
+    report = run_validation(facts, plan, steps=steps, warmup=warmup, compare=compare,
+                            memory_limit_bytes=memory_limit_bytes, max_trials=max_trials, progress=progress,
+                            stop=stop)
+    report.warnings[:0] = notes
+    return report

@@ -147,6 +147,142 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _read_plan(path: str):
+    """The plan (and sequence length) of a recommend / estimate / validate JSON file."""
+    from pydantic import ValidationError
+
+    from probes.errors import UsageError
+    from rules import Plan
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as err:
+        raise UsageError(f"cannot read --plan {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--plan {path} is not JSON: {err.msg} at line {err.lineno}") from None
+    raw = data.get("plan") or data.get("confirmed_plan") if isinstance(data, dict) else None
+    if raw is None:
+        raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    seq_len = (data.get("workload") or {}).get("seq_len")
+    return plan, seq_len if isinstance(seq_len, int) else None
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def _size(text: str) -> int:
+    """'2GiB', '512MiB', '1.5GB' or a number of bytes."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
+    return value
+
+
+class _Progress:
+    """The validator's progress on stderr: a rich bar with the live step time and memory on a
+    terminal, one line per step otherwise."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = _console(stderr=True)
+        self.live = self.console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+                            disable=not self.live, transient=False)
+        self.task = None
+        self.index = 0
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def __call__(self, event) -> None:
+        from advisor.trial import StepUpdate
+        from advisor.validation import Trial, TrialStarted, describe
+
+        if isinstance(event, TrialStarted):
+            self.index = event.index
+            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}",
+                               highlight=False)
+            self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
+        elif isinstance(event, StepUpdate):
+            peak = f"peak {event.peak_bytes / 2**30:.2f} GiB, " if event.peak_bytes else ""
+            info = f"{'warm-up' if event.warmup else 'step'} {event.step_time_s:.3f} s, {peak}loss {event.loss:.3f}"
+            if self.task is not None:
+                self.bar.update(self.task, completed=event.step, info=info)
+            if not self.live:
+                self.console.print(f"advisor: trial {self.index} step {event.step}/{event.total}: {info}",
+                                   highlight=False)
+        elif isinstance(event, Trial):
+            m = event.measured
+            done = f"{event.status}" + (f": {event.message}" if event.message else "")
+            if m and m.step_time_s:
+                done += f", {m.step_time_s:.3f} s/step, {m.tokens_per_s:,.0f} tokens/s"
+            if self.task is not None:
+                self.bar.update(self.task, info=done)
+            self.console.print(f"advisor: trial {self.index} {done}", highlight=False)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from advisor.api import validate
+    from advisor.files import write_atomic
+
+    plan, seq_len = _read_plan(args.plan) if args.plan else (None, None)
+    stop = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        if stop.is_set():  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        stop.set()
+        sys.stderr.write("advisor: stopping at the next step boundary (Ctrl-C again to stop now)\n")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with _Progress() as progress:
+            report = validate(args.model, task=args.task, seq_len=args.seq_len or seq_len,
+                              global_batch_size=args.global_batch_size, plan=plan,
+                              micro_batch_size=args.micro_batch_size,
+                              gradient_accumulation_steps=args.gradient_accumulation_steps, precision=args.precision,
+                              tf32=args.tf32, optimizer=args.optimizer,
+                              gradient_checkpointing=args.gradient_checkpointing, steps=args.steps,
+                              warmup=args.warmup, compare=args.compare, memory_limit_bytes=args.memory_limit,
+                              max_trials=args.max_trials, progress=progress, stop=stop)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    text = report.model_dump_json(indent=2) + "\n"
+    if args.output:
+        write_atomic(args.output, text)
+        sys.stderr.write(f"advisor: wrote {args.output}\n")
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        from advisor.report import validation_tables
+
+        _console().print(validation_tables(report))
+    if report.interrupted:
+        return ExitCode.INTERRUPTED
+    return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
+
+
 def cmd_rules(args: argparse.Namespace) -> int:
     from rules import REGISTRY, info
 
@@ -228,6 +364,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run a real training step on fake tensors (imports torch; seconds)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
+                       epilog=EXIT_CODES_HELP)
+    p.add_argument("--model", required=True, metavar="ID_OR_PATH",
+                   help="Hub id (gpt2), a folder with config.json (its weights are used when present), or a "
+                        "config.json path")
+    p.add_argument("--task", choices=TASK_CHOICES, help="task head (default: from the config's architectures)")
+    p.add_argument("--seq-len", type=_positive_int, metavar="L",
+                   help="tokens per sample (default: the --plan file's, else min(model max positions, 1024))")
+    p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
+                   help="samples per optimizer step (default 64)")
+    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
+    plan_group = p.add_argument_group("plan settings (override this machine's recommendation)")
+    plan_group.add_argument("--micro-batch-size", type=_positive_int, metavar="b")
+    plan_group.add_argument("--gradient-accumulation-steps", type=_positive_int, metavar="k")
+    plan_group.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
+    plan_group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
+    plan_group.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"))
+    plan_group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--steps", type=_positive_int, default=10, metavar="N", help="timed steps per trial (default 10)")
+    p.add_argument("--warmup", type=_positive_int, default=2, metavar="N",
+                   help="untimed warm-up steps per trial (default 2)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
+    p.add_argument("--memory-limit", type=_size, metavar="SIZE",
+                   help="hold the trials to less memory than the device has, e.g. 8GiB")
+    p.add_argument("--max-trials", type=_positive_int, default=6, metavar="N",
+                   help="most trials, corrections included (default 6; the baseline has its own)")
+    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")
     p.add_argument("--json", action="store_true")

@@ -172,3 +172,59 @@ def rules_table(rules: list[RuleInfo]) -> Table:
         t.add_row(r.id, r.title, "\n".join(f"{s.title}{f' — {s.section}' if s.section else ''}\n{s.url}"
                                            for s in r.sources))
     return t
+
+
+def _err(x: float | None) -> str:
+    return "" if x is None else f" ({x:+.0%})"
+
+
+def validation_tables(report) -> Group:
+    """A validation report: the device, every trial measured beside predicted, the verdict, the
+    comparison with the baseline, the warnings. ``report`` is an ``advisor.validation.ValidationReport``."""
+    from advisor.validation import describe
+
+    d = report.device
+    limit = f", held to {gib(d.memory_limit_bytes)}" if d.memory_limit_bytes else ""
+    head = Text.assemble(("Validation ", "bold"), f"of {report.model} ({report.task}) on {d.name} "
+                         f"[{d.type}, {gib(d.capacity_bytes)}{limit}], seq-len {report.workload.seq_len}, "
+                         f"global batch {report.workload.global_batch_size}, {report.warmup_steps} warm-up + "
+                         f"{report.steps} timed steps per trial")
+    t = Table(title="Trials: measured (prediction error)", title_justify="left")
+    for col in ("#", "role", "plan", "status", "peak memory", "predicted", "step time", "predicted", "tokens/s",
+                "MFU"):
+        t.add_column(col, justify="right" if col in ("#", "tokens/s", "MFU") else "left")
+    for i, trial in enumerate(report.trials, 1):
+        m, p, e = trial.measured, trial.predicted, trial.error
+        status = trial.status if trial.status == "ok" else f"[red]{trial.status}[/]"
+        t.add_row(str(i), trial.role, describe(trial.plan), status,
+                  gib(m.peak_bytes) + _err(e.peak_bytes if e else None) if m and m.peak_bytes else "—",
+                  gib(p.memory.peak_bytes),
+                  f"{m.step_time_s:.3f} s" + _err(e.step_time_s if e else None) if m and m.step_time_s else "—",
+                  f"{p.speed.step_time_s:.3f} s",
+                  f"{m.tokens_per_s:,.0f}" if m and m.tokens_per_s else "—",
+                  f"{m.mfu:.1%}" if m and m.mfu is not None else "—")
+    parts = [head, t]
+    for i, trial in enumerate(report.trials, 1):
+        if trial.message or trial.role != "plan":
+            parts.append(Text(f"  {i}. {trial.reason}" + (f" → {trial.message}" if trial.message else ""),
+                              style="dim"))
+    style = {"confirmed": "bold green", "corrected": "bold yellow"}.get(report.verdict, "bold red")
+    verdict = Text.assemble(("Verdict: ", "bold"), (report.verdict, style))
+    if report.confirmed_plan is not None:
+        verdict.append(f" — {describe(report.confirmed_plan)}")
+    if report.interrupted:
+        verdict.append(" (interrupted: partial report)", style="yellow")
+    parts.append(verdict)
+    c = report.comparison
+    if c is not None:
+        if c.same_as_plan:
+            parts.append(Text("The confirmed plan is the documents' baseline (fp32, no checkpointing, AdamW): "
+                              "nothing to compare"))
+        elif c.speedup is not None:
+            parts.append(Text(f"Against the baseline ({describe(c.baseline_plan)}): {c.speedup:.2f}x the speed, "
+                              f"{gib(c.memory_saved_bytes)} less peak memory"))
+        else:
+            parts.append(Text(f"Baseline ({describe(c.baseline_plan)}): {c.baseline_status}; no comparison"))
+    for w in report.warnings:
+        parts.append(Text(f"warning: {w}", style="yellow"))
+    return Group(*parts)

@@ -48,7 +48,8 @@ class SimulationResult:
     wall_s: float  #: seconds the simulation took
 
 
-def _live_bytes_mode():
+def live_bytes_mode():
+    """A ``TorchDispatchMode`` counting live storage bytes, with the peak per phase (set ``.phase``)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -118,7 +119,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
     config = hf_config(model, plan, config, zero_attention_dropout=plan.device == "cuda")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
-    tracker = _live_bytes_mode()
+    tracker = live_bytes_mode()
     with FakeTensorMode(allow_non_fake_inputs=True), tracker:
         net = build_model(model, config)
         net.train()

@@ -67,8 +67,10 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
         flags = set(host.cpu_flags) if host else set()
         per_cycle = next((v for k, v in _CPU_FLOP_PER_CYCLE.items() if k in flags), 8)
         if plan.precision == "bf16":
-            # VDPBF16PS does two bf16 FMAs per fp32 lane; AMX tiles many more (Intel SDM, vol. 1 ch. 18 and 20)
-            per_cycle *= 8 if "amx_bf16" in flags else 2 if "avx512_bf16" in flags else 1
+            # AMX tiles run many bf16 FMAs per cycle (Intel SDM, vol. 1 ch. 20); VDPBF16PS (AVX-512 BF16)
+            # could do two per fp32 lane, but oneDNN's bf16 matmuls measured 0.54x fp32's rate on a Xeon
+            # without AMX (133 vs 246 GFLOP/s, 1024x768x3072, torch 2.13; benchmarks/results/validate_cpu.md)
+            per_cycle *= 8 if "amx_bf16" in flags else 0.54 if "avx512_bf16" in flags else 1
         return cores * ghz * 1e9 * per_cycle, CPU_BANDWIDTH_GBPS * 1e9
     peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
     if peaks is None or bandwidth is None:

@@ -20,6 +20,7 @@ class ExitCode(IntEnum):
     MODEL_NOT_FOUND = 3  #: the model id or path resolves to no config.json
     BAD_CONFIG = 4  #: a config.json that is malformed or not a transformers config
     NO_FIT = 5  #: no plan fits the hardware's memory
+    VALIDATION_FAILED = 6  #: ``advisor validate``: no trial ran cleanly (out of memory, non-finite loss, error)
     INTERRUPTED = 130  #: Ctrl-C
 
 

@@ -91,8 +91,9 @@ class Fp32WithoutTensorCores(Rule):
     topic = "precision"
     sources = [S.NV_AMP, S.TORCH_AMP]
     rationale = ("Mixed precision is fast because tensor cores run 16-bit matmuls; without them (pre-Volta GPUs, "
-                 "CPUs without AMX/AVX-512 bf16) it saves some activation memory but gains no speed, and CPU "
-                 "autocast supports bf16 only.")
+                 "CPUs without AMX) it saves some activation memory but gains no speed, and CPU autocast supports "
+                 "bf16 only. On CPUs with AVX-512 BF16 but no AMX, oneDNN's bf16 matmuls measured slower than "
+                 "fp32's (advisor validate on a Xeon with avx512_bf16: 133 vs 246 GFLOP/s).")
 
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
@@ -103,13 +104,15 @@ class Fp32WithoutTensorCores(Rule):
             return [self.forbid("precision", "fp16", why), self.forbid("precision", "bf16", why)]
         flags = set(facts.hardware.host.cpu_flags) if facts.hardware.host else set()
         effects = [self.forbid("precision", "fp16", "training on the CPU: CPU autocast gains nothing from fp16")]
-        if flags & {"amx_bf16", "avx512_bf16"}:
-            effects.append(self.prefer("precision", "bf16", "this CPU has "
-                                       + ("AMX" if "amx_bf16" in flags else "AVX-512 BF16")
-                                       + " instructions: bf16 autocast runs matmuls faster than fp32"))
-        else:
+        if "amx_bf16" in flags:
+            effects.append(self.prefer("precision", "bf16", "this CPU has AMX tiles: bf16 autocast runs matmuls "
+                                                            "several times faster than fp32"))
+        elif "avx512_bf16" not in flags:
             effects.append(self.forbid("precision", "bf16",
                                        "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
+        # AVX-512 BF16 without AMX: allowed, not preferred; bf16 saves activation memory but its matmuls
+        # ran at 0.54x fp32's rate here (advisor validate, benchmarks/results/validate_cpu.md), so the
+        # speed model ranks fp32 first unless memory needs bf16
         return effects
 
 
