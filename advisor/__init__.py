@@ -2,12 +2,12 @@
 
 The public API (lazy, so ``import advisor`` stays cheap)::
 
-    from advisor import recommend, estimate, probe_hardware, profile_model
+    from advisor import recommend, estimate, validate, probe_hardware, profile_model
 """
 
 from __future__ import annotations
 
-__all__ = ["recommend", "estimate", "probe_hardware", "profile_model"]
+__all__ = ["estimate", "probe_hardware", "profile_model", "recommend", "validate"]
 __version__ = "0.1.0"
 
 

@@ -344,6 +344,10 @@ class _Session:
         larger = larger_micro_batch(confirmed.plan)
         if larger is None or not self.budget_left or confirmed.measured is None:
             return confirmed
+        same = ("precision", "optimizer", "gradient_checkpointing")
+        if any(t.status == "oom" and t.plan.micro_batch_size <= larger.micro_batch_size
+               and all(getattr(t.plan, k) == getattr(larger, k) for k in same) for t in self.trials):
+            return confirmed  # already ran out of memory there
         predicted = planner.evaluate(self.facts, larger).memory
         scale = confirmed.measured.peak_bytes / max(confirmed.predicted.memory.peak_bytes, 1)
         projected_peak = int(predicted.peak_bytes * scale)

@@ -1,0 +1,326 @@
+"""The validator: real trial steps on this machine (the CPU here; CUDA where a GPU exists), and
+its fault paths: out of memory, non-finite loss, missing bitsandbytes, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import torch  # noqa: E402
+
+from advisor import api  # noqa: E402
+from advisor.files import write_atomic  # noqa: E402
+from advisor.trial import StepUpdate  # noqa: E402
+from advisor.validation import (ValidationReport, _Session, baseline_plan, larger_micro_batch,  # noqa: E402
+                                smaller_micro_batch)
+from probes.errors import ExitCode, UsageError  # noqa: E402
+from probes.hardware import HardwareProfile, read_host  # noqa: E402
+from rules import Plan  # noqa: E402
+
+from conftest import facts as make_facts  # noqa: E402
+from test_cli import ENV, ROOT  # noqa: E402
+
+TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
+        "n_positions": 256, "vocab_size": 1000}
+CPU = HardwareProfile(source="none", host=read_host())
+
+
+@pytest.fixture
+def tiny(tmp_path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    return str(path)
+
+
+def _plan(**kw) -> Plan:
+    base = dict(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
+                micro_batch_size=8, gradient_accumulation_steps=1, parallelism="none", num_gpus=0)
+    base.update(kw)
+    return Plan(**base)
+
+
+def test_cpu_trial_confirms_the_plan_and_measures_it(tiny) -> None:
+    report = api.validate(tiny, seq_len=64, global_batch_size=8, steps=3, hardware=CPU)
+    assert report.verdict == "confirmed" and not report.interrupted
+    (trial,) = report.trials
+    m = trial.measured
+    assert trial.status == "ok" and trial.role == "plan" and report.confirmed_plan == trial.plan
+    assert m.timed_steps == 3 and len(m.losses) == 5 and m.losses_finite
+    assert all(math.isfinite(v) and 5 < v < 9 for v in m.losses)  # ln(1000) = 6.9 for random weights
+    assert m.step_time_s > 0 and m.step_time_spread_s >= 0
+    assert m.samples_per_s == pytest.approx(8 / m.step_time_s)
+    assert m.tokens_per_s == pytest.approx(m.samples_per_s * 64)
+    assert 0 < m.mfu < 1
+    # the live-tensor peak is counted like the simulator counts: the analytic model is within 25 %
+    assert abs(trial.error.peak_bytes) < 0.25, trial.error
+    assert m.device_bytes > m.peak_bytes  # the process's peak RSS holds torch itself too
+    assert report.device.type == "cpu" and report.device.torch_version == torch.__version__
+    ValidationReport.model_validate_json(report.model_dump_json())  # the JSON round-trips
+
+
+def test_gpt2_cpu_plan_runs_end_to_end() -> None:
+    report = api.validate("gpt2", seq_len=32, global_batch_size=2, steps=1, hardware=CPU)
+    assert report.verdict == "confirmed", report.trials[-1].message
+    assert report.trials[0].measured.peak_bytes > 124_439_808 * 16  # weights, gradients and AdamW's two states
+
+
+def test_memory_limit_forces_oom_and_a_smaller_micro_batch_keeps_the_global_batch(tiny) -> None:
+    facts = api.make_facts(tiny, seq_len=128, global_batch_size=16, hardware=CPU)
+    from advisor import planner
+
+    peak = {mb: planner.evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory
+            .peak_bytes for mb in (16, 8)}
+    limit = (peak[16] + peak[8]) // 2
+    report = api.validate(tiny, seq_len=128, global_batch_size=16, micro_batch_size=16, precision="fp32", steps=2,
+                          memory_limit_bytes=limit, hardware=CPU)
+    first, last = report.trials[0], report.trials[-1]
+    assert first.status == "oom" and "limit" in first.message
+    assert last.status == "ok" and last.role == "smaller-micro-batch"
+    assert report.verdict == "corrected"
+    assert report.confirmed_plan.micro_batch_size == 8 and report.confirmed_plan.gradient_accumulation_steps == 2
+    assert report.confirmed_plan.global_batch_size == 16
+    assert report.device.memory_limit_bytes == limit
+
+
+def test_injected_cuda_oom_is_caught_by_type(tiny, monkeypatch) -> None:
+    """torch.cuda.OutOfMemoryError from the model (as on a GPU) is an 'oom' status, never a crash."""
+    import advisor.trial as trial_module
+
+    real_build = trial_module.build_model
+
+    def build(model, config, weights=None):
+        net = real_build(model, config, weights=weights)
+
+        def too_big(module, args, kwargs):
+            if kwargs["input_ids"].shape[0] > 2:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+        net.register_forward_pre_hook(too_big, with_kwargs=True)
+        return net
+
+    monkeypatch.setattr(trial_module, "build_model", build)
+    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1,
+                          hardware=CPU)
+    assert [t.status for t in report.trials] == ["oom", "oom", "ok"]
+    assert [t.plan.micro_batch_size for t in report.trials] == [8, 4, 2]
+    assert report.confirmed_plan.gradient_accumulation_steps == 4 and report.verdict == "corrected"
+
+
+def test_oom_at_micro_batch_one_tries_checkpointing_then_fails(tiny) -> None:
+    report = api.validate(tiny, seq_len=32, global_batch_size=2, micro_batch_size=2, precision="fp32", steps=1,
+                          memory_limit_bytes=1024, hardware=CPU)
+    assert [t.role for t in report.trials] == ["plan", "smaller-micro-batch", "checkpointing"]
+    assert all(t.status == "oom" for t in report.trials)
+    assert report.verdict == "failed" and report.confirmed_plan is None
+
+
+def test_nonfinite_loss_is_reported(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, "initializer_range": 1e30}))  # logits overflow fp32
+    report = api.validate(str(path), seq_len=32, global_batch_size=2, precision="fp32", steps=2, hardware=CPU)
+    (trial,) = report.trials
+    assert trial.status == "nonfinite" and not trial.measured.losses_finite
+    assert report.verdict == "failed"
+
+
+def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
+    def correction(hw: str):
+        f = make_facts(hw, seq_len=128, global_batch_size=8)
+        session = _Session(f, api_runtime(), 1, 1, 6, None, None, threading.Event(), None)
+        plan = _plan(device="cuda", precision="fp16", num_gpus=1)
+        from advisor import planner
+        from advisor.validation import Predicted, RuntimeSettings, Trial
+
+        c = planner.evaluate(f, plan)
+        trial = Trial(role="plan", reason="", plan=plan, runtime=RuntimeSettings(), status="nonfinite",
+                      predicted=Predicted(memory=c.memory, speed=c.speed), wall_s=0.0)
+        return session._correction(trial), session.warnings
+
+    nxt, _ = correction("a100-80gb")
+    assert nxt[0] == "bf16" and nxt[2].precision == "bf16"
+    nxt, warnings = correction("v100-16gb")  # no bf16 before Ampere: report, no retry
+    assert nxt is None and "no bf16" in warnings[0]
+
+
+def api_runtime():
+    from advisor.validation import RuntimeSettings
+
+    return RuntimeSettings()
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("bitsandbytes") is not None,
+                    reason="bitsandbytes is installed here")
+def test_missing_bitsandbytes_validates_the_nearest_plan_without_it(tiny) -> None:
+    report = api.validate(tiny, seq_len=32, global_batch_size=4, optimizer="adamw-8bit", steps=1, hardware=CPU)
+    assert any("bitsandbytes" in w and "pip install bitsandbytes" in w for w in report.warnings)
+    assert report.trials[0].plan.optimizer in ("adamw", "adafactor")
+    assert report.verdict == "corrected"
+
+
+def test_stop_event_ends_at_a_step_boundary_with_a_partial_report(tiny) -> None:
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def progress(event) -> None:
+        if isinstance(event, StepUpdate):
+            seen.append(event.step)
+            if event.step == 3:
+                stop.set()
+
+    report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=1000, hardware=CPU, progress=progress,
+                          stop=stop, compare=True)
+    assert report.interrupted and report.verdict == "incomplete"
+    (trial,) = report.trials  # neither a correction nor the baseline after a stop
+    assert trial.status == "interrupted" and len(trial.measured.losses) == 3 and seen == [1, 2, 3]
+    assert trial.measured.timed_steps == 1
+
+
+def test_compare_runs_the_baseline(tiny) -> None:
+    report = api.validate(tiny, seq_len=64, global_batch_size=8, precision="bf16", steps=2, compare=True,
+                          hardware=CPU)
+    c = report.comparison
+    assert c is not None and not c.same_as_plan and c.baseline_status == "ok"
+    assert c.baseline_plan.precision == "fp32" and c.baseline_plan.global_batch_size == 8
+    assert c.speedup > 0 and c.memory_saved_bytes is not None
+    assert report.trials[-1].role == "baseline"
+
+
+def test_larger_micro_batch_is_tried_when_memory_leaves_room(tiny) -> None:
+    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=2, precision="fp32", steps=2,
+                          hardware=CPU)
+    assert [t.role for t in report.trials] == ["plan", "larger-micro-batch"]
+    assert report.trials[1].plan.micro_batch_size == 4 and report.trials[1].plan.gradient_accumulation_steps == 2
+    kept = report.confirmed_plan.micro_batch_size
+    faster = report.trials[1].measured.tokens_per_s > report.trials[0].measured.tokens_per_s * 1.02
+    assert kept == (4 if faster else 2)
+    assert report.verdict == ("corrected" if faster else "confirmed")
+
+
+def test_micro_batch_steps_keep_the_global_batch() -> None:
+    p = _plan(micro_batch_size=12, gradient_accumulation_steps=2)
+    assert smaller_micro_batch(p).micro_batch_size == 6 and smaller_micro_batch(p).gradient_accumulation_steps == 4
+    assert smaller_micro_batch(_plan(micro_batch_size=1, gradient_accumulation_steps=8)) is None
+    assert larger_micro_batch(p).micro_batch_size == 24 and larger_micro_batch(p).gradient_accumulation_steps == 1
+    assert larger_micro_batch(_plan(micro_batch_size=8)) is None
+    base = baseline_plan(p.model_copy(update={"precision": "bf16", "optimizer": "adafactor",
+                                              "gradient_checkpointing": True}))
+    assert (base.precision, base.optimizer, base.gradient_checkpointing, base.global_batch_size) == (
+        "fp32", "adamw", False, 24)
+
+
+def test_a_plan_for_another_device_is_refused(tiny) -> None:
+    with pytest.raises(UsageError, match="no CUDA device here"):
+        api.validate(tiny, plan=_plan(device="cuda", num_gpus=1), hardware=CPU)
+    with pytest.raises(UsageError, match="multi-GPU"):
+        api.validate(tiny, plan=_plan(device="cuda", num_gpus=2, parallelism="ddp"), hardware=CPU)
+    with pytest.raises(UsageError, match="fp16"):
+        api.validate(tiny, precision="fp16", hardware=CPU)
+
+
+def _cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, env=ENV,
+                          cwd=ROOT, timeout=timeout)
+
+
+def test_cli_validates_a_recommend_json_plan_and_writes_the_output(tiny, tmp_path) -> None:
+    rec = _cli("recommend", "--model", tiny, "--seq-len", "32", "--global-batch-size", "4", "--json")
+    assert rec.returncode == 0, rec.stderr
+    plan_file = tmp_path / "rec.json"
+    plan_file.write_text(rec.stdout)
+    out = tmp_path / "report.json"
+    res = _cli("validate", "--model", tiny, "--plan", str(plan_file), "--steps", "2", "--output", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    report = ValidationReport.model_validate_json(res.stdout)
+    assert report.trials[0].plan == Plan.model_validate(json.loads(rec.stdout)["plan"])
+    assert report.workload.seq_len == 32  # from the plan file
+    assert json.loads(out.read_text()) == json.loads(res.stdout)
+    assert "advisor: trial 1" in res.stderr and "advisor: trial 1" not in res.stdout
+    table = _cli("validate", "--model", tiny, "--plan", str(plan_file), "--steps", "1")
+    assert table.returncode == 0 and "Verdict: confirmed" in table.stdout
+
+
+def test_cli_nonfinite_exits_with_validation_failed(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**TINY, "initializer_range": 1e30}))
+    res = _cli("validate", "--model", str(path), "--seq-len", "32", "--global-batch-size", "2", "--precision",
+               "fp32", "--steps", "1", "--json")
+    assert res.returncode == ExitCode.VALIDATION_FAILED
+    assert json.loads(res.stdout)["trials"][0]["status"] == "nonfinite"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--memory-limit", "lots"], "is not a size"),
+    (["--plan", "/nonexistent/rec.json"], "cannot read --plan"),
+    (["--steps", "x"], "not a whole number"),
+])
+def test_cli_bad_validate_input_is_one_line(tiny, args, needle) -> None:
+    res = _cli("validate", "--model", tiny, *args)
+    assert res.returncode == ExitCode.USAGE and needle in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_cli_plan_file_that_is_not_a_plan(tiny, tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"plan": {"precision": "fp8"}}')
+    res = _cli("validate", "--model", tiny, "--plan", str(bad))
+    assert res.returncode == ExitCode.USAGE and "--plan" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_ctrl_c_stops_at_a_step_boundary_writes_the_partial_report_and_exits_130(tiny, tmp_path) -> None:
+    out = tmp_path / "partial.json"
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", tiny, "--seq-len", "32",
+                             "--global-batch-size", "4", "--steps", "100000", "--output", str(out), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if "step 3/" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED, "".join(lines) + stderr
+    report = ValidationReport.model_validate_json(stdout)
+    assert report.interrupted and report.trials[0].status == "interrupted"
+    assert len(report.trials[0].measured.losses) >= 3
+    assert json.loads(out.read_text()) == json.loads(stdout)
+    assert "Traceback" not in stderr
+
+
+def test_write_atomic_replaces_whole_files_or_nothing(tmp_path) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("old")
+    write_atomic(target, "new")
+    assert target.read_text() == "new" and os.listdir(tmp_path) == ["r.json"]
+    with pytest.raises(UsageError, match="does not exist"):
+        write_atomic(tmp_path / "missing" / "r.json", "x")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_trial_measures_with_the_caching_allocator() -> None:
+    report = api.validate("gpt2", seq_len=256, global_batch_size=16, steps=3)
+    trial = report.trials[0]
+    assert trial.status == "ok" and trial.plan.device == "cuda"
+    m = trial.measured
+    assert m.reserved_bytes >= m.peak_bytes > 124_439_808 * 12
+    assert abs(trial.error.peak_bytes) < 0.25
+
+
+def test_validate_is_in_the_python_api() -> None:
+    import advisor
+
+    assert advisor.validate is api.validate
+    assert Path(ROOT / "advisor" / "validation.py").exists()
