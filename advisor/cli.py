@@ -218,8 +218,10 @@ class _Progress:
 
         if isinstance(event, TrialStarted):
             self.index = event.index
-            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}",
-                               highlight=False)
+            about = event.predicted_step_time_s * event.total_steps
+            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
+                               f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
+                               f"{event.total_steps} steps", highlight=False)
             self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
         elif isinstance(event, StepUpdate):
             peak = f"peak {event.peak_bytes / 2**30:.2f} GiB, " if event.peak_bytes else ""

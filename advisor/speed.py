@@ -68,9 +68,10 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
         per_cycle = next((v for k, v in _CPU_FLOP_PER_CYCLE.items() if k in flags), 8)
         if plan.precision == "bf16":
             # AMX tiles run many bf16 FMAs per cycle (Intel SDM, vol. 1 ch. 20); VDPBF16PS (AVX-512 BF16)
-            # could do two per fp32 lane, but oneDNN's bf16 matmuls measured 0.54x fp32's rate on a Xeon
-            # without AMX (133 vs 246 GFLOP/s, 1024x768x3072, torch 2.13; benchmarks/results/validate_cpu.md)
-            per_cycle *= 8 if "amx_bf16" in flags else 0.54 if "avx512_bf16" in flags else 1
+            # could do two per fp32 lane, but on a Xeon without AMX oneDNN's bf16 matmuls ran at 0.54x
+            # fp32's rate alone and a gpt2 training step's matmuls at about 0.8x under autocast
+            # (torch 2.13; benchmarks/results/validate_cpu.md)
+            per_cycle *= 8 if "amx_bf16" in flags else 0.8 if "avx512_bf16" in flags else 1
         return cores * ghz * 1e9 * per_cycle, CPU_BANDWIDTH_GBPS * 1e9
     peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
     if peaks is None or bandwidth is None:
@@ -89,7 +90,9 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
     tokens = plan.micro_batch_size * seq_len
     h = model.hidden_size
     if gpu is None:
-        return 0.35 * tokens / (tokens + 64)
+        # fitted to advisor validate on a 2-core Xeon (benchmarks/results/validate_cpu.md): fp32 trials of
+        # gpt2, distilbert, bert-base and t5-small reached 31-65 % (median 44 %) of cores x clock x 64 FLOP/cycle
+        return 0.50 * tokens / (tokens + 64)
     tensor16 = plan.precision in ("fp16", "bf16") and gpu.tensor_cores
     tf32 = plan.precision == "fp32" and plan.tf32 and gpu.tf32
     if tensor16:

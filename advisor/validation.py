@@ -161,6 +161,7 @@ class TrialStarted(BaseModel):
     role: TrialRole
     plan: Plan
     total_steps: int
+    predicted_step_time_s: float = Field(description="the speed model's seconds per optimizer step")
 
 
 ProgressHook = Callable[[Any], None]  #: receives TrialStarted, trial.StepUpdate and Trial (finished) events
@@ -273,7 +274,8 @@ class _Session:
         candidate = planner.evaluate(self.facts, plan)
         if self.progress:
             self.progress(TrialStarted(index=len(self.trials) + 1, role=role, plan=plan,
-                                       total_steps=self.steps + self.warmup))
+                                       total_steps=self.steps + self.warmup,
+                                       predicted_step_time_s=candidate.speed.step_time_s))
         outcome = run_trial(self.facts.model, plan, seq_len, steps=self.steps, warmup=self.warmup,
                             torch_compile=runtime.torch_compile,
                             dataloader_num_workers=runtime.dataloader_num_workers,

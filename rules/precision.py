@@ -93,7 +93,7 @@ class Fp32WithoutTensorCores(Rule):
     rationale = ("Mixed precision is fast because tensor cores run 16-bit matmuls; without them (pre-Volta GPUs, "
                  "CPUs without AMX) it saves some activation memory but gains no speed, and CPU autocast supports "
                  "bf16 only. On CPUs with AVX-512 BF16 but no AMX, oneDNN's bf16 matmuls measured slower than "
-                 "fp32's (advisor validate on a Xeon with avx512_bf16: 133 vs 246 GFLOP/s).")
+                 "fp32's (advisor validate on a Xeon with avx512_bf16: 154 vs 286 GFLOP/s; a gpt2 step 0.82x as fast).")
 
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
@@ -110,9 +110,9 @@ class Fp32WithoutTensorCores(Rule):
         elif "avx512_bf16" not in flags:
             effects.append(self.forbid("precision", "bf16",
                                        "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
-        # AVX-512 BF16 without AMX: allowed, not preferred; bf16 saves activation memory but its matmuls
-        # ran at 0.54x fp32's rate here (advisor validate, benchmarks/results/validate_cpu.md), so the
-        # speed model ranks fp32 first unless memory needs bf16
+        # AVX-512 BF16 without AMX: allowed, not preferred; bf16 saves activation memory but a gpt2 step
+        # ran 0.82x as fast as fp32 (advisor validate, benchmarks/results/validate_cpu.md), so the speed
+        # model ranks fp32 first unless memory needs bf16
         return effects
 
 
