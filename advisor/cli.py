@@ -222,6 +222,9 @@ class _Progress:
             self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
                                f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
                                f"{event.total_steps} steps", highlight=False)
+            if about > 300 and event.index == 1:
+                self.console.print("advisor: that is long for a trial: --steps, --seq-len or --global-batch-size "
+                                   "make it shorter", highlight=False)
             self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
         elif isinstance(event, StepUpdate):
             peak = f"peak {event.peak_bytes / 2**30:.2f} GiB, " if event.peak_bytes else ""
@@ -301,12 +304,13 @@ def cmd_rules(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from advisor.api import Estimate
     from advisor.recommendation import SCHEMA_VERSION, Recommendation
+    from advisor.validation import ValidationReport
     from probes.hardware import HardwareProfile
     from probes.model import ModelProfile
 
     schemas = {name: model.model_json_schema() for name, model in
-               (("Recommendation", Recommendation), ("Estimate", Estimate), ("HardwareProfile", HardwareProfile),
-                ("ModelProfile", ModelProfile))}
+               (("Recommendation", Recommendation), ("Estimate", Estimate), ("ValidationReport", ValidationReport),
+                ("HardwareProfile", HardwareProfile), ("ModelProfile", ModelProfile))}
     sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "schemas": schemas}, indent=2) + "\n")
     return ExitCode.OK
 

@@ -324,3 +324,22 @@ def test_validate_is_in_the_python_api() -> None:
 
     assert advisor.validate is api.validate
     assert Path(ROOT / "advisor" / "validation.py").exists()
+
+
+def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
+    """A folder with config.json and model.safetensors trains its own weights (never downloads)."""
+    import transformers
+
+    from advisor.trainable import local_weights_dir
+    from probes.model import profile_model
+
+    config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k not in ("model_type", "architectures")},
+                                     architectures=["GPT2LMHeadModel"])
+    net = transformers.GPT2LMHeadModel(config)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.zero_()  # zero weights: uniform logits, so the first loss is exactly ln(vocab)
+    net.save_pretrained(tmp_path)
+    assert local_weights_dir(profile_model(str(tmp_path))) == tmp_path
+    report = api.validate(str(tmp_path), seq_len=32, global_batch_size=2, precision="fp32", steps=1, hardware=CPU)
+    assert report.trials[0].measured.losses[0] == pytest.approx(math.log(1000), abs=1e-4)
