@@ -101,13 +101,20 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     except NoFitError as err:
         if args.json:
             closest = err.closest
-            payload = {"schema_version": "1.0", "fits": False, "error": str(err), "suggestions": err.suggestions,
+            from advisor.recommendation import SCHEMA_VERSION
+
+            payload = {"schema_version": SCHEMA_VERSION, "fits": False, "error": str(err), "suggestions": err.suggestions,
                        "closest_plan": closest.plan.model_dump() if closest else None,
                        "closest_memory": closest.memory.model_dump() if closest else None}
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
             sys.stderr.write(f"advisor: {err.summary}\n")
             return err.exit_code
         raise
+    if args.emit:
+        from advisor.emit import emit
+
+        for path in emit(rec, args.emit, args.out):
+            sys.stderr.write(f"advisor: wrote {path}\n")
     if args.json:
         _print_json(rec)
     else:
@@ -354,6 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
                    help="samples per optimizer step (default 64)")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.add_argument("--emit", action="append", choices=("hf", "accelerate", "deepspeed", "torchrun", "all"),
+                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "
+                                          "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
+                                          "torchrun (launch.sh) or all; repeatable")
+    p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)

@@ -1,0 +1,270 @@
+"""Ready-to-run configs from one recommendation: Hugging Face ``TrainingArguments``, an accelerate
+config, a DeepSpeed config (when ZeRO is planned) and a torchrun launch script.
+
+Every value comes from the :class:`~advisor.recommendation.Recommendation` (its ``plan`` for the
+searched settings, its ``settings`` for the rule-set ones), so the files cannot disagree with it
+or with each other. Sources of the formats:
+
+- ``TrainingArguments``: https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments
+  (``optim`` names: ``transformers.training_args.OptimizerNames``);
+- accelerate: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-config (the
+  YAML that ``accelerate config`` writes, loaded by ``accelerate.commands.config.config_args.ClusterConfig``);
+- DeepSpeed: https://www.deepspeed.ai/docs/config-json/ (batch size, fp16 / bf16, ZeRO optimizations,
+  offload); the Trainer integration: https://huggingface.co/docs/transformers/deepspeed;
+- torchrun: https://pytorch.org/docs/stable/elastic/run.html (``--nnodes``, ``--nproc-per-node``,
+  ``--node-rank``, ``--master-addr``, ``--master-port``).
+
+No torch, transformers or accelerate import: emitting stays on the fast path.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from advisor.files import write_atomic
+from advisor.recommendation import Recommendation
+from probes.errors import UsageError
+
+TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
+FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": "ds_config.json",
+              "torchrun": "launch.sh"}
+MASTER_PORT = 29500  #: torchrun's default rendezvous port
+#: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
+DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
+           "min_loss_scale": 1}
+
+
+def _setting(rec: Recommendation, name: str, default: Any = None) -> Any:
+    decision = rec.settings.get(name)
+    return decision.value if decision is not None else default
+
+
+def uses_deepspeed(rec: Recommendation) -> bool:
+    """ZeRO stages (and their offload) run on DeepSpeed."""
+    return rec.plan.parallelism.startswith("zero")
+
+
+def zero_stage(rec: Recommendation) -> int:
+    """The ZeRO stage of the plan (0 without ZeRO)."""
+    return int(rec.plan.parallelism.split("-")[1]) if uses_deepspeed(rec) else 0
+
+
+def optim_name(rec: Recommendation) -> str:
+    """The ``TrainingArguments.optim`` value (an ``OptimizerNames`` member) of the plan's optimizer."""
+    plan = rec.plan
+    if plan.optimizer == "adamw":
+        fused = _setting(rec, "optimizer_implementation") == "fused" and plan.device == "cuda"
+        return "adamw_torch_fused" if fused else "adamw_torch"
+    return {"adafactor": "adafactor", "adamw-8bit": "adamw_bnb_8bit", "sgd": "sgd"}[plan.optimizer]
+
+
+def _checkpointing_key() -> str:
+    """transformers 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name
+    warns and goes in v6); older versions know only the old one. Read from the installed metadata."""
+    try:
+        major = int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return "gradient_checkpointing"
+    return "activation_checkpointing" if major >= 5 else "gradient_checkpointing"
+
+
+def training_args(rec: Recommendation) -> dict[str, Any]:
+    """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``).
+
+    Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
+    ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant.
+    """
+    plan = rec.plan
+    ckpt = _checkpointing_key()
+    args: dict[str, Any] = {
+        "output_dir": "output",
+        "per_device_train_batch_size": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "bf16": plan.precision == "bf16",
+        "fp16": plan.precision == "fp16",
+        ckpt: plan.gradient_checkpointing,
+        "optim": optim_name(rec),
+        "dataloader_num_workers": _setting(rec, "dataloader_num_workers", 0),
+        "dataloader_pin_memory": _setting(rec, "dataloader_pin_memory", plan.device == "cuda"),
+        "torch_compile": _setting(rec, "torch_compile", False),
+    }
+    if plan.gradient_checkpointing:
+        args[f"{ckpt}_kwargs"] = {"use_reentrant": False}
+    if plan.device == "cuda":
+        args["tf32"] = plan.tf32
+    else:
+        args["use_cpu"] = True
+    if uses_deepspeed(rec):
+        args["deepspeed"] = FILE_NAMES["deepspeed"]
+    return args
+
+
+def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
+    """The DeepSpeed config of a ZeRO plan (None otherwise).
+
+    ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
+    With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto").
+    """
+    if not uses_deepspeed(rec):
+        return None
+    plan = rec.plan
+    zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
+    if plan.offload in ("optimizer", "optimizer+parameters"):
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if plan.offload == "optimizer+parameters":
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    config: dict[str, Any] = {
+        "train_batch_size": plan.global_batch_size,
+        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "zero_optimization": zero,
+        "bf16": {"enabled": plan.precision == "bf16"},
+        "fp16": dict(DS_FP16) if plan.precision == "fp16" else {"enabled": False},
+    }
+    if plan.offload != "none":
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
+                                                           "weight_decay": "auto"}}
+    return config
+
+
+def accelerate_config(rec: Recommendation) -> dict[str, Any]:
+    """The YAML mapping ``accelerate config`` would write for the plan."""
+    plan, hw = rec.plan, rec.hardware
+    if plan.device == "cpu":
+        distributed = "NO"
+    elif uses_deepspeed(rec):
+        distributed = "DEEPSPEED"
+    elif plan.num_gpus > 1:
+        distributed = "MULTI_GPU"
+    else:
+        distributed = "NO"
+    config: dict[str, Any] = {
+        "compute_environment": "LOCAL_MACHINE",
+        "debug": False,
+        "distributed_type": distributed,
+        "downcast_bf16": "no",
+        "machine_rank": 0,
+        "main_training_function": "main",
+        "mixed_precision": "no" if plan.precision == "fp32" else plan.precision,
+        "num_machines": hw.nodes,
+        "num_processes": max(plan.num_gpus, 1),
+        "rdzv_backend": "static",
+        "same_network": True,
+        "use_cpu": plan.device == "cpu",
+    }
+    if plan.device == "cuda":
+        config["gpu_ids"] = "all"
+    if hw.nodes > 1:
+        config["main_process_ip"] = None  # the launch script passes --main_process_ip / MASTER_ADDR
+        config["main_process_port"] = MASTER_PORT
+    if uses_deepspeed(rec):
+        config["deepspeed_config"] = {"deepspeed_config_file": FILE_NAMES["deepspeed"],
+                                      "zero3_init_flag": zero_stage(rec) == 3}
+    if _setting(rec, "torch_compile", False):
+        config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
+    return config
+
+
+def launch_script(rec: Recommendation) -> str:
+    """A bash script that starts training with the planned processes (torchrun for several GPUs or nodes).
+
+    The training script is ``$TRAIN_SCRIPT`` (default ``train.py``) and gets ``training_args.json`` as
+    its first argument, the convention of the Hugging Face example scripts. Multi-node: run it on
+    every node with ``NODE_RANK`` and ``MASTER_ADDR`` set.
+    """
+    plan, hw = rec.plan, rec.hardware
+    per_node = max(plan.num_gpus, 1) // max(hw.nodes, 1) if plan.num_gpus else 1
+    if rec.hardware.gpu is None:
+        where = "the CPU"
+    else:
+        where = (f"{hw.nodes} nodes x " if hw.nodes > 1 else "") + f"{per_node} x {rec.hardware.gpu.name}"
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# Generated by advisor from its recommendation for {rec.model.id} on {where}",
+        f"# (schema {rec.schema_version}): {plan.precision}, {plan.optimizer}, micro-batch {plan.micro_batch_size} x "
+        f"{plan.gradient_accumulation_steps} accumulation x {plan.data_parallel_size} data-parallel = global batch "
+        f"{plan.global_batch_size}, {plan.parallelism}.",
+        "# Usage: TRAIN_SCRIPT=your_train.py ./launch.sh [more script arguments]",
+    ]
+    if hw.nodes > 1:
+        lines.append("# On every node: NODE_RANK=<0.." + str(hw.nodes - 1) + "> MASTER_ADDR=<node 0's address> "
+                     "./launch.sh")
+    lines += ["set -euo pipefail",
+              'SCRIPT="$(realpath "${TRAIN_SCRIPT:-train.py}")"  # resolved from where you start it',
+              'cd "$(dirname "$0")"  # the configs\' folder: training_args.json names the other files relative to it']
+    host = hw.host
+    if host is not None and host.cpu_cores:
+        threads = max(host.cpu_cores // per_node, 1)
+        lines.append(f"export OMP_NUM_THREADS={threads}  # {host.cpu_cores} cores / {per_node} process(es) per node")
+    script = '"$SCRIPT"'
+    args = f'{FILE_NAMES["hf"]} "$@"'
+    if plan.num_gpus > 1 or hw.nodes > 1:
+        parts = ["exec torchrun", f"--nnodes={hw.nodes}", f"--nproc-per-node={per_node}"]
+        if hw.nodes > 1:
+            parts += ['--node-rank="${NODE_RANK:?set NODE_RANK}"', '--master-addr="${MASTER_ADDR:?set MASTER_ADDR}"',
+                      f'--master-port="${{MASTER_PORT:-{MASTER_PORT}}}"']
+        else:
+            parts.append("--standalone")
+        lines.append(" ".join(parts) + f" {script} {args}")
+    else:
+        lines.append(f"exec python {script} {args}")
+    return "\n".join(lines) + "\n"
+
+
+def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
+    """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned).
+
+    Raises:
+        UsageError: ``deepspeed`` asked for a plan without ZeRO, or an unknown target.
+    """
+    wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    unknown = [t for t in wanted if t not in TARGETS]
+    if unknown:
+        raise UsageError(f"--emit {unknown[0]}: choose from {', '.join(TARGETS)} or all")
+    if "deepspeed" in wanted and not uses_deepspeed(rec):
+        if "all" in targets:
+            wanted.remove("deepspeed")
+        else:
+            raise UsageError(f"--emit deepspeed: the plan uses {rec.plan.parallelism}, not ZeRO, so it needs no "
+                             "DeepSpeed config")
+    files: dict[str, str] = {}
+    for target in wanted:
+        name = FILE_NAMES[target]
+        if target == "hf":
+            files[name] = json.dumps(training_args(rec), indent=2) + "\n"
+        elif target == "accelerate":
+            files[name] = yaml.safe_dump(accelerate_config(rec), sort_keys=True)
+        elif target == "deepspeed":
+            files[name] = json.dumps(deepspeed_config(rec), indent=2) + "\n"
+        else:
+            files[name] = launch_script(rec)
+    return files
+
+
+def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> list[Path]:
+    """Write the targets' files into ``out_dir`` (created if missing), each atomically; launch.sh executable.
+
+    Returns:
+        The written paths.
+    Raises:
+        UsageError: an unknown or inapplicable target, or a folder that cannot be written.
+    """
+    files = render(rec, targets)
+    folder = Path(out_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
+    written = []
+    for name, text in files.items():
+        path = write_atomic(folder / name, text)
+        if name == FILE_NAMES["torchrun"]:
+            path.chmod(path.stat().st_mode | 0o111)
+        written.append(path)
+    return written

@@ -1,0 +1,184 @@
+"""Emitted configs: every file is accepted by the tool that reads it, and follows the recommendation."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from unittest import mock
+
+import pytest
+import yaml
+
+from advisor.api import recommend
+from advisor.emit import FILE_NAMES, accelerate_config, deepspeed_config, emit, render, training_args
+from advisor.recommendation import Recommendation
+from probes.errors import UsageError
+
+transformers = pytest.importorskip("transformers")
+
+CASES = {  # name -> recommend() arguments
+    "gpt2 on a100-80gb:8 (DDP)": dict(model="gpt2", gpu="a100-80gb:8"),
+    "Llama-2-7B on a100-80gb:8 (ZeRO)": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8"),
+    "Llama-2-7B on a100-40gb:2 x 4 nodes": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4),
+    "bert-large on v100-16gb (fp16)": dict(model="bert-large-uncased", gpu="v100-16gb", seq_len=512),
+    "Llama-2-7B on one a100-80gb (Adafactor, checkpointing)": dict(model="meta-llama/Llama-2-7b-hf",
+                                                                   gpu="a100-80gb", seq_len=2048),
+    "gpt2 on the CPU": dict(model="gpt2", gpu=None, seq_len=128, global_batch_size=8),
+}
+
+
+def _rec(name: str) -> Recommendation:
+    kw = dict(CASES[name])
+    model = kw.pop("model")
+    if kw.get("gpu") is None:
+        from probes.hardware import HardwareProfile, HostInfo
+
+        kw.pop("gpu")
+        kw["hardware"] = HardwareProfile(source="none", host=HostInfo(cpu_cores=8, ram_bytes=64 * 2**30,
+                                                                      cpu_flags=["avx2", "fma"]))
+    return recommend(model, **kw)
+
+
+def _build_training_arguments(args: dict, rec: Recommendation):
+    """TrainingArguments(**args) with the GPU checks answered as the planned hardware would."""
+    import transformers.training_args as ta
+
+    gpu = rec.hardware.gpu
+    with mock.patch.object(ta, "is_torch_bf16_gpu_available", return_value=bool(gpu and gpu.bf16)), \
+            mock.patch.object(ta, "is_torch_tf32_available", return_value=bool(gpu and gpu.tf32)), \
+            mock.patch.object(ta, "enable_tf32"), \
+            mock.patch.object(transformers.TrainingArguments, "world_size",
+                              new=property(lambda self: rec.plan.data_parallel_size)):
+        return transformers.TrainingArguments(**args)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_training_args_are_trainingarguments_fields_and_build(name) -> None:
+    rec = _rec(name)
+    args = training_args(rec)
+    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    assert set(args) <= fields, set(args) - fields
+    from transformers.training_args import OptimizerNames
+
+    assert args["optim"] in {o.value for o in OptimizerNames}
+    if "deepspeed" in args:  # the Trainer reads the file relative to the working directory: give it the dict
+        pytest.importorskip("deepspeed")
+        args = {**args, "deepspeed": deepspeed_config(rec)}
+    built = _build_training_arguments(args, rec)
+    assert built.per_device_train_batch_size == rec.plan.micro_batch_size
+    assert built.gradient_accumulation_steps == rec.plan.gradient_accumulation_steps
+    assert built.bf16 == (rec.plan.precision == "bf16") and built.fp16 == (rec.plan.precision == "fp16")
+    assert built.gradient_checkpointing == rec.plan.gradient_checkpointing
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_accelerate_loads_the_config(name, tmp_path) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    rec = _rec(name)
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(yaml.safe_dump(accelerate_config(rec)))
+    cfg = ClusterConfig.from_yaml_file(str(path))
+    assert cfg.num_processes == max(rec.plan.num_gpus, 1) and cfg.num_machines == rec.hardware.nodes
+    assert cfg.mixed_precision == ("no" if rec.plan.precision == "fp32" else rec.plan.precision)
+    assert cfg.use_cpu == (rec.plan.device == "cpu")
+    expected = ("DEEPSPEED" if rec.plan.parallelism.startswith("zero") else
+                "MULTI_GPU" if rec.plan.num_gpus > 1 else "NO")
+    assert str(cfg.distributed_type).split(".")[-1] == expected
+
+
+DS_DOCUMENTED_KEYS = {  # https://www.deepspeed.ai/docs/config-json/
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "fp16", "bf16",
+    "zero_optimization"}
+DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer", "offload_param"}
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if "Llama-2-7B on a100" in n and "one" not in n])
+def test_deepspeed_config_passes_deepspeeds_own_validation(name) -> None:
+    rec = _rec(name)
+    cfg = deepspeed_config(rec)
+    plan = rec.plan
+    assert cfg["train_batch_size"] == plan.micro_batch_size * plan.gradient_accumulation_steps * plan.num_gpus
+    assert set(cfg) <= DS_DOCUMENTED_KEYS and set(cfg["zero_optimization"]) <= DS_ZERO_KEYS
+    assert cfg["zero_optimization"]["stage"] == int(plan.parallelism[-1])
+    deepspeed = pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
+            mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus):
+        ds = DeepSpeedConfig(cfg)
+    assert ds.train_batch_size == plan.global_batch_size and ds.zero_optimization_stage == int(plan.parallelism[-1])
+    with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
+            mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus), \
+            pytest.raises(AssertionError):  # DeepSpeed's check bites: a wrong train_batch_size is refused
+        DeepSpeedConfig({**cfg, "train_batch_size": cfg["train_batch_size"] * 2})
+
+
+def test_offload_plan_gets_deepspeeds_cpu_optimizer() -> None:
+    rec = _rec("Llama-2-7B on a100-80gb:8 (ZeRO)")
+    plan = rec.plan.model_copy(update={"parallelism": "zero-3", "offload": "optimizer+parameters"})
+    cfg = deepspeed_config(rec.model_copy(update={"plan": plan}))
+    assert cfg["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert cfg["optimizer"]["type"] == "AdamW"
+
+
+def test_launch_scripts(tmp_path) -> None:
+    one = render(_rec("bert-large on v100-16gb (fp16)"), ["torchrun"])["launch.sh"]
+    assert "exec python" in one and "torchrun" not in one
+    ddp = render(_rec("gpt2 on a100-80gb:8 (DDP)"), ["torchrun"])["launch.sh"]
+    assert "torchrun --nnodes=1 --nproc-per-node=8 --standalone" in ddp
+    assert "NCCL_P2P_DISABLE" not in ddp  # NVLink: never disable peer-to-peer
+    multi = render(_rec("Llama-2-7B on a100-40gb:2 x 4 nodes"), ["torchrun"])["launch.sh"]
+    assert "--nnodes=4 --nproc-per-node=2" in multi and "MASTER_ADDR" in multi and "NODE_RANK" in multi
+    for text in (one, ddp, multi):
+        path = tmp_path / "launch.sh"
+        path.write_text(text)
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+
+def test_every_file_follows_the_recommendation(tmp_path) -> None:
+    """One source of truth: change the recommendation, and every file that carries a value follows."""
+    rec = _rec("Llama-2-7B on a100-80gb:8 (ZeRO)")
+    changed_plan = rec.plan.model_copy(update={"micro_batch_size": 2, "gradient_accumulation_steps": 4,
+                                               "precision": "fp16", "gradient_checkpointing": True,
+                                               "parallelism": "zero-3"})
+    settings = dict(rec.settings)
+    settings["dataloader_num_workers"] = settings["dataloader_num_workers"].model_copy(update={"value": 7})
+    settings["torch_compile"] = settings["torch_compile"].model_copy(update={"value": False})
+    changed = rec.model_copy(update={"plan": changed_plan, "settings": settings})
+    before = {p.name: p.read_text() for p in emit(rec, ["all"], tmp_path / "a")}
+    after = {p.name: p.read_text() for p in emit(changed, ["all"], tmp_path / "b")}
+    assert set(before) == set(after) == set(FILE_NAMES.values())
+    args = json.loads(after["training_args.json"])
+    assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["fp16"], args["bf16"],
+            args["dataloader_num_workers"], args["torch_compile"]) == (2, 4, True, False, 7, False)
+    assert any(v is True for k, v in args.items() if k.endswith("checkpointing"))
+    ds = json.loads(after["ds_config.json"])
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"],
+            ds["zero_optimization"]["stage"], ds["fp16"]["enabled"]) == (2, 4, 64, 3, True)
+    acc = yaml.safe_load(after["accelerate_config.yaml"])
+    assert acc["mixed_precision"] == "fp16" and acc["deepspeed_config"]["zero3_init_flag"] is True
+    assert "dynamo_config" not in acc and "dynamo_config" in yaml.safe_load(before["accelerate_config.yaml"])
+    assert "micro-batch 2 x 4" in after["launch.sh"] and "fp16" in after["launch.sh"]
+    assert all(before[n] != after[n] for n in before)
+
+
+def test_emit_errors_and_the_cli(tmp_path) -> None:
+    with pytest.raises(UsageError, match="not ZeRO"):
+        render(_rec("gpt2 on a100-80gb:8 (DDP)"), ["deepspeed"])
+    assert "ds_config.json" not in render(_rec("gpt2 on a100-80gb:8 (DDP)"), ["all"])
+    from test_cli import advisor
+
+    out = tmp_path / "cfg"
+    res = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "all", "--out", str(out), "--json")
+    assert res.returncode == 0, res.stderr
+    rec = Recommendation.model_validate_json(res.stdout)  # stdout stays the recommendation's JSON
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "launch.sh", "training_args.json"]
+    assert json.loads((out / "training_args.json").read_text()) == training_args(rec)
+    assert (out / "launch.sh").stat().st_mode & 0o111
+    assert f"wrote {out / 'launch.sh'}" in res.stderr
+    bad = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "deepspeed")
+    assert bad.returncode == 2 and "not ZeRO" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
