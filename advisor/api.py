@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import planner
 from advisor.memory import GIB, MemoryEstimate
@@ -156,13 +156,20 @@ class SimulatedMemory(BaseModel):
 class Estimate(BaseModel):
     """What ``advisor estimate --json`` prints."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     schema_version: str = SCHEMA_VERSION
+    """MAJOR.MINOR of this JSON's schema"""
     plan: Plan
+    """the plan estimated"""
     memory: MemoryEstimate
+    """its memory estimate per device"""
     speed: SpeedEstimate
+    """its speed estimate"""
     simulated: SimulatedMemory | None = Field(None, description="present with --simulate")
     model: ModelProfile = Field(description="the model the plan trains")
     workload: Workload
+    """sequence length and global batch size"""
 
 
 def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,

@@ -37,7 +37,7 @@ import json
 from functools import lru_cache
 from importlib import resources
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
 from rules.facts import Plan
@@ -64,12 +64,15 @@ class MemoryComponents(BaseModel):
 class MemoryEstimate(BaseModel):
     """Memory of one training step, per device."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     peak_bytes: int = Field(description="most bytes held by live tensors during a step (torch.cuda.max_memory_allocated)")
     device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + context")
     capacity_bytes: int = Field(description="device memory (RAM on the CPU), bytes")
     usable_bytes: int = Field(description="capacity less the safety margin: plans must keep device_bytes below it")
     fits: bool = Field(description="device_bytes <= usable_bytes")
     components: MemoryComponents
+    """the peak's parts, bytes each"""
 
 
 def _bytes_per_activation(plan: Plan) -> int:

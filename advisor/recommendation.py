@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.memory import GIB, MemoryEstimate
 from advisor.planner import SEARCHED, Candidate, PlanningResult
@@ -14,63 +14,103 @@ from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from rules import REGISTRY, Effect, Plan, Workload
 
-SCHEMA_VERSION = "1.0"
+#: MAJOR.MINOR of every JSON advisor prints: MINOR grows with added fields, MAJOR with removed or
+#: changed ones. schema/advisor.schema.json is the committed copy; schema/versions.json pins each
+#: version's hash, so a model change without a new version fails the tests.
+#: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
+SCHEMA_VERSION = "1.1"
 
 
 class SourceRef(BaseModel):
     """A cited document."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     title: str
+    """document title and section"""
     url: str
+    """public URL of the document"""
 
 
 class AlternativeValue(BaseModel):
     """A value a setting could have taken, and why it lost."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     value: Any
+    """the value the setting could have taken"""
     reason: str
+    """why it lost, with the rule id where a rule decided"""
 
 
 class SettingDecision(BaseModel):
     """One recommended setting and why."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     value: Any
+    """the recommended value"""
     rule_ids: list[str] = Field(description="rules that decided it or removed alternatives")
     rationale: str
+    """why, in one line"""
     sources: list[SourceRef]
+    """the documents behind the rules"""
     alternatives: list[AlternativeValue] = Field(default_factory=list)
+    """every other value of the setting and why it lost"""
 
 
 class Warning(BaseModel):
     """Something the user should know, from a rule."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     rule_id: str
+    """the rule that warns"""
     message: str
+    """what to know or do"""
 
 
 class PlanSummary(BaseModel):
     """A runner-up plan with its estimates."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     plan: Plan
+    """the runner-up plan"""
     device_bytes: int
+    """its estimated device memory per GPU, bytes"""
     fits: bool
+    """it fits the memory"""
     tokens_per_s: float
+    """its estimated tokens per second, all devices"""
     step_time_s: float
+    """its estimated seconds per optimizer step"""
     fallback_penalty: int
+    """sum of its fallback penalties (0: no fallback needed)"""
 
 
 class Recommendation(BaseModel):
     """What ``advisor recommend --json`` prints."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     schema_version: str = SCHEMA_VERSION
+    """MAJOR.MINOR of this JSON's schema"""
     hardware: HardwareProfile
+    """the hardware planned for"""
     model: ModelProfile
+    """the model's profile"""
     workload: Workload
+    """sequence length and global batch size"""
     plan: Plan = Field(description="the chosen plan, all searched settings in one place")
     settings: dict[str, SettingDecision]
+    """every setting with its value, rules, sources and losing alternatives"""
     memory: MemoryEstimate
+    """the chosen plan's memory estimate per device"""
     speed: SpeedEstimate
+    """the chosen plan's speed estimate"""
     warnings: list[Warning]
+    """what the rules want the user to know"""
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import planner
 from advisor.memory import GIB, MemoryEstimate, device_bytes
@@ -84,8 +84,12 @@ class Measured(BaseModel):
 class Predicted(BaseModel):
     """The analytic model's prediction for the trial's plan (as ``advisor estimate`` gives it)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     memory: MemoryEstimate
+    """the memory model's estimate for the trial's plan"""
     speed: SpeedEstimate
+    """the speed model's estimate for the trial's plan"""
 
 
 class PredictionError(BaseModel):
@@ -98,15 +102,21 @@ class PredictionError(BaseModel):
 class Trial(BaseModel):
     """One trial: a plan, why it ran, and what happened."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     role: TrialRole = Field(description="'plan' (the plan under test), a correction, 'larger-micro-batch', "
                                         "or 'baseline' (--compare)")
     reason: str = Field(description="why this trial ran")
     plan: Plan
+    """the plan this trial ran"""
     runtime: RuntimeSettings
+    """torch.compile and DataLoader settings it ran with"""
     status: TrialStatus = Field(description="ok, oom (out of memory), nonfinite (inf/NaN loss), error, interrupted")
     message: str = Field("", description="what went wrong, in one line")
     measured: Measured | None = None
+    """what it measured (absent when it failed before a step)"""
     predicted: Predicted
+    """the analytic prediction for its plan"""
     error: PredictionError | None = Field(None, description="prediction error where both figures exist")
     wall_s: float = Field(description="seconds the trial took, building the model included")
 
@@ -114,19 +124,28 @@ class Trial(BaseModel):
 class TrialDevice(BaseModel):
     """Where the trials ran."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     type: Literal["cuda", "cpu"]
+    """cuda or cpu"""
     name: str = Field(description="GPU name, or the CPU model")
     capacity_bytes: int = Field(description="device memory (host RAM on the CPU), bytes")
     memory_limit_bytes: int | None = Field(None, description="the smaller capacity the trials were held to, bytes")
     torch_version: str
+    """torch.__version__"""
     cuda_version: str | None = None
+    """torch.version.cuda (CUDA only)"""
 
 
 class Comparison(BaseModel):
     """The confirmed plan against the documents' baseline (fp32, no checkpointing, AdamW, same global batch)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     baseline_plan: Plan
+    """the baseline plan that ran (corrected like any plan if it ran out of memory)"""
     baseline_status: TrialStatus
+    """how the baseline's last trial ended"""
     same_as_plan: bool = Field(False, description="the confirmed plan is the baseline: nothing to compare")
     speedup: float | None = Field(None, description="baseline step time / confirmed plan's step time")
     memory_saved_bytes: int | None = Field(None, description="baseline peak_bytes − confirmed plan's peak_bytes")
@@ -135,21 +154,29 @@ class Comparison(BaseModel):
 class ValidationReport(BaseModel):
     """What ``advisor validate --json`` prints (and ``--output`` writes)."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     schema_version: str = SCHEMA_VERSION
+    """MAJOR.MINOR of this JSON's schema"""
     created: str = Field(description="when the validation started, ISO 8601 UTC")
     device: TrialDevice
+    """where the trials ran"""
     model: str = Field(description="the model id or path")
     task: str
+    """the task head trained"""
     workload: Workload
+    """sequence length and global batch size"""
     steps: int = Field(description="timed steps per trial")
     warmup_steps: int = Field(description="untimed steps before them")
     trials: list[Trial]
+    """every trial in order: the plan, corrections, a larger micro-batch, the baseline"""
     verdict: Verdict = Field(description="confirmed: the plan ran as predicted to fit; corrected: a changed plan "
                                          "is better or the only one that ran; failed: no trial ran; incomplete: "
                                          "stopped (Ctrl-C) before a plan was confirmed")
     confirmed_plan: Plan | None = Field(None, description="the fastest plan that ran cleanly")
     comparison: Comparison | None = Field(None, description="present with --compare")
     warnings: list[str] = Field(default_factory=list)
+    """what the user should know about the trials"""
     interrupted: bool = Field(False, description="stopped early by Ctrl-C: a partial report")
     wall_s: float = Field(0.0, description="seconds the whole validation took")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["fp32", "tf32", "fp16", "bf16"]
 
@@ -47,14 +47,18 @@ class PeakTflops(BaseModel):
 class GPUInfo(BaseModel):
     """One GPU: live NVML readings where probed, datasheet facts where known."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     index: int = Field(description="device index as NVML numbers it")
     name: str = Field(description="marketing name, e.g. 'NVIDIA A100-SXM4-80GB'")
     catalog_id: str | None = Field(None, description="matching entry of the GPU catalog, e.g. 'a100-80gb'")
     uuid: str | None = None
+    """NVML's GPU UUID (live probe only)"""
     compute_capability: str = Field(description="CUDA compute capability 'major.minor', e.g. '8.0'")
     memory_total_bytes: int = Field(description="device memory, bytes")
     memory_free_bytes: int | None = Field(None, description="free device memory now, bytes (live probe only)")
     driver_version: str | None = None
+    """NVIDIA driver version, e.g. '550.54.15' (live probe only)"""
     cuda_driver_version: str | None = Field(None, description="highest CUDA version the driver supports, e.g. '12.4'")
     pcie_generation: int | None = Field(None, description="current PCIe link generation")
     pcie_max_generation: int | None = Field(None, description="maximum PCIe link generation of the GPU")
@@ -102,9 +106,12 @@ class GPULink(BaseModel):
 class HostInfo(BaseModel):
     """The host: CPU cores and RAM."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     cpu_cores: int = Field(description="logical CPU cores available to this process")
     ram_bytes: int = Field(description="total RAM, bytes")
     cpu_model: str | None = None
+    """CPU model name from /proc/cpuinfo"""
     cpu_flags: list[str] = Field(default_factory=list, description="CPU SIMD flags that matter for CPU training")
     cpu_mhz: float | None = Field(None, description="nominal CPU clock, MHz")
 

@@ -22,7 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES, FAMILY_TASKS, Family, ParamGroup, Task
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
@@ -48,33 +48,50 @@ _DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "fl
 class ModelProfile(BaseModel):
     """What advisor knows about one model with one task head."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     id: str = Field(description="the id or path the user gave")
     source: Literal["local", "cache", "hub", "catalog"] = Field(description="where config.json came from")
     config_path: str | None = Field(None, description="the config.json read (None for the packaged catalog)")
     model_type: str
+    """the config's model_type, e.g. 'gpt2'"""
     architectures: list[str] = Field(default_factory=list)
+    """the config's architectures, e.g. ['GPT2LMHeadModel']"""
     family: Family
+    """decoder, encoder or encoder-decoder"""
     task: Task = Field(description="the task head the counts are for")
     supported_tasks: list[Task]
+    """the task heads advisor can count for this model type"""
     num_parameters: int = Field(description="exact parameter count with the task head, tied embeddings once")
     matmul_parameters: int = Field(description="parameters used in a matmul per token (N of 6·N·T FLOPs)")
     parameter_count_method: Literal["closed-form", "meta-device"]
+    """closed-form (per-family formula) or meta-device (transformers on torch.device('meta'))"""
     num_layers: int = Field(description="transformer blocks in all stacks")
     encoder_layers: int
+    """transformer blocks in the encoder stack (0 for a decoder)"""
     decoder_layers: int
+    """transformer blocks in the decoder stack (0 for an encoder)"""
     hidden_size: int
+    """model width h, elements"""
     num_attention_heads: int
+    """attention heads per block"""
     num_key_value_heads: int
+    """key/value heads per block (fewer than the heads under grouped-query attention)"""
     head_dim: int
+    """elements per attention head"""
     ffn_size: int
+    """MLP inner width, elements"""
     vocab_size: int
+    """tokens in the vocabulary (embedding rows)"""
     max_position_embeddings: int | None = Field(None, description="longest sequence the model takes; None if unbounded")
     gated_mlp: bool = Field(description="SwiGLU/GeGLU MLP (three FFN matrices)")
     tied_embeddings: bool
+    """the output head shares the input embedding's weights"""
     checkpoint_dtype: Literal["float32", "float16", "bfloat16"] = Field(
         description="dtype the config declares (torch_dtype); float32 when absent")
     pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
     supports_gradient_checkpointing: bool
+    """transformers implements activation checkpointing for this model type"""
     dropout: bool = Field(description="the config trains with dropout (masks are kept for backward)")
     notes: list[str] = Field(default_factory=list, description="how the config was found, when it matters")
     parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(

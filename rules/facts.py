@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from probes.hardware import GPUInfo, HardwareProfile
 from probes.model import ModelProfile
@@ -30,10 +30,13 @@ class Workload(BaseModel):
 class Plan(BaseModel):
     """One candidate training configuration."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     device: Literal["cuda", "cpu"] = Field(description="where training runs")
     precision: PrecisionName = Field(description="fp32, or fp16 / bf16 mixed precision (autocast)")
     tf32: bool = Field(description="TF32 tensor-core math for fp32 matmuls (Ampere and newer)")
     optimizer: OptimizerName
+    """adamw (torch AdamW), adamw-8bit (bitsandbytes), adafactor (transformers), sgd"""
     gradient_checkpointing: bool = Field(description="activation checkpointing: recompute activations in backward")
     micro_batch_size: int = Field(description="samples per device per forward/backward pass")
     gradient_accumulation_steps: int = Field(description="micro-batches per optimizer step")

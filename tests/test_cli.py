@@ -34,7 +34,9 @@ def test_recommend_json_follows_the_contract() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     rec = Recommendation.model_validate(data)
-    assert data["schema_version"] == "1.0"
+    from advisor.recommendation import SCHEMA_VERSION
+
+    assert data["schema_version"] == SCHEMA_VERSION
     for key in ("hardware", "model", "workload", "settings", "memory", "speed", "warnings"):
         assert key in data
     for name in ("precision", "tf32", "micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
