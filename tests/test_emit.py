@@ -182,3 +182,15 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     assert f"wrote {out / 'launch.sh'}" in res.stderr
     bad = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "deepspeed")
     assert bad.returncode == 2 and "not ZeRO" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_readme_api_example_holds() -> None:
+    """The README's Python API lines return what they say."""
+    import advisor
+
+    rec = advisor.recommend("gpt2", gpu="a100-80gb", seq_len=1024, global_batch_size=64)
+    assert (rec.plan.precision, rec.plan.micro_batch_size) == ("bf16", 32)
+    assert rec.settings["optimizer"].alternatives[0].reason
+    assert type(advisor.estimate("gpt2", gpu="t4", micro_batch_size=8)).__name__ == "Estimate"
+    assert advisor.profile_model("meta-llama/Llama-2-7b-hf").num_parameters == 6_738_415_616
+    assert set(advisor.__all__) == {"recommend", "estimate", "validate", "probe_hardware", "profile_model"}
