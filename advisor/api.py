@@ -59,7 +59,7 @@ def _packages(hardware: HardwareProfile) -> dict[str, bool]:
 
 def make_facts(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
                seq_len: int | None = None, global_batch_size: int | None = None,
-               hardware: HardwareProfile | None = None) -> Facts:
+               hardware: HardwareProfile | None = None, objective: str = "speed") -> Facts:
     """Gather and validate the facts of a question.
 
     Raises:
@@ -77,7 +77,10 @@ def make_facts(model: str | ModelProfile, *, task: str | None = None, gpu: str |
         seq_len = min(limit, DEFAULT_SEQ_LEN) if limit else DEFAULT_SEQ_LEN
     elif limit and seq_len > limit:
         raise UsageError(f"--seq-len {seq_len} is beyond {profile.id}'s {limit} positions")
-    workload = Workload(seq_len=seq_len, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE)
+    if objective not in ("speed", "memory"):
+        raise UsageError(f"--objective must be speed or memory, got {objective}")
+    workload = Workload(seq_len=seq_len, global_batch_size=global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
+                        objective=objective)
     return Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
 
 
@@ -120,15 +123,15 @@ def suggestions(facts: Facts) -> list[str]:
 
 def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
               seq_len: int | None = None, global_batch_size: int | None = None,
-              hardware: HardwareProfile | None = None) -> Recommendation:
-    """Recommend the fastest plan that fits.
+              hardware: HardwareProfile | None = None, objective: str = "speed") -> Recommendation:
+    """Recommend the fastest plan that fits (``objective='memory'``: the plan with the least device memory).
 
     Raises:
         NoFitError: nothing fits; ``str(err)`` says what would (also on ``err.suggestions``).
         UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
     """
     facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len,
-                       global_batch_size=global_batch_size, hardware=hardware)
+                       global_batch_size=global_batch_size, hardware=hardware, objective=objective)
     result = planner.search(facts)
     if result.best is None:
         closest = min(result.candidates, key=lambda c: c.memory.device_bytes)

@@ -7,6 +7,7 @@ This module imports neither torch, transformers nor textual.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -97,7 +98,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     try:
         rec = recommend(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                        global_batch_size=args.global_batch_size)
+                        global_batch_size=args.global_batch_size, objective=args.objective)
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -295,6 +296,17 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
 
 
+def cmd_tui(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("textual") is None:
+        from probes.errors import UsageError
+
+        raise UsageError("the wizard needs the textual package: pip install textual")
+    from tui.app import run as run_tui
+
+    return run_tui(model=args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
+                   global_batch_size=args.global_batch_size, objective=args.objective, out_dir=args.out)
+
+
 def cmd_rules(args: argparse.Namespace) -> int:
     from rules import REGISTRY, info
 
@@ -360,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
                    help="samples per optimizer step (default 64)")
+    p.add_argument("--objective", choices=("speed", "memory"), default="speed",
+                   help="what matters most: the fastest plan that fits (default) or the least device memory")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--emit", action="append", choices=("hf", "accelerate", "deepspeed", "torchrun", "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "
@@ -413,6 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
+                                   "the recommendation)", epilog=EXIT_CODES_HELP)
+    p.add_argument("--model", metavar="ID_OR_PATH", help="Hub id, a folder with config.json, or a config.json path")
+    p.add_argument("--task", choices=TASK_CHOICES)
+    _hardware_args(p)
+    p.add_argument("--seq-len", type=_positive_int, metavar="L")
+    p.add_argument("--global-batch-size", type=_positive_int, metavar="B")
+    p.add_argument("--objective", choices=("speed", "memory"), default="speed")
+    p.add_argument("--out", default="advisor-config", metavar="DIR", help="the export step's folder")
+    p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")
     p.add_argument("--json", action="store_true")

@@ -4,8 +4,8 @@ Search space: precision × tf32 × optimizer × activation checkpointing × micr
 the per-device batch, so gradient accumulation is a whole number) × parallelism × offload.
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
-the safety margin. Ranking: least total fallback penalty, then highest estimated tokens/s, then
-most preferences met.
+the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
+most preferences met; the 'memory' objective ranks by least device memory first.
 """
 
 from __future__ import annotations
@@ -43,8 +43,17 @@ class Candidate:
         return self.memory.fits
 
     def key(self) -> tuple:
-        """Sort key: best first."""
+        """Sort key for the 'speed' objective: best first."""
         return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
+
+    def memory_key(self) -> tuple:
+        """Sort key for the 'memory' objective: least device memory first, then as ``key``."""
+        return (self.memory.device_bytes, *self.key())
+
+
+def ranking(objective: str):
+    """The sort key of an objective ('speed' or 'memory')."""
+    return Candidate.memory_key if objective == "memory" else Candidate.key
 
 
 @dataclass
@@ -60,7 +69,7 @@ class PlanningResult:
 
     @property
     def fitting(self) -> list[Candidate]:
-        return sorted((c for c in self.candidates if c.fits), key=Candidate.key)
+        return sorted((c for c in self.candidates if c.fits), key=ranking(self.facts.workload.objective))
 
 
 def capacity_bytes(facts: Facts) -> int:
@@ -162,7 +171,7 @@ def search(facts: Facts) -> PlanningResult:
                     gradient_accumulation_steps=gbs // (micro * max(gpus, 1)), parallelism=parallelism,
                     num_gpus=gpus, offload=offload)
         candidates.append(evaluate(facts, plan, effects))
-    fitting = sorted((c for c in candidates if c.fits), key=Candidate.key)
+    fitting = sorted((c for c in candidates if c.fits), key=ranking(facts.workload.objective))
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
     return PlanningResult(facts=facts, best=best, candidates=candidates, domains=domain, effects=effects,

@@ -18,7 +18,8 @@ from rules import REGISTRY, Effect, Plan, Workload
 #: changed ones. schema/advisor.schema.json is the committed copy; schema/versions.json pins each
 #: version's hash, so a model change without a new version fails the tests.
 #: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
-SCHEMA_VERSION = "1.1"
+#: 1.2: workload.objective (speed | memory).
+SCHEMA_VERSION = "1.2"
 
 
 class SourceRef(BaseModel):
@@ -147,6 +148,12 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         return (f"does not fit: the smallest plan with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
                 f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
     alt = fitting[0]
+    if result.facts.workload.objective == "memory":
+        alt = min(fitting, key=Candidate.memory_key)
+        more = alt.memory.device_bytes - best.memory.device_bytes
+        if more > 0:
+            return (f"needs {more / GIB:.2f} GiB more ({alt.memory.device_bytes / GIB:.2f} vs "
+                    f"{best.memory.device_bytes / GIB:.2f} GiB): the objective is the least memory")
     own = [e for e in alt.fallbacks if e.setting == setting]
     if alt.penalty > best.penalty:
         others = [e for e in alt.fallbacks if e.setting != setting and e not in best.fallbacks]
@@ -166,6 +173,10 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
     return f"about as fast ({slower * 100:.1f} % slower); {prefs[0].reason} [{prefs[0].rule_id}]"
 
 
+def _chosen(result: PlanningResult) -> str:
+    return "least-memory plan" if result.facts.workload.objective == "memory" else "fastest plan"
+
+
 def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
     value = getattr(best.plan, setting)
     touching = [e for e in result.effects + result.check_effects if e.setting == setting]
@@ -174,13 +185,13 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
         unused = [e for e in touching if e.kind == "fallback"]
         if unused:
             values = ", ".join(dict.fromkeys(_fmt(e.value) for e in unused))
-            reasons = [f"not needed: the fastest plan fits without {setting}={values}"]
+            reasons = [f"not needed: the {_chosen(result)} fits without {setting}={values}"]
         else:
             others = [e for e in touching if e.kind == "forbid" and not e.matches(value)]
             if others and all(any(e.matches(v) for e in others) for v in result.domains[setting] if v != value):
                 reasons = [f"the only value the rules allow: {others[0].reason}"]
             else:
-                reasons = ["the value of the fastest plan that fits"]
+                reasons = [f"the value of the {_chosen(result)}" + ("" if "memory" in _chosen(result) else " that fits")]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
     alternatives = [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
                     for v in result.domains[setting] if v != value]

@@ -25,6 +25,9 @@ class Workload(BaseModel):
     seq_len: int = Field(description="tokens per sample (padded length)")
     global_batch_size: int = Field(
         description="samples per optimizer step = micro-batch size × gradient accumulation steps × data-parallel size")
+    objective: Literal["speed", "memory"] = Field(
+        "speed", description="what matters most: 'speed' (the fastest plan that fits) or 'memory' (the plan with "
+                             "the least device memory)")
 
 
 class Plan(BaseModel):

@@ -1,0 +1,252 @@
+"""The wizard: every step driven with Textual's Pilot (asserting on the app's state and the messages
+it posted), SVG snapshots at 80 x 24, and one run in a real terminal through tmux."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+pytest.importorskip("textual")
+
+from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
+from test_cli import ENV, ROOT  # noqa: E402
+from tui.app import (AdvisorApp, Exported, HardwareProbed, ModelFailed, ModelResolved,  # noqa: E402
+                     PlanningFailed, RecommendationReady, ValidationDone, ValidationProgress)
+
+pytestmark = pytest.mark.anyio  # the Pilot tests are coroutines, run by anyio's pytest plugin on asyncio
+
+SIZE = (80, 24)
+#: A fixed CPU-only machine, so that what the wizard shows does not depend on where the tests run.
+CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2", "fma"]),
+                         notes=["no NVIDIA driver found"])
+TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
+        "n_positions": 256, "vocab_size": 1000}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
+    """Let workers run until ``condition()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the wizard"
+        await pilot.pause(0.05)
+
+
+def kinds(app: AdvisorApp) -> list[type]:
+    return [type(m) for m in app.history]
+
+
+async def test_opens_on_the_recommendation_when_the_options_define_the_question() -> None:
+    app = AdvisorApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        assert app.step == "recommendation"
+        assert kinds(app) == [HardwareProbed, ModelResolved, RecommendationReady]
+        rec = app.recommendation
+        assert rec.hardware.gpu.catalog_id == "a100-80gb" and rec.plan.precision == "bf16"
+        assert app.explained == "precision"
+        await pilot.press("down", "down")  # the highlighted row explains itself
+        assert app.explained == list(rec.settings)[2]
+
+
+async def test_hardware_step_shows_the_machine_and_picks_a_catalog_gpu() -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: HardwareProbed in kinds(app))
+        assert app.step == "hardware" and app.gpu_choice() == (None, 1)
+        await pilot.click("#gpu-search")
+        await pilot.press(*"h100")
+        options = app.query_one("#gpu-list")
+        ids = [options.get_option_at_index(i).id for i in range(options.option_count)]
+        assert ids and all("h100" in i for i in ids)
+        options.focus()
+        options.highlighted = 0
+        await pilot.press("down", "enter")  # the second match
+        assert app.query_one("#gpu-search").value == ids[1]
+        count = app.query_one("#gpu-count")
+        count.value = "8"
+        app.query_one("#nodes").value = "2"
+        assert app.gpu_choice() == (f"{ids[1]}:8", 2)
+
+
+async def test_model_step_completes_profiles_and_shows_errors_inline() -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+n")
+        assert app.step == "model"
+        await pilot.click("#model-input")
+        await pilot.press(*"gpt2-me")
+        await pilot.press("right")  # accept the catalog suggestion
+        assert app.query_one("#model-input").value == "gpt2-medium"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.profile is not None)
+        assert app.profile.num_parameters == 354_823_168 and ModelResolved in kinds(app)
+        app.query_one("#model-input").value = "no-such-org/no-such-model"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: ModelFailed in kinds(app))
+        failed = app.history[-1]
+        assert "no-such-org/no-such-model" in failed.error and app.profile is None
+        assert app.query_one("#model-profile").has_class("error")
+        assert app.is_running  # an error is a line on the screen, never a crash
+
+
+async def test_workload_step_feeds_the_planner() -> None:
+    app = AdvisorApp(gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        app.query_one("#seq-len").value = "512"
+        app.query_one("#global-batch").value = "32"
+        await pilot.click("#objective-memory")
+        assert "bitsandbytes" in str(app.query_one("#packages").render())
+        assert app.workload_choice() == {"seq_len": 512, "global_batch_size": 32, "task": None, "objective": "memory"}
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        rec = app.recommendation
+        assert app.step == "recommendation"
+        assert (rec.workload.seq_len, rec.workload.global_batch_size, rec.workload.objective) == (512, 32, "memory")
+        fastest = min(p.device_bytes for p in rec.alternative_plans)
+        assert rec.memory.device_bytes <= fastest  # least memory first
+
+
+async def test_planning_failure_is_shown_not_raised() -> None:
+    app = AdvisorApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048, hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: PlanningFailed in kinds(app))
+        assert "would fit" in app.history[-1].error and app.recommendation is None
+        assert app.query_one("#rec-summary").has_class("error")
+
+
+async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_report(tmp_path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    app = AdvisorApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = str(path)
+        app.query_one("#seq-len").value = "32"
+        app.query_one("#global-batch").value = "4"
+        app.query_one("#trial-steps").value = "2"
+        await pilot.press("ctrl+t")
+        assert app.step == "validate"
+        await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
+        done = app.history[-1]
+        assert done.error is None and done.report.verdict in ("confirmed", "corrected")
+        assert ValidationProgress in kinds(app) and app.report is done.report
+        # a long one, cancelled with escape once steps run
+        app.query_one("#trial-steps").value = "100000"
+        app.history.clear()
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.history) >= 4,
+                       timeout=120)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
+        report = app.history[-1].report
+        assert report.interrupted and report.trials[0].status == "interrupted"
+        assert app.report is report and not app.query_one("#validate-start").disabled
+
+
+async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
+    app = AdvisorApp(model="gpt2", gpu="a100-80gb:8", hardware=CPU_HW, out_dir=str(tmp_path / "cfg"))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: Exported in kinds(app))
+        assert app.step == "export"
+        names = sorted(p.name for p in app.saved)
+        assert names == ["accelerate_config.yaml", "launch.sh", "recommendation.json", "training_args.json"]
+        saved = json.loads((tmp_path / "cfg" / "recommendation.json").read_text())
+        assert saved["plan"] == app.recommendation.plan.model_dump()
+
+
+@pytest.mark.parametrize("step", ["hardware", "model", "workload", "recommendation", "validate", "export"])
+async def test_q_quits_from_every_step(step) -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("TabbedContent").active = step
+        await pilot.press("escape")  # leave a text field: q is a letter there
+        app.set_focus(None)
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+
+
+async def test_steps_move_with_the_keyboard() -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+n")
+        assert app.step == "model"
+        await pilot.press("ctrl+b", "ctrl+b")
+        assert app.step == "hardware"
+
+
+# ── snapshots (pytest-textual-snapshot; `pytest --snapshot-update` records them) ──────────────────
+
+def _ready(condition):
+    async def run_before(pilot) -> None:
+        await wait_for(pilot, lambda: condition(pilot.app))
+    return run_before
+
+
+def test_snapshot_recommendation(snap_compare) -> None:
+    app = AdvisorApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_ready(lambda a: a.recommendation is not None))
+
+
+def test_snapshot_hardware(snap_compare) -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_ready(lambda a: HardwareProbed in kinds(a)))
+
+
+def test_snapshot_model_error(snap_compare) -> None:
+    app = AdvisorApp(hardware=CPU_HW)
+
+    async def run_before(pilot) -> None:
+        pilot.app.query_one("TabbedContent").active = "model"
+        await pilot.pause()
+        box = pilot.app.query_one("#model-input")
+        box.value = "no-such-org/no-such-model"
+        box.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: ModelFailed in kinds(pilot.app))
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# ── a real terminal ───────────────────────────────────────────────────────────────────────────────
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
+    session = f"advisor-test-{time.monotonic_ns()}"
+    done = tmp_path / "exit-code"
+    env_prefix = " ".join(f"{k}={v}" for k, v in (("HF_HUB_OFFLINE", "1"), ("PYTHONPATH", ENV["PYTHONPATH"])))
+    command = (f"cd {ROOT} && {env_prefix} {ROOT / '.venv' / 'bin' / 'python'} -m advisor tui --model gpt2 "
+               f"--gpu a100-80gb; echo $? > {done}")
+    import sys
+
+    command = command.replace(str(ROOT / ".venv" / "bin" / "python"), sys.executable)
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
+    try:
+        pane = ""
+        deadline = time.monotonic() + 60
+        while "Plan:" not in pane and time.monotonic() < deadline:
+            time.sleep(0.3)
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                  text=True).stdout
+        assert "Plan: bf16" in pane and "A100" in pane and "Recommendation" in pane, pane
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        deadline = time.monotonic() + 20
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert done.exists() and done.read_text().strip() == "0"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
