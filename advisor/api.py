@@ -232,10 +232,6 @@ def _local_hardware_for_trials() -> tuple[HardwareProfile, list[str]]:
     """This machine's hardware as the trials see it: one GPU (the first), or the CPU."""
     hw = probe_hardware()
     notes: list[str] = []
-    if hw.num_gpus > 1:
-        notes.append(f"{hw.num_gpus} GPUs here: the trials run on the first; multi-GPU trials (torchrun) are not "
-                     "supported yet")
-        hw = hw.model_copy(update={"gpus": hw.gpus[:1], "links": []})
     if hw.gpu is not None:
         import torch
 
@@ -250,12 +246,16 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
              gradient_accumulation_steps: int | None = None, precision: str | None = None, tf32: bool | None = None,
              optimizer: str | None = None, gradient_checkpointing: bool | None = None, steps: int = 10,
              warmup: int = 2, compare: bool = False, memory_limit_bytes: int | None = None, max_trials: int = 6,
-             progress=None, stop=None, hardware: HardwareProfile | None = None):
+             progress=None, stop=None, hardware: HardwareProfile | None = None, nproc: int | None = None,
+             parallelism: str | None = None):
     """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.validation`).
 
     The plan: ``plan`` when given (e.g. from a recommendation's JSON); else this machine's
     recommendation with the given settings overriding it (a micro-batch alone keeps the global
-    batch by changing the accumulation). Imports torch.
+    batch by changing the accumulation). Several GPUs here: the plan's DDP / ZeRO-2 / ZeRO-3 runs
+    through torchrun (ZeRO as FSDP; ZeRO-1 is tried as ZeRO-2). On the CPU, ``nproc`` > 1 runs
+    ``parallelism`` ('ddp' by default) over that many processes with the gloo backend, the global
+    batch split between them. Imports torch.
 
     Returns:
         ValidationReport (``verdict``, ``trials``, ``confirmed_plan``; ``comparison`` with ``compare``).
@@ -278,8 +278,14 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
         for name in ("micro_batch_size", "gradient_accumulation_steps"):
             if overrides.get(name, 1) <= 0:
                 raise UsageError(f"--{name.replace('_', '-')} must be > 0, got {overrides[name]}")
+        processes = nproc if nproc and nproc > 1 and hw.gpu is None else 1
         if global_batch_size is None and micro_batch_size is not None:
-            global_batch_size = micro_batch_size * (gradient_accumulation_steps or 1)
+            global_batch_size = micro_batch_size * (gradient_accumulation_steps or 1) * processes
+        if processes > 1:
+            global_batch_size = global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE
+            if global_batch_size % processes:
+                raise UsageError(f"--global-batch-size {global_batch_size} does not split over --nproc {processes}")
+            global_batch_size //= processes  # the per-process batch; the processes multiply it back
         try:
             base = recommend(model, task=task, seq_len=seq_len, global_batch_size=global_batch_size, hardware=hw).plan
         except NoFitError as err:
@@ -301,7 +307,18 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
             raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
         if overrides.get("tf32") and (hw.gpu is None or not hw.gpu.tf32):
             raise UsageError("tf32 needs an Ampere or newer GPU")
+        if processes > 1:
+            overrides.update(cpu_processes=processes, parallelism=parallelism or "ddp")
+        elif parallelism is not None:
+            overrides["parallelism"] = parallelism
         plan = base.model_copy(update=overrides)
+    if nproc and nproc > 1 and hw.gpu is not None:
+        raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")
+    swaps = {"zero-1": "zero-2", "dp": "ddp"}
+    if plan.parallelism in swaps:
+        notes.append(f"{plan.parallelism} has no torch.distributed counterpart here: the trial runs "
+                     f"{swaps[plan.parallelism]} ({'FSDP SHARD_GRAD_OP' if plan.parallelism == 'zero-1' else 'DDP'})")
+        plan = plan.model_copy(update={"parallelism": swaps[plan.parallelism]})
     facts = make_facts(model, task=task, seq_len=seq_len, global_batch_size=plan.global_batch_size, hardware=hw)
     report = run_validation(facts, plan, steps=steps, warmup=warmup, compare=compare,
                             memory_limit_bytes=memory_limit_bytes, max_trials=max_trials, progress=progress,

@@ -278,7 +278,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
                               tf32=args.tf32, optimizer=args.optimizer,
                               gradient_checkpointing=args.gradient_checkpointing, steps=args.steps,
                               warmup=args.warmup, compare=args.compare, memory_limit_bytes=args.memory_limit,
-                              max_trials=args.max_trials, progress=progress, stop=stop)
+                              max_trials=args.max_trials, progress=progress, stop=stop, nproc=args.nproc,
+                              parallelism=args.parallelism)
     finally:
         signal.signal(signal.SIGINT, previous)
     text = report.model_dump_json(indent=2) + "\n"
@@ -415,6 +416,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan_group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
     plan_group.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"))
     plan_group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    plan_group.add_argument("--parallelism", choices=("ddp", "zero-2", "zero-3"),
+                            help="several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 (FULL_SHARD)")
+    p.add_argument("--nproc", type=_positive_int, metavar="N",
+                   help="CPU only: a distributed trial over N processes (torchrun, gloo); the global batch is split")
     p.add_argument("--steps", type=_positive_int, default=10, metavar="N", help="timed steps per trial (default 10)")
     p.add_argument("--warmup", type=_positive_int, default=2, metavar="N",
                    help="untimed warm-up steps per trial (default 2)")

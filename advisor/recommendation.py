@@ -18,8 +18,9 @@ from rules import REGISTRY, Effect, Plan, Workload
 #: changed ones. schema/advisor.schema.json is the committed copy; schema/versions.json pins each
 #: version's hash, so a model change without a new version fails the tests.
 #: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
-#: 1.2: workload.objective (speed | memory).
-SCHEMA_VERSION = "1.2"
+#: 1.2: workload.objective (speed | memory). 1.3: plan.cpu_processes; measured.ranks and sync_share
+#: (distributed trials).
+SCHEMA_VERSION = "1.3"
 
 
 class SourceRef(BaseModel):

@@ -205,6 +205,13 @@ def validation_tables(report) -> Group:
                   f"{m.mfu:.1%}" if m and m.mfu is not None else "—")
     parts = [head, t]
     for i, trial in enumerate(report.trials, 1):
+        m = trial.measured
+        if m is not None and m.ranks:
+            ranks = "; ".join(f"rank {r.rank}: {gib(r.peak_bytes)}"
+                              + (f", {r.step_time_s:.3f} s/step" if r.step_time_s else "") for r in m.ranks)
+            share = f"; gradient sync {m.sync_share:.0%} of a micro-batch" if m.sync_share is not None else ""
+            parts.append(Text(f"  {i}. per rank: {ranks}{share}", style="dim"))
+    for i, trial in enumerate(report.trials, 1):
         if trial.message or trial.role != "plan":
             parts.append(Text(f"  {i}. {trial.reason}" + (f" → {trial.message}" if trial.message else ""),
                               style="dim"))

@@ -62,7 +62,7 @@ def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
 def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tuple[float, float]:
     """(peak FLOP/s for the plan's matmuls, memory bandwidth in bytes/s) of one device."""
     if gpu is None:
-        cores = host.cpu_cores if host else 1
+        cores = (host.cpu_cores if host else 1) / max(plan.cpu_processes, 1)  # processes share the cores
         ghz = (host.cpu_mhz or 2500.0) / 1000 if host else 2.5
         flags = set(host.cpu_flags) if host else set()
         per_cycle = next((v for k, v in _CPU_FLOP_PER_CYCLE.items() if k in flags), 8)

@@ -27,12 +27,14 @@ import gc
 import math
 import os
 import resource
+import statistics
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from advisor.trainable import (build_model, enable_checkpointing, hf_config, local_weights_dir, make_optimizer,
@@ -73,6 +75,8 @@ class TrialOutcome:
     reserved_bytes: int | None = None  #: CUDA: max_memory_reserved, bytes
     device_bytes: int = 0  #: CUDA: NVML used by this process (else reserved + context); CPU: peak RSS, bytes
     wall_s: float = 0.0  #: seconds the whole trial took, building included
+    ranks: list[dict] = field(default_factory=list)  #: distributed: each rank's outcome (rank, peak_bytes, ...)
+    sync_share: float | None = None  #: distributed: gradient synchronisation's share of a micro-batch
 
 
 class _Stopped(Exception):
@@ -207,7 +211,7 @@ def _phase(tracker, name: str) -> None:
 def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10, warmup: int = 2,
               torch_compile: bool = False, dataloader_num_workers: int = 0, dataloader_pin_memory: bool = False,
               memory_limit_bytes: int | None = None, on_step: Callable[[StepUpdate], None] | None = None,
-              stop: threading.Event | None = None, config: dict | None = None) -> TrialOutcome:
+              stop: threading.Event | None = None, config: dict | None = None, dist=None) -> TrialOutcome:
     """Train ``warmup + steps`` optimizer steps of ``plan`` on this machine and measure them.
 
     Args:
@@ -221,6 +225,7 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
         on_step: called after every optimizer step.
         stop: when set, the trial ends at the next step boundary with status ``interrupted``.
         config: the config.json dict (default: read again from the model's path or id).
+        dist: this rank of a distributed trial (``advisor.dist_worker.Distributed``), or None.
     Returns:
         The outcome; every failure is a status (``oom``, ``nonfinite``, ``error``,
         ``interrupted``), never an exception, and all the trial's memory is freed.
@@ -238,7 +243,7 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
     memory = _Memory(torch, cuda, memory_limit_bytes)
     try:
         _train(torch, model, plan, seq_len, steps, warmup, torch_compile, dataloader_num_workers,
-               dataloader_pin_memory, memory, outcome, on_step, stop, config)
+               dataloader_pin_memory, memory, outcome, on_step, stop, config, dist)
     except (torch.cuda.OutOfMemoryError, TrialOutOfMemory) as err:
         outcome.status = "oom"
         outcome.message = f"out of memory: {str(err).splitlines()[0][:300]}"
@@ -268,10 +273,16 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
 
 def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, warmup: int, torch_compile: bool,
            workers: int, pin: bool, memory: _Memory, outcome: TrialOutcome,
-           on_step: Callable[[StepUpdate], None] | None, stop: threading.Event | None, raw: dict | None) -> None:
-    """The training loop; its locals (model, optimizer, batches) die when it returns or raises."""
+           on_step: Callable[[StepUpdate], None] | None, stop: threading.Event | None, raw: dict | None,
+           dist=None) -> None:
+    """The training loop; its locals (model, optimizer, batches) die when it returns or raises.
+
+    ``dist`` (an ``advisor.dist_worker.Distributed``) makes it one rank of a data-parallel run: the
+    model is wrapped (DDP or FSDP) before the optimizer is built, each rank reads its own batches,
+    accumulation skips the gradient sync until the last micro-batch, and a stop is agreed by all ranks.
+    """
     cuda = plan.device == "cuda"
-    device = torch.device("cuda" if cuda else "cpu")
+    device = dist.device if dist is not None else torch.device("cuda" if cuda else "cpu")
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = plan.tf32
         torch.backends.cudnn.allow_tf32 = plan.tf32
@@ -281,12 +292,14 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
     net.train()
     if plan.gradient_checkpointing:
         enable_checkpointing(net)
+    if dist is not None:
+        net = dist.wrap(net)
     optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
     forward = torch.compile(net) if torch_compile else net
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
     scaler = torch.amp.GradScaler(device.type) if plan.precision == "fp16" else None
     accumulation, total = plan.gradient_accumulation_steps, warmup + steps
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator().manual_seed(dist.rank if dist is not None else 0)
     rows = synthetic_batch(model, config, plan.micro_batch_size * accumulation * total, seq_len, generator)
     loader = torch.utils.data.DataLoader(_Rows(rows), batch_size=plan.micro_batch_size, shuffle=False,
                                          num_workers=workers, pin_memory=pin and cuda, drop_last=True)
@@ -294,7 +307,10 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
     counted_step = warmup - 1  # CPU: the last warm-up step (the optimizer state exists by then)
     warm_start = time.perf_counter()
     for step in range(total):
-        if stop is not None and stop.is_set():
+        stopping = stop is not None and stop.is_set()
+        if dist is not None:
+            stopping = dist.agree(stopping)  # every rank stops at the same step, or the collectives hang
+        if stopping:
             raise _Stopped
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -303,13 +319,14 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
         tracker = _count_live_tensors(net, optimizer) if not cuda and step == counted_step else None
         with tracker if tracker is not None else contextlib.nullcontext():
             step_loss = torch.zeros((), device=device)
-            for _ in range(accumulation):
+            for micro in range(accumulation):
                 batch = {k: v.to(device, non_blocking=pin) for k, v in next(batches).items()}
+                sync = dist.sync(net, micro == accumulation - 1) if dist is not None else contextlib.nullcontext()
                 _phase(tracker, "forward")
-                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                with sync, torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
                     loss = forward(**batch).loss / accumulation
-                _phase(tracker, "backward")
-                (scaler.scale(loss) if scaler is not None else loss).backward()
+                    _phase(tracker, "backward")
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
                 step_loss += loss.detach()
                 del loss, batch
             _phase(tracker, "optimizer")
@@ -328,6 +345,8 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
         else:
             seconds = time.perf_counter() - t0
         value = float(step_loss.item())
+        if dist is not None:
+            value = dist.mean(value)
         outcome.losses.append(value)
         outcome.peak_bytes = max(outcome.peak_bytes, memory.peak())
         if step < warmup:
@@ -341,3 +360,87 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
             outcome.status = "nonfinite"
             outcome.message = f"loss {value} at step {step + 1} under {plan.precision}"
             return
+    if dist is not None:
+        dist.measure_sync_share(net, forward, next(iter(loader)), device, dtype)
+
+
+def run_distributed_trial(model: ModelProfile, plan: Plan, seq_len: int, *, nproc: int, kind: str, steps: int = 10,
+                          warmup: int = 2, torch_compile: bool = False, dataloader_num_workers: int = 0,
+                          dataloader_pin_memory: bool = False, memory_limit_bytes: int | None = None,
+                          on_step: Callable[[StepUpdate], None] | None = None, stop: threading.Event | None = None,
+                          config: dict | None = None, timeout_s: float = 3600.0) -> TrialOutcome:
+    """Run the trial on ``nproc`` processes through torchrun (``advisor.dist_worker`` on every rank).
+
+    ``kind``: 'ddp', 'zero-2' (FSDP SHARD_GRAD_OP) or 'zero-3' (FSDP FULL_SHARD). torchrun starts in its
+    own session, so a Ctrl-C reaches only this process: ``stop`` becomes a stop file the ranks agree on
+    at the next step boundary. Returns rank 0's losses and step times, the largest per-rank peak, every
+    rank's outcome in ``ranks``, and the gradient synchronisation's share. A rank that fails brings the
+    others down (torchrun); a run past ``timeout_s`` is killed.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    from probes.model import load_config
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="advisor-trial-") as tmp:
+        folder = Path(tmp)
+        spec = {"model": model.model_dump(mode="json"), "plan": plan.model_dump(mode="json"), "seq_len": seq_len,
+                "steps": steps, "warmup": warmup, "torch_compile": torch_compile,
+                "dataloader_num_workers": dataloader_num_workers, "dataloader_pin_memory": dataloader_pin_memory,
+                "memory_limit_bytes": memory_limit_bytes, "kind": kind,
+                "config": config if config is not None else load_config(model.config_path or model.id)[0]}
+        (folder / "spec.json").write_text(json.dumps(spec))
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+                   "-m", "advisor.dist_worker", str(folder / "spec.json")]
+        env = {**os.environ, "OMP_NUM_THREADS": str(max((os.cpu_count() or 1) // nproc, 1)),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+                                                           os.environ.get("PYTHONPATH")]))}
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+        errors: list[str] = []
+        reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
+        reader.start()
+        watcher_done = threading.Event()
+
+        def watch() -> None:  # the stop event becomes the ranks' stop file; a timeout kills the run
+            while not watcher_done.wait(0.2):
+                if stop is not None and stop.is_set():
+                    (folder / "stop").touch()
+                if time.perf_counter() - start > timeout_s:
+                    proc.kill()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        for line in proc.stdout:
+            if line.startswith('{"event": "step"'):
+                data = json.loads(line)
+                data.pop("event")
+                if on_step is not None:
+                    on_step(StepUpdate(**data))
+        code = proc.wait()
+        watcher_done.set()
+        reader.join(timeout=5)
+        ranks = sorted((json.loads(p.read_text()) for p in folder.glob("rank*.json")), key=lambda r: r["rank"])
+    outcome = TrialOutcome(status="ok", wall_s=time.perf_counter() - start, ranks=ranks)
+    if not ranks:
+        last = next((line.strip() for line in reversed(errors) if line.strip()), f"torchrun exited {code}")
+        outcome.status, outcome.message = "error", f"distributed trial failed: {last[:300]}"
+        return outcome
+    order = {"oom": 0, "nonfinite": 1, "error": 2, "interrupted": 3, "ok": 4}
+    worst = min(ranks, key=lambda r: order.get(r["status"], 2))
+    first = ranks[0]
+    outcome.status = worst["status"] if len(ranks) == nproc or worst["status"] != "ok" else "error"
+    outcome.message = worst["message"] or ("" if len(ranks) == nproc else
+                                           f"only {len(ranks)} of {nproc} ranks reported (torchrun exited {code})")
+    outcome.losses, outcome.step_times_s = first["losses"], first["step_times_s"]
+    outcome.warmup_s = first["warmup_s"]
+    outcome.peak_bytes = max(r["peak_bytes"] for r in ranks)
+    outcome.device_bytes = max(r["device_bytes"] for r in ranks)
+    reserved = [r["reserved_bytes"] for r in ranks if r["reserved_bytes"] is not None]
+    outcome.reserved_bytes = max(reserved) if reserved else None
+    outcome.phase_peaks = first["phase_peaks"]
+    shares = [r["sync_share"] for r in ranks if r.get("sync_share") is not None]
+    outcome.sync_share = statistics.median(shares) if shares else None
+    return outcome

@@ -60,6 +60,16 @@ class RuntimeSettings(BaseModel):
     dataloader_pin_memory: bool = Field(False, description="DataLoader pinned host memory (CUDA only)")
 
 
+class RankMeasured(BaseModel):
+    """One rank of a distributed trial."""
+
+    rank: int = Field(description="the process's rank (0 .. world size − 1)")
+    status: TrialStatus = Field(description="how this rank's trial ended")
+    peak_bytes: int = Field(description="this rank's live-tensor peak, bytes")
+    device_bytes: int = Field(description="this rank's device memory in use (NVML on CUDA, peak RSS on the CPU), bytes")
+    step_time_s: float | None = Field(None, description="this rank's median seconds per optimizer step")
+
+
 class Measured(BaseModel):
     """What a trial measured."""
 
@@ -79,6 +89,10 @@ class Measured(BaseModel):
     losses_finite: bool = Field(description="every loss is finite")
     timed_steps: int = Field(description="timed steps finished")
     warmup_s: float = Field(description="seconds of the warm-up steps (compilation, allocator warm-up)")
+    ranks: list[RankMeasured] | None = Field(None, description="distributed trials: every rank's figures "
+                                                               "(peak_bytes above is the largest)")
+    sync_share: float | None = Field(None, description="distributed trials: the gradient synchronisation's "
+                                                       "share of a micro-batch's forward + backward (0..1)")
 
 
 class Predicted(BaseModel):
@@ -211,11 +225,15 @@ def _measured(outcome, plan: Plan, seq_len: int, speed: SpeedEstimate) -> Measur
         samples = plan.global_batch_size / median
         tokens = samples * seq_len
         mfu = speed.flops_per_step / median / (speed.peak_flops_per_s * plan.data_parallel_size)
+    ranks = [RankMeasured(rank=r["rank"], status=r["status"], peak_bytes=r["peak_bytes"],
+                          device_bytes=r["device_bytes"], step_time_s=_step_stats(r["step_times_s"])[0])
+             for r in outcome.ranks] or None
     return Measured(peak_bytes=outcome.peak_bytes, device_bytes=outcome.device_bytes,
                     reserved_bytes=outcome.reserved_bytes, step_time_s=median, step_time_spread_s=spread,
                     samples_per_s=samples, tokens_per_s=tokens, mfu=mfu, losses=outcome.losses,
                     losses_finite=all(math.isfinite(v) for v in outcome.losses),
-                    timed_steps=len(outcome.step_times_s), warmup_s=outcome.warmup_s)
+                    timed_steps=len(outcome.step_times_s), warmup_s=outcome.warmup_s, ranks=ranks,
+                    sync_share=outcome.sync_share)
 
 
 def _divisors(n: int) -> list[int]:
@@ -274,6 +292,8 @@ def describe(plan: Plan) -> str:
              f"micro-batch {plan.micro_batch_size} × {plan.gradient_accumulation_steps}"]
     if plan.gradient_checkpointing:
         parts.append("checkpointing")
+    if plan.data_parallel_size > 1:
+        parts.append(f"{plan.parallelism} × {plan.data_parallel_size} {'GPUs' if plan.num_gpus else 'processes'}")
     return ", ".join(parts)
 
 
@@ -303,12 +323,17 @@ class _Session:
             self.progress(TrialStarted(index=len(self.trials) + 1, role=role, plan=plan,
                                        total_steps=self.steps + self.warmup,
                                        predicted_step_time_s=candidate.speed.step_time_s))
-        outcome = run_trial(self.facts.model, plan, seq_len, steps=self.steps, warmup=self.warmup,
-                            torch_compile=runtime.torch_compile,
-                            dataloader_num_workers=runtime.dataloader_num_workers,
-                            dataloader_pin_memory=runtime.dataloader_pin_memory,
-                            memory_limit_bytes=self.limit, on_step=self.progress, stop=self.stop,
-                            config=self.config)
+        kwargs = dict(steps=self.steps, warmup=self.warmup, torch_compile=runtime.torch_compile,
+                      dataloader_num_workers=runtime.dataloader_num_workers,
+                      dataloader_pin_memory=runtime.dataloader_pin_memory, memory_limit_bytes=self.limit,
+                      on_step=self.progress, stop=self.stop, config=self.config)
+        if plan.data_parallel_size > 1:
+            from advisor.trial import run_distributed_trial
+
+            outcome = run_distributed_trial(self.facts.model, plan, seq_len, nproc=plan.data_parallel_size,
+                                            kind=plan.parallelism, **kwargs)
+        else:
+            outcome = run_trial(self.facts.model, plan, seq_len, **kwargs)
         measured = None
         error = None
         if outcome.losses or outcome.peak_bytes:
@@ -438,9 +463,19 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     """
     if steps < 1 or warmup < 1:
         raise UsageError(f"--steps and --warmup must be >= 1, got {steps} and {warmup}")
-    if plan.parallelism != "none" or plan.num_gpus > 1:
-        raise UsageError("trials of multi-GPU plans (DDP / ZeRO over torchrun) are not supported yet: validate the "
-                         "one-GPU plan")
+    if plan.data_parallel_size > 1:
+        from advisor.dist_worker import KINDS
+
+        if plan.parallelism not in KINDS or plan.offload != "none":
+            raise UsageError(f"distributed trials run {', '.join(KINDS)} (DDP, or FSDP as ZeRO-2/3) without offload; "
+                             f"the plan uses {plan.parallelism}{' + offload' if plan.offload != 'none' else ''}")
+        if facts.hardware.nodes > 1:
+            raise UsageError("trials run on this node only: validate the plan for one node")
+        local = max(facts.hardware.num_gpus, 0)
+        if plan.device == "cuda" and plan.num_gpus > local:
+            raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")
+    elif plan.parallelism != "none":
+        raise UsageError(f"--parallelism {plan.parallelism} needs several processes (GPUs, or --nproc on the CPU)")
     device = "cpu" if facts.gpu is None else "cuda"
     if plan.device != device:
         where = "no CUDA device here" if device == "cpu" else "a GPU here"

@@ -46,10 +46,13 @@ class Plan(BaseModel):
     parallelism: ParallelismName = Field(description="'none' on one device; DDP or ZeRO stage across GPUs")
     num_gpus: int = Field(description="GPUs in all nodes (data-parallel size); 0 on the CPU")
     offload: OffloadName = Field("none", description="ZeRO CPU offload")
+    cpu_processes: int = Field(1, description="data-parallel training processes on the CPU (torchrun "
+                                              "--nproc-per-node); 1 except for a CPU distributed trial")
 
     @property
     def data_parallel_size(self) -> int:
-        return max(self.num_gpus, 1)
+        """GPUs, or the CPU's processes: the factor between micro-batch × accumulation and the global batch."""
+        return self.num_gpus if self.num_gpus > 0 else max(self.cpu_processes, 1)
 
     @property
     def global_batch_size(self) -> int:

@@ -222,8 +222,10 @@ def test_micro_batch_steps_keep_the_global_batch() -> None:
 def test_a_plan_for_another_device_is_refused(tiny) -> None:
     with pytest.raises(UsageError, match="no CUDA device here"):
         api.validate(tiny, plan=_plan(device="cuda", num_gpus=1), hardware=CPU)
-    with pytest.raises(UsageError, match="multi-GPU"):
+    with pytest.raises(UsageError, match="uses 2 GPUs, this machine has 0"):
         api.validate(tiny, plan=_plan(device="cuda", num_gpus=2, parallelism="ddp"), hardware=CPU)
+    with pytest.raises(UsageError, match="needs several processes"):
+        api.validate(tiny, plan=_plan(parallelism="ddp"), hardware=CPU)
     with pytest.raises(UsageError, match="fp16"):
         api.validate(tiny, precision="fp16", hardware=CPU)
 
@@ -343,3 +345,47 @@ def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
     assert local_weights_dir(profile_model(str(tmp_path))) == tmp_path
     report = api.validate(str(tmp_path), seq_len=32, global_batch_size=2, precision="fp32", steps=1, hardware=CPU)
     assert report.trials[0].measured.losses[0] == pytest.approx(math.log(1000), abs=1e-4)
+
+
+@pytest.mark.parametrize("parallelism", ["ddp", "zero-3"])
+def test_two_process_cpu_trial_through_torchrun_and_gloo(tiny, parallelism) -> None:
+    """A distributed trial: torchrun starts 2 ranks (gloo), DDP or FSDP (ZeRO-3's counterpart)."""
+    report = api.validate(tiny, seq_len=32, global_batch_size=8, nproc=2, parallelism=parallelism, steps=2,
+                          hardware=CPU)
+    (trial,) = report.trials
+    assert trial.status == "ok", trial.message
+    plan, m = trial.plan, trial.measured
+    assert (plan.parallelism, plan.data_parallel_size, plan.global_batch_size) == (parallelism, 2, 8)
+    assert [r.rank for r in m.ranks] == [0, 1] and all(r.status == "ok" and r.peak_bytes > 0 for r in m.ranks)
+    assert m.peak_bytes == max(r.peak_bytes for r in m.ranks)
+    assert m.sync_share is not None and 0 <= m.sync_share < 1
+    assert len(m.losses) == 4 and m.losses_finite
+    assert report.verdict == "confirmed"
+
+
+def test_distributed_trial_stops_together_and_a_failed_rank_tears_the_run_down(tiny) -> None:
+    stop = threading.Event()
+
+    def progress(event) -> None:
+        if isinstance(event, StepUpdate) and event.step == 3:
+            stop.set()
+
+    report = api.validate(tiny, seq_len=32, global_batch_size=4, nproc=2, steps=100000, hardware=CPU,
+                          progress=progress, stop=stop)
+    trial = report.trials[0]
+    assert report.interrupted and trial.status == "interrupted"
+    assert [r.status for r in trial.measured.ranks] == ["interrupted", "interrupted"]  # the same step on both
+    start = time.monotonic()
+    failed = api.validate(tiny, seq_len=32, global_batch_size=4, nproc=2, steps=2, hardware=CPU,
+                          memory_limit_bytes=1024, max_trials=1)
+    assert failed.trials[0].status == "oom" and failed.verdict == "failed"
+    assert time.monotonic() - start < 120  # no rank left waiting in a collective
+
+
+def test_distributed_plans_this_machine_cannot_run_are_refused(tiny) -> None:
+    with pytest.raises(UsageError, match="--nproc is for CPU"):
+        api.validate(tiny, nproc=2, hardware=make_facts("a100-80gb").hardware)
+    with pytest.raises(UsageError, match="without offload"):
+        api.validate(tiny, plan=_plan(parallelism="zero-3", offload="optimizer", cpu_processes=2), hardware=CPU)
+    with pytest.raises(UsageError, match="does not split"):
+        api.validate(tiny, nproc=3, global_batch_size=8, hardware=CPU)

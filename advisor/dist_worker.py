@@ -1,0 +1,155 @@
+"""One rank of a distributed trial, started by torchrun (``python -m torch.distributed.run``).
+
+The parent (:func:`advisor.trial.run_distributed_trial`) writes a spec JSON and starts
+``torchrun --standalone --nproc-per-node N -m advisor.dist_worker SPEC``; every rank joins the
+process group (NCCL on CUDA, gloo on the CPU: https://pytorch.org/docs/stable/distributed.html),
+wraps the model as planned and runs the same loop as a one-device trial:
+
+- ``ddp``: ``DistributedDataParallel`` (https://pytorch.org/docs/stable/notes/ddp.html), with
+  ``no_sync()`` on all but the last micro-batch of an accumulation;
+- ``zero-2`` / ``zero-3``: FSDP2's ``fully_shard`` on every transformer block and the root
+  (https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html), ``reshard_after_forward``
+  False (SHARD_GRAD_OP, ZeRO-2's counterpart) or True (FULL_SHARD, ZeRO-3's).
+
+Rank 0 prints one JSON line per step on stdout (the parent's progress); each rank writes
+``rank<R>.json`` with its measurements. A stop is a file the parent creates; the ranks agree on it
+at each step boundary (an all-reduce), so all stop at the same step. A failed rank exits 1, and
+torchrun tears the others down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+KINDS = ("ddp", "zero-2", "zero-3")
+
+
+class Distributed:
+    """This rank's view of the process group, and how the loop uses it."""
+
+    def __init__(self, torch, kind: str, cuda: bool, stop_file: Path) -> None:
+        self.torch, self.kind, self.cuda, self.stop_file = torch, kind, cuda, stop_file
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        if cuda:
+            torch.cuda.set_device(self.local_rank)
+        self.device = torch.device(f"cuda:{self.local_rank}") if cuda else torch.device("cpu")
+        torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=5))
+        self.sync_share: float | None = None
+
+    def wrap(self, net):
+        """DDP, or FSDP2 on each transformer block and the root."""
+        torch = self.torch
+        if self.kind == "ddp":
+            return torch.nn.parallel.DistributedDataParallel(
+                net, device_ids=[self.local_rank] if self.cuda else None)
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = self.kind == "zero-3"
+        for module in net.modules():
+            if isinstance(module, torch.nn.ModuleList) and len(module) > 1 and \
+                    len({type(block) for block in module}) == 1:
+                for block in module:
+                    fully_shard(block, reshard_after_forward=reshard)
+        fully_shard(net, reshard_after_forward=reshard)
+        return net
+
+    def sync(self, net, last: bool):
+        """The context of one micro-batch: gradients are synchronised on the last one only."""
+        if self.kind == "ddp":
+            return contextlib.nullcontext() if last else net.no_sync()
+        net.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def agree(self, stopping: bool) -> bool:
+        """True on every rank when any rank, or the parent's stop file, says stop."""
+        torch = self.torch
+        flag = torch.tensor([1.0 if stopping or self.stop_file.exists() else 0.0], device=self.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def mean(self, value: float) -> float:
+        """The mean of a number over the ranks (the step's loss)."""
+        torch = self.torch
+        t = torch.tensor([value], device=self.device, dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return float(t.item()) / self.world_size
+
+    def measure_sync_share(self, net, forward, batch: dict, device, dtype) -> None:
+        """The gradient synchronisation's share of a micro-batch: 1 − (forward + backward without
+        sync) / (with sync), medians of 3 each, after the timed steps."""
+        torch = self.torch
+
+        def timed(last: bool) -> float:
+            data = {k: v.to(device) for k, v in batch.items()}
+            self.barrier()
+            start = time.perf_counter()
+            with self.sync(net, last), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                forward(**data).loss.backward()
+            if self.cuda:
+                torch.cuda.synchronize()
+            return time.perf_counter() - start
+
+        with_sync = statistics.median(timed(True) for _ in range(3))
+        without = statistics.median(timed(False) for _ in range(3))
+        for p in net.parameters():
+            p.grad = None
+        self.sync_share = max(0.0, 1.0 - without / with_sync) if with_sync > 0 else None
+
+    def barrier(self) -> None:
+        self.torch.distributed.barrier()
+
+    def close(self) -> None:
+        if self.torch.distributed.is_initialized():
+            self.torch.distributed.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run this rank from the spec file named by the first argument; the exit status."""
+    import torch
+
+    from advisor.trial import run_trial
+    from probes.model import ModelProfile
+    from rules import Plan
+
+    spec_path = Path((argv or sys.argv[1:])[0])
+    spec = json.loads(spec_path.read_text())
+    plan = Plan.model_validate(spec["plan"])
+    model = ModelProfile.model_validate(spec["model"])
+    folder = spec_path.parent
+    dist = Distributed(torch, spec["kind"], plan.device == "cuda", folder / "stop")
+
+    def on_step(update) -> None:
+        if dist.rank == 0:
+            sys.stdout.write(json.dumps({"event": "step", **dataclasses.asdict(update)}) + "\n")
+            sys.stdout.flush()
+
+    try:
+        outcome = run_trial(model, plan, spec["seq_len"], steps=spec["steps"], warmup=spec["warmup"],
+                            torch_compile=spec["torch_compile"], dataloader_num_workers=spec["dataloader_num_workers"],
+                            dataloader_pin_memory=spec["dataloader_pin_memory"],
+                            memory_limit_bytes=spec.get("memory_limit_bytes"), on_step=on_step,
+                            stop=threading.Event(), config=spec.get("config"), dist=dist)
+        result = dataclasses.asdict(outcome)
+        result.update(rank=dist.rank, world_size=dist.world_size, sync_share=dist.sync_share)
+        (folder / f"rank{dist.rank}.json").write_text(json.dumps(result))
+    finally:
+        if "outcome" in locals() and outcome.status in ("ok", "interrupted"):
+            dist.close()
+    if outcome.status not in ("ok", "interrupted"):
+        os._exit(1)  # the other ranks may wait in a collective: torchrun tears them down
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
