@@ -19,7 +19,7 @@ from advisor.recommendation import SCHEMA_VERSION, Recommendation, build
 from advisor.speed import SpeedEstimate
 from probes.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
-from probes.hardware import HardwareProfile
+from probes.hardware import NETWORK_GBIT_S, GPULink, HardwareProfile
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from rules import Facts, Plan, Workload
@@ -29,19 +29,51 @@ DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a
 OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
 
 
-def probe_hardware(gpu: str | None = None, nodes: int = 1) -> HardwareProfile:
+def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
+                   inter_node_gbps: float | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
+    ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
+    'ethernet' between nodes (bandwidth from :data:`probes.hardware.NETWORK_GBIT_S` unless
+    ``inter_node_gbps``, in Gb/s, is given).
+
     Raises:
-        UnknownGPUError: unknown catalog name. UsageError: nodes < 1.
+        UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
     """
     if nodes < 1:
         raise UsageError(f"--nodes must be >= 1, got {nodes}")
     if gpu:
-        return profile_from_catalog(gpu, nodes)
-    profile = probe_local()
-    if nodes > 1:
-        profile = profile.model_copy(update={"nodes": nodes})
+        profile = profile_from_catalog(gpu, nodes)
+    else:
+        profile = probe_local()
+        if nodes > 1:
+            profile = profile.model_copy(update={"nodes": nodes})
+    names = [interconnect] if isinstance(interconnect, str) else list(interconnect or [])
+    names = [n.strip().lower() for name in names for n in name.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ("nvlink", "pcie", "infiniband", "ethernet")]
+    if unknown:
+        raise UsageError(f"--interconnect {unknown[0]}: choose nvlink or pcie (inside a node), infiniband or "
+                         "ethernet (between nodes)")
+    inside = [n for n in names if n in ("nvlink", "pcie")]
+    between = [n for n in names if n in ("infiniband", "ethernet")]
+    if len(set(inside)) > 1 or len(set(between)) > 1:
+        raise UsageError(f"--interconnect {','.join(names)}: one link inside a node and one network between nodes")
+    update: dict = {}
+    if inside:
+        if inside[0] == "nvlink" and profile.gpu is not None and not profile.gpu.nvlink_bandwidth_gbps:
+            raise UsageError(f"--interconnect nvlink: {profile.gpu.name} has no NVLink")
+        links = [GPULink(a=link.a, b=link.b, nvlink_count=(link.nvlink_count or 12) if inside[0] == "nvlink" else 0,
+                         pcie_relation=None if inside[0] == "nvlink" else "PHB") for link in profile.links]
+        update["links"] = links
+    if between:
+        update["interconnect"] = between[0]
+        update["inter_node_gbit_s"] = NETWORK_GBIT_S[between[0]]
+    if inter_node_gbps is not None:
+        if inter_node_gbps <= 0:
+            raise UsageError(f"--inter-node-gbps must be > 0, got {inter_node_gbps}")
+        update["inter_node_gbit_s"] = inter_node_gbps
+    if update:
+        profile = profile.model_copy(update=update)
     return profile
 
 
@@ -59,7 +91,8 @@ def _packages(hardware: HardwareProfile) -> dict[str, bool]:
 
 def make_facts(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
                seq_len: int | None = None, global_batch_size: int | None = None,
-               hardware: HardwareProfile | None = None, objective: str = "speed") -> Facts:
+               hardware: HardwareProfile | None = None, objective: str = "speed",
+               interconnect: list[str] | str | None = None, inter_node_gbps: float | None = None) -> Facts:
     """Gather and validate the facts of a question.
 
     Raises:
@@ -71,7 +104,7 @@ def make_facts(model: str | ModelProfile, *, task: str | None = None, gpu: str |
     if global_batch_size is not None and global_batch_size <= 0:
         raise UsageError(f"--global-batch-size must be > 0, got {global_batch_size}")
     profile = model if isinstance(model, ModelProfile) else profile_model(model, task)
-    hw = hardware or probe_hardware(gpu, nodes)
+    hw = hardware or probe_hardware(gpu, nodes, interconnect, inter_node_gbps)
     limit = profile.max_position_embeddings
     if seq_len is None:
         seq_len = min(limit, DEFAULT_SEQ_LEN) if limit else DEFAULT_SEQ_LEN
@@ -123,7 +156,8 @@ def suggestions(facts: Facts) -> list[str]:
 
 def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | None = None, nodes: int = 1,
               seq_len: int | None = None, global_batch_size: int | None = None,
-              hardware: HardwareProfile | None = None, objective: str = "speed") -> Recommendation:
+              hardware: HardwareProfile | None = None, objective: str = "speed",
+              interconnect: list[str] | str | None = None, inter_node_gbps: float | None = None) -> Recommendation:
     """Recommend the fastest plan that fits (``objective='memory'``: the plan with the least device memory).
 
     Raises:
@@ -131,7 +165,8 @@ def recommend(model: str | ModelProfile, *, task: str | None = None, gpu: str | 
         UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
     """
     facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len,
-                       global_batch_size=global_batch_size, hardware=hardware, objective=objective)
+                       global_batch_size=global_batch_size, hardware=hardware, objective=objective,
+                       interconnect=interconnect, inter_node_gbps=inter_node_gbps)
     result = planner.search(facts)
     if result.best is None:
         closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
@@ -179,7 +214,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
              seq_len: int | None = None, micro_batch_size: int = 1, gradient_accumulation_steps: int = 1,
              precision: str | None = None, tf32: bool | None = None, optimizer: str = "adamw",
              gradient_checkpointing: bool = False, parallelism: str | None = None, offload: str = "none",
-             hardware: HardwareProfile | None = None, simulate: bool = False) -> Estimate:
+             hardware: HardwareProfile | None = None, simulate: bool = False,
+             interconnect: list[str] | str | None = None, inter_node_gbps: float | None = None) -> Estimate:
     """Memory and speed of one given plan (no search).
 
     Defaults: precision bf16 where the GPU has it, fp16 on other tensor-core GPUs, fp32 otherwise;
@@ -193,7 +229,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
         if value <= 0:
             raise UsageError(f"--{name} must be > 0, got {value}")
     facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len, hardware=hardware,
-                       global_batch_size=micro_batch_size * gradient_accumulation_steps)
+                       global_batch_size=micro_batch_size * gradient_accumulation_steps, interconnect=interconnect,
+                       inter_node_gbps=inter_node_gbps)
     g = facts.gpu
     gpus = facts.hardware.num_gpus
     if precision is None:
@@ -205,7 +242,9 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
     if parallelism != "none" and gpus <= 1:
         raise UsageError(f"--parallelism {parallelism} needs several GPUs (--gpu NAME:COUNT)")
     if offload != "none" and not planner.offload_ok(parallelism, offload):
-        raise UsageError(f"--offload {offload} needs ZeRO ({'zero-3' if 'parameters' in offload else 'zero-1/2/3'})")
+        raise UsageError(f"--offload {offload} needs sharding: "
+                         + ("zero-3, fsdp-full-shard or fsdp-hybrid-shard" if "parameters" in offload
+                            else "zero-1/2/3 (FSDP offloads parameters too: --offload optimizer+parameters)"))
     plan = Plan(device="cpu" if g is None else "cuda", precision=precision,
                 tf32=bool(g is not None and g.tf32) if tf32 is None else bool(tf32 and g is not None and g.tf32),
                 optimizer=optimizer, gradient_checkpointing=gradient_checkpointing,

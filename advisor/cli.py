@@ -49,7 +49,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     if args.gpu and args.gpu.strip().lower() == "list":
         return _list_gpus(args)
-    hw = probe_hardware(args.gpu, args.nodes)
+    hw = probe_hardware(args.gpu, args.nodes, args.interconnect, args.inter_node_gbps)
     if args.json:
         _print_json(hw)
     else:
@@ -98,7 +98,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     try:
         rec = recommend(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                        global_batch_size=args.global_batch_size, objective=args.objective)
+                        global_batch_size=args.global_batch_size, objective=args.objective,
+                        interconnect=args.interconnect, inter_node_gbps=args.inter_node_gbps)
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -132,7 +133,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                    micro_batch_size=args.micro_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
                    precision=args.precision, tf32=args.tf32, optimizer=args.optimizer,
                    gradient_checkpointing=args.gradient_checkpointing, parallelism=args.parallelism,
-                   offload=args.offload, simulate=args.simulate)
+                   offload=args.offload, simulate=args.simulate, interconnect=args.interconnect,
+                   inter_node_gbps=args.inter_node_gbps)
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -305,7 +307,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                   global_batch_size=args.global_batch_size, objective=args.objective, out_dir=args.out)
+                   global_batch_size=args.global_batch_size, objective=args.objective, out_dir=args.out,
+                   interconnect=args.interconnect, inter_node_gbps=args.inter_node_gbps)
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -339,6 +342,11 @@ def _hardware_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", metavar="NAME[:COUNT]",
                    help="plan for catalog GPUs instead of this machine's (`advisor probe --gpu list` lists them)")
     p.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="identical nodes (default 1)")
+    p.add_argument("--interconnect", metavar="LINKS",
+                   help="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
+                        "comma-separated, e.g. pcie,ethernet")
+    p.add_argument("--inter-node-gbps", type=float, metavar="Gb/s",
+                   help="network bandwidth between nodes per node, gigabits per second")
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -391,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"), default="adamw")
     p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3"))
+    p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op",
+                                             "fsdp-full-shard", "fsdp-hybrid-shard"))
     p.add_argument("--offload", choices=("none", "optimizer", "optimizer+parameters"), default="none")
     p.add_argument("--simulate", action="store_true",
                    help="also run a real training step on fake tensors (imports torch; seconds)")
@@ -416,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan_group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
     plan_group.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"))
     plan_group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
-    plan_group.add_argument("--parallelism", choices=("ddp", "zero-2", "zero-3"),
+    plan_group.add_argument("--parallelism", choices=("ddp", "zero-2", "zero-3", "fsdp-shard-grad-op",
+                                                      "fsdp-full-shard"),
                             help="several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 (FULL_SHARD)")
     p.add_argument("--nproc", type=_positive_int, metavar="N",
                    help="CPU only: a distributed trial over N processes (torchrun, gloo); the global batch is split")

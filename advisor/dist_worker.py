@@ -30,7 +30,12 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-KINDS = ("ddp", "zero-2", "zero-3")
+#: The plans a distributed trial runs: DDP, and sharding through FSDP2 (ZeRO-2 / SHARD_GRAD_OP keep the
+#: parameters gathered between forward and backward; ZeRO-3 / FULL_SHARD reshard; HYBRID_SHARD on one
+#: node is FULL_SHARD).
+KINDS = ("ddp", "zero-2", "zero-3", "fsdp-shard-grad-op", "fsdp-full-shard", "fsdp-hybrid-shard")
+RESHARD = {"zero-2": False, "fsdp-shard-grad-op": False, "zero-3": True, "fsdp-full-shard": True,
+           "fsdp-hybrid-shard": True}
 
 
 class Distributed:
@@ -55,7 +60,7 @@ class Distributed:
                 net, device_ids=[self.local_rank] if self.cuda else None)
         from torch.distributed.fsdp import fully_shard
 
-        reshard = self.kind == "zero-3"
+        reshard = RESHARD[self.kind]
         for module in net.modules():
             if isinstance(module, torch.nn.ModuleList) and len(module) > 1 and \
                     len({type(block) for block in module}) == 1:

@@ -50,6 +50,17 @@ def uses_deepspeed(rec: Recommendation) -> bool:
     return rec.plan.parallelism.startswith("zero")
 
 
+#: FSDP strategy names: TrainingArguments' ``fsdp`` option and accelerate's ``fsdp_sharding_strategy``.
+FSDP_STRATEGIES = {"fsdp-shard-grad-op": ("shard_grad_op", "SHARD_GRAD_OP"),
+                   "fsdp-full-shard": ("full_shard", "FULL_SHARD"),
+                   "fsdp-hybrid-shard": ("hybrid_shard", "HYBRID_SHARD")}
+
+
+def uses_fsdp(rec: Recommendation) -> bool:
+    """The plan shards with PyTorch FSDP."""
+    return rec.plan.parallelism in FSDP_STRATEGIES
+
+
 def zero_stage(rec: Recommendation) -> int:
     """The ZeRO stage of the plan (0 without ZeRO)."""
     return int(rec.plan.parallelism.split("-")[1]) if uses_deepspeed(rec) else 0
@@ -64,14 +75,37 @@ def optim_name(rec: Recommendation) -> str:
     return {"adafactor": "adafactor", "adamw-8bit": "adamw_bnb_8bit", "sgd": "sgd"}[plan.optimizer]
 
 
+def _transformers_major() -> int:
+    """The installed transformers' major version (4 when it is not installed: the older names work on both)."""
+    try:
+        return int(metadata.version("transformers").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 4
+
+
 def _checkpointing_key() -> str:
     """transformers 5 renamed ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name
-    warns and goes in v6); older versions know only the old one. Read from the installed metadata."""
-    try:
-        major = int(metadata.version("transformers").split(".")[0])
-    except (metadata.PackageNotFoundError, ValueError):
-        return "gradient_checkpointing"
-    return "activation_checkpointing" if major >= 5 else "gradient_checkpointing"
+    warns and goes in v6); older versions know only the old one."""
+    return "activation_checkpointing" if _transformers_major() >= 5 else "gradient_checkpointing"
+
+
+def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
+    """TrainingArguments' FSDP keys. transformers >= 5: ``fsdp=True`` with ``fsdp_config`` (FSDP2:
+    ``reshard_after_forward`` True for FULL_SHARD, False for SHARD_GRAD_OP; HYBRID_SHARD only in FSDP1,
+    ``version: 1``), and FSDP's own activation checkpointing; before 5: the option string
+    (TrainingArguments docs, "fsdp")."""
+    plan = rec.plan
+    offload = plan.offload != "none"
+    if _transformers_major() < 5:
+        return {"fsdp": " ".join([FSDP_STRATEGIES[plan.parallelism][0], "auto_wrap"] + (["offload"] if offload else []))}
+    if plan.parallelism == "fsdp-hybrid-shard":
+        config: dict[str, Any] = {"version": 1, "reshard_after_forward": "hybrid_shard"}
+    else:
+        config = {"version": 2, "reshard_after_forward": plan.parallelism == "fsdp-full-shard"}
+    config["cpu_offload"] = offload
+    if plan.gradient_checkpointing:
+        config["activation_checkpointing"] = True  # FSDP's own: no redundant all-gather in backward
+    return {"fsdp": True, "fsdp_config": config}
 
 
 def training_args(rec: Recommendation) -> dict[str, Any]:
@@ -102,6 +136,11 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         args["use_cpu"] = True
     if uses_deepspeed(rec):
         args["deepspeed"] = FILE_NAMES["deepspeed"]
+    if uses_fsdp(rec):
+        args.update(_fsdp_args(rec))
+        if "fsdp_config" in args and plan.gradient_checkpointing:
+            args[ckpt] = False  # the fsdp_config's activation checkpointing replaces it
+            args.pop(f"{ckpt}_kwargs", None)
     return args
 
 
@@ -140,6 +179,8 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
         distributed = "NO"
     elif uses_deepspeed(rec):
         distributed = "DEEPSPEED"
+    elif uses_fsdp(rec):
+        distributed = "FSDP"
     elif plan.num_gpus > 1:
         distributed = "MULTI_GPU"
     else:
@@ -166,6 +207,17 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
     if uses_deepspeed(rec):
         config["deepspeed_config"] = {"deepspeed_config_file": FILE_NAMES["deepspeed"],
                                       "zero3_init_flag": zero_stage(rec) == 3}
+    if uses_fsdp(rec):
+        config["fsdp_config"] = {
+            "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.parallelism][1],
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+            "fsdp_offload_params": plan.offload != "none",
+            "fsdp_backward_prefetch": "BACKWARD_PRE",
+            "fsdp_state_dict_type": "SHARDED_STATE_DICT",
+            "fsdp_use_orig_params": True,
+            "fsdp_sync_module_states": True,
+            "fsdp_cpu_ram_efficient_loading": True,
+        }
     if _setting(rec, "torch_compile", False):
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     return config

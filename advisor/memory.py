@@ -40,7 +40,7 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
-from rules.facts import Plan
+from rules.facts import Plan, sharding_stage
 
 MIB = 1024**2
 GIB = 1024**3
@@ -224,7 +224,7 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10, *, attention: str | None = None,
-                    cuda_context_bytes: int = CUDA_CONTEXT_BYTES) -> MemoryEstimate:
+                    cuda_context_bytes: int = CUDA_CONTEXT_BYTES, nodes: int = 1) -> MemoryEstimate:
     """Estimate the memory of one training step of ``plan`` on one device.
 
     Args:
@@ -236,6 +236,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         attention: 'sdpa' (flash / memory-efficient, CUDA's default) or 'eager'; default: sdpa on
             CUDA, eager on the CPU.
         cuda_context_bytes: the CUDA context and library workspaces (older CUDA versions: more).
+        nodes: nodes of the plan (FSDP HYBRID_SHARD shards over one node's GPUs).
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
@@ -244,13 +245,17 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     copies16 = 2 * model.matmul_parameters if mixed else 0
     states_full = _optimizer_state_bytes(model, plan.optimizer)
     n = plan.data_parallel_size
-    stage = {"zero-1": 1, "zero-2": 2, "zero-3": 3}.get(plan.parallelism, 0)
+    stage = sharding_stage(plan.parallelism)
+    if plan.parallelism == "fsdp-hybrid-shard":
+        n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
     eager = (attention or ("sdpa" if plan.device == "cuda" else "eager")) == "eager"
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     largest = _largest_param_elements(model)
 
     if stage:
-        # ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states)
+        # ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states).
+        # FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters:
+        # within 2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's
         low = 2 if mixed else 4
         master_and_states = (4 * P if mixed else 0) + states_full
         params = low * P // (n if stage >= 3 else 1)

@@ -131,9 +131,13 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
 
 
 def offload_ok(parallelism: str, offload: str) -> bool:
-    """Offload pairs only with ZeRO; offloading parameters needs stage 3."""
+    """Offload pairs only with sharding: ZeRO-Offload offloads the optimizer (any stage) and the
+    parameters (stage 3); FSDP's CPUOffload moves parameters, gradients and the optimizer step together,
+    so only 'optimizer+parameters' with FULL_SHARD / HYBRID_SHARD."""
     if offload == "none":
         return True
+    if parallelism.startswith("fsdp-"):
+        return offload == "optimizer+parameters" and parallelism != "fsdp-shard-grad-op"
     if offload == "optimizer":
         return parallelism.startswith("zero")
     return parallelism == "zero-3"
@@ -143,9 +147,11 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> C
     """Memory, speed, penalty and preferences of one plan."""
     effects = effects if effects is not None else propose_effects(facts)
     margin = SAFETY_MARGIN_GPU if plan.device == "cuda" else SAFETY_MARGIN_CPU
-    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, capacity_bytes(facts), margin)
+    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, capacity_bytes(facts), margin,
+                             nodes=facts.hardware.nodes)
     speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, facts.hardware.host,
-                           nvlink=facts.hardware.all_pairs_nvlink, nodes=facts.hardware.nodes)
+                           nvlink=facts.hardware.all_pairs_nvlink, nodes=facts.hardware.nodes,
+                           inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s)
     values = plan.model_dump()
     fallbacks = [e for e in effects if e.kind == "fallback" and e.setting in values and e.matches(values[e.setting])]
     prefs = sum(1 for e in effects if e.kind == "prefer" and e.setting in values and e.matches(values[e.setting]))

@@ -19,8 +19,8 @@ from rules import REGISTRY, Effect, Plan, Workload
 #: version's hash, so a model change without a new version fails the tests.
 #: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
 #: 1.2: workload.objective (speed | memory). 1.3: plan.cpu_processes; measured.ranks and sync_share
-#: (distributed trials).
-SCHEMA_VERSION = "1.3"
+#: (distributed trials). 1.4: FSDP strategies in plan.parallelism; hardware.interconnect, inter_node_gbit_s.
+SCHEMA_VERSION = "1.4"
 
 
 class SourceRef(BaseModel):
@@ -174,6 +174,22 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
     return f"about as fast ({slower * 100:.1f} % slower); {prefs[0].reason} [{prefs[0].rule_id}]"
 
 
+def _communication(facts, best: Candidate) -> str:
+    """Per-GPU memory and the step's communication over the links that carry it, in words."""
+    hw = facts.hardware
+    if hw.nodes > 1:
+        net = hw.interconnect or "InfiniBand HDR (assumed)"
+        gbit = hw.inter_node_gbit_s or 200.0
+        link = f"{net} at {gbit:g} Gb/s between {hw.nodes} nodes"
+    elif hw.all_pairs_nvlink:
+        link = "NVLink"
+    else:
+        link = "PCIe"
+    m, s = best.memory, best.speed
+    return (f"per GPU {m.device_bytes / GIB:.1f} of {m.usable_bytes / GIB:.1f} GiB usable; est. communication "
+            f"{s.communication_s:.2f} s of the {s.step_time_s:.2f} s step over {link}")
+
+
 def _chosen(result: PlanningResult) -> str:
     return "least-memory plan" if result.facts.workload.objective == "memory" else "fastest plan"
 
@@ -220,6 +236,8 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     accumulation = [e for e in result.check_effects if e.kind == "set" and e.setting == "gradient_accumulation_steps"]
     settings["gradient_accumulation_steps"] = _decide_set("gradient_accumulation_steps", accumulation)
     gpus = facts.hardware.num_gpus
+    if gpus > 1 and "parallelism" in settings:
+        settings["parallelism"].rationale += "; " + _communication(facts, best)
     settings["num_gpus"] = SettingDecision(
         value=gpus, rule_ids=[], sources=[],
         rationale="training on the CPU: no GPU found" if gpus == 0 else f"all {gpus} GPU(s) of the hardware")

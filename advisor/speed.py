@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from advisor.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from rules.facts import Plan
+from rules.facts import Plan, sharding_stage
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -115,47 +115,63 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
     return traffic + 4.0  # zero_grad / accumulation buffer
 
 
-def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int) -> float:
+def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
     """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe)."""
     if nodes > 1:
-        return INTER_NODE_GBPS * 1e9
+        return inter_node_bytes_per_s or INTER_NODE_GBPS * 1e9
     if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
         return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
     gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
     return PCIE_GBPS.get(gen, 24.0) * 1e9
 
 
-def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int) -> float:
+def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
+                          inter_node_bytes_per_s: float | None = None) -> float:
     """Exposed communication per optimizer step (ZeRO paper sec. 7: DDP all-reduce 2Ψ, ZeRO-3 3Ψ).
 
     Ring all-reduce moves 2·(n−1)/n of the gradient bytes per device; about half of it overlaps
-    with the backward pass (DDP buckets); ZeRO-3 also all-gathers parameters every micro-batch.
+    with the backward pass (DDP buckets); ZeRO-3 / FSDP FULL_SHARD also all-gather parameters every
+    micro-batch (1.5x). FSDP HYBRID_SHARD does that inside a node over its links and only
+    all-reduces each GPU's shard (1/GPUs-per-node of the gradients) between nodes (PyTorch FSDP
+    docs, ShardingStrategy.HYBRID_SHARD). Inter-node bandwidth: ``inter_node_bytes_per_s``
+    (``--interconnect`` / ``--inter-node-gbps``), else 200 Gb/s InfiniBand HDR.
     """
     n = plan.data_parallel_size
     if n <= 1 or plan.parallelism == "none":
         return 0.0
-    bw = _link_bandwidth(gpu, nvlink, nodes)
     P = model.num_parameters
     grad_bytes = (4 if plan.parallelism in ("ddp", "dp") or plan.precision == "fp32" else 2) * P
-    ring = 2 * (n - 1) / n
-    seconds = ring * grad_bytes / bw
-    if plan.parallelism == "dp":
-        seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
-    if plan.parallelism == "zero-3":
-        seconds *= 1.5
-        seconds += (plan.gradient_accumulation_steps - 1) * ring / 2 * grad_bytes / bw
+    k = plan.gradient_accumulation_steps
+    if plan.parallelism == "fsdp-hybrid-shard" and nodes > 1:
+        per_node = max(n // nodes, 1)
+        intra = _link_bandwidth(gpu, nvlink, 1)
+        ring_in = 2 * (per_node - 1) / per_node
+        seconds = 1.5 * ring_in * grad_bytes / intra + (k - 1) * ring_in / 2 * grad_bytes / intra
+        seconds += 2 * (nodes - 1) / nodes * grad_bytes / per_node / _link_bandwidth(gpu, nvlink, nodes,
+                                                                                    inter_node_bytes_per_s)
+    else:
+        bw = _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
+        ring = 2 * (n - 1) / n
+        seconds = ring * grad_bytes / bw
+        if plan.parallelism == "dp":
+            seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
+        if sharding_stage(plan.parallelism) == 3:
+            seconds *= 1.5
+            seconds += (k - 1) * ring / 2 * grad_bytes / bw
     if plan.offload != "none":
         seconds += 2 * P * 4 / (PCIE_GBPS[4] * 1e9)  # fp32 master + states over PCIe every step
     return 0.5 * seconds
 
 
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
-                   host: HostInfo | None, nvlink: bool = False, nodes: int = 1) -> SpeedEstimate:
+                   host: HostInfo | None, nvlink: bool = False, nodes: int = 1,
+                   inter_node_bytes_per_s: float | None = None) -> SpeedEstimate:
     """Estimate one optimizer step of ``plan``.
 
     Args:
         memory: the plan's memory estimate (its activation bytes drive the memory-bound time).
-        nvlink: all GPUs of a node are NVLink-joined; nodes: number of nodes.
+        nvlink: all GPUs of a node are NVLink-joined; nodes: number of nodes;
+        inter_node_bytes_per_s: network bandwidth between nodes per node (default: InfiniBand HDR).
     """
     peak, bandwidth = device_rates(plan, gpu, host)
     fwd = forward_flops(model, plan.micro_batch_size, seq_len)
@@ -165,9 +181,9 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0)
     micro_time = compute + act_traffic / (bandwidth * 0.7)
     k = plan.gradient_accumulation_steps
-    params_here = model.num_parameters / (plan.data_parallel_size if plan.parallelism.startswith("zero") else 1)
+    params_here = model.num_parameters / (plan.data_parallel_size if sharding_stage(plan.parallelism) else 1)
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
-    comm = communication_seconds(model, plan, gpu, nvlink, nodes)
+    comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
     step = k * micro_time + optimizer_time + comm
     samples = plan.global_batch_size
     flops_step = model_flops_micro * k * plan.data_parallel_size

@@ -125,12 +125,21 @@ class HardwareProfile(BaseModel):
     gpus: list[GPUInfo] = Field(default_factory=list, description="GPUs of one node")
     links: list[GPULink] = Field(default_factory=list, description="link between every pair of GPUs of the node")
     nodes: int = Field(1, description="number of identical nodes")
+    interconnect: Literal["infiniband", "ethernet"] | None = Field(
+        None, description="the network between nodes (None: one node, or not said: InfiniBand HDR assumed)")
+    inter_node_gbit_s: float | None = Field(
+        None, description="network bandwidth between nodes, per node and direction, Gb/s (gigabits)")
     notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
 
     @property
     def gpu(self) -> GPUInfo | None:
         """The GPU advisor plans for (the first; mixed GPU models are flagged in ``notes``)."""
         return self.gpus[0] if self.gpus else None
+
+    @property
+    def inter_node_bytes_per_s(self) -> float | None:
+        """``inter_node_gbit_s`` in bytes/s, or None when not given."""
+        return self.inter_node_gbit_s * 1e9 / 8 if self.inter_node_gbit_s else None
 
     @property
     def num_gpus(self) -> int:
@@ -141,6 +150,12 @@ class HardwareProfile(BaseModel):
     def all_pairs_nvlink(self) -> bool:
         """True when every pair of GPUs of a node is joined by NVLink (False with fewer than 2 GPUs)."""
         return bool(self.links) and all(link.nvlink_count > 0 for link in self.links)
+
+
+#: Default bandwidth of a network between nodes, Gb/s per node: InfiniBand HDR (NVIDIA Quantum
+#: HDR, 200 Gb/s per port, https://www.nvidia.com/en-us/networking/infiniband/qm8700/) and 100 Gb/s
+#: Ethernet (the common cloud / datacenter NIC; IEEE 802.3 100GBASE).
+NETWORK_GBIT_S = {"infiniband": 200.0, "ethernet": 100.0}
 
 
 def derive_capabilities(compute_capability: str, catalog_id: str | None = None) -> dict:

@@ -11,12 +11,30 @@ from probes.model import ModelProfile
 
 PrecisionName = Literal["fp32", "fp16", "bf16"]
 OptimizerName = Literal["adamw", "adafactor", "adamw-8bit", "sgd"]
-ParallelismName = Literal["none", "dp", "ddp", "zero-1", "zero-2", "zero-3"]
+ParallelismName = Literal["none", "dp", "ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op", "fsdp-full-shard",
+                          "fsdp-hybrid-shard"]
 OffloadName = Literal["none", "optimizer", "optimizer+parameters"]
 
 PRECISIONS: tuple[PrecisionName, ...] = ("bf16", "fp16", "fp32")
 OPTIMIZERS: tuple[OptimizerName, ...] = ("adamw", "adamw-8bit", "adafactor", "sgd")
-PARALLELISMS: tuple[ParallelismName, ...] = ("none", "dp", "ddp", "zero-1", "zero-2", "zero-3")
+PARALLELISMS: tuple[ParallelismName, ...] = ("none", "dp", "ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op",
+                                             "fsdp-full-shard", "fsdp-hybrid-shard")
+#: What each sharded data-parallel strategy shards, as a ZeRO stage (ZeRO paper, sec. 5: 1 optimizer
+#: states, 2 + gradients, 3 + parameters). FSDP's strategies are ZeRO's counterparts (PyTorch FSDP docs,
+#: ShardingStrategy): SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3, HYBRID_SHARD = FULL_SHARD inside a
+#: node, replicated across nodes.
+SHARDING_STAGE = {"zero-1": 1, "zero-2": 2, "zero-3": 3, "fsdp-shard-grad-op": 2, "fsdp-full-shard": 3,
+                  "fsdp-hybrid-shard": 3}
+
+
+def sharding_stage(parallelism: str) -> int:
+    """The ZeRO stage a parallelism amounts to (0: nothing sharded)."""
+    return SHARDING_STAGE.get(parallelism, 0)
+
+
+def is_fsdp(parallelism: str) -> bool:
+    """A PyTorch FSDP strategy (no DeepSpeed needed)."""
+    return parallelism.startswith("fsdp-")
 
 
 class Workload(BaseModel):
@@ -43,9 +61,11 @@ class Plan(BaseModel):
     gradient_checkpointing: bool = Field(description="activation checkpointing: recompute activations in backward")
     micro_batch_size: int = Field(description="samples per device per forward/backward pass")
     gradient_accumulation_steps: int = Field(description="micro-batches per optimizer step")
-    parallelism: ParallelismName = Field(description="'none' on one device; DDP or ZeRO stage across GPUs")
+    parallelism: ParallelismName = Field(description="'none' on one device; DDP, a ZeRO stage (DeepSpeed) or an FSDP "
+                                                     "sharding strategy (PyTorch) across GPUs")
     num_gpus: int = Field(description="GPUs in all nodes (data-parallel size); 0 on the CPU")
-    offload: OffloadName = Field("none", description="ZeRO CPU offload")
+    offload: OffloadName = Field("none", description="CPU offload: ZeRO-Offload, or FSDP's CPUOffload "
+                                                     "(optimizer+parameters)")
     cpu_processes: int = Field(1, description="data-parallel training processes on the CPU (torchrun "
                                               "--nproc-per-node); 1 except for a CPU distributed trial")
 

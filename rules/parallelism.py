@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rules import sources as S
 from rules.base import Effect, Rule, register
-from rules.facts import Facts, Plan
+from rules.facts import PARALLELISMS, Facts, Plan, sharding_stage
 
 SMALL_MODEL = 200_000_000  #: below: plain data parallel (seed lecture review)
 LARGE_MODEL = 500_000_000  #: above: consider sharding (Lightning: "roughly 500M+ parameters")
@@ -23,7 +23,7 @@ class SingleDevice(Rule):
         if facts.hardware.num_gpus > 1:
             return []
         why = "a single device: nothing to distribute"
-        return [self.forbid("parallelism", v, why) for v in ("dp", "ddp", "zero-1", "zero-2", "zero-3")]
+        return [self.forbid("parallelism", v, why) for v in PARALLELISMS if v != "none"]
 
 
 @register
@@ -74,9 +74,13 @@ class ShardingOnlyWhenNeeded(Rule):
         if facts.hardware.num_gpus <= 1 or facts.model.num_parameters > LARGE_MODEL:
             return []
         why = "shards model states at the cost of communication: only when DDP does not fit"
+        every_layer = why + " (gathers parameters every layer)"
         return [self.fallback("parallelism", "zero-1", why, penalty=1),
                 self.fallback("parallelism", "zero-2", why, penalty=1),
-                self.fallback("parallelism", "zero-3", why + " (gathers parameters every layer)", penalty=2)]
+                self.fallback("parallelism", "fsdp-shard-grad-op", why, penalty=1),
+                self.fallback("parallelism", "zero-3", every_layer, penalty=2),
+                self.fallback("parallelism", "fsdp-full-shard", every_layer, penalty=2),
+                self.fallback("parallelism", "fsdp-hybrid-shard", every_layer, penalty=2)]
 
 
 @register
@@ -92,8 +96,9 @@ class ShardLargeModels(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.hardware.num_gpus <= 1 or facts.model.num_parameters <= LARGE_MODEL:
             return []
-        return [self.prefer("parallelism", "zero-2", f"{facts.model.num_parameters / 1e9:.1f}B parameters: shard "
-                                                     "optimizer states and gradients at DDP-like traffic")]
+        why = (f"{facts.model.num_parameters / 1e9:.1f}B parameters: shard optimizer states and gradients at "
+               "DDP-like traffic")
+        return [self.prefer("parallelism", ["zero-2", "fsdp-shard-grad-op"], why)]
 
 
 @register
@@ -116,10 +121,11 @@ class SlowLinksFavourDdp(Rule):
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         hw = facts.hardware
-        if plan.parallelism != "zero-3" or hw.nodes <= 1:
+        if plan.parallelism not in ("zero-3", "fsdp-full-shard") or hw.nodes <= 1:
             return []
-        return [self.warn(f"ZeRO-3 across {hw.nodes} nodes gathers parameters over the inter-node network every "
-                          "layer: a fast interconnect (InfiniBand) matters")]
+        return [self.warn(f"{plan.parallelism} across {hw.nodes} nodes gathers parameters over the inter-node network "
+                          "every layer: a fast interconnect (InfiniBand) matters; FSDP HYBRID_SHARD keeps that "
+                          "traffic inside each node")]
 
 
 @register
@@ -138,3 +144,33 @@ class OffloadLastResort(Rule):
         return [self.fallback("offload", "optimizer", "optimizer states in CPU RAM: every step crosses PCIe", penalty=4),
                 self.fallback("offload", "optimizer+parameters",
                               "optimizer states and parameters in CPU RAM: the slowest plan", penalty=5)]
+
+
+@register
+class FsdpOrDeepSpeed(Rule):
+    id = "parallelism.fsdp-or-deepspeed"
+    title = "sharding with FSDP (built into PyTorch) or DeepSpeed ZeRO (a package)"
+    topic = "parallelism"
+    sources = [S.ACCELERATE_FSDP_DEEPSPEED, S.TORCH_FSDP, S.HF_DEEPSPEED]
+    rationale = ("FSDP's sharding strategies are ZeRO's counterparts (SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ "
+                 "ZeRO-3, HYBRID_SHARD: FULL_SHARD inside a node, replicated across nodes) and ship with PyTorch; "
+                 "DeepSpeed needs its package and adds ZeRO-1 and finer offload (optimizer only). HYBRID_SHARD "
+                 "exists for several nodes: on one it is FULL_SHARD.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        hw = facts.hardware
+        if hw.num_gpus <= 1:
+            return []
+        effects = []
+        if hw.nodes <= 1:
+            effects.append(self.forbid("parallelism", "fsdp-hybrid-shard",
+                                       "one node: HYBRID_SHARD is FULL_SHARD (it replicates across nodes)"))
+        deepspeed = facts.packages.get("deepspeed")
+        if deepspeed is False:
+            effects.append(self.prefer("parallelism", [p for p in PARALLELISMS if p.startswith("fsdp-")],
+                                       "DeepSpeed is not installed here; FSDP is part of PyTorch"))
+        elif deepspeed is True:
+            effects.append(self.prefer("parallelism", [p for p in PARALLELISMS if sharding_stage(p) and
+                                                       p.startswith("zero")],
+                                       "DeepSpeed is installed: ZeRO with its optimizer-only offload"))
+        return effects

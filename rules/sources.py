@@ -90,3 +90,8 @@ TRITON_CC = Source(title="Triton installation: supported GPUs",
                    section="Compatibility (NVIDIA GPUs of compute capability 8.0+; 7.0+ in older releases)")
 NVML_THROTTLE = Source(title="NVML API: Clock event reasons",
                        url="https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html")
+ACCELERATE_FSDP_DEEPSPEED = Source(title="HF Accelerate concept guide: FSDP vs DeepSpeed",
+                                   url="https://huggingface.co/docs/accelerate/concept_guides/fsdp_and_deepspeed",
+                                   section="On Differences in Sharding Strategies / Offloading")
+TORCH_FSDP = Source(title="PyTorch FullyShardedDataParallel", url="https://pytorch.org/docs/stable/fsdp.html",
+                    section="ShardingStrategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD), CPUOffload")

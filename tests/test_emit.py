@@ -194,3 +194,26 @@ def test_readme_api_example_holds() -> None:
     assert type(advisor.estimate("gpt2", gpu="t4", micro_batch_size=8)).__name__ == "Estimate"
     assert advisor.profile_model("meta-llama/Llama-2-7b-hf").num_parameters == 6_738_415_616
     assert set(advisor.__all__) == {"recommend", "estimate", "validate", "probe_hardware", "profile_model"}
+
+
+@pytest.mark.parametrize("strategy", ["fsdp-shard-grad-op", "fsdp-full-shard", "fsdp-hybrid-shard"])
+def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path) -> None:
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    rec = _rec("Llama-2-7B on a100-40gb:2 x 4 nodes")
+    offload = "optimizer+parameters" if strategy != "fsdp-shard-grad-op" else "none"
+    rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"parallelism": strategy, "offload": offload})})
+    args = training_args(rec)
+    assert "deepspeed" not in args and args["fsdp"]
+    built = _build_training_arguments(args, rec)
+    assert built.fsdp
+    path = tmp_path / "accelerate_config.yaml"
+    path.write_text(yaml.safe_dump(accelerate_config(rec)))
+    cfg = ClusterConfig.from_yaml_file(str(path))
+    assert str(cfg.distributed_type).endswith("FSDP")
+    assert cfg.fsdp_config["fsdp_sharding_strategy"] == {"fsdp-shard-grad-op": "SHARD_GRAD_OP",
+                                                         "fsdp-full-shard": "FULL_SHARD",
+                                                         "fsdp-hybrid-shard": "HYBRID_SHARD"}[strategy]
+    assert cfg.fsdp_config["fsdp_offload_params"] == (offload != "none")
+    assert "ds_config.json" not in render(rec, ["all"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from advisor.memory import estimate_memory
@@ -97,3 +98,48 @@ def test_speed_checkpointing_costs_a_forward_and_fp16_beats_fp32_on_v100() -> No
     ckpt = speed(precision="fp16", gradient_checkpointing=True)
     assert 1.15 < ckpt.step_time_s / fp16.step_time_s < 1.45  # the seeds: ~20-30 % slower
     assert fp16.flops_per_step == 3 * forward_flops(bert, 4, 512)
+
+
+def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
+    """SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3 (PyTorch FSDP docs, ShardingStrategy)."""
+    from advisor.api import estimate
+
+    def est(parallelism: str, **kw):
+        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
+                        parallelism=parallelism, **kw)
+
+    for fsdp, zero in (("fsdp-shard-grad-op", "zero-2"), ("fsdp-full-shard", "zero-3")):
+        a, b = est(fsdp), est(zero)
+        assert a.memory.peak_bytes == b.memory.peak_bytes
+        assert a.speed.communication_s == pytest.approx(b.speed.communication_s)
+
+
+def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
+    from advisor.api import estimate
+
+    def est(parallelism: str, interconnect: str):
+        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,
+                        gradient_accumulation_steps=4, precision="bf16", parallelism=parallelism,
+                        interconnect=interconnect, gradient_checkpointing=True)
+
+    full, hybrid = est("fsdp-full-shard", "ethernet"), est("fsdp-hybrid-shard", "ethernet")
+    assert hybrid.speed.communication_s < full.speed.communication_s
+    assert hybrid.memory.peak_bytes > full.memory.peak_bytes  # sharded over 2 GPUs, not 8
+    slow, fast = est("fsdp-full-shard", "ethernet"), est("fsdp-full-shard", "infiniband")
+    assert slow.speed.communication_s == pytest.approx(2 * fast.speed.communication_s)  # 100 vs 200 Gb/s
+
+
+def test_interconnect_flags_change_the_links() -> None:
+    from advisor.api import probe_hardware
+    from probes.errors import UsageError
+
+    nvlinked = probe_hardware("a100-80gb:4")
+    assert nvlinked.all_pairs_nvlink
+    pcie = probe_hardware("a100-80gb:4", interconnect="pcie")
+    assert not pcie.all_pairs_nvlink and all(link.pcie_relation == "PHB" for link in pcie.links)
+    net = probe_hardware("a100-40gb:2", nodes=4, interconnect="pcie,ethernet", inter_node_gbps=400)
+    assert net.interconnect == "ethernet" and net.inter_node_gbit_s == 400 and net.inter_node_bytes_per_s == 50e9
+    with pytest.raises(UsageError, match="no NVLink"):
+        probe_hardware("t4:2", interconnect="nvlink")
+    with pytest.raises(UsageError, match="choose nvlink or pcie"):
+        probe_hardware("a100-80gb:2", interconnect="carrier-pigeon")

@@ -120,10 +120,12 @@ class AdvisorApp(App):
 
     def __init__(self, *, model: str | None = None, task: str | None = None, gpu: str | None = None, nodes: int = 1,
                  seq_len: int | None = None, global_batch_size: int | None = None, objective: str = "speed",
-                 out_dir: str = "advisor-config", hardware: HardwareProfile | None = None) -> None:
+                 out_dir: str = "advisor-config", hardware: HardwareProfile | None = None,
+                 interconnect: str | None = None, inter_node_gbps: float | None = None) -> None:
         super().__init__()
         self.options = dict(model=model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len,
-                            global_batch_size=global_batch_size, objective=objective, out_dir=out_dir)
+                            global_batch_size=global_batch_size, objective=objective, out_dir=out_dir,
+                            interconnect=interconnect, inter_node_gbps=inter_node_gbps)
         self.local_hardware: HardwareProfile | None = hardware
         self.profile: ModelProfile | None = None
         self.recommendation: Recommendation | None = None
@@ -338,7 +340,9 @@ class AdvisorApp(App):
             hardware = self.local_hardware if gpu is None and nodes == 1 else None
             model = self.profile if self.profile is not None and self.profile.id == text and (
                 workload["task"] in (None, self.profile.task)) else text
-            rec = api.recommend(model, gpu=gpu, nodes=nodes, hardware=hardware, **workload)
+            network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
+                                                           inter_node_gbps=self.options["inter_node_gbps"])
+            rec = api.recommend(model, gpu=gpu, nodes=nodes, hardware=hardware, **workload, **network)
         except AdvisorError as err:
             self.post_message(PlanningFailed(str(err)))
             return
