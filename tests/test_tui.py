@@ -194,6 +194,7 @@ async def test_steps_move_with_the_keyboard() -> None:
 def _ready(condition):
     async def run_before(pilot) -> None:
         await wait_for(pilot, lambda: condition(pilot.app))
+        await pilot.pause(0.3)  # let layout and any scrolling settle before the picture
     return run_before
 
 

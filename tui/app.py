@@ -363,7 +363,7 @@ class AdvisorApp(App):
         self.query_one("#warnings", Static).update(
             "\n".join(f"⚠ {w.message} [{w.rule_id}]" for w in rec.warnings))
         self._explain(next(iter(rec.settings)))
-        table.focus()
+        table.focus(scroll_visible=False)  # keep the plan line and the memory bar in view
 
     def on_planning_failed(self, message: PlanningFailed) -> None:
         self._record(message)
