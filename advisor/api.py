@@ -146,8 +146,12 @@ def suggestions(facts: Facts) -> list[str]:
             best = _fits_somewhere(facts.model_copy(update={"hardware": hw, "packages": {}}))
             if best is not None:
                 where = f"--gpu {base}:{per_node}" + (f" --nodes {nodes}" if nodes > 1 else "")
-                offload = f" with {best.plan.offload} offload" if best.plan.offload != "none" else ""
-                found.append(f"more GPUs: {where} fits with {best.plan.parallelism}{offload}")
+                p = best.plan
+                how = [p.parallelism] if p.parallelism != "none" else []
+                how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
+                how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
+                how += [f"{p.offload} offload"] if p.offload != "none" else []
+                found.append(f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}")
                 break
     if not found:
         found.append("a shorter --seq-len or a smaller model")
@@ -215,7 +219,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
              precision: str | None = None, tf32: bool | None = None, optimizer: str = "adamw",
              gradient_checkpointing: bool = False, parallelism: str | None = None, offload: str = "none",
              hardware: HardwareProfile | None = None, simulate: bool = False,
-             interconnect: list[str] | str | None = None, inter_node_gbps: float | None = None) -> Estimate:
+             interconnect: list[str] | str | None = None, inter_node_gbps: float | None = None,
+             tensor_parallel: int = 1, pipeline_parallel: int = 1) -> Estimate:
     """Memory and speed of one given plan (no search).
 
     Defaults: precision bf16 where the GPU has it, fp16 on other tensor-core GPUs, fp32 otherwise;
@@ -225,7 +230,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
         UsageError: a value outside its range (batch <= 0, ZeRO on one GPU, ...).
     """
     for name, value in (("micro-batch-size", micro_batch_size),
-                        ("gradient-accumulation-steps", gradient_accumulation_steps)):
+                        ("gradient-accumulation-steps", gradient_accumulation_steps),
+                        ("tensor-parallel", tensor_parallel), ("pipeline-parallel", pipeline_parallel)):
         if value <= 0:
             raise UsageError(f"--{name} must be > 0, got {value}")
     facts = make_facts(model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len, hardware=hardware,
@@ -237,10 +243,18 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
         precision = "fp32" if g is None or not g.tensor_cores else ("bf16" if g.bf16 else "fp16")
     if precision == "fp16" and g is None:
         raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
+    mp = tensor_parallel * pipeline_parallel
+    if mp > 1 and (gpus < mp or gpus % mp):
+        raise UsageError(f"--tensor-parallel {tensor_parallel} x --pipeline-parallel {pipeline_parallel} needs a "
+                         f"multiple of {mp} GPUs, the hardware has {gpus}")
+    if tensor_parallel > max(len(facts.hardware.gpus), 1):
+        raise UsageError(f"--tensor-parallel {tensor_parallel}: a node has {len(facts.hardware.gpus)} GPUs "
+                         "(tensor parallel stays inside a node)")
+    replicas = gpus // mp if gpus else 1
     if parallelism is None:
-        parallelism = "ddp" if gpus > 1 else "none"
-    if parallelism != "none" and gpus <= 1:
-        raise UsageError(f"--parallelism {parallelism} needs several GPUs (--gpu NAME:COUNT)")
+        parallelism = "ddp" if replicas > 1 else "none"
+    if parallelism != "none" and replicas <= 1:
+        raise UsageError(f"--parallelism {parallelism} needs several model replicas (GPUs / model-parallel size)")
     if offload != "none" and not planner.offload_ok(parallelism, offload):
         raise UsageError(f"--offload {offload} needs sharding: "
                          + ("zero-3, fsdp-full-shard or fsdp-hybrid-shard" if "parameters" in offload
@@ -249,7 +263,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
                 tf32=bool(g is not None and g.tf32) if tf32 is None else bool(tf32 and g is not None and g.tf32),
                 optimizer=optimizer, gradient_checkpointing=gradient_checkpointing,
                 micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
-                parallelism=parallelism, num_gpus=gpus, offload=offload)
+                parallelism=parallelism, num_gpus=gpus, offload=offload, tensor_parallel=tensor_parallel,
+                pipeline_parallel=pipeline_parallel)
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
                                                           global_batch_size=plan.global_batch_size)})
     candidate = planner.evaluate(facts, plan)

@@ -134,7 +134,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                    precision=args.precision, tf32=args.tf32, optimizer=args.optimizer,
                    gradient_checkpointing=args.gradient_checkpointing, parallelism=args.parallelism,
                    offload=args.offload, simulate=args.simulate, interconnect=args.interconnect,
-                   inter_node_gbps=args.inter_node_gbps)
+                   inter_node_gbps=args.inter_node_gbps, tensor_parallel=args.tensor_parallel,
+                   pipeline_parallel=args.pipeline_parallel)
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -402,6 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op",
                                              "fsdp-full-shard", "fsdp-hybrid-shard"))
     p.add_argument("--offload", choices=("none", "optimizer", "optimizer+parameters"), default="none")
+    p.add_argument("--tensor-parallel", type=_positive_int, default=1, metavar="T",
+                   help="split each layer over T GPUs of a node (Megatron-style)")
+    p.add_argument("--pipeline-parallel", type=_positive_int, default=1, metavar="P",
+                   help="split the layers into P pipeline stages (1F1B)")
     p.add_argument("--simulate", action="store_true",
                    help="also run a real training step on fake tensors (imports torch; seconds)")
     p.add_argument("--json", action="store_true")

@@ -273,8 +273,13 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned).
 
     Raises:
-        UsageError: ``deepspeed`` asked for a plan without ZeRO, or an unknown target.
+        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, or a tensor / pipeline
+            parallel plan.
     """
+    if rec.plan.model_parallel_size > 1:
+        raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
+                         f"{rec.plan.pipeline_parallel}, which the Trainer, accelerate and DeepSpeed's ZeRO configs "
+                         "cannot express; configure Megatron-LM or DeepSpeed's pipeline engine from the plan")
     wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown:

@@ -251,6 +251,20 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     eager = (attention or ("sdpa" if plan.device == "cuda" else "eager")) == "eager"
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     largest = _largest_param_elements(model)
+    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
+    if tp * pp > 1:
+        # model parallel (Narayanan et al. 2021, https://arxiv.org/abs/2104.04473 sec. 2): each GPU holds
+        # 1/(t·p) of the parameters, gradients and optimizer states; tensor parallel splits each matrix
+        # (the vocabulary-parallel head and embedding too) and the activations inside a layer to
+        # sbh(10 + 24/t) of sbh·34 (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.1,
+        # without sequence parallelism); under the 1F1B schedule the first stage keeps p micro-batches
+        # of its L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1)
+        P //= tp * pp
+        copies16 //= tp * pp
+        states_full //= tp * pp
+        largest //= tp
+        act = int(act * (10 + 24 / tp) / 34)
+        backward_extra //= tp
 
     if stage:
         # ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states).
@@ -288,7 +302,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     step_temp = max(step_temp, end_of_backward)
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
-    head_matmul = model.vocab_size * model.hidden_size if model.task in ("causal-lm", "masked-lm", "seq2seq-lm") else 0
+    head_matmul = (model.vocab_size * model.hidden_size // tp
+                   if model.task in ("causal-lm", "masked-lm", "seq2seq-lm") else 0)
     copies16_backward = min(copies16, 2 * head_matmul) if plan.gradient_checkpointing else copies16
     backward_phase = max(copies16 + act, copies16_backward + act + backward_extra)
     if plan.gradient_accumulation_steps > 1 or stage:

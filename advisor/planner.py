@@ -24,7 +24,8 @@ SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, ot
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
 
 #: The settings the planner searches (the rest are set by rules).
-SEARCHED = ("precision", "tf32", "optimizer", "gradient_checkpointing", "micro_batch_size", "parallelism", "offload")
+SEARCHED = ("precision", "tf32", "optimizer", "gradient_checkpointing", "micro_batch_size", "parallelism", "offload",
+            "tensor_parallel", "pipeline_parallel")
 
 
 @dataclass
@@ -119,6 +120,8 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         "micro_batch_size": _divisors(gbs // dp),
         "parallelism": list(PARALLELISMS),
         "offload": ["none", "optimizer", "optimizer+parameters"],
+        "tensor_parallel": [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
+        "pipeline_parallel": [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
     }
 
 
@@ -159,25 +162,60 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> C
                      preferences=prefs, fallbacks=fallbacks)
 
 
-def search(facts: Facts) -> PlanningResult:
-    """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits)."""
-    effects = propose_effects(facts)
-    domain = domains(facts)
-    allowed = _allowed(domain, effects)
+def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool
+                ) -> list[Candidate]:
+    """Every allowed plan, with (``model_parallel``) or without tensor / pipeline parallelism.
+
+    With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
+    larger per-replica batch, and a single replica (t·p = GPUs) runs without a data-parallel wrapper.
+    """
     device = "cpu" if facts.gpu is None else "cuda"
     gpus = facts.hardware.num_gpus
     gbs = facts.workload.global_batch_size
-    candidates = []
-    for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
-            *(allowed[s] for s in SEARCHED)):
-        if not offload_ok(parallelism, offload):
+    out = []
+    for tp, pp in product(allowed["tensor_parallel"], allowed["pipeline_parallel"]):
+        if (tp * pp > 1) != model_parallel or (gpus and gpus % (tp * pp)):
             continue
-        plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
-                    gradient_checkpointing=ckpt, micro_batch_size=micro,
-                    gradient_accumulation_steps=gbs // (micro * max(gpus, 1)), parallelism=parallelism,
-                    num_gpus=gpus, offload=offload)
-        candidates.append(evaluate(facts, plan, effects))
-    fitting = sorted((c for c in candidates if c.fits), key=ranking(facts.workload.objective))
+        dp = max(gpus // (tp * pp), 1) if gpus else 1
+        if gbs % dp:
+            continue
+        if model_parallel:
+            micros = _allowed({"micro_batch_size": _divisors(gbs // dp)}, effects)["micro_batch_size"]
+            strategies = ["none"] if dp == 1 else [p for p in allowed["parallelism"] if p != "none"]
+        else:
+            micros, strategies = allowed["micro_batch_size"], allowed["parallelism"]
+        for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
+                allowed["precision"], allowed["tf32"], allowed["optimizer"], allowed["gradient_checkpointing"],
+                micros, strategies, allowed["offload"]):
+            if not offload_ok(parallelism, offload):
+                continue
+            plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
+                        gradient_checkpointing=ckpt, micro_batch_size=micro,
+                        gradient_accumulation_steps=gbs // (micro * dp), parallelism=parallelism,
+                        num_gpus=gpus, offload=offload, tensor_parallel=tp, pipeline_parallel=pp)
+            out.append(evaluate(facts, plan, effects))
+    return out
+
+
+def search(facts: Facts) -> PlanningResult:
+    """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
+
+    Tensor and pipeline parallel plans are evaluated only when they could win: under the 'speed'
+    objective, when no plan without them fits at a lower fallback penalty than theirs (the rules make
+    model parallelism a fallback: Narayanan et al. 2021, takeaways 1-2).
+    """
+    effects = propose_effects(facts)
+    domain = domains(facts)
+    allowed = _allowed(domain, effects)
+    rank = ranking(facts.workload.objective)
+    candidates = _candidates(facts, allowed, effects, model_parallel=False)
+    fitting = sorted((c for c in candidates if c.fits), key=rank)
+    mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
+                      and e.setting in ("tensor_parallel", "pipeline_parallel")), default=0)
+    mp_possible = len(allowed["tensor_parallel"]) > 1 or len(allowed["pipeline_parallel"]) > 1
+    if mp_possible and (facts.workload.objective == "memory" or not fitting or fitting[0].penalty >= mp_penalty):
+        candidates += _candidates(facts, allowed, effects, model_parallel=True)
+        fitting = sorted((c for c in candidates if c.fits), key=rank)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
     return PlanningResult(facts=facts, best=best, candidates=candidates, domains=domain, effects=effects,

@@ -20,7 +20,8 @@ from rules import REGISTRY, Effect, Plan, Workload
 #: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
 #: 1.2: workload.objective (speed | memory). 1.3: plan.cpu_processes; measured.ranks and sync_share
 #: (distributed trials). 1.4: FSDP strategies in plan.parallelism; hardware.interconnect, inter_node_gbit_s.
-SCHEMA_VERSION = "1.4"
+#: 1.5: plan.tensor_parallel, plan.pipeline_parallel.
+SCHEMA_VERSION = "1.5"
 
 
 class SourceRef(BaseModel):
@@ -142,6 +143,9 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
     with_value = [c for c in result.candidates if getattr(c.plan, setting) == value]
     if not with_value:
+        fallbacks = [e for e in result.effects if e.kind == "fallback" and e.setting == setting and e.matches(value)]
+        if fallbacks:
+            return f"not needed: a plan without it fits; {fallbacks[0].reason} [{fallbacks[0].rule_id}]"
         return "not applicable to this hardware"
     fitting = sorted((c for c in with_value if c.fits), key=Candidate.key)
     if not fitting:
@@ -228,7 +232,8 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     assert best is not None, "build() needs a plan that fits"
     facts = result.facts
     settings: dict[str, SettingDecision] = {}
-    searched = [s for s in SEARCHED if not (s == "offload" and facts.hardware.num_gpus <= 1)]
+    multi = ("offload", "tensor_parallel", "pipeline_parallel")
+    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)]
     if facts.gpu is None:
         searched = [s for s in searched if s != "tf32"]
     for setting in searched:

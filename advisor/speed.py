@@ -139,9 +139,11 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     n = plan.data_parallel_size
     if n <= 1 or plan.parallelism == "none":
         return 0.0
-    P = model.num_parameters
+    P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
     grad_bytes = (4 if plan.parallelism in ("ddp", "dp") or plan.precision == "fp32" else 2) * P
     k = plan.gradient_accumulation_steps
+    if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
+        nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
     if plan.parallelism == "fsdp-hybrid-shard" and nodes > 1:
         per_node = max(n // nodes, 1)
         intra = _link_bandwidth(gpu, nvlink, 1)
@@ -163,6 +165,27 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     return 0.5 * seconds
 
 
+def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,
+                           nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
+    """Communication of tensor and pipeline parallelism per micro-batch and stage, seconds (not overlapped).
+
+    Tensor parallel: 4 all-reduces of the b·s·h activations per layer (2 forward, 2 backward; Megatron-LM,
+    Shoeybi et al. 2019, https://arxiv.org/abs/1909.08053 sec. 3) over the node's links. Pipeline
+    parallel: the activations forward and their gradients backward across each stage boundary
+    (Narayanan et al. 2021 sec. 3), over the network between nodes when the stages span nodes.
+    """
+    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
+    width = 2 if plan.precision in ("fp16", "bf16") else 4
+    bsh = plan.micro_batch_size * seq_len * model.hidden_size * width
+    seconds = 0.0
+    if tp > 1:
+        layers = (model.encoder_layers + model.decoder_layers) / pp
+        seconds += 4 * layers * 2 * (tp - 1) / tp * bsh / _link_bandwidth(gpu, nvlink, 1)
+    if pp > 1:
+        seconds += 2 * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1, inter_node_bytes_per_s)
+    return seconds
+
+
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
                    host: HostInfo | None, nvlink: bool = False, nodes: int = 1,
                    inter_node_bytes_per_s: float | None = None) -> SpeedEstimate:
@@ -177,17 +200,22 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     fwd = forward_flops(model, plan.micro_batch_size, seq_len)
     model_flops_micro = 3 * fwd
     executed = (4 if plan.gradient_checkpointing else 3) * fwd
-    compute = executed / (peak * _efficiency(plan, model, gpu, seq_len))
-    act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0)
-    micro_time = compute + act_traffic / (bandwidth * 0.7)
+    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
+    compute = executed / (tp * pp) / (peak * _efficiency(plan, model, gpu, seq_len))
+    act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0) / pp
+    mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
+    micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
-    params_here = model.num_parameters / (plan.data_parallel_size if sharding_stage(plan.parallelism) else 1)
+    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if sharding_stage(plan.parallelism) else 1)
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
-    step = k * micro_time + optimizer_time + comm
+    # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
+    step = (k + pp - 1) * micro_time + optimizer_time + comm
+    comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline exchanges
     samples = plan.global_batch_size
     flops_step = model_flops_micro * k * plan.data_parallel_size
+    devices = plan.data_parallel_size * tp * pp
     return SpeedEstimate(
         step_time_s=step, samples_per_s=samples / step, tokens_per_s=samples * seq_len / step,
-        flops_per_step=flops_step, mfu=flops_step / (step * peak * plan.data_parallel_size),
+        flops_per_step=flops_step, mfu=flops_step / (step * peak * devices),
         peak_flops_per_s=peak, communication_s=comm)

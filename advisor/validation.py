@@ -463,6 +463,9 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     """
     if steps < 1 or warmup < 1:
         raise UsageError(f"--steps and --warmup must be >= 1, got {steps} and {warmup}")
+    if plan.model_parallel_size > 1:
+        raise UsageError("trials of tensor / pipeline parallel plans are not supported (they need Megatron-LM, "
+                         "DeepSpeed's pipeline engine or torch.distributed pipelining): validate a data-parallel plan")
     if plan.data_parallel_size > 1:
         from advisor.dist_worker import KINDS
 

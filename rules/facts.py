@@ -68,11 +68,23 @@ class Plan(BaseModel):
                                                      "(optimizer+parameters)")
     cpu_processes: int = Field(1, description="data-parallel training processes on the CPU (torchrun "
                                               "--nproc-per-node); 1 except for a CPU distributed trial")
+    tensor_parallel: int = Field(1, description="GPUs each layer's matmuls are split over (Megatron-style tensor "
+                                                "parallel), inside an NVLink island; 1: none")
+    pipeline_parallel: int = Field(1, description="pipeline stages the layers are split into (1F1B schedule), "
+                                                  "across nodes; 1: none")
+
+    @property
+    def model_parallel_size(self) -> int:
+        """GPUs one model replica spans: tensor × pipeline parallel."""
+        return max(self.tensor_parallel, 1) * max(self.pipeline_parallel, 1)
 
     @property
     def data_parallel_size(self) -> int:
-        """GPUs, or the CPU's processes: the factor between micro-batch × accumulation and the global batch."""
-        return self.num_gpus if self.num_gpus > 0 else max(self.cpu_processes, 1)
+        """Model replicas (GPUs / model-parallel size), or the CPU's processes: the factor between
+        micro-batch × accumulation and the global batch."""
+        if self.num_gpus > 0:
+            return max(self.num_gpus // self.model_parallel_size, 1)
+        return max(self.cpu_processes, 1)
 
     @property
     def global_batch_size(self) -> int:

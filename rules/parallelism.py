@@ -174,3 +174,47 @@ class FsdpOrDeepSpeed(Rule):
                                                        p.startswith("zero")],
                                        "DeepSpeed is installed: ZeRO with its optimizer-only offload"))
         return effects
+
+
+@register
+class ModelParallelLastResort(Rule):
+    id = "parallelism.model-parallel-when-data-parallel-cannot"
+    title = "tensor parallel inside an NVLink island, pipeline parallel across nodes, only when sharded data parallel does not fit"
+    topic = "parallelism"
+    sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM]
+    rationale = ("Megatron-LM's takeaways: use tensor parallelism up to the GPUs of a node (its 4 all-reduces per "
+                 "layer need NVLink), pipeline parallelism across nodes (its bubble costs (p − 1)/m of the step), "
+                 "and data parallelism for the rest; the HF guide: try sharded data parallel first and reach "
+                 "for TP/PP when the model does not fit. Hugging Face's Trainer and accelerate do not run TP/PP: "
+                 "it needs Megatron-LM, DeepSpeed's pipeline engine or torch.distributed's tensor_parallel / "
+                 "pipelining.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        hw = facts.hardware
+        effects: list[Effect] = []
+        per_node = len(hw.gpus)
+        for t in (2, 4, 8):
+            if hw.num_gpus <= 1:
+                effects.append(self.forbid("tensor_parallel", t, "a single device: nothing to split a layer over"))
+            elif t > per_node:
+                effects.append(self.forbid("tensor_parallel", t, f"only {per_node} GPUs per node: tensor parallel "
+                                                                 "stays inside a node"))
+            elif not hw.all_pairs_nvlink:
+                effects.append(self.forbid("tensor_parallel", t, "no NVLink between the GPUs: tensor parallel "
+                                                                 "all-reduces activations 4 times per layer"))
+            else:
+                effects.append(self.fallback("tensor_parallel", t, "splits every layer, with 4 all-reduces per "
+                                                                   "layer: only when sharded data parallel does "
+                                                                   "not fit", penalty=3))
+        if hw.nodes > 1:
+            effects.append(self.fallback("pipeline_parallel", hw.nodes,
+                                         f"{hw.nodes} stages across the nodes: a (p − 1)/m bubble; only when sharded "
+                                         "data parallel does not fit", penalty=3))
+        return effects
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.model_parallel_size <= 1:
+            return []
+        return [self.warn(f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel}: the "
+                          "HF Trainer and accelerate cannot run it; use Megatron-LM, DeepSpeed's pipeline engine or "
+                          "torch.distributed tensor_parallel / pipelining")]

@@ -95,3 +95,8 @@ ACCELERATE_FSDP_DEEPSPEED = Source(title="HF Accelerate concept guide: FSDP vs D
                                    section="On Differences in Sharding Strategies / Offloading")
 TORCH_FSDP = Source(title="PyTorch FullyShardedDataParallel", url="https://pytorch.org/docs/stable/fsdp.html",
                     section="ShardingStrategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD), CPUOffload")
+MEGATRON_SCALING = Source(title="Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
+                                "Using Megatron-LM", url="https://arxiv.org/abs/2104.04473",
+                          section="3.3 Takeaways (tensor parallel inside a node, pipeline across nodes)")
+MEGATRON_LM = Source(title="Shoeybi et al. 2019, Megatron-LM", url="https://arxiv.org/abs/1909.08053",
+                     section="3 Model Parallel Transformers (2 all-reduces forward, 2 backward per layer)")

@@ -143,3 +143,46 @@ def test_interconnect_flags_change_the_links() -> None:
         probe_hardware("t4:2", interconnect="nvlink")
     with pytest.raises(UsageError, match="choose nvlink or pcie"):
         probe_hardware("a100-80gb:2", interconnect="carrier-pigeon")
+
+
+def test_tensor_and_pipeline_parallel_split_the_model_states() -> None:
+    """Model parallel (Narayanan et al. 2021): 1/(t·p) of the states per GPU; TP activations sbh(10 + 24/t)/34."""
+    from advisor.api import estimate
+
+    def est(tp: int = 1, pp: int = 1, **kw):
+        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
+                        gradient_accumulation_steps=8, precision="bf16", parallelism="none", tensor_parallel=tp,
+                        pipeline_parallel=pp, **kw)
+
+    one = estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=1024, micro_batch_size=1,
+                   gradient_accumulation_steps=8, precision="bf16")
+    tp8 = est(8)
+    c1, c8 = one.memory.components, tp8.memory.components
+    assert c8.optimizer_states_bytes == pytest.approx(c1.optimizer_states_bytes / 8, rel=1e-6)
+    assert c8.gradients_bytes == pytest.approx(c1.gradients_bytes / 8, rel=1e-6)
+    assert c8.activations_bytes == pytest.approx(c1.activations_bytes * (10 + 24 / 8) / 34, rel=1e-3)
+    assert tp8.speed.communication_s > 0  # 4 all-reduces per layer over NVLink
+
+
+def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
+    from advisor.api import estimate, recommend
+    from advisor.emit import render
+    from probes.errors import UsageError
+
+    def step(pp: int, k: int) -> float:
+        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,
+                        gradient_accumulation_steps=k, precision="bf16", tensor_parallel=2, pipeline_parallel=pp,
+                        parallelism="none" if pp == 4 else "ddp").speed.step_time_s
+
+    # 1F1B: (k + p - 1) stage times; more micro-batches amortise the bubble
+    assert step(4, 8) / 8 > step(4, 32) / 32
+    rec = recommend("meta-llama/Meta-Llama-3-8B", gpu="v100-16gb:8", seq_len=2048)  # sharded DP does not fit
+    assert rec.plan.tensor_parallel == 8 and rec.memory.fits
+    assert "4 all-reduces per layer" in rec.settings["tensor_parallel"].rationale
+    assert any("Trainer and accelerate cannot run it" in w.message for w in rec.warnings)
+    with pytest.raises(UsageError, match="tensor parallel"):
+        render(rec, ["all"])
+    small = recommend("gpt2", gpu="a100-80gb:8")
+    assert small.plan.model_parallel_size == 1
+    reasons = [a.reason for a in small.settings["tensor_parallel"].alternatives]
+    assert all("not needed" in r for r in reasons)

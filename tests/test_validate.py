@@ -389,3 +389,8 @@ def test_distributed_plans_this_machine_cannot_run_are_refused(tiny) -> None:
         api.validate(tiny, plan=_plan(parallelism="zero-3", offload="optimizer", cpu_processes=2), hardware=CPU)
     with pytest.raises(UsageError, match="does not split"):
         api.validate(tiny, nproc=3, global_batch_size=8, hardware=CPU)
+
+
+def test_model_parallel_plans_are_not_trialled(tiny) -> None:
+    with pytest.raises(UsageError, match="tensor / pipeline parallel"):
+        api.validate(tiny, plan=_plan(cpu_processes=2, parallelism="none", tensor_parallel=2), hardware=CPU)
