@@ -83,3 +83,25 @@ def test_chosen_plan_fits_and_is_fastest_at_its_penalty(gpu, model, seq_len, gbs
     same_tier = [c for c in result.candidates if c.fits and c.penalty == best.penalty]
     assert all(c.speed.tokens_per_s <= best.speed.tokens_per_s + 1e-9 for c in same_tier)
     assert all(c.penalty >= best.penalty for c in result.candidates if c.fits)
+
+
+def test_seeds_effective_batch_example_4_gpus_x_12_x_3_is_144() -> None:
+    """The seeds' example: 4 GPUs, micro-batch 12, accumulation 3 -> global batch 144 (and the rule says so)."""
+    from conftest import facts as build_facts
+    from rules import REGISTRY, Plan
+
+    f = build_facts("a100-80gb:4", global_batch_size=144)
+    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
+                micro_batch_size=12, gradient_accumulation_steps=3, parallelism="ddp", num_gpus=4)
+    assert plan.global_batch_size == 144
+    (warn,) = REGISTRY["batch.linear-lr-scaling"].check(f, plan)
+    assert "global batch = 12 x 3 x 4 = 144" in warn.reason
+
+
+def test_model_parallel_replicas_set_the_data_parallel_size() -> None:
+    from rules import Plan
+
+    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
+                micro_batch_size=2, gradient_accumulation_steps=4, parallelism="ddp", num_gpus=16,
+                tensor_parallel=4, pipeline_parallel=2)
+    assert (plan.model_parallel_size, plan.data_parallel_size, plan.global_batch_size) == (8, 2, 16)
