@@ -320,6 +320,9 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
     """
     from advisor.validation import validate as run_validation
 
+    if nproc is not None and nproc < 1:
+        raise UsageError(f"--nproc must be >= 1, got {nproc}")
+
     if hardware is None:
         hw, notes = _local_hardware_for_trials()
     else:

@@ -265,6 +265,7 @@ def test_cli_nonfinite_exits_with_validation_failed(tmp_path) -> None:
     (["--memory-limit", "lots"], "is not a size"),
     (["--plan", "/nonexistent/rec.json"], "cannot read --plan"),
     (["--steps", "x"], "not a whole number"),
+    (["--nproc", "0"], "--nproc must be >= 1"),
 ])
 def test_cli_bad_validate_input_is_one_line(tiny, args, needle) -> None:
     res = _cli("validate", "--model", tiny, *args)
