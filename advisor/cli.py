@@ -147,7 +147,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         console.print(f"[bold]{est.model.id}[/]: {p.precision}{' + tf32' if p.tf32 else ''}, {p.optimizer}, "
                       f"micro-batch {p.micro_batch_size} x {p.gradient_accumulation_steps} accumulation, "
                       f"seq-len {est.workload.seq_len}, checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
-                      f"{p.parallelism} on {p.num_gpus or 'the CPU'}{' GPU(s)' if p.num_gpus else ''}")
+                      f"{p.parallelism} on {p.num_gpus or 'the CPU'}{' GPU(s)' if p.num_gpus else ''}"
+                      + (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
+                         if p.model_parallel_size > 1 else ""))
         console.print(memory_table(est.memory))
         if est.simulated:
             sim = est.simulated
