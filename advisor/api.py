@@ -282,17 +282,20 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
                     model=facts.model, workload=facts.workload)
 
 
-def _local_hardware_for_trials() -> tuple[HardwareProfile, list[str]]:
-    """This machine's hardware as the trials see it: one GPU (the first), or the CPU."""
+def _local_hardware_for_trials() -> HardwareProfile:
+    """This machine's hardware as the trials see it (every GPU, or the CPU).
+
+    Raises:
+        UsageError: NVML sees a GPU but the installed torch has no CUDA.
+    """
     hw = probe_hardware()
-    notes: list[str] = []
     if hw.gpu is not None:
         import torch
 
         if not torch.cuda.is_available():
             raise UsageError(f"NVML sees {hw.gpu.name} but torch {torch.__version__} has no CUDA: install a CUDA "
                              "build of torch to validate on the GPU")
-    return hw, notes
+    return hw
 
 
 def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int | None = None,
@@ -323,10 +326,8 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {nproc}")
 
-    if hardware is None:
-        hw, notes = _local_hardware_for_trials()
-    else:
-        hw, notes = hardware, []
+    hw = hardware or _local_hardware_for_trials()
+    notes: list[str] = []
     if plan is None:
         overrides = {k: v for k, v in (("precision", precision), ("tf32", tf32), ("optimizer", optimizer),
                                        ("gradient_checkpointing", gradient_checkpointing),

@@ -14,8 +14,9 @@ import sys
 from typing import Callable, NoReturn
 
 from probes.errors import AdvisorError, ExitCode, NoFitError
+from probes.model import TASKS
 
-TASK_CHOICES = ("causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm")
+TASK_CHOICES = TASKS
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
 
@@ -240,13 +241,11 @@ class _Progress:
                                    "make it shorter", highlight=False)
             self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
         elif isinstance(event, StepUpdate):
-            peak = f"peak {event.peak_bytes / 2**30:.2f} GiB, " if event.peak_bytes else ""
-            info = f"{'warm-up' if event.warmup else 'step'} {event.step_time_s:.3f} s, {peak}loss {event.loss:.3f}"
+            info = event.describe()
             if self.task is not None:
                 self.bar.update(self.task, completed=event.step, info=info)
             if not self.live:
-                self.console.print(f"advisor: trial {self.index} step {event.step}/{event.total}: {info}",
-                                   highlight=False)
+                self.console.print(f"advisor: trial {self.index} {info}", highlight=False)
         elif isinstance(event, Trial):
             m = event.measured
             done = f"{event.status}" + (f": {event.message}" if event.message else "")

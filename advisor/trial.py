@@ -60,6 +60,12 @@ class StepUpdate:
     peak_bytes: int  #: peak memory so far in this trial, bytes
     loss: float  #: the step's loss (sum over the micro-batches of loss / accumulation)
 
+    def describe(self) -> str:
+        """One line for progress displays: step n/N, its time, the peak so far (when counted), the loss."""
+        peak = f", peak {self.peak_bytes / 2**30:.2f} GiB" if self.peak_bytes else ""
+        return (f"{'warm-up' if self.warmup else 'step'} {self.step}/{self.total}: {self.step_time_s:.3f} s{peak}, "
+                f"loss {self.loss:.3f}")
+
 
 @dataclass
 class TrialOutcome:

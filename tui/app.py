@@ -24,16 +24,15 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Input, Label, 
 from textual.widgets.option_list import Option
 
 from advisor import api
+from advisor.api import OPTIONAL_PACKAGES
 from advisor.recommendation import Recommendation
 from probes.errors import AdvisorError
 from probes.gpu_catalog import catalog
 from probes.hardware import HardwareProfile
-from probes.model import ModelProfile, catalog_ids
+from probes.model import TASKS, ModelProfile, catalog_ids
 from tui import widgets
 
 STEPS = ("hardware", "model", "workload", "recommendation", "validate", "export")
-TASKS = ("causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm")
-OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
 
 
@@ -441,9 +440,7 @@ class AdvisorApp(App):
                         f"{event.predicted_step_time_s:.3g} s/step")
         elif isinstance(event, StepUpdate):
             bar.update(total=event.total, progress=event.step)
-            peak = f", peak {event.peak_bytes / 2**30:.2f} GiB" if event.peak_bytes else ""
-            live.update(f"{'warm-up' if event.warmup else 'step'} {event.step}/{event.total}: "
-                        f"{event.step_time_s:.3f} s{peak}, loss {event.loss:.3f}")
+            live.update(event.describe())
         elif isinstance(event, Trial):
             live.update(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
 
