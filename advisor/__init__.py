@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     if name in __all__:
-        from advisor import api
+        from advisor.app import api
 
         return getattr(api, name)
     raise AttributeError(name)

@@ -1,5 +1,5 @@
 """``python -m advisor``."""
 
-from advisor.cli import main
+from advisor.app.cli import main
 
 main()

@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.memory import estimate_memory  # noqa: E402
-from advisor.simulate import simulate  # noqa: E402
+from advisor.engine.memory import estimate_memory  # noqa: E402
+from advisor.measure.simulate import simulate  # noqa: E402
 from probes.model import catalog_ids, profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 
@@ -75,7 +75,7 @@ def main() -> None:
     head = [f"# Analytic vs simulated peak ({date.today()}; {len(rows)} rows; "
             f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''})", "",
             f"Median |error| {statistics.median(errors):.2%}, worst {max(errors):.2%} (target: every row within 10 %).",
-            "Simulated: one real transformers training step, twice, on fake tensors (advisor/simulate.py).", "",
+            "Simulated: one real transformers training step, twice, on fake tensors (advisor/measure/simulate.py).", "",
             "| model | precision | checkpointing | optimizer | micro-batch | simulated GiB | analytic GiB | error | sim s |",
             "|---|---|---|---|---:|---:|---:|---:|---:|"]
     rows.sort(key=lambda line: line.split("|")[1].strip())

@@ -17,7 +17,7 @@ and, at micro-batches where the start of the backward pass is the peak, what it 
 
 F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
-``advisor/data/activations.json``; ``advisor/memory.py`` reads them. Takes about a minute.
+``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. Takes about a minute.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py
 """
@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.simulate import simulate  # noqa: E402
+from advisor.measure.simulate import simulate  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
 

@@ -8,7 +8,7 @@ nothing else of accelerate is changed. DeepSpeed's ``estimate_zero2_model_states
 is not compared: DeepSpeed is published here as a source distribution only and was not built.
 
 advisor: ``estimate_memory`` (analytic) and its CLI's cold wall time (``advisor estimate --json``).
-Reference: the simulated step (``advisor/simulate.py``), peak of live tensors.
+Reference: the simulated step (``advisor/measure/simulate.py``), peak of live tensors.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/peers.py   (needs ``pip install accelerate``)
 Writes benchmarks/results/peers.md.
@@ -29,8 +29,8 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.memory import estimate_memory  # noqa: E402
-from advisor.simulate import simulate  # noqa: E402
+from advisor.engine.memory import estimate_memory  # noqa: E402
+from advisor.measure.simulate import simulate  # noqa: E402
 from probes.model import _catalog_dir, profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.memory import estimate_memory  # noqa: E402
+from advisor.engine.memory import estimate_memory  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 

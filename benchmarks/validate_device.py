@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from advisor import api  # noqa: E402
-from advisor.validation import describe  # noqa: E402
+from advisor.app import api  # noqa: E402
+from advisor.measure.validation import describe  # noqa: E402
 
 GIB = 2**30
 CPU_GRID = [  # (model, seq_len, global batch, settings)

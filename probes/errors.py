@@ -2,7 +2,7 @@
 
 Every error the user can cause is an :class:`AdvisorError` subclass that carries its exit code
 and a one-line message; the CLI maps it to stderr and ``sys.exit`` in one place
-(``advisor.cli``), so a bad input never prints a traceback. The errors live in the lowest layer
+(``advisor.app.cli``), so a bad input never prints a traceback. The errors live in the lowest layer
 (``probes``) because probes, rules and the engine all raise them.
 """
 

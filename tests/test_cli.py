@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.recommendation import Recommendation
+from advisor.engine.recommendation import Recommendation
 from probes.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_recommend_json_follows_the_contract() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     rec = Recommendation.model_validate(data)
-    from advisor.recommendation import SCHEMA_VERSION
+    from advisor.engine.recommendation import SCHEMA_VERSION
 
     assert data["schema_version"] == SCHEMA_VERSION
     for key in ("hardware", "model", "workload", "settings", "memory", "speed", "warnings"):
@@ -116,7 +116,7 @@ def test_no_fit_json_goes_to_stdout() -> None:
 
 FAST_PATH = """
 import sys
-from advisor.cli import run
+from advisor.app.cli import run
 for argv in ({argvs}):
     code = run(argv)
     assert code == 0, (argv, code)

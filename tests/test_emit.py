@@ -10,9 +10,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from advisor.api import recommend
-from advisor.emit import FILE_NAMES, accelerate_config, deepspeed_config, emit, render, training_args
-from advisor.recommendation import Recommendation
+from advisor.app.api import recommend
+from advisor.app.emit import FILE_NAMES, accelerate_config, deepspeed_config, emit, render, training_args
+from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 
 transformers = pytest.importorskip("transformers")

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from advisor.speed import forward_flops  # noqa: E402
+from advisor.engine.speed import forward_flops  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 
 CONFIGS = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from advisor.memory import estimate_memory
-from advisor.speed import estimate_speed, forward_flops
+from advisor.engine.memory import estimate_memory
+from advisor.engine.speed import estimate_speed, forward_flops
 from probes.model import profile_model
 from rules import Plan
 
@@ -102,7 +102,7 @@ def test_speed_checkpointing_costs_a_forward_and_fp16_beats_fp32_on_v100() -> No
 
 def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
     """SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3 (PyTorch FSDP docs, ShardingStrategy)."""
-    from advisor.api import estimate
+    from advisor.app.api import estimate
 
     def est(parallelism: str, **kw):
         return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
@@ -115,7 +115,7 @@ def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
 
 
 def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
-    from advisor.api import estimate
+    from advisor.app.api import estimate
 
     def est(parallelism: str, interconnect: str):
         return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,
@@ -130,7 +130,7 @@ def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
 
 
 def test_interconnect_flags_change_the_links() -> None:
-    from advisor.api import probe_hardware
+    from advisor.app.api import probe_hardware
     from probes.errors import UsageError
 
     nvlinked = probe_hardware("a100-80gb:4")
@@ -147,7 +147,7 @@ def test_interconnect_flags_change_the_links() -> None:
 
 def test_tensor_and_pipeline_parallel_split_the_model_states() -> None:
     """Model parallel (Narayanan et al. 2021): 1/(t·p) of the states per GPU; TP activations sbh(10 + 24/t)/34."""
-    from advisor.api import estimate
+    from advisor.app.api import estimate
 
     def est(tp: int = 1, pp: int = 1, **kw):
         return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
@@ -165,8 +165,8 @@ def test_tensor_and_pipeline_parallel_split_the_model_states() -> None:
 
 
 def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
-    from advisor.api import estimate, recommend
-    from advisor.emit import render
+    from advisor.app.api import estimate, recommend
+    from advisor.app.emit import render
     from probes.errors import UsageError
 
     def step(pp: int, k: int) -> float:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from advisor.api import recommend
-from advisor.planner import search
+from advisor.app.api import recommend
+from advisor.engine.planner import search
 from conftest import hardware
 from probes.errors import NoFitError, UsageError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from advisor.recommendation import SCHEMA_VERSION
+from advisor.engine.recommendation import SCHEMA_VERSION
 from test_cli import ROOT, advisor
 
 COPY = ROOT / "schema" / "advisor.schema.json"
@@ -24,7 +24,7 @@ def test_schema_command_matches_the_committed_copy() -> None:
     assert set(printed["schemas"]) == MODELS
     assert printed == json.loads(COPY.read_text()), (
         "the JSON schema changed: if deliberate, run `advisor schema > schema/advisor.schema.json`, bump "
-        "SCHEMA_VERSION in advisor/recommendation.py and add the new hash to schema/versions.json")
+        "SCHEMA_VERSION in advisor/engine/recommendation.py and add the new hash to schema/versions.json")
 
 
 def test_each_schema_version_pins_one_schema() -> None:

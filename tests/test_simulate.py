@@ -9,8 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from advisor.api import estimate  # noqa: E402
-from advisor.simulate import simulate  # noqa: E402
+from advisor.app.api import estimate  # noqa: E402
+from advisor.measure.simulate import simulate  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 from rules import Plan  # noqa: E402

@@ -20,10 +20,10 @@ pytest.importorskip("transformers")
 
 import torch  # noqa: E402
 
-from advisor import api  # noqa: E402
-from advisor.files import write_atomic  # noqa: E402
-from advisor.trial import StepUpdate  # noqa: E402
-from advisor.validation import (ValidationReport, _Session, baseline_plan, larger_micro_batch,  # noqa: E402
+from advisor.app import api  # noqa: E402
+from advisor.app.files import write_atomic  # noqa: E402
+from advisor.measure.trial import StepUpdate  # noqa: E402
+from advisor.measure.validation import (ValidationReport, _Session, baseline_plan, larger_micro_batch,  # noqa: E402
                                 smaller_micro_batch)
 from probes.errors import ExitCode, UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
@@ -78,7 +78,7 @@ def test_gpt2_cpu_plan_runs_end_to_end() -> None:
 
 def test_memory_limit_forces_oom_and_a_smaller_micro_batch_keeps_the_global_batch(tiny) -> None:
     facts = api.make_facts(tiny, seq_len=128, global_batch_size=16, hardware=CPU)
-    from advisor import planner
+    from advisor.engine import planner
 
     peak = {mb: planner.evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory
             .peak_bytes for mb in (16, 8)}
@@ -96,7 +96,7 @@ def test_memory_limit_forces_oom_and_a_smaller_micro_batch_keeps_the_global_batc
 
 def test_injected_cuda_oom_is_caught_by_type(tiny, monkeypatch) -> None:
     """torch.cuda.OutOfMemoryError from the model (as on a GPU) is an 'oom' status, never a crash."""
-    import advisor.trial as trial_module
+    import advisor.measure.trial as trial_module
 
     real_build = trial_module.build_model
 
@@ -139,8 +139,8 @@ def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
         f = make_facts(hw, seq_len=128, global_batch_size=8)
         session = _Session(f, api_runtime(), 1, 1, 6, None, None, threading.Event(), None)
         plan = _plan(device="cuda", precision="fp16", num_gpus=1)
-        from advisor import planner
-        from advisor.validation import Predicted, RuntimeSettings, Trial
+        from advisor.engine import planner
+        from advisor.measure.validation import Predicted, RuntimeSettings, Trial
 
         c = planner.evaluate(f, plan)
         trial = Trial(role="plan", reason="", plan=plan, runtime=RuntimeSettings(), status="nonfinite",
@@ -154,7 +154,7 @@ def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
 
 
 def api_runtime():
-    from advisor.validation import RuntimeSettings
+    from advisor.measure.validation import RuntimeSettings
 
     return RuntimeSettings()
 
@@ -333,7 +333,7 @@ def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
     """A folder with config.json and model.safetensors trains its own weights (never downloads)."""
     import transformers
 
-    from advisor.trainable import local_weights_dir
+    from advisor.measure.trainable import local_weights_dir
     from probes.model import profile_model
 
     config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k not in ("model_type", "architectures")},

@@ -1,7 +1,7 @@
 """The Textual wizard: hardware → model → workload → recommendation → validate → export.
 
 It holds no advice of its own: every figure and choice comes from the probes, the planner, the
-estimate and the validator (``advisor.api``). Probing, profiling, planning and validation run in
+estimate and the validator (``advisor.app.api``). Probing, profiling, planning and validation run in
 worker threads, so the interface never freezes. Keyboard first: the footer lists the bindings;
 ``q`` quits (``ctrl+q`` also while typing), ``ctrl+n`` / ``ctrl+b`` move between the steps.
 """
@@ -23,9 +23,9 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Input, Label, 
                              RadioSet, Select, Static, TabbedContent, TabPane)
 from textual.widgets.option_list import Option
 
-from advisor import api
-from advisor.api import OPTIONAL_PACKAGES
-from advisor.recommendation import Recommendation
+from advisor.app import api
+from advisor.app.api import OPTIONAL_PACKAGES
+from advisor.engine.recommendation import Recommendation
 from probes.errors import AdvisorError
 from probes.gpu_catalog import catalog
 from probes.hardware import HardwareProfile
@@ -428,8 +428,8 @@ class AdvisorApp(App):
         self.action_cancel()
 
     def on_validation_progress(self, message: ValidationProgress) -> None:
-        from advisor.trial import StepUpdate
-        from advisor.validation import Trial, TrialStarted, describe
+        from advisor.measure.trial import StepUpdate
+        from advisor.measure.validation import Trial, TrialStarted, describe
 
         self._record(message)
         event, bar, live = message.event, self.query_one("#validate-progress", ProgressBar), \
@@ -445,7 +445,7 @@ class AdvisorApp(App):
             live.update(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
 
     def on_validation_done(self, message: ValidationDone) -> None:
-        from advisor.report import validation_tables
+        from advisor.app.report import validation_tables
 
         self._record(message)
         self._validating = False
@@ -475,8 +475,8 @@ class AdvisorApp(App):
         self.action_save()
 
     def action_save(self) -> None:
-        from advisor.emit import emit
-        from advisor.files import write_atomic
+        from advisor.app.emit import emit
+        from advisor.app.files import write_atomic
 
         self.query_one(TabbedContent).active = "export"
         box = self.query_one("#export-result", Static)

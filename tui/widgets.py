@@ -7,8 +7,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from advisor.memory import GIB, MemoryEstimate
-from advisor.recommendation import Recommendation, SettingDecision
+from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.recommendation import Recommendation, SettingDecision
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 

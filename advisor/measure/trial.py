@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from advisor.trainable import (build_model, enable_checkpointing, hf_config, local_weights_dir, make_optimizer,
+from advisor.measure.trainable import (build_model, enable_checkpointing, hf_config, local_weights_dir, make_optimizer,
                                synthetic_batch)
 from probes.model import ModelProfile
 from rules import Plan
@@ -195,7 +195,7 @@ class _Rows:
 
 def _count_live_tensors(net, optimizer):
     """A live-bytes counter (the simulator's) that already holds the weights, buffers and optimizer state."""
-    from advisor.simulate import live_bytes_mode
+    from advisor.measure.simulate import live_bytes_mode
 
     tracker = live_bytes_mode()
     tracker.phase = "build"
@@ -231,7 +231,7 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
         on_step: called after every optimizer step.
         stop: when set, the trial ends at the next step boundary with status ``interrupted``.
         config: the config.json dict (default: read again from the model's path or id).
-        dist: this rank of a distributed trial (``advisor.dist_worker.Distributed``), or None.
+        dist: this rank of a distributed trial (``advisor.measure.dist_worker.Distributed``), or None.
     Returns:
         The outcome; every failure is a status (``oom``, ``nonfinite``, ``error``,
         ``interrupted``), never an exception, and all the trial's memory is freed.
@@ -283,7 +283,7 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
            dist=None) -> None:
     """The training loop; its locals (model, optimizer, batches) die when it returns or raises.
 
-    ``dist`` (an ``advisor.dist_worker.Distributed``) makes it one rank of a data-parallel run: the
+    ``dist`` (an ``advisor.measure.dist_worker.Distributed``) makes it one rank of a data-parallel run: the
     model is wrapped (DDP or FSDP) before the optimizer is built, each rank reads its own batches,
     accumulation skips the gradient sync until the last micro-batch, and a stop is agreed by all ranks.
     """
@@ -375,7 +375,7 @@ def run_distributed_trial(model: ModelProfile, plan: Plan, seq_len: int, *, npro
                           dataloader_pin_memory: bool = False, memory_limit_bytes: int | None = None,
                           on_step: Callable[[StepUpdate], None] | None = None, stop: threading.Event | None = None,
                           config: dict | None = None, timeout_s: float = 3600.0) -> TrialOutcome:
-    """Run the trial on ``nproc`` processes through torchrun (``advisor.dist_worker`` on every rank).
+    """Run the trial on ``nproc`` processes through torchrun (``advisor.measure.dist_worker`` on every rank).
 
     ``kind``: 'ddp', 'zero-2' (FSDP SHARD_GRAD_OP) or 'zero-3' (FSDP FULL_SHARD). torchrun starts in its
     own session, so a Ctrl-C reaches only this process: ``stop`` becomes a stop file the ranks agree on
@@ -399,9 +399,9 @@ def run_distributed_trial(model: ModelProfile, plan: Plan, seq_len: int, *, npro
                 "config": config if config is not None else load_config(model.config_path or model.id)[0]}
         (folder / "spec.json").write_text(json.dumps(spec))
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "advisor.dist_worker", str(folder / "spec.json")]
+                   "-m", "advisor.measure.dist_worker", str(folder / "spec.json")]
         env = {**os.environ, "OMP_NUM_THREADS": str(max((os.cpu_count() or 1) // nproc, 1)),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[1]),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
                                                            os.environ.get("PYTHONPATH")]))}
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                 start_new_session=True)

@@ -1,7 +1,7 @@
 """Ready-to-run configs from one recommendation: Hugging Face ``TrainingArguments``, an accelerate
 config, a DeepSpeed config (when ZeRO is planned) and a torchrun launch script.
 
-Every value comes from the :class:`~advisor.recommendation.Recommendation` (its ``plan`` for the
+Every value comes from the :class:`~advisor.engine.recommendation.Recommendation` (its ``plan`` for the
 searched settings, its ``settings`` for the rule-set ones), so the files cannot disagree with it
 or with each other. Sources of the formats:
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from advisor.files import write_atomic
-from advisor.recommendation import Recommendation
+from advisor.app.files import write_atomic
+from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")

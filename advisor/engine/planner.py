@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.memory import MemoryEstimate, estimate_memory
-from advisor.speed import SpeedEstimate, estimate_speed
+from advisor.engine.memory import MemoryEstimate, estimate_memory
+from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.facts import OPTIMIZERS, PARALLELISMS, PRECISIONS

@@ -1,7 +1,7 @@
 """One rank of a distributed trial, started by torchrun (``python -m torch.distributed.run``).
 
-The parent (:func:`advisor.trial.run_distributed_trial`) writes a spec JSON and starts
-``torchrun --standalone --nproc-per-node N -m advisor.dist_worker SPEC``; every rank joins the
+The parent (:func:`advisor.measure.trial.run_distributed_trial`) writes a spec JSON and starts
+``torchrun --standalone --nproc-per-node N -m advisor.measure.dist_worker SPEC``; every rank joins the
 process group (NCCL on CUDA, gloo on the CPU: https://pytorch.org/docs/stable/distributed.html),
 wraps the model as planned and runs the same loop as a one-device trial:
 
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run this rank from the spec file named by the first argument; the exit status."""
     import torch
 
-    from advisor.trial import run_trial
+    from advisor.measure.trial import run_trial
     from probes.model import ModelProfile
     from rules import Plan
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.memory import GIB, MemoryEstimate
-from advisor.planner import SEARCHED, Candidate, PlanningResult
-from advisor.speed import SpeedEstimate
+from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.planner import SEARCHED, Candidate, PlanningResult
+from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from rules import REGISTRY, Effect, Plan, Workload

@@ -46,7 +46,7 @@ def _print_json(model) -> None:
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
-    from advisor.api import probe_hardware
+    from advisor.app.api import probe_hardware
 
     if args.gpu and args.gpu.strip().lower() == "list":
         return _list_gpus(args)
@@ -54,7 +54,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(hw)
     else:
-        from advisor.report import hardware_table
+        from advisor.app.report import hardware_table
 
         _console().print(hardware_table(hw))
     return ExitCode.OK
@@ -82,20 +82,20 @@ def _list_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from advisor.api import profile_model
+    from advisor.app.api import profile_model
 
     profile = profile_model(args.model, args.task)
     if args.json:
         _print_json(profile)
     else:
-        from advisor.report import model_table
+        from advisor.app.report import model_table
 
         _console().print(model_table(profile))
     return ExitCode.OK
 
 
 def cmd_recommend(args: argparse.Namespace) -> int:
-    from advisor.api import recommend
+    from advisor.app.api import recommend
 
     try:
         rec = recommend(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
@@ -104,7 +104,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     except NoFitError as err:
         if args.json:
             closest = err.closest
-            from advisor.recommendation import SCHEMA_VERSION
+            from advisor.engine.recommendation import SCHEMA_VERSION
 
             payload = {"schema_version": SCHEMA_VERSION, "fits": False, "error": str(err), "suggestions": err.suggestions,
                        "closest_plan": closest.plan.model_dump() if closest else None,
@@ -114,21 +114,21 @@ def cmd_recommend(args: argparse.Namespace) -> int:
             return err.exit_code
         raise
     if args.emit:
-        from advisor.emit import emit
+        from advisor.app.emit import emit
 
         for path in emit(rec, args.emit, args.out):
             sys.stderr.write(f"advisor: wrote {path}\n")
     if args.json:
         _print_json(rec)
     else:
-        from advisor.report import print_recommendation
+        from advisor.app.report import print_recommendation
 
         print_recommendation(rec, _console())
     return ExitCode.OK
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from advisor.api import estimate
+    from advisor.app.api import estimate
 
     est = estimate(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
                    micro_batch_size=args.micro_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
@@ -141,7 +141,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
     else:
-        from advisor.report import memory_table, speed_table
+        from advisor.app.report import memory_table, speed_table
 
         console = _console()
         p = est.plan
@@ -227,8 +227,8 @@ class _Progress:
         self.bar.__exit__(*exc)
 
     def __call__(self, event) -> None:
-        from advisor.trial import StepUpdate
-        from advisor.validation import Trial, TrialStarted, describe
+        from advisor.measure.trial import StepUpdate
+        from advisor.measure.validation import Trial, TrialStarted, describe
 
         if isinstance(event, TrialStarted):
             self.index = event.index
@@ -260,8 +260,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from advisor.api import validate
-    from advisor.files import write_atomic
+    from advisor.app.api import validate
+    from advisor.app.files import write_atomic
 
     plan, seq_len = _read_plan(args.plan) if args.plan else (None, None)
     stop = threading.Event()
@@ -293,7 +293,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(text)
     else:
-        from advisor.report import validation_tables
+        from advisor.app.report import validation_tables
 
         _console().print(validation_tables(report))
     if report.interrupted:
@@ -320,16 +320,16 @@ def cmd_rules(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps([i.model_dump() for i in infos], indent=2) + "\n")
     else:
-        from advisor.report import rules_table
+        from advisor.app.report import rules_table
 
         _console().print(rules_table(infos))
     return ExitCode.OK
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from advisor.api import Estimate
-    from advisor.recommendation import SCHEMA_VERSION, Recommendation
-    from advisor.validation import ValidationReport
+    from advisor.app.api import Estimate
+    from advisor.engine.recommendation import SCHEMA_VERSION, Recommendation
+    from advisor.measure.validation import ValidationReport
     from probes.hardware import HardwareProfile
     from probes.model import ModelProfile
 

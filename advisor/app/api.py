@@ -13,10 +13,10 @@ import importlib.util
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor import planner
-from advisor.memory import GIB, MemoryEstimate
-from advisor.recommendation import SCHEMA_VERSION, Recommendation, build
-from advisor.speed import SpeedEstimate
+from advisor.engine import planner
+from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.recommendation import SCHEMA_VERSION, Recommendation, build
+from advisor.engine.speed import SpeedEstimate
 from probes.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
 from probes.hardware import NETWORK_GBIT_S, GPULink, HardwareProfile
@@ -270,8 +270,8 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
     candidate = planner.evaluate(facts, plan)
     simulated = None
     if simulate:
-        from advisor.memory import device_bytes
-        from advisor.simulate import simulate as run_simulation
+        from advisor.engine.memory import device_bytes
+        from advisor.measure.simulate import simulate as run_simulation
 
         result = run_simulation(facts.model, plan, facts.workload.seq_len)
         simulated = SimulatedMemory(
@@ -305,7 +305,7 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
              warmup: int = 2, compare: bool = False, memory_limit_bytes: int | None = None, max_trials: int = 6,
              progress=None, stop=None, hardware: HardwareProfile | None = None, nproc: int | None = None,
              parallelism: str | None = None):
-    """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.validation`).
+    """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.measure.validation`).
 
     The plan: ``plan`` when given (e.g. from a recommendation's JSON); else this machine's
     recommendation with the given settings overriding it (a micro-batch alone keeps the global
@@ -321,7 +321,7 @@ def validate(model: str | ModelProfile, *, task: str | None = None, seq_len: int
         NoFitError: nothing fits and no setting was given to try anyway.
         ModelNotFoundError, BadConfigError: from the model probe.
     """
-    from advisor.validation import validate as run_validation
+    from advisor.measure.validation import validate as run_validation
 
     if nproc is not None and nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {nproc}")

@@ -32,7 +32,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from advisor.trainable import build_model, enable_checkpointing, hf_config, make_optimizer, synthetic_batch
+from advisor.measure.trainable import build_model, enable_checkpointing, hf_config, make_optimizer, synthetic_batch
 from probes.errors import UsageError
 from probes.model import ModelProfile
 from rules import Plan

@@ -7,9 +7,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.memory import GIB, MemoryEstimate
-from advisor.recommendation import Recommendation
-from advisor.speed import SpeedEstimate
+from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.recommendation import Recommendation
+from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from rules import RuleInfo
@@ -180,8 +180,8 @@ def _err(x: float | None) -> str:
 
 def validation_tables(report) -> Group:
     """A validation report: the device, every trial measured beside predicted, the verdict, the
-    comparison with the baseline, the warnings. ``report`` is an ``advisor.validation.ValidationReport``."""
-    from advisor.validation import describe
+    comparison with the baseline, the warnings. ``report`` is an ``advisor.measure.validation.ValidationReport``."""
+    from advisor.measure.validation import describe
 
     d = report.device
     limit = f", held to {gib(d.memory_limit_bytes)}" if d.memory_limit_bytes else ""

@@ -1,7 +1,7 @@
 """The validator: short trial steps of a plan on this machine confirm or correct it.
 
 ``validate()`` takes the recommendation (or a given plan), runs it for a few warm-up and timed
-steps (:mod:`advisor.trial`), and puts the measurements beside the predictions. It corrects what
+steps (:mod:`advisor.measure.trial`), and puts the measurements beside the predictions. It corrects what
 the trial disproves, within a bounded number of trials:
 
 - out of memory: a smaller micro-batch with more accumulation (the same global batch), then
@@ -17,7 +17,7 @@ With ``compare``, the documents' baseline (fp32, no checkpointing, AdamW, the sa
 batch: the first rows of the seeds' tables) also runs, and the report gives the speed-up and
 the memory saved. The ``ValidationReport`` is the JSON of ``advisor validate --json``.
 
-This module imports torch only inside :func:`validate` (through :mod:`advisor.trial`).
+This module imports torch only inside :func:`validate` (through :mod:`advisor.measure.trial`).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor import planner
-from advisor.memory import GIB, MemoryEstimate, device_bytes
-from advisor.recommendation import SCHEMA_VERSION
-from advisor.speed import SpeedEstimate
+from advisor.engine import planner
+from advisor.engine.memory import GIB, MemoryEstimate, device_bytes
+from advisor.engine.recommendation import SCHEMA_VERSION
+from advisor.engine.speed import SpeedEstimate
 from probes.errors import UsageError
 from rules import Facts, Plan, Workload
 
@@ -314,7 +314,7 @@ class _Session:
         return len(self.trials) < self.max_trials and not self.stop.is_set()
 
     def run(self, role: TrialRole, reason: str, plan: Plan, runtime: RuntimeSettings | None = None) -> Trial:
-        from advisor.trial import run_trial
+        from advisor.measure.trial import run_trial
 
         runtime = runtime or self.runtime
         seq_len = self.facts.workload.seq_len
@@ -328,7 +328,7 @@ class _Session:
                       dataloader_pin_memory=runtime.dataloader_pin_memory, memory_limit_bytes=self.limit,
                       on_step=self.progress, stop=self.stop, config=self.config)
         if plan.data_parallel_size > 1:
-            from advisor.trial import run_distributed_trial
+            from advisor.measure.trial import run_distributed_trial
 
             outcome = run_distributed_trial(self.facts.model, plan, seq_len, nproc=plan.data_parallel_size,
                                             kind=plan.parallelism, **kwargs)
@@ -449,7 +449,7 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     and report measured beside predicted.
 
     Args:
-        facts: this machine's hardware, the model and the workload (``advisor.api.make_facts``).
+        facts: this machine's hardware, the model and the workload (``advisor.app.api.make_facts``).
         plan: a one-device plan for this machine's device.
         runtime: torch.compile and DataLoader settings (default: the rules' values).
         steps: timed steps per trial (>= 1); warmup: untimed steps before them (>= 1).
@@ -467,7 +467,7 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         raise UsageError("trials of tensor / pipeline parallel plans are not supported (they need Megatron-LM, "
                          "DeepSpeed's pipeline engine or torch.distributed pipelining): validate a data-parallel plan")
     if plan.data_parallel_size > 1:
-        from advisor.dist_worker import KINDS
+        from advisor.measure.dist_worker import KINDS
 
         if plan.parallelism not in KINDS or plan.offload != "none":
             raise UsageError(f"distributed trials run {', '.join(KINDS)} (DDP, or FSDP as ZeRO-2/3) without offload; "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from advisor.memory import MemoryEstimate
+from advisor.engine.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from rules.facts import Plan, sharding_stage
