@@ -1,0 +1,334 @@
+"""The vocabulary: every value a plan, a workload or a profile can take, spelled once, with its facts.
+
+Each dimension is a :class:`StrEnum` (its members compare equal to their strings, so JSON and
+``Plan`` fields stay plain strings) with a spec table beside it: what the memory and speed models,
+the emitters, the trial builder and the rules need to know about a value. The pydantic ``Literal``
+types of the models, the command line's choices and the wizard's lists are made from these enums;
+no other module spells a value. To add a value (say an optimizer), add the member and its spec
+row here, then the rule that decides it (``rules/``) and that rule's cases file; see
+docs/ARCHITECTURE.md.
+
+This module sits in the base layer (``probes``) because the probes' own types use it (the task
+head of a model profile, the network between nodes); it imports nothing from the project.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Literal
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - Python 3.10
+    class StrEnum(str, Enum):
+        """``enum.StrEnum`` of Python 3.11: members are strings."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+
+def literal(enum: type[Enum]):
+    """The ``Literal[...]`` type of an enum's values, in declaration order (for pydantic fields, so the
+    JSON and its schema keep plain strings)."""
+    return Literal[tuple(member.value for member in enum)]  # type: ignore[return-value]
+
+
+def values(enum: type[Enum]) -> tuple[str, ...]:
+    """The values of an enum in declaration order (CLI choices, search domains)."""
+    return tuple(member.value for member in enum)
+
+
+# -- where a plan runs ---------------------------------------------------------------------------
+
+class Device(StrEnum):
+    """Where training runs."""
+
+    CUDA = "cuda"
+    CPU = "cpu"
+
+
+# -- precision -----------------------------------------------------------------------------------
+
+class Precision(StrEnum):
+    """The compute precision of a plan. Declaration order is the planner's search order."""
+
+    BF16 = "bf16"  #: bf16 mixed precision (autocast), no loss scaling
+    FP16 = "fp16"  #: fp16 mixed precision (autocast) with dynamic loss scaling (GradScaler)
+    FP32 = "fp32"  #: full precision (TF32 matmuls where the plan's tf32 flag is on)
+
+    @property
+    def mixed(self) -> bool:
+        """A 16-bit autocast precision."""
+        return self is not Precision.FP32
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of one activation element in the compute dtype."""
+        return 4 if self is Precision.FP32 else 2
+
+
+# -- optimizers ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """What advisor knows about one optimizer.
+
+    Attributes:
+        state_bytes_per_param: bytes of optimizer state per parameter (None: Adafactor's factored
+            statistics, computed from the parameter shapes by the memory model).
+        step_traffic_bytes_per_param: memory traffic of one optimizer step, reads + writes (speed model).
+        trainer_optim: ``TrainingArguments.optim`` (``transformers.training_args.OptimizerNames``);
+            AdamW's fused name is used on CUDA (:attr:`trainer_optim_fused`).
+        factory: ``module:Class`` that builds it in a trial; ``factory_kwargs`` its fixed arguments.
+        package: the optional package it needs (None: torch or transformers).
+        implementation: the implementation the recommendation names ('fused' / 'foreach' for AdamW,
+            chosen by device in :meth:`Optimizer.implementation`).
+        learning_rate: the trial's learning rate (a trial measures memory and time, not convergence).
+        summary: one line for help texts.
+    """
+
+    state_bytes_per_param: float | None
+    step_traffic_bytes_per_param: float
+    trainer_optim: str
+    factory: str
+    summary: str
+    package: str | None = None
+    implementation: str = "foreach"
+    trainer_optim_fused: str | None = None
+    factory_kwargs: dict = field(default_factory=dict)
+    learning_rate: float = 1e-4
+
+
+class Optimizer(StrEnum):
+    """The optimizer of a plan. Declaration order is the planner's search order."""
+
+    ADAMW = "adamw"
+    ADAMW_8BIT = "adamw-8bit"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"
+
+    @property
+    def spec(self) -> OptimizerSpec:
+        return OPTIMIZER_SPECS[self]
+
+    def implementation(self, device: str) -> str:
+        """The implementation a plan on ``device`` uses: fused AdamW on CUDA, else the spec's."""
+        if self.spec.trainer_optim_fused and device == Device.CUDA:
+            return "fused"
+        return self.spec.implementation
+
+
+#: Sources: the HF guide's "Anatomy of Model's Memory" (AdamW 8 B/param, 8-bit Adam 2, SGD with
+#: momentum 4, https://huggingface.co/docs/transformers/v4.18.0/en/performance#anatomy-of-models-memory);
+#: Adafactor: Shazeer & Stern 2018 (https://arxiv.org/abs/1804.04235) sec. 3; torch.optim.AdamW
+#: (foreach / fused, https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html); bitsandbytes
+#: AdamW8bit (https://huggingface.co/docs/bitsandbytes/main/en/reference/optim/adamw); step traffic:
+#: AdamW reads param, grad, m, v and writes param, m, v in fp32 (7 x 4 B).
+OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
+    Optimizer.ADAMW: OptimizerSpec(
+        state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="adamw_torch",
+        trainer_optim_fused="adamw_torch_fused", factory="torch.optim:AdamW",
+        summary="torch AdamW (fused on CUDA)"),
+    Optimizer.ADAMW_8BIT: OptimizerSpec(
+        state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="adamw_bnb_8bit",
+        factory="bitsandbytes.optim:AdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
+        summary="bitsandbytes 8-bit AdamW"),
+    Optimizer.ADAFACTOR: OptimizerSpec(
+        state_bytes_per_param=None, step_traffic_bytes_per_param=20.0, trainer_optim="adafactor",
+        factory="transformers.optimization:Adafactor", implementation="transformers", learning_rate=1e-3,
+        factory_kwargs={"scale_parameter": False, "relative_step": False, "warmup_init": False},
+        summary="transformers Adafactor (factored second moments)"),
+    Optimizer.SGD: OptimizerSpec(
+        state_bytes_per_param=4, step_traffic_bytes_per_param=16.0, trainer_optim="sgd",
+        factory="torch.optim:SGD", factory_kwargs={"momentum": 0.9}, learning_rate=1e-3,
+        summary="SGD with momentum"),
+}
+
+
+# -- data parallelism and sharding -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParallelismSpec:
+    """What one data-parallel strategy is.
+
+    Attributes:
+        stage: the ZeRO stage it amounts to (ZeRO paper sec. 5: 1 optimizer states, 2 + gradients,
+            3 + parameters; 0: nothing sharded).
+        framework: who runs it: 'none', 'torch' (DP / DDP), 'deepspeed' or 'fsdp'.
+        offloads: the offload values it pairs with (ZeRO-Offload: the optimizer at any stage, the
+            parameters at stage 3; FSDP's CPUOffload moves parameters, gradients and the optimizer
+            step together, so only 'optimizer+parameters' where parameters are sharded).
+        fsdp_option, fsdp_strategy: TrainingArguments' ``fsdp`` option and accelerate's
+            ``fsdp_sharding_strategy`` (FSDP strategies only).
+        replicated_across_nodes: shards inside a node and replicates across nodes (HYBRID_SHARD).
+        trial_as: the strategy a torch.distributed trial runs in its place (None: itself).
+    """
+
+    stage: int
+    framework: str
+    offloads: tuple[str, ...] = ("none",)
+    fsdp_option: str | None = None
+    fsdp_strategy: str | None = None
+    replicated_across_nodes: bool = False
+    trial_as: str | None = None
+
+
+class Parallelism(StrEnum):
+    """The data-parallel strategy of a plan. Declaration order is the planner's search order."""
+
+    NONE = "none"
+    DP = "dp"
+    DDP = "ddp"
+    ZERO_1 = "zero-1"
+    ZERO_2 = "zero-2"
+    ZERO_3 = "zero-3"
+    FSDP_SHARD_GRAD_OP = "fsdp-shard-grad-op"
+    FSDP_FULL_SHARD = "fsdp-full-shard"
+    FSDP_HYBRID_SHARD = "fsdp-hybrid-shard"
+
+    @property
+    def spec(self) -> ParallelismSpec:
+        return PARALLELISM_SPECS[self]
+
+    @property
+    def stage(self) -> int:
+        """The ZeRO stage it amounts to (0: nothing sharded)."""
+        return self.spec.stage
+
+    @property
+    def deepspeed(self) -> bool:
+        return self.spec.framework == "deepspeed"
+
+    @property
+    def fsdp(self) -> bool:
+        return self.spec.framework == "fsdp"
+
+
+class Offload(StrEnum):
+    """What a sharded plan keeps in CPU RAM (ZeRO-Offload, FSDP CPUOffload)."""
+
+    NONE = "none"
+    OPTIMIZER = "optimizer"
+    OPTIMIZER_PARAMETERS = "optimizer+parameters"
+
+    @property
+    def optimizer(self) -> bool:
+        """The optimizer states (and fp32 masters) live in CPU RAM."""
+        return self is not Offload.NONE
+
+    @property
+    def parameters(self) -> bool:
+        """The parameters live in CPU RAM too."""
+        return self is Offload.OPTIMIZER_PARAMETERS
+
+
+_ZERO_OFFLOADS = (Offload.NONE.value, Offload.OPTIMIZER.value)
+_ALL_OFFLOADS = values(Offload)
+#: Sources: ZeRO paper sec. 5 (https://arxiv.org/abs/1910.02054); PyTorch FSDP ShardingStrategy
+#: (https://pytorch.org/docs/stable/fsdp.html): SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3,
+#: HYBRID_SHARD = FULL_SHARD inside a node, replicated across nodes; DeepSpeed ZeRO-Offload
+#: (https://www.deepspeed.ai/tutorials/zero-offload/); TrainingArguments "fsdp".
+PARALLELISM_SPECS: dict[Parallelism, ParallelismSpec] = {
+    Parallelism.NONE: ParallelismSpec(stage=0, framework="none"),
+    Parallelism.DP: ParallelismSpec(stage=0, framework="torch", trial_as="ddp"),
+    Parallelism.DDP: ParallelismSpec(stage=0, framework="torch"),
+    Parallelism.ZERO_1: ParallelismSpec(stage=1, framework="deepspeed", offloads=_ZERO_OFFLOADS, trial_as="zero-2"),
+    Parallelism.ZERO_2: ParallelismSpec(stage=2, framework="deepspeed", offloads=_ZERO_OFFLOADS),
+    Parallelism.ZERO_3: ParallelismSpec(stage=3, framework="deepspeed", offloads=_ALL_OFFLOADS),
+    Parallelism.FSDP_SHARD_GRAD_OP: ParallelismSpec(stage=2, framework="fsdp", fsdp_option="shard_grad_op",
+                                                    fsdp_strategy="SHARD_GRAD_OP"),
+    Parallelism.FSDP_FULL_SHARD: ParallelismSpec(stage=3, framework="fsdp", fsdp_option="full_shard",
+                                                 fsdp_strategy="FULL_SHARD",
+                                                 offloads=(Offload.NONE.value, Offload.OPTIMIZER_PARAMETERS.value)),
+    Parallelism.FSDP_HYBRID_SHARD: ParallelismSpec(stage=3, framework="fsdp", fsdp_option="hybrid_shard",
+                                                   fsdp_strategy="HYBRID_SHARD", replicated_across_nodes=True,
+                                                   offloads=(Offload.NONE.value,
+                                                             Offload.OPTIMIZER_PARAMETERS.value)),
+}
+
+
+# -- the question ----------------------------------------------------------------------------------
+
+class Objective(StrEnum):
+    """What matters most when ranking plans."""
+
+    SPEED = "speed"  #: the fastest plan that fits
+    MEMORY = "memory"  #: the plan with the least device memory
+
+
+class Task(StrEnum):
+    """The task head a model is trained with."""
+
+    CAUSAL_LM = "causal-lm"
+    MASKED_LM = "masked-lm"
+    SEQUENCE_CLASSIFICATION = "sequence-classification"
+    QUESTION_ANSWERING = "question-answering"
+    SEQ2SEQ_LM = "seq2seq-lm"
+
+    @property
+    def auto_class(self) -> str:
+        """The transformers Auto class of the head ("Auto Classes",
+        https://huggingface.co/docs/transformers/model_doc/auto)."""
+        return _AUTO_CLASSES[self]
+
+    @property
+    def language_modeling(self) -> bool:
+        """A head over the vocabulary (logits of shape (b, s, vocab))."""
+        return self in (Task.CAUSAL_LM, Task.MASKED_LM, Task.SEQ2SEQ_LM)
+
+
+_AUTO_CLASSES = {
+    Task.CAUSAL_LM: "AutoModelForCausalLM", Task.MASKED_LM: "AutoModelForMaskedLM",
+    Task.SEQ2SEQ_LM: "AutoModelForSeq2SeqLM", Task.SEQUENCE_CLASSIFICATION: "AutoModelForSequenceClassification",
+    Task.QUESTION_ANSWERING: "AutoModelForQuestionAnswering",
+}
+
+
+# -- links -----------------------------------------------------------------------------------------
+
+class Link(StrEnum):
+    """A link between GPUs inside a node."""
+
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+
+
+class Network(StrEnum):
+    """The network between nodes."""
+
+    INFINIBAND = "infiniband"
+    ETHERNET = "ethernet"
+
+    @property
+    def gbit_s(self) -> float:
+        """Catalog bandwidth per node, Gb/s (see :data:`NETWORK_GBIT_S`)."""
+        return NETWORK_GBIT_S[self]
+
+    @property
+    def label(self) -> str:
+        return _NETWORK_LABELS[self]
+
+
+#: Catalog bandwidth between nodes per node, Gb/s: InfiniBand HDR, 200 Gb/s per port
+#: (https://www.nvidia.com/en-us/networking/infiniband/qm8700/); 100 Gb/s Ethernet.
+NETWORK_GBIT_S = {Network.INFINIBAND: 200.0, Network.ETHERNET: 100.0}
+_NETWORK_LABELS = {Network.INFINIBAND: "InfiniBand HDR", Network.ETHERNET: "Ethernet"}
+DEFAULT_NETWORK = Network.INFINIBAND  #: assumed between nodes when the user does not say
+
+
+# -- the fallback ladder ---------------------------------------------------------------------------
+
+class Penalty(IntEnum):
+    """What a fallback costs: one ladder for every rule, cheapest first; a rule names a rung, never a number.
+
+    A plan's penalty is the sum of its fallbacks' rungs; under the 'speed' objective the planner takes the
+    plan with the least penalty that fits, then the fastest."""
+
+    NONE = 0
+    SLOWER = 1  #: a bounded slowdown: activation checkpointing (~20-30 %); ZeRO-1/2 on a model DDP could hold
+    MUCH_SLOWER = 2  #: fp32 on tensor cores; 8-bit optimizer states; ZeRO-3 / FULL_SHARD on a model DDP could hold
+    RISKY = 3  #: convergence may suffer (Adafactor), or a framework beyond the Trainer (tensor / pipeline parallel)
+    OFFLOAD_OPTIMIZER = 4  #: optimizer states in CPU RAM: every step crosses PCIe
+    OFFLOAD_ALL = 5  #: optimizer states and parameters in CPU RAM: the slowest plan
