@@ -14,10 +14,12 @@ Sources: the transformers modelling files (``modeling_gpt2.py``, ``modeling_bert
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Callable
 
-Task = Literal["causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm"]
-Family = Literal["decoder-only", "encoder-only", "encoder-decoder"]
+from probes.vocabulary import Family, Task, literal
+
+TaskName = literal(Task)  #: a task head's name (values: :class:`probes.vocabulary.Task`)
+FamilyName = literal(Family)  #: an architecture family's name (values: :class:`probes.vocabulary.Family`)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class ParamGroup:
 class Shape:
     """Shape facts of one model with one task head (all sizes in elements)."""
 
-    family: Family
+    family: FamilyName
     layers: int  #: transformer blocks in all stacks (encoder + decoder)
     encoder_layers: int
     decoder_layers: int
@@ -89,15 +91,15 @@ def _tied_head(groups: list[ParamGroup], embedding_name: str) -> list[ParamGroup
     return [ParamGroup(g.name, g.shape, g.count, matmul=True) if g.name == embedding_name else g for g in groups]
 
 
-def _head(task: Task, hidden: int, num_labels: int, seq_cls_bias: bool) -> list[ParamGroup]:
-    if task == "sequence-classification":
+def _head(task: TaskName, hidden: int, num_labels: int, seq_cls_bias: bool) -> list[ParamGroup]:
+    if task == Task.SEQUENCE_CLASSIFICATION:
         return _linear("score", hidden, num_labels, bias=seq_cls_bias)
-    if task == "question-answering":
+    if task == Task.QUESTION_ANSWERING:
         return _linear("qa_outputs", hidden, 2)
     return []
 
 
-def gpt2(cfg: dict, task: Task, num_labels: int) -> Shape:
+def gpt2(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     h, n_layer = cfg.get("n_embd", 768), cfg.get("n_layer", 12)
     inner = cfg.get("n_inner") or 4 * h
     vocab, pos = cfg.get("vocab_size", 50257), cfg.get("n_positions", 1024)
@@ -106,15 +108,15 @@ def gpt2(cfg: dict, task: Task, num_labels: int) -> Shape:
     groups += _linear("h.attn.c_proj", h, h, n_layer) + _norm("h.ln_2", h, n_layer)
     groups += _linear("h.mlp.c_fc", h, inner, n_layer) + _linear("h.mlp.c_proj", inner, h, n_layer)
     groups += _norm("ln_f", h)
-    if task == "causal-lm":
+    if task == Task.CAUSAL_LM:
         groups = _tied_head(groups, "wte.weight")
     groups += _head(task, h, num_labels, seq_cls_bias=False)
     heads = cfg.get("n_head", 12)
-    return Shape("decoder-only", n_layer, 0, n_layer, h, heads, heads, h // heads, inner, vocab, pos,
+    return Shape(Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, inner, vocab, pos,
                  False, True, groups)
 
 
-def _bert_like(cfg: dict, task: Task, num_labels: int, *, roberta: bool) -> Shape:
+def _bert_like(cfg: dict, task: TaskName, num_labels: int, *, roberta: bool) -> Shape:
     h, n_layer = cfg.get("hidden_size", 768), cfg.get("num_hidden_layers", 12)
     ffn, vocab = cfg.get("intermediate_size", 3072), cfg.get("vocab_size", 30522)
     pos, types = cfg.get("max_position_embeddings", 512), cfg.get("type_vocab_size", 2)
@@ -126,11 +128,11 @@ def _bert_like(cfg: dict, task: Task, num_labels: int, *, roberta: bool) -> Shap
     groups += _norm("layer.attention.output.LayerNorm", h, n_layer)
     groups += _linear("layer.intermediate.dense", h, ffn, n_layer) + _linear("layer.output.dense", ffn, h, n_layer)
     groups += _norm("layer.output.LayerNorm", h, n_layer)
-    if task in ("masked-lm", "causal-lm"):
+    if task in (Task.MASKED_LM, Task.CAUSAL_LM):
         groups = _tied_head(groups, "embeddings.word_embeddings.weight")
         groups += _linear("lm_head.transform.dense", h, h) + _norm("lm_head.transform.LayerNorm", h)
         groups += [ParamGroup("lm_head.decoder.bias", (vocab,))]
-    elif task == "sequence-classification":
+    elif task == Task.SEQUENCE_CLASSIFICATION:
         if roberta:  # RobertaClassificationHead: dense + out_proj, no pooler
             groups += _linear("classifier.dense", h, h) + _linear("classifier.out_proj", h, num_labels)
         else:  # BertPooler + classifier
@@ -138,19 +140,19 @@ def _bert_like(cfg: dict, task: Task, num_labels: int, *, roberta: bool) -> Shap
     else:
         groups += _head(task, h, num_labels, seq_cls_bias=True)
     heads = cfg.get("num_attention_heads", 12)
-    return Shape("encoder-only", n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
+    return Shape(Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
                  False, True, groups)
 
 
-def bert(cfg: dict, task: Task, num_labels: int) -> Shape:
+def bert(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     return _bert_like(cfg, task, num_labels, roberta=False)
 
 
-def roberta(cfg: dict, task: Task, num_labels: int) -> Shape:
+def roberta(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     return _bert_like(cfg, task, num_labels, roberta=True)
 
 
-def distilbert(cfg: dict, task: Task, num_labels: int) -> Shape:
+def distilbert(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     h, n_layer = cfg.get("dim", 768), cfg.get("n_layers", 6)
     ffn, vocab, pos = cfg.get("hidden_dim", 3072), cfg.get("vocab_size", 30522), cfg.get("max_position_embeddings", 512)
     groups = [ParamGroup("embeddings.word_embeddings.weight", (vocab, h)),
@@ -159,20 +161,20 @@ def distilbert(cfg: dict, task: Task, num_labels: int) -> Shape:
     groups += _linear("layer.attention.qkvo", h, h, 4 * n_layer) + _norm("layer.sa_layer_norm", h, n_layer)
     groups += _linear("layer.ffn.lin1", h, ffn, n_layer) + _linear("layer.ffn.lin2", ffn, h, n_layer)
     groups += _norm("layer.output_layer_norm", h, n_layer)
-    if task == "masked-lm":
+    if task == Task.MASKED_LM:
         groups = _tied_head(groups, "embeddings.word_embeddings.weight")
         groups += _linear("vocab_transform", h, h) + _norm("vocab_layer_norm", h)
         groups += [ParamGroup("vocab_projector.bias", (vocab,))]
-    elif task == "sequence-classification":
+    elif task == Task.SEQUENCE_CLASSIFICATION:
         groups += _linear("pre_classifier", h, h) + _linear("classifier", h, num_labels)
     else:
         groups += _head(task, h, num_labels, seq_cls_bias=True)
     heads = cfg.get("n_heads", 12)
-    return Shape("encoder-only", n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
+    return Shape(Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
                  False, True, groups)
 
 
-def t5(cfg: dict, task: Task, num_labels: int) -> Shape:
+def t5(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     d, d_kv, heads = cfg.get("d_model", 512), cfg.get("d_kv", 64), cfg.get("num_heads", 8)
     ffn, vocab = cfg.get("d_ff", 2048), cfg.get("vocab_size", 32128)
     enc = cfg.get("num_layers", 6)
@@ -195,20 +197,20 @@ def t5(cfg: dict, task: Task, num_labels: int) -> Shape:
     groups += attn("decoder.self", dec) + [ParamGroup("decoder.relative_attention_bias", (buckets, heads))]
     groups += attn("decoder.cross", dec) + _norm("decoder.layer_norm", d, 3 * dec + 1, bias=False)
     groups += ff("decoder.ff", dec)
-    if task == "seq2seq-lm":
+    if task == Task.SEQ2SEQ_LM:
         if tied:
             groups = _tied_head(groups, "shared.weight")
         else:
             groups += _linear("lm_head", d, vocab, bias=False)
-    elif task == "sequence-classification":
+    elif task == Task.SEQUENCE_CLASSIFICATION:
         groups += _linear("classification_head.dense", d, d) + _linear("classification_head.out_proj", d, num_labels)
-    elif task == "question-answering":
+    elif task == Task.QUESTION_ANSWERING:
         groups += _linear("qa_outputs", d, 2)
-    return Shape("encoder-decoder", enc + dec, enc, dec, d, heads, heads, d_kv, ffn, vocab,
+    return Shape(Family.ENCODER_DECODER, enc + dec, enc, dec, d, heads, heads, d_kv, ffn, vocab,
                  cfg.get("n_positions"), gated, tied, groups)
 
 
-def opt(cfg: dict, task: Task, num_labels: int) -> Shape:
+def opt(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     h, n_layer = cfg.get("hidden_size", 768), cfg.get("num_hidden_layers", 12)
     ffn, vocab = cfg.get("ffn_dim", 3072), cfg.get("vocab_size", 50272)
     pos, wep = cfg.get("max_position_embeddings", 2048), cfg.get("word_embed_proj_dim") or h
@@ -222,15 +224,15 @@ def opt(cfg: dict, task: Task, num_labels: int) -> Shape:
     groups += _norm("layers.self_attn_layer_norm", h, n_layer)
     groups += _linear("layers.fc1", h, ffn, n_layer, bias=bias) + _linear("layers.fc2", ffn, h, n_layer, bias=bias)
     groups += _norm("layers.final_layer_norm", h, n_layer)
-    if task == "causal-lm":
+    if task == Task.CAUSAL_LM:
         groups = _tied_head(groups, "embed_tokens.weight")
     groups += _head(task, wep, num_labels, seq_cls_bias=False)
     heads = cfg.get("num_attention_heads", 12)
-    return Shape("decoder-only", n_layer, 0, n_layer, h, heads, heads, h // heads, ffn, vocab, pos,
+    return Shape(Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, ffn, vocab, pos,
                  False, True, groups)
 
 
-def llama(cfg: dict, task: Task, num_labels: int) -> Shape:
+def llama(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     """Llama and Mistral (same parameter layout: GQA attention, SwiGLU MLP, RMSNorm)."""
     h, n_layer = cfg.get("hidden_size", 4096), cfg.get("num_hidden_layers", 32)
     heads = cfg.get("num_attention_heads", 32)
@@ -246,28 +248,22 @@ def llama(cfg: dict, task: Task, num_labels: int) -> Shape:
     groups += _linear("layers.mlp.gate_up_proj", h, ffn, 2 * n_layer, bias=mlp_bias)
     groups += _linear("layers.mlp.down_proj", ffn, h, n_layer, bias=mlp_bias)
     groups += _norm("layers.norms", h, 2 * n_layer, bias=False) + _norm("norm", h, bias=False)
-    if task == "causal-lm":
+    if task == Task.CAUSAL_LM:
         groups = _tied_head(groups, "embed_tokens.weight") if tied else groups + _linear("lm_head", h, vocab, bias=False)
     groups += _head(task, h, num_labels, seq_cls_bias=False)
-    return Shape("decoder-only", n_layer, 0, n_layer, h, heads, kv, hd, ffn, vocab,
+    return Shape(Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, kv, hd, ffn, vocab,
                  cfg.get("max_position_embeddings"), True, tied, groups)
 
 
 #: model_type → builder. Anything else falls back to transformers on the meta device.
-BUILDERS: dict[str, Callable[[dict, Task, int], Shape]] = {
+BUILDERS: dict[str, Callable[[dict, TaskName, int], Shape]] = {
     "gpt2": gpt2, "bert": bert, "roberta": roberta, "distilbert": distilbert, "t5": t5,
     "opt": opt, "llama": llama, "mistral": llama,
 }
 
 #: model_type → family, for the closed-form builders.
-FAMILIES: dict[str, Family] = {
-    "gpt2": "decoder-only", "opt": "decoder-only", "llama": "decoder-only", "mistral": "decoder-only",
-    "bert": "encoder-only", "roberta": "encoder-only", "distilbert": "encoder-only", "t5": "encoder-decoder",
+FAMILIES: dict[str, FamilyName] = {
+    "gpt2": Family.DECODER_ONLY, "opt": Family.DECODER_ONLY, "llama": Family.DECODER_ONLY, "mistral": Family.DECODER_ONLY,
+    "bert": Family.ENCODER_ONLY, "roberta": Family.ENCODER_ONLY, "distilbert": Family.ENCODER_ONLY, "t5": Family.ENCODER_DECODER,
 }
 
-#: Tasks each family supports (the transformers Auto classes that accept the family).
-FAMILY_TASKS: dict[Family, tuple[Task, ...]] = {
-    "decoder-only": ("causal-lm", "sequence-classification", "question-answering"),
-    "encoder-only": ("masked-lm", "sequence-classification", "question-answering"),
-    "encoder-decoder": ("seq2seq-lm", "sequence-classification", "question-answering"),
-}

@@ -27,7 +27,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Precision = Literal["fp32", "tf32", "fp16", "bf16"]
+from probes.units import gbit_to_bytes_per_s
+from probes.vocabulary import DEFAULT_NETWORK, Network, literal
 
 #: Tensor-core generation by compute-capability major.minor (CUDA programming guide; NVIDIA
 #: architecture whitepapers: Volta 1st, Turing 2nd, Ampere 3rd, Ada and Hopper 4th, Blackwell 5th).
@@ -125,7 +126,7 @@ class HardwareProfile(BaseModel):
     gpus: list[GPUInfo] = Field(default_factory=list, description="GPUs of one node")
     links: list[GPULink] = Field(default_factory=list, description="link between every pair of GPUs of the node")
     nodes: int = Field(1, description="number of identical nodes")
-    interconnect: Literal["infiniband", "ethernet"] | None = Field(
+    interconnect: literal(Network) | None = Field(
         None, description="the network between nodes (None: one node, or not said: InfiniBand HDR assumed)")
     inter_node_gbit_s: float | None = Field(
         None, description="network bandwidth between nodes, per node and direction, Gb/s (gigabits)")
@@ -137,9 +138,19 @@ class HardwareProfile(BaseModel):
         return self.gpus[0] if self.gpus else None
 
     @property
-    def inter_node_bytes_per_s(self) -> float | None:
-        """``inter_node_gbit_s`` in bytes/s, or None when not given."""
-        return self.inter_node_gbit_s * 1e9 / 8 if self.inter_node_gbit_s else None
+    def network(self) -> Network:
+        """The network between nodes: the one given, else :data:`probes.vocabulary.DEFAULT_NETWORK`."""
+        return Network(self.interconnect) if self.interconnect else DEFAULT_NETWORK
+
+    @property
+    def network_gbit_s(self) -> float:
+        """Bandwidth between nodes per node, Gb/s: ``inter_node_gbit_s``, else the network's catalog figure."""
+        return self.inter_node_gbit_s or self.network.gbit_s
+
+    @property
+    def inter_node_bytes_per_s(self) -> float:
+        """:attr:`network_gbit_s` in bytes/s."""
+        return gbit_to_bytes_per_s(self.network_gbit_s)
 
     @property
     def num_gpus(self) -> int:
@@ -151,11 +162,6 @@ class HardwareProfile(BaseModel):
         """True when every pair of GPUs of a node is joined by NVLink (False with fewer than 2 GPUs)."""
         return bool(self.links) and all(link.nvlink_count > 0 for link in self.links)
 
-
-#: Default bandwidth of a network between nodes, Gb/s per node: InfiniBand HDR (NVIDIA Quantum
-#: HDR, 200 Gb/s per port, https://www.nvidia.com/en-us/networking/infiniband/qm8700/) and 100 Gb/s
-#: Ethernet (the common cloud / datacenter NIC; IEEE 802.3 100GBASE).
-NETWORK_GBIT_S = {"infiniband": 200.0, "ethernet": 100.0}
 
 
 def derive_capabilities(compute_capability: str, catalog_id: str | None = None) -> dict:

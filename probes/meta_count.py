@@ -12,12 +12,7 @@ from typing import Callable
 
 from probes.architectures import ParamGroup, Shape
 from probes.errors import BadConfigError
-
-_AUTO_CLASSES = {
-    "causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
-    "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
+from probes.vocabulary import Family, Task
 
 
 def _first(config, *names, default=None):
@@ -47,14 +42,14 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
     except (ValueError, KeyError, TypeError) as exc:
         raise BadConfigError(f"transformers does not know model_type '{model_type}': {exc}") from None
     if getattr(hf_config, "is_encoder_decoder", False):
-        family = "encoder-decoder"
+        family = Family.ENCODER_DECODER
     elif any(str(a).endswith(("ForMaskedLM",)) for a in cfg_dict.get("architectures") or []):
-        family = "encoder-only"
+        family = Family.ENCODER_ONLY
     else:
-        family = "decoder-only"
+        family = Family.DECODER_ONLY
     chosen = task or default_task(cfg_dict, family)
     hf_config.num_labels = num_labels
-    auto = getattr(transformers, _AUTO_CLASSES[chosen])
+    auto = getattr(transformers, Task(chosen).auto_class)
     try:
         with torch.device("meta"):
             model = auto.from_config(hf_config)
@@ -71,11 +66,11 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
     heads = _first(hf_config, "num_attention_heads", "n_head", "num_heads", "n_heads", default=1)
     layers = _first(hf_config, "num_hidden_layers", "n_layer", "num_layers", "n_layers", default=0)
     dec_layers = _first(hf_config, "num_decoder_layers", "decoder_layers", default=layers)
-    enc_dec = family == "encoder-decoder"
+    enc_dec = family == Family.ENCODER_DECODER
     shape = Shape(
         family=family, layers=layers + (dec_layers if enc_dec else 0),
-        encoder_layers=layers if family != "decoder-only" else 0,
-        decoder_layers=(dec_layers if enc_dec else layers) if family != "encoder-only" else 0,
+        encoder_layers=layers if family != Family.DECODER_ONLY else 0,
+        decoder_layers=(dec_layers if enc_dec else layers) if family != Family.ENCODER_ONLY else 0,
         hidden=hidden, heads=heads, kv_heads=_first(hf_config, "num_key_value_heads", default=heads),
         head_dim=_first(hf_config, "head_dim", default=hidden // max(heads, 1)),
         ffn=_first(hf_config, "intermediate_size", "d_ff", "n_inner", "ffn_dim", "hidden_dim", default=4 * hidden),

@@ -24,16 +24,17 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from probes.architectures import BUILDERS, FAMILIES, FAMILY_TASKS, Family, ParamGroup, Task
+from probes.architectures import BUILDERS, FAMILIES, FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+from probes.vocabulary import Family, Task, values
 
-TASKS: tuple[Task, ...] = ("causal-lm", "masked-lm", "sequence-classification", "question-answering", "seq2seq-lm")
+TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
 
 #: Architecture-name suffix → task head (transformers' naming convention for model classes).
-_ARCH_SUFFIX_TASK: list[tuple[str, Task]] = [
-    ("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"), ("ForMaskedLM", "masked-lm"),
-    ("ForConditionalGeneration", "seq2seq-lm"), ("ForSeq2SeqLM", "seq2seq-lm"),
-    ("ForSequenceClassification", "sequence-classification"), ("ForQuestionAnswering", "question-answering"),
+_ARCH_SUFFIX_TASK: list[tuple[str, TaskName]] = [
+    ("ForCausalLM", Task.CAUSAL_LM), ("LMHeadModel", Task.CAUSAL_LM), ("ForMaskedLM", Task.MASKED_LM),
+    ("ForConditionalGeneration", Task.SEQ2SEQ_LM), ("ForSeq2SeqLM", Task.SEQ2SEQ_LM),
+    ("ForSequenceClassification", Task.SEQUENCE_CLASSIFICATION), ("ForQuestionAnswering", Task.QUESTION_ANSWERING),
 ]
 
 #: Families pretrained in bf16 whose configs do not say so. T5 was pretrained on TPUs in bf16;
@@ -57,10 +58,10 @@ class ModelProfile(BaseModel):
     """the config's model_type, e.g. 'gpt2'"""
     architectures: list[str] = Field(default_factory=list)
     """the config's architectures, e.g. ['GPT2LMHeadModel']"""
-    family: Family
+    family: FamilyName
     """decoder, encoder or encoder-decoder"""
-    task: Task = Field(description="the task head the counts are for")
-    supported_tasks: list[Task]
+    task: TaskName = Field(description="the task head the counts are for")
+    supported_tasks: list[TaskName]
     """the task heads advisor can count for this model type"""
     num_parameters: int = Field(description="exact parameter count with the task head, tied embeddings once")
     matmul_parameters: int = Field(description="parameters used in a matmul per token (N of 6·N·T FLOPs)")
@@ -186,13 +187,13 @@ def _read_json(file: Path) -> dict:
     return data
 
 
-def default_task(config: dict, family: Family) -> Task:
+def default_task(config: dict, family: FamilyName) -> TaskName:
     """The task head named by the config's ``architectures``, else the family's pretraining head."""
     for arch in config.get("architectures") or []:
         for suffix, task in _ARCH_SUFFIX_TASK:
             if str(arch).endswith(suffix):
                 return task
-    return {"decoder-only": "causal-lm", "encoder-only": "masked-lm", "encoder-decoder": "seq2seq-lm"}[family]
+    return Family(family).default_task.value
 
 
 def _dtype(config: dict) -> str:
@@ -203,7 +204,7 @@ def _dtype(config: dict) -> str:
     return name
 
 
-def profile_model(model: str, task: Task | None = None, num_labels: int = 2) -> ModelProfile:
+def profile_model(model: str, task: TaskName | None = None, num_labels: int = 2) -> ModelProfile:
     """Resolve a model and profile it for a task head.
 
     Args:
@@ -221,7 +222,7 @@ def profile_model(model: str, task: Task | None = None, num_labels: int = 2) -> 
 
 
 def profile_from_config(config: dict, model_id: str, source: str = "local", path: str | None = None,
-                        task: Task | None = None, num_labels: int = 2) -> ModelProfile:
+                        task: TaskName | None = None, num_labels: int = 2) -> ModelProfile:
     """Profile an already-loaded config dict (see :func:`profile_model`)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -248,7 +249,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
     return ModelProfile(
         id=model_id, source=source, config_path=path, model_type=model_type,
         architectures=list(config.get("architectures") or []), family=shape.family, task=chosen,
-        supported_tasks=list(FAMILY_TASKS[shape.family]), num_parameters=shape.num_parameters,
+        supported_tasks=[t.value for t in Family(shape.family).tasks], num_parameters=shape.num_parameters,
         matmul_parameters=shape.matmul_parameters, parameter_count_method=method,
         num_layers=shape.layers, encoder_layers=shape.encoder_layers, decoder_layers=shape.decoder_layers,
         hidden_size=shape.hidden, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
@@ -271,10 +272,10 @@ def _has_dropout(config: dict) -> bool:
     return any(isinstance(config.get(k), (int, float)) and config[k] > 0 for k in _DROPOUT_KEYS)
 
 
-def _check_task(model_id: str, family: Family, task: Task) -> None:
-    if task not in FAMILY_TASKS[family]:
+def _check_task(model_id: str, family: FamilyName, task: TaskName) -> None:
+    if task not in Family(family).tasks:
         raise UsageError(f"task '{task}' does not fit '{model_id}' ({family}); "
-                         f"choose one of: {', '.join(FAMILY_TASKS[family])}")
+                         f"choose one of: {', '.join(Family(family).tasks)}")
 
 
 __all__ = ["ModelProfile", "ParamGroup", "TASKS", "catalog_ids", "load_config", "profile_model",

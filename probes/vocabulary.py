@@ -36,8 +36,40 @@ def literal(enum: type[Enum]):
 
 
 def values(enum: type[Enum]) -> tuple[str, ...]:
-    """The values of an enum in declaration order (CLI choices, search domains)."""
+    """The values of an enum in declaration order (the order of the JSON schema and the CLI's choices)."""
     return tuple(member.value for member in enum)
+
+
+def searched(enum: type[Enum]) -> tuple[str, ...]:
+    """The values of a dimension in the planner's search order: :data:`SEARCH_ORDER` where the order matters
+    (ties in speed go to the earlier value, and a recommendation lists alternatives in it), else declaration order."""
+    return tuple(member.value for member in SEARCH_ORDER.get(enum, tuple(enum)))
+
+
+# -- the settings a recommendation explains -------------------------------------------------------
+
+class Setting(StrEnum):
+    """Every setting a rule speaks about and a recommendation explains (``Recommendation.settings`` keys).
+
+    The searched ones are ``Plan`` fields; the rest are set by rules (``Effect`` kind 'set')."""
+
+    PRECISION = "precision"
+    TF32 = "tf32"
+    OPTIMIZER = "optimizer"
+    GRADIENT_CHECKPOINTING = "gradient_checkpointing"
+    MICRO_BATCH_SIZE = "micro_batch_size"
+    PARALLELISM = "parallelism"
+    OFFLOAD = "offload"
+    TENSOR_PARALLEL = "tensor_parallel"
+    PIPELINE_PARALLEL = "pipeline_parallel"
+    GRADIENT_ACCUMULATION_STEPS = "gradient_accumulation_steps"
+    NUM_GPUS = "num_gpus"
+    OPTIMIZER_IMPLEMENTATION = "optimizer_implementation"
+    DATALOADER_NUM_WORKERS = "dataloader_num_workers"
+    DATALOADER_PIN_MEMORY = "dataloader_pin_memory"
+    TORCH_COMPILE = "torch_compile"
+    PAD_TO_MULTIPLE_OF = "pad_to_multiple_of"
+    LOSS_SCALING = "loss_scaling"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------
@@ -52,11 +84,11 @@ class Device(StrEnum):
 # -- precision -----------------------------------------------------------------------------------
 
 class Precision(StrEnum):
-    """The compute precision of a plan. Declaration order is the planner's search order."""
+    """The compute precision of a plan (search order: :data:`SEARCH_ORDER`)."""
 
-    BF16 = "bf16"  #: bf16 mixed precision (autocast), no loss scaling
-    FP16 = "fp16"  #: fp16 mixed precision (autocast) with dynamic loss scaling (GradScaler)
     FP32 = "fp32"  #: full precision (TF32 matmuls where the plan's tf32 flag is on)
+    FP16 = "fp16"  #: fp16 mixed precision (autocast) with dynamic loss scaling (GradScaler)
+    BF16 = "bf16"  #: bf16 mixed precision (autocast), no loss scaling
 
     @property
     def mixed(self) -> bool:
@@ -87,6 +119,10 @@ class OptimizerSpec:
             chosen by device in :meth:`Optimizer.implementation`).
         learning_rate: the trial's learning rate (a trial measures memory and time, not convergence).
         summary: one line for help texts.
+        foreach_temporary_bytes_per_param: what the multi-tensor (foreach) step allocates beside the
+            states (AdamW: a copy of the parameters, fp32); nothing when fused.
+        update_temporary_bytes_per_element: the step's temporary per element of the largest matrix
+            (Adafactor builds each matrix's fp32 update before applying it).
     """
 
     state_bytes_per_param: float | None
@@ -99,19 +135,28 @@ class OptimizerSpec:
     trainer_optim_fused: str | None = None
     factory_kwargs: dict = field(default_factory=dict)
     learning_rate: float = 1e-4
+    foreach_temporary_bytes_per_param: float = 0
+    update_temporary_bytes_per_element: float = 0
 
 
 class Optimizer(StrEnum):
-    """The optimizer of a plan. Declaration order is the planner's search order."""
+    """The optimizer of a plan (search order: :data:`SEARCH_ORDER`)."""
 
     ADAMW = "adamw"
-    ADAMW_8BIT = "adamw-8bit"
     ADAFACTOR = "adafactor"
+    ADAMW_8BIT = "adamw-8bit"
     SGD = "sgd"
 
     @property
     def spec(self) -> OptimizerSpec:
         return OPTIMIZER_SPECS[self]
+
+    def step_temporary_bytes(self, device: str, parameters: int, largest_elements: int) -> int:
+        """Bytes the optimizer step allocates beside the states, for ``parameters`` parameters whose largest
+        tensor has ``largest_elements`` elements (see :class:`OptimizerSpec`)."""
+        spec = self.spec
+        foreach = spec.foreach_temporary_bytes_per_param * parameters if self.implementation(device) == "foreach" else 0
+        return int(foreach + spec.update_temporary_bytes_per_element * largest_elements)
 
     def implementation(self, device: str) -> str:
         """The implementation a plan on ``device`` uses: fused AdamW on CUDA, else the spec's."""
@@ -129,7 +174,7 @@ class Optimizer(StrEnum):
 OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
     Optimizer.ADAMW: OptimizerSpec(
         state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="adamw_torch",
-        trainer_optim_fused="adamw_torch_fused", factory="torch.optim:AdamW",
+        trainer_optim_fused="adamw_torch_fused", factory="torch.optim:AdamW", foreach_temporary_bytes_per_param=4,
         summary="torch AdamW (fused on CUDA)"),
     Optimizer.ADAMW_8BIT: OptimizerSpec(
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="adamw_bnb_8bit",
@@ -138,6 +183,7 @@ OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
     Optimizer.ADAFACTOR: OptimizerSpec(
         state_bytes_per_param=None, step_traffic_bytes_per_param=20.0, trainer_optim="adafactor",
         factory="transformers.optimization:Adafactor", implementation="transformers", learning_rate=1e-3,
+        update_temporary_bytes_per_element=4,
         factory_kwargs={"scale_parameter": False, "relative_step": False, "warmup_init": False},
         summary="transformers Adafactor (factored second moments)"),
     Optimizer.SGD: OptimizerSpec(
@@ -176,7 +222,7 @@ class ParallelismSpec:
 
 
 class Parallelism(StrEnum):
-    """The data-parallel strategy of a plan. Declaration order is the planner's search order."""
+    """The data-parallel strategy of a plan."""
 
     NONE = "none"
     DP = "dp"
@@ -196,6 +242,11 @@ class Parallelism(StrEnum):
     def stage(self) -> int:
         """The ZeRO stage it amounts to (0: nothing sharded)."""
         return self.spec.stage
+
+    @property
+    def replicated(self) -> bool:
+        """Every GPU holds the whole model and syncs gradients (DP, DDP)."""
+        return self.spec.framework == "torch"
 
     @property
     def deepspeed(self) -> bool:
@@ -249,6 +300,20 @@ PARALLELISM_SPECS: dict[Parallelism, ParallelismSpec] = {
 }
 
 
+# -- kernels ---------------------------------------------------------------------------------------
+
+class Attention(StrEnum):
+    """The attention implementation (transformers' ``attn_implementation``)."""
+
+    EAGER = "eager"  #: the s x s probabilities materialised (and saved for backward)
+    SDPA = "sdpa"  #: torch scaled_dot_product_attention: flash / memory-efficient kernels on CUDA
+
+    @staticmethod
+    def default(device: str) -> Attention:
+        """transformers' default on CUDA (SDPA); eager on the CPU, what the memory model was fitted to there."""
+        return Attention.SDPA if device == Device.CUDA else Attention.EAGER
+
+
 # -- the question ----------------------------------------------------------------------------------
 
 class Objective(StrEnum):
@@ -286,6 +351,31 @@ _AUTO_CLASSES = {
 }
 
 
+class Family(StrEnum):
+    """A model's architecture family."""
+
+    DECODER_ONLY = "decoder-only"
+    ENCODER_ONLY = "encoder-only"
+    ENCODER_DECODER = "encoder-decoder"
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        """The task heads transformers has for the family (Auto classes), the default first."""
+        return _FAMILY_TASKS[self]
+
+    @property
+    def default_task(self) -> Task:
+        """The head a config without ``architectures`` is trained with: the family's pretraining objective."""
+        return self.tasks[0]
+
+
+_FAMILY_TASKS = {
+    Family.DECODER_ONLY: (Task.CAUSAL_LM, Task.SEQUENCE_CLASSIFICATION, Task.QUESTION_ANSWERING),
+    Family.ENCODER_ONLY: (Task.MASKED_LM, Task.SEQUENCE_CLASSIFICATION, Task.QUESTION_ANSWERING),
+    Family.ENCODER_DECODER: (Task.SEQ2SEQ_LM, Task.SEQUENCE_CLASSIFICATION, Task.QUESTION_ANSWERING),
+}
+
+
 # -- links -----------------------------------------------------------------------------------------
 
 class Link(StrEnum):
@@ -316,6 +406,13 @@ class Network(StrEnum):
 NETWORK_GBIT_S = {Network.INFINIBAND: 200.0, Network.ETHERNET: 100.0}
 _NETWORK_LABELS = {Network.INFINIBAND: "InfiniBand HDR", Network.ETHERNET: "Ethernet"}
 DEFAULT_NETWORK = Network.INFINIBAND  #: assumed between nodes when the user does not say
+
+
+#: The planner's search order where it differs from declaration order: the preferred value first.
+SEARCH_ORDER: dict[type[Enum], tuple[Enum, ...]] = {
+    Precision: (Precision.BF16, Precision.FP16, Precision.FP32),
+    Optimizer: (Optimizer.ADAMW, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR, Optimizer.SGD),
+}
 
 
 # -- the fallback ladder ---------------------------------------------------------------------------

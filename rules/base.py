@@ -5,7 +5,14 @@ A rule is a small class with plain metadata attributes (``id``, ``title``, ``sou
 
 - ``propose(facts)`` before the search: forbid, prefer or mark as fallback the values of a
   searched setting, set a setting that is not searched, or warn;
-- ``check(facts, plan)`` after the planner picked a plan: set plan-dependent settings, warn.
+- ``check(facts, plan)`` after the planner picked a plan: set plan-dependent settings, warn;
+- ``refuse(facts, plan)``: a combination of settings that cannot run (e.g. offload without sharding),
+  as one hard ``forbid`` effect, or None.
+
+A ``forbid`` is *hard* when the value cannot run on these facts at all (fp16 on the CPU, ZeRO on one
+GPU), not merely inadvisable (plain SGD, DataParallel): the planner never searches either, and
+:func:`advisor.engine.planner.check_plan` refuses a given plan (``estimate``, ``validate``, ``emit``,
+the wizard) only for hard ones.
 
 Rules hold no search logic and no I/O. A malformed rule (no source URL, duplicate id, …) raises
 :class:`RuleDefinitionError` when its module is imported.
@@ -17,6 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
+from probes.vocabulary import Penalty, Setting
 from rules.facts import Facts, Plan
 
 EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]
@@ -42,11 +50,13 @@ class Effect(BaseModel):
     """
 
     kind: EffectKind
-    setting: str | None = None
+    setting: Setting | None = None
     value: Any = None
     reason: str
-    penalty: int = 0
+    penalty: Penalty = Penalty.NONE
     rule_id: str = ""
+    hard: bool = False
+    """a ``forbid`` of a value that cannot run here (not merely inadvisable): given plans are refused too"""
 
     def matches(self, value: Any) -> bool:
         """Whether a setting value is the one this effect names (``value`` may be a list: any of)."""
@@ -76,21 +86,25 @@ class Rule:
         """Effects once a plan is chosen: plan-dependent ``set`` and ``warn`` only."""
         return []
 
-    # helpers: rules build effects with these, so every effect carries the rule id
-    def forbid(self, setting: str, value: Any, reason: str) -> Effect:
-        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id)
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        """A hard ``forbid`` of a combination of settings the plan cannot run with, or None."""
+        return None
 
-    def prefer(self, setting: str, value: Any, reason: str) -> Effect:
+    # helpers: rules build effects with these, so every effect carries the rule id
+    def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False) -> Effect:
+        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard)
+
+    def prefer(self, setting: Setting, value: Any, reason: str) -> Effect:
         return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id)
 
-    def fallback(self, setting: str, value: Any, reason: str, penalty: int) -> Effect:
+    def fallback(self, setting: Setting, value: Any, reason: str, penalty: Penalty) -> Effect:
         return Effect(kind="fallback", setting=setting, value=value, reason=reason, penalty=penalty,
                       rule_id=self.id)
 
-    def set(self, setting: str, value: Any, reason: str) -> Effect:
+    def set(self, setting: Setting, value: Any, reason: str) -> Effect:
         return Effect(kind="set", setting=setting, value=value, reason=reason, rule_id=self.id)
 
-    def warn(self, reason: str, setting: str | None = None) -> Effect:
+    def warn(self, reason: str, setting: Setting | None = None) -> Effect:
         return Effect(kind="warn", setting=setting, reason=reason, rule_id=self.id)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -27,17 +28,17 @@ class MicroBatchMultipleOf8(Rule):
         multiples = list(range(8, facts.workload.global_batch_size + 1, 8))
         if not multiples:
             return []
-        return [self.prefer("micro_batch_size", multiples,
+        return [self.prefer(Setting.MICRO_BATCH_SIZE, multiples,
                             "a multiple of 8 keeps tensor-core GEMMs aligned"
                             + (" (A100 prefers 64)" if gpu.alignment_multiple == 64 else ""))]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         gpu = facts.gpu
-        if gpu is None or plan.precision == "fp32" or plan.micro_batch_size % 8 == 0:
+        if gpu is None or plan.precision == Precision.FP32 or plan.micro_batch_size % 8 == 0:
             return []
         return [self.warn(f"micro-batch {plan.micro_batch_size} is not a multiple of 8: the next multiple does not "
                           "fit (or does not divide the global batch); keep the sequence length a multiple of 8 so "
-                          "the tokens dimension stays aligned", setting="micro_batch_size")]
+                          "the tokens dimension stays aligned", setting=Setting.MICRO_BATCH_SIZE)]
 
 
 @register
@@ -50,7 +51,7 @@ class LargestMicroBatch(Rule):
                  "not 1 x 64. Fill the GPU's memory, then accumulate the rest.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        return [self.set("micro_batch_size", plan.micro_batch_size,
+        return [self.set(Setting.MICRO_BATCH_SIZE, plan.micro_batch_size,
                          f"the micro-batch with the highest estimated throughput that fits; "
                          f"{plan.micro_batch_size} x {plan.gradient_accumulation_steps} accumulation"
                          + (f" x {plan.data_parallel_size} GPUs" if plan.data_parallel_size > 1 else "")
@@ -70,15 +71,15 @@ class AccumulationOnlyWhenNeeded(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         k = plan.gradient_accumulation_steps
         if k == 1:
-            return [self.set("gradient_accumulation_steps", 1,
+            return [self.set(Setting.GRADIENT_ACCUMULATION_STEPS, 1,
                              "the global batch fits in one pass per device: accumulation would only slow training")]
         return [
-            self.set("gradient_accumulation_steps", k,
+            self.set(Setting.GRADIENT_ACCUMULATION_STEPS, k,
                      f"the global batch {plan.global_batch_size} does not fit at once: {k} micro-batches of "
                      f"{plan.micro_batch_size} per optimizer step"),
             self.warn(f"gradient accumulation ({k} steps) gives an effective batch of {plan.global_batch_size}: set the "
                       "learning rate and warm-up for that batch, and expect fewer optimizer steps per epoch",
-                      setting="gradient_accumulation_steps"),
+                      setting=Setting.GRADIENT_ACCUMULATION_STEPS),
         ]
 
 
@@ -97,18 +98,18 @@ class PadToMultipleOf8(Rule):
         if gpu is None or not gpu.tensor_cores:
             return []
         multiple = gpu.alignment_multiple
-        effects = [self.set("pad_to_multiple_of", multiple,
+        effects = [self.set(Setting.PAD_TO_MULTIPLE_OF, multiple,
                             f"tensor cores want GEMM dimensions in multiples of {multiple} on {gpu.name}")]
         seq = facts.workload.seq_len
         if seq % 8:
             effects.append(self.warn(f"sequence length {seq} is not a multiple of 8: pad to {seq + (-seq) % 8}",
-                                     setting="pad_to_multiple_of"))
+                                     setting=Setting.PAD_TO_MULTIPLE_OF))
         vocab = facts.model.vocab_size
         if vocab % multiple:
             padded = vocab + (-vocab) % multiple
             effects.append(self.warn(f"vocabulary {vocab} is not a multiple of {multiple}: "
                                      f"model.resize_token_embeddings(len(tokenizer), pad_to_multiple_of={multiple}) "
-                                     f"pads it to {padded}", setting="pad_to_multiple_of"))
+                                     f"pads it to {padded}", setting=Setting.PAD_TO_MULTIPLE_OF))
         return effects
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts
@@ -20,11 +21,11 @@ class CompileLongRuns(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
         if gpu is None:
-            return [self.set("torch_compile", False, "CPU training: compile time dominates short runs; try it for "
+            return [self.set(Setting.TORCH_COMPILE, False, "CPU training: compile time dominates short runs; try it for "
                                                      "long ones")]
         if gpu.cc < (7, 0):
-            return [self.set("torch_compile", False,
+            return [self.set(Setting.TORCH_COMPILE, False,
                              f"compute capability {gpu.compute_capability} is below Triton's 7.0")]
-        return [self.set("torch_compile", True, "fused kernels pay back the compile time on long runs"),
+        return [self.set(Setting.TORCH_COMPILE, True, "fused kernels pay back the compile time on long runs"),
                 self.warn("torch.compile adds minutes of compilation at start and not every model compiles: "
-                          "turn it off for short runs or if compilation fails", setting="torch_compile")]
+                          "turn it off for short runs or if compilation fails", setting=Setting.TORCH_COMPILE)]

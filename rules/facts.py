@@ -1,40 +1,19 @@
-"""The vocabulary rules read: the facts about a question and a candidate training plan."""
+"""What rules read: the facts about a question and a candidate training plan (values: :mod:`probes.vocabulary`)."""
 
 from __future__ import annotations
-
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.hardware import GPUInfo, HardwareProfile
 from probes.model import ModelProfile
+from probes.vocabulary import Device, Objective, Offload, Optimizer, Parallelism, Precision, literal
 
-PrecisionName = Literal["fp32", "fp16", "bf16"]
-OptimizerName = Literal["adamw", "adafactor", "adamw-8bit", "sgd"]
-ParallelismName = Literal["none", "dp", "ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op", "fsdp-full-shard",
-                          "fsdp-hybrid-shard"]
-OffloadName = Literal["none", "optimizer", "optimizer+parameters"]
-
-PRECISIONS: tuple[PrecisionName, ...] = ("bf16", "fp16", "fp32")
-OPTIMIZERS: tuple[OptimizerName, ...] = ("adamw", "adamw-8bit", "adafactor", "sgd")
-PARALLELISMS: tuple[ParallelismName, ...] = ("none", "dp", "ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op",
-                                             "fsdp-full-shard", "fsdp-hybrid-shard")
-#: What each sharded data-parallel strategy shards, as a ZeRO stage (ZeRO paper, sec. 5: 1 optimizer
-#: states, 2 + gradients, 3 + parameters). FSDP's strategies are ZeRO's counterparts (PyTorch FSDP docs,
-#: ShardingStrategy): SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3, HYBRID_SHARD = FULL_SHARD inside a
-#: node, replicated across nodes.
-SHARDING_STAGE = {"zero-1": 1, "zero-2": 2, "zero-3": 3, "fsdp-shard-grad-op": 2, "fsdp-full-shard": 3,
-                  "fsdp-hybrid-shard": 3}
-
-
-def sharding_stage(parallelism: str) -> int:
-    """The ZeRO stage a parallelism amounts to (0: nothing sharded)."""
-    return SHARDING_STAGE.get(parallelism, 0)
-
-
-def is_fsdp(parallelism: str) -> bool:
-    """A PyTorch FSDP strategy (no DeepSpeed needed)."""
-    return parallelism.startswith("fsdp-")
+PrecisionName = literal(Precision)
+OptimizerName = literal(Optimizer)
+ParallelismName = literal(Parallelism)
+OffloadName = literal(Offload)
+ObjectiveName = literal(Objective)
+DeviceName = literal(Device)
 
 
 class Workload(BaseModel):
@@ -43,8 +22,8 @@ class Workload(BaseModel):
     seq_len: int = Field(description="tokens per sample (padded length)")
     global_batch_size: int = Field(
         description="samples per optimizer step = micro-batch size × gradient accumulation steps × data-parallel size")
-    objective: Literal["speed", "memory"] = Field(
-        "speed", description="what matters most: 'speed' (the fastest plan that fits) or 'memory' (the plan with "
+    objective: ObjectiveName = Field(
+        Objective.SPEED.value, description="what matters most: 'speed' (the fastest plan that fits) or 'memory' (the plan with "
                              "the least device memory)")
 
 
@@ -53,7 +32,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
-    device: Literal["cuda", "cpu"] = Field(description="where training runs")
+    device: DeviceName = Field(description="where training runs")
     precision: PrecisionName = Field(description="fp32, or fp16 / bf16 mixed precision (autocast)")
     tf32: bool = Field(description="TF32 tensor-core math for fp32 matmuls (Ampere and newer)")
     optimizer: OptimizerName
@@ -64,7 +43,7 @@ class Plan(BaseModel):
     parallelism: ParallelismName = Field(description="'none' on one device; DDP, a ZeRO stage (DeepSpeed) or an FSDP "
                                                      "sharding strategy (PyTorch) across GPUs")
     num_gpus: int = Field(description="GPUs in all nodes (data-parallel size); 0 on the CPU")
-    offload: OffloadName = Field("none", description="CPU offload: ZeRO-Offload, or FSDP's CPUOffload "
+    offload: OffloadName = Field(Offload.NONE.value, description="CPU offload: ZeRO-Offload, or FSDP's CPUOffload "
                                                      "(optimizer+parameters)")
     cpu_processes: int = Field(1, description="data-parallel training processes on the CPU (torchrun "
                                               "--nproc-per-node); 1 except for a CPU distributed trial")

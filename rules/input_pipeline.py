@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts
@@ -17,8 +18,8 @@ class PinMemory(Rule):
 
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.on_cpu:
-            return [self.set("dataloader_pin_memory", False, "training on the CPU: no host-to-GPU copies to speed up")]
-        return [self.set("dataloader_pin_memory", True, "faster, asynchronous host-to-GPU copies")]
+            return [self.set(Setting.DATALOADER_PIN_MEMORY, False, "training on the CPU: no host-to-GPU copies to speed up")]
+        return [self.set(Setting.DATALOADER_PIN_MEMORY, True, "faster, asynchronous host-to-GPU copies")]
 
 
 @register
@@ -36,14 +37,14 @@ class NumWorkers(Rule):
         if facts.on_cpu:
             cores = host.cpu_cores if host else 1
             workers = 0 if cores <= 4 else min(2, cores // 8)
-            return [self.set("dataloader_num_workers", workers,
+            return [self.set(Setting.DATALOADER_NUM_WORKERS, workers,
                              f"training on {cores} CPU cores: loader workers would compete with the computation")]
         gpus = max(len(facts.hardware.gpus), 1)
         if host is None:
-            return [self.set("dataloader_num_workers", 4,
+            return [self.set(Setting.DATALOADER_NUM_WORKERS, 4,
                              "host unknown (planning from the catalog): the documents' starting point, 4 per GPU process")]
         per_gpu = host.cpu_cores // gpus
         workers = max(1, min(4, per_gpu - 1))
-        return [self.set("dataloader_num_workers", workers,
+        return [self.set(Setting.DATALOADER_NUM_WORKERS, workers,
                          f"{host.cpu_cores} cores for {gpus} GPU process(es): {workers} workers each, one core left "
                          "for the training loop")]

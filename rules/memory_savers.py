@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -17,15 +18,15 @@ class CheckpointingOnlyWhenNeeded(Rule):
                  "activations shrink to about O(sqrt(n)) but training gets about 20-30 % slower.")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        return [self.fallback("gradient_checkpointing", True,
+        return [self.fallback(Setting.GRADIENT_CHECKPOINTING, True,
                               "recomputes the forward pass in backward (~20-30 % slower): only when needed to fit",
-                              penalty=1)]
+                              penalty=Penalty.SLOWER)]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not plan.gradient_checkpointing:
             return []
         return [self.warn("activation checkpointing is on because nothing faster fits: expect ~20-30 % lower "
-                          "throughput than without it", setting="gradient_checkpointing")]
+                          "throughput than without it", setting=Setting.GRADIENT_CHECKPOINTING)]
 
 
 @register
@@ -39,5 +40,5 @@ class CheckpointingUnsupported(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.model.supports_gradient_checkpointing:
             return []
-        return [self.forbid("gradient_checkpointing", True,
-                            f"{facts.model.model_type} does not support gradient_checkpointing_enable()")]
+        return [self.forbid(Setting.GRADIENT_CHECKPOINTING, True,
+                            f"{facts.model.model_type} does not support gradient_checkpointing_enable()", hard=True)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Optimizer, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -17,7 +18,7 @@ class AdamWDefault(Rule):
                  "states (8 bytes per parameter).")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        return [self.prefer("optimizer", "adamw", "the standard optimizer for transformers, reliable convergence")]
+        return [self.prefer(Setting.OPTIMIZER, Optimizer.ADAMW, "the standard optimizer for transformers, reliable convergence")]
 
 
 @register
@@ -30,7 +31,7 @@ class NoPlainSgd(Rule):
                  "but converges poorly on them. `advisor estimate --optimizer sgd` still estimates it.")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        return [self.forbid("optimizer", "sgd", "converges poorly on transformers; Adam-type optimizers are the norm")]
+        return [self.forbid(Setting.OPTIMIZER, Optimizer.SGD, "converges poorly on transformers; Adam-type optimizers are the norm")]
 
 
 @register
@@ -45,22 +46,22 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
 
     def propose(self, facts: Facts) -> list[Effect]:
         return [
-            self.fallback("optimizer", "adamw-8bit",
+            self.fallback(Setting.OPTIMIZER, Optimizer.ADAMW_8BIT,
                           "quantized states (2 B/param, needs bitsandbytes): only when AdamW's 8 B/param do not fit",
-                          penalty=2),
-            self.fallback("optimizer", "adafactor",
+                          penalty=Penalty.MUCH_SLOWER),
+            self.fallback(Setting.OPTIMIZER, Optimizer.ADAFACTOR,
                           "factored states, but convergence can be slower or worse than Adam: only when neither "
-                          "AdamW nor 8-bit Adam fits", penalty=3),
+                          "AdamW nor 8-bit Adam fits", penalty=Penalty.RISKY),
         ]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         effects = []
-        if plan.optimizer == "adafactor":
+        if plan.optimizer == Optimizer.ADAFACTOR:
             effects.append(self.warn("Adafactor was needed to fit: its convergence can be slower or worse than "
-                                     "AdamW's, so compare the loss curve on a short run", setting="optimizer"))
-        if plan.optimizer == "adamw-8bit" and facts.packages.get("bitsandbytes") is False:
+                                     "AdamW's, so compare the loss curve on a short run", setting=Setting.OPTIMIZER))
+        if plan.optimizer == Optimizer.ADAMW_8BIT and facts.packages.get("bitsandbytes") is False:
             effects.append(self.warn("8-bit Adam needs the bitsandbytes package, which is not installed here: "
-                                     "pip install bitsandbytes", setting="optimizer"))
+                                     "pip install bitsandbytes", setting=Setting.OPTIMIZER))
         return effects
 
 
@@ -75,11 +76,13 @@ class FusedOptimizer(Rule):
                  "temporary copy of the parameters.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.optimizer == "adamw":
-            if plan.device == "cuda":
-                return [self.set("optimizer_implementation", "fused",
-                                 "torch.optim.AdamW(fused=True) (Trainer optim='adamw_torch_fused'): one kernel, "
-                                 "no foreach temporaries")]
-            return [self.set("optimizer_implementation", "foreach", "multi-tensor AdamW on the CPU")]
-        impl = {"adamw-8bit": "bitsandbytes", "adafactor": "transformers", "sgd": "foreach"}[plan.optimizer]
-        return [self.set("optimizer_implementation", impl, f"the {impl} implementation of {plan.optimizer}")]
+        optimizer = Optimizer(plan.optimizer)
+        spec, impl = optimizer.spec, optimizer.implementation(plan.device)
+        module, cls = spec.factory.split(":")
+        if impl == "fused":
+            why = f"{module}.{cls}(fused=True) (Trainer optim='{spec.trainer_optim_fused}'): one kernel, no foreach temporaries"
+        elif spec.trainer_optim_fused:
+            why = f"multi-tensor {cls} on the CPU"
+        else:
+            why = f"the {impl} implementation of {plan.optimizer}"
+        return [self.set(Setting.OPTIMIZER_IMPLEMENTATION, impl, why)]

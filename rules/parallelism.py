@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Offload, Parallelism, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
-from rules.facts import PARALLELISMS, Facts, Plan, sharding_stage
+from rules.facts import Facts, Plan
 
 SMALL_MODEL = 200_000_000  #: below: plain data parallel (seed lecture review)
 LARGE_MODEL = 500_000_000  #: above: consider sharding (Lightning: "roughly 500M+ parameters")
@@ -23,7 +24,13 @@ class SingleDevice(Rule):
         if facts.hardware.num_gpus > 1:
             return []
         why = "a single device: nothing to distribute"
-        return [self.forbid("parallelism", v, why) for v in PARALLELISMS if v != "none"]
+        return [self.forbid(Setting.PARALLELISM, v, why, hard=True) for v in Parallelism if v != Parallelism.NONE]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if plan.parallelism == Parallelism.NONE or plan.data_parallel_size > 1:
+            return None
+        return self.forbid(Setting.PARALLELISM, plan.parallelism,
+                           "needs several model replicas (GPUs / model-parallel size)", hard=True)
 
 
 @register
@@ -39,9 +46,9 @@ class DdpNotDp(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.hardware.num_gpus <= 1:
             return []
-        return [self.forbid("parallelism", "dp", "nn.DataParallel: single process, GPU 0 bottleneck, 5 exchanges "
+        return [self.forbid(Setting.PARALLELISM, Parallelism.DP, "nn.DataParallel: single process, GPU 0 bottleneck, 5 exchanges "
                                                  "per batch; use DDP (torchrun)"),
-                self.forbid("parallelism", "none", f"leaves {facts.hardware.num_gpus - 1} of "
+                self.forbid(Setting.PARALLELISM, Parallelism.NONE, f"leaves {facts.hardware.num_gpus - 1} of "
                                                    f"{facts.hardware.num_gpus} GPUs idle")]
 
 
@@ -56,7 +63,7 @@ class DataParallelForSmallModels(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.hardware.num_gpus <= 1 or facts.model.num_parameters >= SMALL_MODEL:
             return []
-        return [self.prefer("parallelism", "ddp", f"{facts.model.num_parameters / 1e6:.0f}M parameters: "
+        return [self.prefer(Setting.PARALLELISM, Parallelism.DDP, f"{facts.model.num_parameters / 1e6:.0f}M parameters: "
                                                   "replicate and all-reduce gradients once per step")]
 
 
@@ -75,12 +82,12 @@ class ShardingOnlyWhenNeeded(Rule):
             return []
         why = "shards model states at the cost of communication: only when DDP does not fit"
         every_layer = why + " (gathers parameters every layer)"
-        return [self.fallback("parallelism", "zero-1", why, penalty=1),
-                self.fallback("parallelism", "zero-2", why, penalty=1),
-                self.fallback("parallelism", "fsdp-shard-grad-op", why, penalty=1),
-                self.fallback("parallelism", "zero-3", every_layer, penalty=2),
-                self.fallback("parallelism", "fsdp-full-shard", every_layer, penalty=2),
-                self.fallback("parallelism", "fsdp-hybrid-shard", every_layer, penalty=2)]
+        return [self.fallback(Setting.PARALLELISM, Parallelism.ZERO_1, why, penalty=Penalty.SLOWER),
+                self.fallback(Setting.PARALLELISM, Parallelism.ZERO_2, why, penalty=Penalty.SLOWER),
+                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_SHARD_GRAD_OP, why, penalty=Penalty.SLOWER),
+                self.fallback(Setting.PARALLELISM, Parallelism.ZERO_3, every_layer, penalty=Penalty.MUCH_SLOWER),
+                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_FULL_SHARD, every_layer, penalty=Penalty.MUCH_SLOWER),
+                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_HYBRID_SHARD, every_layer, penalty=Penalty.MUCH_SLOWER)]
 
 
 @register
@@ -98,7 +105,7 @@ class ShardLargeModels(Rule):
             return []
         why = (f"{facts.model.num_parameters / 1e9:.1f}B parameters: shard optimizer states and gradients at "
                "DDP-like traffic")
-        return [self.prefer("parallelism", ["zero-2", "fsdp-shard-grad-op"], why)]
+        return [self.prefer(Setting.PARALLELISM, [Parallelism.ZERO_2, Parallelism.FSDP_SHARD_GRAD_OP], why)]
 
 
 @register
@@ -115,13 +122,13 @@ class SlowLinksFavourDdp(Rule):
         hw = facts.hardware
         if len(hw.gpus) <= 1 or hw.all_pairs_nvlink:
             return []
-        return [self.prefer("parallelism", "ddp", "no NVLink between the GPUs: sync as rarely as possible"),
+        return [self.prefer(Setting.PARALLELISM, Parallelism.DDP, "no NVLink between the GPUs: sync as rarely as possible"),
                 self.warn("no NVLink between all GPUs: ZeRO-3 and tensor parallel exchange data every layer over "
                           "PCIe; prefer plans that sync once per step")]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         hw = facts.hardware
-        if plan.parallelism not in ("zero-3", "fsdp-full-shard") or hw.nodes <= 1:
+        if plan.parallelism not in (Parallelism.ZERO_3, Parallelism.FSDP_FULL_SHARD) or hw.nodes <= 1:
             return []
         return [self.warn(f"{plan.parallelism} across {hw.nodes} nodes gathers parameters over the inter-node network "
                           "every layer: a fast interconnect (InfiniBand) matters; FSDP HYBRID_SHARD keeps that "
@@ -141,9 +148,17 @@ class OffloadLastResort(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.hardware.num_gpus <= 1:
             return []
-        return [self.fallback("offload", "optimizer", "optimizer states in CPU RAM: every step crosses PCIe", penalty=4),
-                self.fallback("offload", "optimizer+parameters",
-                              "optimizer states and parameters in CPU RAM: the slowest plan", penalty=5)]
+        return [self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER, "optimizer states in CPU RAM: every step crosses PCIe", penalty=Penalty.OFFLOAD_OPTIMIZER),
+                self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER_PARAMETERS,
+                              "optimizer states and parameters in CPU RAM: the slowest plan", penalty=Penalty.OFFLOAD_ALL)]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        """Offload pairs only with sharding that supports it (:class:`probes.vocabulary.ParallelismSpec` offloads)."""
+        if plan.offload in Parallelism(plan.parallelism).spec.offloads:
+            return None
+        able = [p.value for p in Parallelism if plan.offload in p.spec.offloads]
+        return self.forbid(Setting.OFFLOAD, plan.offload, f"needs sharding that offloads it: {', '.join(able)}",
+                           hard=True)
 
 
 @register
@@ -163,15 +178,14 @@ class FsdpOrDeepSpeed(Rule):
             return []
         effects = []
         if hw.nodes <= 1:
-            effects.append(self.forbid("parallelism", "fsdp-hybrid-shard",
+            effects.append(self.forbid(Setting.PARALLELISM, Parallelism.FSDP_HYBRID_SHARD,
                                        "one node: HYBRID_SHARD is FULL_SHARD (it replicates across nodes)"))
         deepspeed = facts.packages.get("deepspeed")
         if deepspeed is False:
-            effects.append(self.prefer("parallelism", [p for p in PARALLELISMS if p.startswith("fsdp-")],
+            effects.append(self.prefer(Setting.PARALLELISM, [p for p in Parallelism if p.fsdp],
                                        "DeepSpeed is not installed here; FSDP is part of PyTorch"))
         elif deepspeed is True:
-            effects.append(self.prefer("parallelism", [p for p in PARALLELISMS if sharding_stage(p) and
-                                                       p.startswith("zero")],
+            effects.append(self.prefer(Setting.PARALLELISM, [p for p in Parallelism if p.deepspeed],
                                        "DeepSpeed is installed: ZeRO with its optimizer-only offload"))
         return effects
 
@@ -195,22 +209,35 @@ class ModelParallelLastResort(Rule):
         per_node = len(hw.gpus)
         for t in (2, 4, 8):
             if hw.num_gpus <= 1:
-                effects.append(self.forbid("tensor_parallel", t, "a single device: nothing to split a layer over"))
+                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, "a single device: nothing to split a layer over",
+                                           hard=True))
             elif t > per_node:
-                effects.append(self.forbid("tensor_parallel", t, f"only {per_node} GPUs per node: tensor parallel "
-                                                                 "stays inside a node"))
+                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, f"only {per_node} GPUs per node: tensor parallel "
+                                                                 "stays inside a node", hard=True))
             elif not hw.all_pairs_nvlink:
-                effects.append(self.forbid("tensor_parallel", t, "no NVLink between the GPUs: tensor parallel "
+                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, "no NVLink between the GPUs: tensor parallel "
                                                                  "all-reduces activations 4 times per layer"))
             else:
-                effects.append(self.fallback("tensor_parallel", t, "splits every layer, with 4 all-reduces per "
+                effects.append(self.fallback(Setting.TENSOR_PARALLEL, t, "splits every layer, with 4 all-reduces per "
                                                                    "layer: only when sharded data parallel does "
-                                                                   "not fit", penalty=3))
+                                                                   "not fit", penalty=Penalty.RISKY))
         if hw.nodes > 1:
-            effects.append(self.fallback("pipeline_parallel", hw.nodes,
+            effects.append(self.fallback(Setting.PIPELINE_PARALLEL, hw.nodes,
                                          f"{hw.nodes} stages across the nodes: a (p − 1)/m bubble; only when sharded "
-                                         "data parallel does not fit", penalty=3))
+                                         "data parallel does not fit", penalty=Penalty.RISKY))
         return effects
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        mp, gpus, per_node = plan.model_parallel_size, facts.hardware.num_gpus, max(len(facts.hardware.gpus), 1)
+        if mp > 1 and (gpus < mp or gpus % mp):
+            return self.forbid(Setting.TENSOR_PARALLEL, plan.tensor_parallel,
+                               f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel} "
+                               f"needs a multiple of {mp} GPUs, the hardware has {gpus}", hard=True)
+        if plan.tensor_parallel > per_node:
+            return self.forbid(Setting.TENSOR_PARALLEL, plan.tensor_parallel,
+                               f"a node has {len(facts.hardware.gpus)} GPUs (tensor parallel stays inside a node)",
+                               hard=True)
+        return None
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if plan.model_parallel_size <= 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.vocabulary import Penalty, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -21,12 +22,12 @@ class Bf16OnAmpere(Rule):
         gpu = facts.gpu
         if gpu is None or not gpu.bf16:
             return []
-        return [self.prefer("precision", "bf16",
+        return [self.prefer(Setting.PRECISION, Precision.BF16,
                             f"compute capability {gpu.compute_capability} has native bf16: fp16 speed with fp32 range, "
                             "no loss scaling"),
-                self.fallback("precision", "fp32",
+                self.fallback(Setting.PRECISION, Precision.FP32,
                               "gives up the tensor cores' 16-bit rate: only when mixed precision's 16-bit weight "
-                              "copies (2 B/param) are what does not fit", penalty=2)]
+                              "copies (2 B/param) are what does not fit", penalty=Penalty.MUCH_SLOWER)]
 
 
 @register
@@ -42,7 +43,7 @@ class NoBf16BeforeAmpere(Rule):
         gpu = facts.gpu
         if gpu is None or gpu.bf16:
             return []
-        return [self.forbid("precision", "bf16",
+        return [self.forbid(Setting.PRECISION, Precision.BF16,
                             f"{gpu.name} (compute capability {gpu.compute_capability}) has no native bf16: "
                             "it would be emulated, without tensor-core speed-up")]
 
@@ -60,12 +61,12 @@ class Fp16OnVoltaTuring(Rule):
         gpu = facts.gpu
         if gpu is None or not gpu.tensor_cores or gpu.bf16:
             return []
-        return [self.prefer("precision", "fp16",
+        return [self.prefer(Setting.PRECISION, Precision.FP16,
                             f"{gpu.name} has tensor cores (generation {gpu.tensor_core_generation}) for fp16 "
                             "but no bf16: fp16 mixed precision with loss scaling"),
-                self.fallback("precision", "fp32",
+                self.fallback(Setting.PRECISION, Precision.FP32,
                               "gives up the tensor cores' fp16 rate: only when mixed precision's 16-bit weight "
-                              "copies (2 B/param) are what does not fit", penalty=2)]
+                              "copies (2 B/param) are what does not fit", penalty=Penalty.MUCH_SLOWER)]
 
 
 @register
@@ -78,10 +79,10 @@ class Fp16NeedsLossScaling(Rule):
                  "representable. bf16 shares fp32's exponent range, so it needs no scaling.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.precision == "fp16":
-            return [self.set("loss_scaling", "dynamic",
+        if plan.precision == Precision.FP16:
+            return [self.set(Setting.LOSS_SCALING, "dynamic",
                              "fp16 gradients underflow without it: torch.amp.GradScaler (the Trainer's fp16=True does this)")]
-        return [self.set("loss_scaling", "none", f"{plan.precision} has fp32's exponent range: no loss scaling")]
+        return [self.set(Setting.LOSS_SCALING, "none", f"{plan.precision} has fp32's exponent range: no loss scaling")]
 
 
 @register
@@ -101,14 +102,15 @@ class Fp32WithoutTensorCores(Rule):
             if gpu.tensor_cores:
                 return []
             why = f"{gpu.name} (compute capability {gpu.compute_capability}) has no tensor cores"
-            return [self.forbid("precision", "fp16", why), self.forbid("precision", "bf16", why)]
+            return [self.forbid(Setting.PRECISION, Precision.FP16, why), self.forbid(Setting.PRECISION, Precision.BF16, why)]
         flags = set(facts.hardware.host.cpu_flags) if facts.hardware.host else set()
-        effects = [self.forbid("precision", "fp16", "training on the CPU: CPU autocast gains nothing from fp16")]
+        effects = [self.forbid(Setting.PRECISION, Precision.FP16, "training on the CPU: CPU autocast gains nothing from fp16",
+                               hard=True)]
         if "amx_bf16" in flags:
-            effects.append(self.prefer("precision", "bf16", "this CPU has AMX tiles: bf16 autocast runs matmuls "
+            effects.append(self.prefer(Setting.PRECISION, Precision.BF16, "this CPU has AMX tiles: bf16 autocast runs matmuls "
                                                             "several times faster than fp32"))
         elif "avx512_bf16" not in flags:
-            effects.append(self.forbid("precision", "bf16",
+            effects.append(self.forbid(Setting.PRECISION, Precision.BF16,
                                        "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
         # AVX-512 BF16 without AMX: allowed, not preferred; bf16 saves activation memory but a gpt2 step
         # ran 0.82x as fast as fp32 (advisor validate, benchmarks/results/validate_cpu.md), so the speed
@@ -129,7 +131,7 @@ class Tf32OnAmpere(Rule):
         gpu = facts.gpu
         if gpu is None or not gpu.tf32:
             return []
-        return [self.prefer("tf32", True,
+        return [self.prefer(Setting.TF32, True,
                             f"compute capability {gpu.compute_capability} has TF32 tensor cores: fp32 matmuls up to 3x "
                             "faster; helps beside bf16 too")]
 
@@ -147,7 +149,7 @@ class NoTf32BeforeAmpere(Rule):
         if gpu is not None and gpu.tf32:
             return []
         where = "the CPU" if gpu is None else f"{gpu.name} (compute capability {gpu.compute_capability})"
-        return [self.forbid("tf32", True, f"{where} has no TF32 tensor cores: the flag would do nothing")]
+        return [self.forbid(Setting.TF32, True, f"{where} has no TF32 tensor cores: the flag would do nothing", hard=True)]
 
 
 @register
@@ -163,7 +165,7 @@ class Bf16PretrainedNoFp16(Rule):
         model = facts.model
         if not model.pretrained_in_bf16:
             return []
-        effects = [self.forbid("precision", "fp16",
+        effects = [self.forbid(Setting.PRECISION, Precision.FP16,
                                f"{model.id} was pretrained in bf16: fp16 (max 65504) risks overflow")]
         gpu = facts.gpu
         if gpu is not None and not gpu.bf16:
@@ -183,8 +185,8 @@ class MixedPrecisionSmallBatchMemory(Rule):
                  "than fp32. Its gain is speed.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.precision == "fp32" or plan.micro_batch_size >= 8:
+        if plan.precision == Precision.FP32 or plan.micro_batch_size >= 8:
             return []
         return [self.warn(f"{plan.precision} mixed precision keeps fp32 weights plus 16-bit copies (6 B/parameter): "
                           f"at micro-batch {plan.micro_batch_size} it saves little or no memory; it is chosen for speed",
-                          setting="precision")]
+                          setting=Setting.PRECISION)]

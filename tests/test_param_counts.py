@@ -6,15 +6,12 @@ import json
 
 import pytest
 
-from probes.architectures import FAMILIES, FAMILY_TASKS
+from probes.architectures import FAMILIES
+from probes.vocabulary import Family, Task
 from probes.model import _catalog_dir, catalog_ids, profile_model
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-AUTO = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
-        "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
-        "question-answering": "AutoModelForQuestionAnswering"}
 
 
 def _meta_count(model_id: str, task: str) -> int:
@@ -22,13 +19,13 @@ def _meta_count(model_id: str, task: str) -> int:
     model_type = config.pop("model_type")
     cfg = transformers.AutoConfig.for_model(model_type, **config)
     with torch.device("meta"):
-        model = getattr(transformers, AUTO[task]).from_config(cfg)
+        model = getattr(transformers, Task(task).auto_class).from_config(cfg)
     return sum(p.numel() for p in model.parameters())
 
 
 CASES = [(m, t) for m in catalog_ids()
-         for t in FAMILY_TASKS[FAMILIES[json.loads(_catalog_dir().joinpath(m.replace("/", "--") + ".json")
-                                                   .read_text())["model_type"]]]]
+         for t in Family(FAMILIES[json.loads(_catalog_dir().joinpath(m.replace("/", "--") + ".json")
+                                                   .read_text())["model_type"]]).tasks]
 
 
 @pytest.mark.parametrize("model_id, task", CASES, ids=[f"{m}:{t}" for m, t in CASES])

@@ -14,14 +14,16 @@ import importlib.util
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine import planner
-from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.memory import MemoryEstimate
+from probes.units import GIB
 from advisor.engine.recommendation import SCHEMA_VERSION, Recommendation, build
 from advisor.engine.speed import SpeedEstimate
 from probes.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
-from probes.hardware import NETWORK_GBIT_S, GPULink, HardwareProfile
+from probes.hardware import GPULink, HardwareProfile
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
+from probes.vocabulary import Device, Network, Parallelism, Precision
 from rules import Facts, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
@@ -34,7 +36,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
-    'ethernet' between nodes (bandwidth from :data:`probes.hardware.NETWORK_GBIT_S` unless
+    'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
     ``inter_node_gbps``, in Gb/s, is given).
 
     Raises:
@@ -67,7 +69,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
         update["links"] = links
     if between:
         update["interconnect"] = between[0]
-        update["inter_node_gbit_s"] = NETWORK_GBIT_S[between[0]]
+        update["inter_node_gbit_s"] = Network(between[0]).gbit_s
     if inter_node_gbps is not None:
         if inter_node_gbps <= 0:
             raise UsageError(f"--inter-node-gbps must be > 0, got {inter_node_gbps}")
@@ -240,31 +242,17 @@ def estimate(model: str | ModelProfile, *, task: str | None = None, gpu: str | N
     g = facts.gpu
     gpus = facts.hardware.num_gpus
     if precision is None:
-        precision = "fp32" if g is None or not g.tensor_cores else ("bf16" if g.bf16 else "fp16")
-    if precision == "fp16" and g is None:
-        raise UsageError("fp16 mixed precision needs a GPU; on the CPU use fp32 or bf16")
-    mp = tensor_parallel * pipeline_parallel
-    if mp > 1 and (gpus < mp or gpus % mp):
-        raise UsageError(f"--tensor-parallel {tensor_parallel} x --pipeline-parallel {pipeline_parallel} needs a "
-                         f"multiple of {mp} GPUs, the hardware has {gpus}")
-    if tensor_parallel > max(len(facts.hardware.gpus), 1):
-        raise UsageError(f"--tensor-parallel {tensor_parallel}: a node has {len(facts.hardware.gpus)} GPUs "
-                         "(tensor parallel stays inside a node)")
-    replicas = gpus // mp if gpus else 1
+        precision = Precision.FP32 if g is None or not g.tensor_cores else (Precision.BF16 if g.bf16 else Precision.FP16)
+    replicas = gpus // (tensor_parallel * pipeline_parallel) if gpus else 1
     if parallelism is None:
-        parallelism = "ddp" if replicas > 1 else "none"
-    if parallelism != "none" and replicas <= 1:
-        raise UsageError(f"--parallelism {parallelism} needs several model replicas (GPUs / model-parallel size)")
-    if offload != "none" and not planner.offload_ok(parallelism, offload):
-        raise UsageError(f"--offload {offload} needs sharding: "
-                         + ("zero-3, fsdp-full-shard or fsdp-hybrid-shard" if "parameters" in offload
-                            else "zero-1/2/3 (FSDP offloads parameters too: --offload optimizer+parameters)"))
-    plan = Plan(device="cpu" if g is None else "cuda", precision=precision,
+        parallelism = Parallelism.DDP if replicas > 1 else Parallelism.NONE
+    plan = Plan(device=Device.CPU if g is None else Device.CUDA, precision=precision,
                 tf32=bool(g is not None and g.tf32) if tf32 is None else bool(tf32 and g is not None and g.tf32),
                 optimizer=optimizer, gradient_checkpointing=gradient_checkpointing,
                 micro_batch_size=micro_batch_size, gradient_accumulation_steps=gradient_accumulation_steps,
                 parallelism=parallelism, num_gpus=gpus, offload=offload, tensor_parallel=tensor_parallel,
                 pipeline_parallel=pipeline_parallel)
+    planner.require_legal(facts, plan)
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
                                                           global_batch_size=plan.global_batch_size)})
     candidate = planner.evaluate(facts, plan)

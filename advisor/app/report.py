@@ -7,7 +7,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.memory import MemoryEstimate
+from probes.units import GIB
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile

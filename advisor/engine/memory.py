@@ -40,14 +40,12 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
-from rules.facts import Plan, sharding_stage
+from probes.units import MIB
+from probes.vocabulary import Attention, Device, Family, Offload, Optimizer, Parallelism, Precision, Task
+from rules.facts import Plan
 
-MIB = 1024**2
-GIB = 1024**3
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
 ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
-STATE_BYTES = {"adamw": 8, "adamw-8bit": 2, "sgd": 4}
-
 
 
 class MemoryComponents(BaseModel):
@@ -76,7 +74,7 @@ class MemoryEstimate(BaseModel):
 
 
 def _bytes_per_activation(plan: Plan) -> int:
-    return 4 if plan.precision == "fp32" else 2
+    return Precision(plan.precision).activation_bytes
 
 
 def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
@@ -103,7 +101,7 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
             scores = model.num_attention_heads * s * s * b
             # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
             # copy when dropout or a cast to the compute dtype made a new tensor
-            total += scores * (4 + drop + (a if drop or plan.precision != "fp32" else 0))
+            total += scores * (4 + drop + (a if drop or Precision(plan.precision).mixed else 0))
         return total
 
     total = attention()
@@ -129,17 +127,17 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     sbh, sbf, sbv = s * b * h, s * b * model.ffn_size, s * b * model.vocab_size
     nss = model.num_attention_heads * s * s
     # the fit counts a T5 encoder + decoder layer pair as one layer
-    layers = model.num_layers / 2 if model.family == "encoder-decoder" else model.num_layers
+    layers = model.num_layers / 2 if model.family == Family.ENCODER_DECODER else model.num_layers
     full_layer = c["layer_h"] * sbh + c["layer_f"] * sbf + c["layer_s"] * b * nss
     start_of_backward = c["backward_v"] * sbv + c["backward_h"] * sbh
     if eager and c["layer_s"] < 1:
         # the calibration ran CUDA's flash attention; the eager path keeps the s x s
         # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
-        per_score = 4 + (7 if model.dropout else 0) + (2 if plan.precision != "fp32" else 0)
+        per_score = 4 + (7 if model.dropout else 0) + (2 if Precision(plan.precision).mixed else 0)
         full_layer += per_score * b * nss
     head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
     transient = full_layer
-    if model.family == "encoder-decoder":
+    if model.family == Family.ENCODER_DECODER:
         # checkpointing runs one block at a time; the largest is a decoder block: its self- and
         # cross-attention (2 of the pair's 3 attention blocks) and about half of the other tensors
         transient = (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
@@ -163,12 +161,12 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     """
     table = _calibration().get(model.model_type, {}).get(model.task)
     if table is not None:
-        return _calibrated_activation_bytes(model, plan, seq_len, table["fp32" if plan.precision == "fp32" else "mixed"],
+        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if Precision(plan.precision).mixed else "fp32"],
                                             eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
     enc = layer_activation_bytes(model, plan, s, eager_attention=eager)
-    dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == "encoder-decoder",
+    dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == Family.ENCODER_DECODER,
                                  eager_attention=eager)
     per_layer = [enc] * model.encoder_layers + [dec] * model.decoder_layers
     if plan.gradient_checkpointing:
@@ -176,12 +174,12 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
         layers = 4 * s * b * h * len(per_layer) + max(per_layer)
     else:
         layers = sum(per_layer)
-    embeddings = 4 * s * b * h * (2 if model.family == "encoder-decoder" else 1) + (s * b * h if model.dropout else 0)
-    if model.task in ("causal-lm", "masked-lm", "seq2seq-lm"):
+    embeddings = 4 * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
+    if Task(model.task).language_modeling:
         v = model.vocab_size
         head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
-        logits = (4 + 4 + (2 if plan.precision != "fp32" else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
-        loss_grad = (4 if plan.precision == "fp32" else 2) * s * b * v
+        logits = (4 + 4 + (2 if Precision(plan.precision).mixed else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
+        loss_grad = a * s * b * v
     else:
         head_input = (a + 4) * b * h * s
         logits = 0
@@ -189,8 +187,9 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     return layers + embeddings + head_input + logits, loss_grad
 
 
-def _optimizer_state_bytes(model: ModelProfile, optimizer: str) -> int:
-    if optimizer == "adafactor":
+def _optimizer_state_bytes(model: ModelProfile, optimizer: Optimizer) -> int:
+    per_param = optimizer.spec.state_bytes_per_param
+    if per_param is None:  # factored second moments: a row and a column statistic per matrix
         total = 0
         for shape, count in model.parameter_shapes:
             if len(shape) >= 2:
@@ -201,7 +200,7 @@ def _optimizer_state_bytes(model: ModelProfile, optimizer: str) -> int:
             else:
                 total += shape[0] * 4 * count
         return total
-    return STATE_BYTES[optimizer] * model.num_parameters
+    return int(per_param * model.num_parameters)
 
 
 def _largest_param_elements(model: ModelProfile) -> int:
@@ -217,7 +216,7 @@ def _largest_param_elements(model: ModelProfile) -> int:
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES) -> int:
     """What the device shows in use for a live-tensor peak: the caching allocator's reserve plus
     the CUDA context (on the CPU, the peak itself)."""
-    if plan.device != "cuda":
+    if plan.device != Device.CUDA:
         return peak_bytes
     return int(peak_bytes * ALLOCATOR_OVERHEAD) + context_bytes
 
@@ -241,14 +240,15 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
     P = model.num_parameters
-    mixed = plan.precision != "fp32"
+    mixed = Precision(plan.precision).mixed
+    optimizer, parallelism, offload = Optimizer(plan.optimizer), Parallelism(plan.parallelism), Offload(plan.offload)
     copies16 = 2 * model.matmul_parameters if mixed else 0
-    states_full = _optimizer_state_bytes(model, plan.optimizer)
+    states_full = _optimizer_state_bytes(model, optimizer)
     n = plan.data_parallel_size
-    stage = sharding_stage(plan.parallelism)
-    if plan.parallelism == "fsdp-hybrid-shard":
+    stage = parallelism.stage
+    if parallelism.spec.replicated_across_nodes:
         n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
-    eager = (attention or ("sdpa" if plan.device == "cuda" else "eager")) == "eager"
+    eager = Attention(attention or Attention.default(plan.device)) == Attention.EAGER
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     largest = _largest_param_elements(model)
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
@@ -275,9 +275,9 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         params = low * P // (n if stage >= 3 else 1)
         grads = low * P // (n if stage >= 2 else 1)
         states = master_and_states // n
-        if plan.offload in ("optimizer", "optimizer+parameters"):
+        if offload.optimizer:
             states = 0
-        if plan.offload == "optimizer+parameters":
+        if offload.parameters:
             params = 0
         if stage >= 3:
             params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
@@ -288,13 +288,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         weights = 4 * P
         grads = 4 * P
         states = states_full
-        ddp_buckets = 4 * P if plan.parallelism in ("ddp", "dp") else 0
-        if plan.optimizer == "adamw":
-            step_temp = 0 if plan.device == "cuda" else 4 * P  # fused on CUDA; foreach on the CPU
-        elif plan.optimizer == "adafactor":
-            step_temp = 4 * largest  # the update of the largest matrix, fp32
-        else:
-            step_temp = 0
+        ddp_buckets = 4 * P if parallelism.replicated else 0  # DP / DDP gradient buckets
+        step_temp = optimizer.step_temporary_bytes(plan.device, P, largest)
     grads_total = grads + ddp_buckets
     # the end of backward: every gradient, plus the embedding's dense gradient and its accumulation
     # into the (tied) weight's gradient: two embedding-sized temporaries
@@ -303,7 +298,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
     head_matmul = (model.vocab_size * model.hidden_size // tp
-                   if model.task in ("causal-lm", "masked-lm", "seq2seq-lm") else 0)
+                   if Task(model.task).language_modeling else 0)
     copies16_backward = min(copies16, 2 * head_matmul) if plan.gradient_checkpointing else copies16
     backward_phase = max(copies16 + act, copies16_backward + act + backward_extra)
     if plan.gradient_accumulation_steps > 1 or stage:
@@ -311,7 +306,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         peak = weights + states + grads_total + max(backward_phase, step_temp)
     else:
         peak = weights + states + max(backward_phase + ddp_buckets, grads_total + step_temp)
-    context = cuda_context_bytes if plan.device == "cuda" else 0
+    context = cuda_context_bytes if plan.device == Device.CUDA else 0
     device = device_bytes(int(peak), plan, context)
     usable = int(capacity_bytes * (1 - safety_margin))
     components = MemoryComponents(

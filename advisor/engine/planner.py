@@ -17,15 +17,16 @@ from typing import Any
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
+from probes.vocabulary import Device, Objective, Offload, Optimizer, Parallelism, Precision, Setting, searched, values
 from rules import REGISTRY, Effect, Facts, Plan
-from rules.facts import OPTIMIZERS, PARALLELISMS, PRECISIONS
+from rules.base import Rule
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
 
 #: The settings the planner searches (the rest are set by rules).
-SEARCHED = ("precision", "tf32", "optimizer", "gradient_checkpointing", "micro_batch_size", "parallelism", "offload",
-            "tensor_parallel", "pipeline_parallel")
+SEARCHED = (Setting.PRECISION, Setting.TF32, Setting.OPTIMIZER, Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE,
+            Setting.PARALLELISM, Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
 
 
 @dataclass
@@ -54,7 +55,7 @@ class Candidate:
 
 def ranking(objective: str):
     """The sort key of an objective ('speed' or 'memory')."""
-    return Candidate.memory_key if objective == "memory" else Candidate.key
+    return Candidate.memory_key if objective == Objective.MEMORY else Candidate.key
 
 
 @dataclass
@@ -97,7 +98,8 @@ def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
     return effects
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """Every whole divisor of ``n`` (n >= 1), ascending: the micro-batches that split a batch of ``n``."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -113,15 +115,15 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
     if gbs % dp:
         raise UsageError(f"global batch size {gbs} is not divisible by {dp} GPUs: use a multiple of {dp}")
     return {
-        "precision": list(PRECISIONS),
-        "tf32": [True, False],
-        "optimizer": list(OPTIMIZERS),
-        "gradient_checkpointing": [False, True],
-        "micro_batch_size": _divisors(gbs // dp),
-        "parallelism": list(PARALLELISMS),
-        "offload": ["none", "optimizer", "optimizer+parameters"],
-        "tensor_parallel": [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
-        "pipeline_parallel": [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
+        Setting.PRECISION: list(searched(Precision)),
+        Setting.TF32: [True, False],
+        Setting.OPTIMIZER: list(searched(Optimizer)),
+        Setting.GRADIENT_CHECKPOINTING: [False, True],
+        Setting.MICRO_BATCH_SIZE: divisors(gbs // dp),
+        Setting.PARALLELISM: list(values(Parallelism)),
+        Setting.OFFLOAD: list(values(Offload)),
+        Setting.TENSOR_PARALLEL: [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
+        Setting.PIPELINE_PARALLEL: [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
     }
 
 
@@ -133,23 +135,54 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
     return allowed
 
 
-def offload_ok(parallelism: str, offload: str) -> bool:
-    """Offload pairs only with sharding: ZeRO-Offload offloads the optimizer (any stage) and the
-    parameters (stage 3); FSDP's CPUOffload moves parameters, gradients and the optimizer step together,
-    so only 'optimizer+parameters' with FULL_SHARD / HYBRID_SHARD."""
-    if offload == "none":
-        return True
-    if parallelism.startswith("fsdp-"):
-        return offload == "optimizer+parameters" and parallelism != "fsdp-shard-grad-op"
-    if offload == "optimizer":
-        return parallelism.startswith("zero")
-    return parallelism == "zero-3"
+def _refusing_rules() -> list[Rule]:
+    """The rules that refuse combinations of settings (those overriding ``Rule.refuse``)."""
+    return [rule for rule in REGISTRY.values() if type(rule).refuse is not Rule.refuse]
+
+
+def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None) -> Effect | None:
+    """The first rule's hard ``forbid`` of a combination of the plan's settings, or None."""
+    for rule in rules if rules is not None else _refusing_rules():
+        effect = rule.refuse(facts, plan)
+        if effect is not None:
+            return effect
+    return None
+
+
+def check_plan(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Effect | None:
+    """Whether ``plan`` can run on the facts: the rule effect that refuses it, or None.
+
+    The one legality check of a given plan (``estimate``, ``validate``, ``emit``, the wizard): a hard
+    ``forbid`` of one of its values (fp16 on the CPU, ZeRO on one GPU, TF32 before Ampere), else a rule's
+    refusal of a combination (offload without sharding, tensor parallel beyond a node). Inadvisable
+    values (SGD, DataParallel) are the planner's business, not refused here.
+    """
+    effects = effects if effects is not None else propose_effects(facts)
+    values_ = plan.model_dump()
+    for e in effects:
+        if e.kind == "forbid" and e.hard and e.setting in values_ and e.matches(values_[e.setting]):
+            return e
+    return refusal(facts, plan)
+
+
+def require_legal(facts: Facts, plan: Plan) -> None:
+    """Raise when :func:`check_plan` refuses ``plan``.
+
+    Raises:
+        UsageError: one line naming the flag and value, the reason and the rule id.
+    """
+    effect = check_plan(facts, plan)
+    if effect is None:
+        return
+    flag = "--" + str(effect.setting).replace("_", "-")
+    shown = flag if effect.value is True else f"{flag} {effect.value}"
+    raise UsageError(f"{shown}: {effect.reason} [{effect.rule_id}]")
 
 
 def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Candidate:
     """Memory, speed, penalty and preferences of one plan."""
     effects = effects if effects is not None else propose_effects(facts)
-    margin = SAFETY_MARGIN_GPU if plan.device == "cuda" else SAFETY_MARGIN_CPU
+    margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
     memory = estimate_memory(facts.model, plan, facts.workload.seq_len, capacity_bytes(facts), margin,
                              nodes=facts.hardware.nodes)
     speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, facts.hardware.host,
@@ -169,31 +202,32 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
     larger per-replica batch, and a single replica (t·p = GPUs) runs without a data-parallel wrapper.
     """
-    device = "cpu" if facts.gpu is None else "cuda"
+    device = Device.CPU if facts.gpu is None else Device.CUDA
     gpus = facts.hardware.num_gpus
     gbs = facts.workload.global_batch_size
     out = []
-    for tp, pp in product(allowed["tensor_parallel"], allowed["pipeline_parallel"]):
+    refusing = _refusing_rules()
+    for tp, pp in product(allowed[Setting.TENSOR_PARALLEL], allowed[Setting.PIPELINE_PARALLEL]):
         if (tp * pp > 1) != model_parallel or (gpus and gpus % (tp * pp)):
             continue
         dp = max(gpus // (tp * pp), 1) if gpus else 1
         if gbs % dp:
             continue
         if model_parallel:
-            micros = _allowed({"micro_batch_size": _divisors(gbs // dp)}, effects)["micro_batch_size"]
-            strategies = ["none"] if dp == 1 else [p for p in allowed["parallelism"] if p != "none"]
+            micros = _allowed({Setting.MICRO_BATCH_SIZE: divisors(gbs // dp)}, effects)[Setting.MICRO_BATCH_SIZE]
+            strategies = ([Parallelism.NONE.value] if dp == 1
+                          else [p for p in allowed[Setting.PARALLELISM] if p != Parallelism.NONE])
         else:
-            micros, strategies = allowed["micro_batch_size"], allowed["parallelism"]
+            micros, strategies = allowed[Setting.MICRO_BATCH_SIZE], allowed[Setting.PARALLELISM]
         for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
-                allowed["precision"], allowed["tf32"], allowed["optimizer"], allowed["gradient_checkpointing"],
-                micros, strategies, allowed["offload"]):
-            if not offload_ok(parallelism, offload):
-                continue
+                allowed[Setting.PRECISION], allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
+                allowed[Setting.GRADIENT_CHECKPOINTING], micros, strategies, allowed[Setting.OFFLOAD]):
             plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
                         gradient_checkpointing=ckpt, micro_batch_size=micro,
                         gradient_accumulation_steps=gbs // (micro * dp), parallelism=parallelism,
                         num_gpus=gpus, offload=offload, tensor_parallel=tp, pipeline_parallel=pp)
-            out.append(evaluate(facts, plan, effects))
+            if refusal(facts, plan, refusing) is None:
+                out.append(evaluate(facts, plan, effects))
     return out
 
 
@@ -211,9 +245,9 @@ def search(facts: Facts) -> PlanningResult:
     candidates = _candidates(facts, allowed, effects, model_parallel=False)
     fitting = sorted((c for c in candidates if c.fits), key=rank)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
-                      and e.setting in ("tensor_parallel", "pipeline_parallel")), default=0)
-    mp_possible = len(allowed["tensor_parallel"]) > 1 or len(allowed["pipeline_parallel"]) > 1
-    if mp_possible and (facts.workload.objective == "memory" or not fitting or fitting[0].penalty >= mp_penalty):
+                      and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
+    mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
+    if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True)
         fitting = sorted((c for c in candidates if c.fits), key=rank)
     best = fitting[0] if fitting else None

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.engine.memory import GIB, MemoryEstimate
+from advisor.engine.memory import MemoryEstimate
+from probes.units import GIB
 from advisor.engine.planner import SEARCHED, Candidate, PlanningResult
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile

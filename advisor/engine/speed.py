@@ -22,7 +22,9 @@ from pydantic import BaseModel, Field
 from advisor.engine.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from rules.facts import Plan, sharding_stage
+from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
+from probes.vocabulary import DEFAULT_NETWORK, Family, Offload, Optimizer, Parallelism, Precision
+from rules.facts import Plan
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -36,7 +38,6 @@ _GENERIC_GPU = {
 _CPU_FLOP_PER_CYCLE = {"avx512f": 64, "avx2": 32, "avx": 16}
 CPU_BANDWIDTH_GBPS = 20.0  #: typical sustained DRAM bandwidth of a few server cores
 PCIE_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}  #: effective one-direction x16 bandwidth, GB/s
-INTER_NODE_GBPS = 25.0  #: 200 Gb/s InfiniBand HDR per node, GB/s
 
 
 class SpeedEstimate(BaseModel):
@@ -55,7 +56,7 @@ def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
     """Forward FLOPs of one micro-batch: 2·N·T plus self- (and cross-) attention score/value matmuls."""
     tokens = micro_batch * seq_len
     inner = model.num_attention_heads * model.head_dim
-    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == "encoder-decoder" else 1)
+    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
     return 2.0 * model.matmul_parameters * tokens + 4.0 * micro_batch * seq_len**2 * inner * attention_blocks
 
 
@@ -66,7 +67,7 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
         ghz = (host.cpu_mhz or 2500.0) / 1000 if host else 2.5
         flags = set(host.cpu_flags) if host else set()
         per_cycle = next((v for k, v in _CPU_FLOP_PER_CYCLE.items() if k in flags), 8)
-        if plan.precision == "bf16":
+        if plan.precision == Precision.BF16:
             # AMX tiles run many bf16 FMAs per cycle (Intel SDM, vol. 1 ch. 20); VDPBF16PS (AVX-512 BF16)
             # could do two per fp32 lane, but on a Xeon without AMX oneDNN's bf16 matmuls ran at 0.54x
             # fp32's rate alone and a gpt2 training step's matmuls at about 0.8x under autocast
@@ -76,7 +77,7 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
     peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
     if peaks is None or bandwidth is None:
         peaks, bandwidth = _GENERIC_GPU[min(max(gpu.cc[0], 7), 9)]
-    if plan.precision in ("fp16", "bf16"):
+    if Precision(plan.precision).mixed:
         rate = getattr(peaks, plan.precision) or peaks.fp32
     elif plan.tf32 and gpu.tf32 and peaks.tf32:
         rate = peaks.tf32
@@ -93,8 +94,8 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
         # fitted to advisor validate on a 2-core Xeon (benchmarks/results/validate_cpu.md): fp32 trials of
         # gpt2, distilbert, bert-base and t5-small reached 31-65 % (median 44 %) of cores x clock x 64 FLOP/cycle
         return 0.50 * tokens / (tokens + 64)
-    tensor16 = plan.precision in ("fp16", "bf16") and gpu.tensor_cores
-    tf32 = plan.precision == "fp32" and plan.tf32 and gpu.tf32
+    tensor16 = Precision(plan.precision).mixed and gpu.tensor_cores
+    tf32 = not Precision(plan.precision).mixed and plan.tf32 and gpu.tf32
     if tensor16:
         top, half = 0.50, 1.5e6 / h
     elif tf32:
@@ -109,20 +110,24 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
 
 def _optimizer_bytes_per_param(plan: Plan) -> float:
     """Memory traffic of one optimizer step, bytes per parameter (reads + writes)."""
-    traffic = {"adamw": 28.0, "adamw-8bit": 16.0, "adafactor": 20.0, "sgd": 16.0}[plan.optimizer]
-    if plan.precision == "fp16":
+    traffic = Optimizer(plan.optimizer).spec.step_traffic_bytes_per_param
+    if plan.precision == Precision.FP16:
         traffic += 8.0  # GradScaler: unscale and inf-check every gradient
     return traffic + 4.0  # zero_grad / accumulation buffer
 
 
 def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
-    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe)."""
+    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe).
+
+    ``inter_node_bytes_per_s``: the network between nodes (``HardwareProfile.inter_node_bytes_per_s``;
+    default: the catalog figure of :data:`probes.vocabulary.DEFAULT_NETWORK`).
+    """
     if nodes > 1:
-        return inter_node_bytes_per_s or INTER_NODE_GBPS * 1e9
+        return inter_node_bytes_per_s or gbit_to_bytes_per_s(DEFAULT_NETWORK.gbit_s)
     if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
         return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
     gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
-    return PCIE_GBPS.get(gen, 24.0) * 1e9
+    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0))
 
 
 def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
@@ -137,14 +142,15 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     (``--interconnect`` / ``--inter-node-gbps``), else 200 Gb/s InfiniBand HDR.
     """
     n = plan.data_parallel_size
-    if n <= 1 or plan.parallelism == "none":
+    parallelism = Parallelism(plan.parallelism)
+    if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
     P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
-    grad_bytes = (4 if plan.parallelism in ("ddp", "dp") or plan.precision == "fp32" else 2) * P
+    grad_bytes = (4 if parallelism.replicated or not Precision(plan.precision).mixed else 2) * P
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
-    if plan.parallelism == "fsdp-hybrid-shard" and nodes > 1:
+    if parallelism.spec.replicated_across_nodes and nodes > 1:
         per_node = max(n // nodes, 1)
         intra = _link_bandwidth(gpu, nvlink, 1)
         ring_in = 2 * (per_node - 1) / per_node
@@ -155,12 +161,12 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         bw = _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
         ring = 2 * (n - 1) / n
         seconds = ring * grad_bytes / bw
-        if plan.parallelism == "dp":
+        if parallelism == Parallelism.DP:
             seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
-        if sharding_stage(plan.parallelism) == 3:
+        if parallelism.stage == 3:
             seconds *= 1.5
             seconds += (k - 1) * ring / 2 * grad_bytes / bw
-    if plan.offload != "none":
+    if Offload(plan.offload).optimizer:
         seconds += 2 * P * 4 / (PCIE_GBPS[4] * 1e9)  # fp32 master + states over PCIe every step
     return 0.5 * seconds
 
@@ -175,7 +181,7 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
     (Narayanan et al. 2021 sec. 3), over the network between nodes when the stages span nodes.
     """
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
-    width = 2 if plan.precision in ("fp16", "bf16") else 4
+    width = Precision(plan.precision).activation_bytes
     bsh = plan.micro_batch_size * seq_len * model.hidden_size * width
     seconds = 0.0
     if tp > 1:
@@ -206,7 +212,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
-    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if sharding_stage(plan.parallelism) else 1)
+    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if Parallelism(plan.parallelism).stage else 1)
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)

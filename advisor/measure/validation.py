@@ -34,7 +34,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine import planner
-from advisor.engine.memory import GIB, MemoryEstimate, device_bytes
+from advisor.engine.memory import MemoryEstimate, device_bytes
+from probes.units import GIB
 from advisor.engine.recommendation import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.errors import UsageError
