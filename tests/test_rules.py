@@ -1,7 +1,8 @@
 """Every rule against its cases file (tests/rule_cases/<rule id>.yaml), and the registry's contract.
 
 A case gives facts (hardware, model, workload built here, not live NVML), optionally a plan
-(then the rule's ``check`` runs too) and the expected effects of that rule alone.
+(then the rule's ``check`` runs too; with ``phase: refuse`` only its ``refuse``) and the expected
+effects of that rule alone.
 Run one rule's cases with ``pytest -k <rule id>``.
 """
 
@@ -47,6 +48,10 @@ def test_rule_case(rule_id: str, case: dict) -> None:
     effects = rule.propose(f) if phase == "propose" else []
     if phase == "check":
         effects += rule.check(f, _plan(f, case.get("plan", {})))
+    if phase == "refuse":
+        refused = rule.refuse(f, _plan(f, case.get("plan", {})))
+        effects = [refused] if refused is not None else []
+        assert all(e.kind == "forbid" and e.hard for e in effects)
     expect = case["expect"]
     assert bool(effects) == expect["fires"], [e.model_dump() for e in effects]
     for wanted in expect.get("effects", []):
