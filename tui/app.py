@@ -74,6 +74,7 @@ class AdvisorApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        """Probe (or take the given machine); with a model, resolve it and recommend."""
         if self.local_hardware is None:
             self.query_one(HardwareStep).probe()
         else:
@@ -84,27 +85,34 @@ class AdvisorApp(App):
 
     # ── what the steps report ───────────────────────────────────────────────
     def on_hardware_probed(self, message: HardwareProbed) -> None:
+        """Keep the machine: plans for this machine use it."""
         self.local_hardware = message.hardware
 
     def on_model_resolved(self, message: ModelResolved) -> None:
+        """Keep the profile: planning for the same model reuses it."""
         self.profile = message.profile
 
     def on_model_failed(self, message: ModelFailed) -> None:
+        """Forget the profile."""
         self.profile = None
 
     def on_recommendation_ready(self, message: RecommendationReady) -> None:
+        """Keep the recommendation; step 2 shows the model it used."""
         self.recommendation = message.recommendation
         self.profile = message.recommendation.model
         self.query_one(ModelStep).show_profile(message.recommendation.model)
 
     def on_planning_failed(self, message: PlanningFailed) -> None:
+        """Forget the recommendation: nothing to save."""
         self.recommendation = None
 
     def on_validation_done(self, message: ValidationDone) -> None:
+        """Keep the report (saved beside the recommendation)."""
         if not message.error:
             self.report = message.report
 
     def on_exported(self, message: Exported) -> None:
+        """Keep the paths written."""
         self.saved = message.paths
 
     @on(Input.Submitted, "#model-input")

@@ -50,6 +50,7 @@ class HardwareStep(TabPane):
         self.post_message(HardwareProbed(api.probe_hardware()))
 
     def on_hardware_probed(self, message: HardwareProbed) -> None:
+        """Show the probed machine (the message goes on to the app)."""
         self.show(message.hardware)
 
     def show(self, hardware: HardwareProfile) -> None:

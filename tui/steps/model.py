@@ -51,9 +51,11 @@ class ModelStep(TabPane):
             self.app.call_from_thread(self.run_action, "app.recommend")
 
     def on_model_resolved(self, message: ModelResolved) -> None:
+        """Show the resolved model's facts."""
         self.show_profile(message.profile)
 
     def on_model_failed(self, message: ModelFailed) -> None:
+        """Show the error line in place of the facts."""
         box = self.query_one("#model-profile", Static)
         box.add_class("error")
         box.update(f"✗ {message.error}")

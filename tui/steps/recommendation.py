@@ -40,6 +40,7 @@ class RecommendationStep(TabPane):
             yield Static("", id="warnings")
 
     def on_mount(self) -> None:
+        """Give the settings table its columns."""
         self.query_one("#settings", DataTable).add_columns("setting", "value")
 
     @work(thread=True, exclusive=True, group="plan")
@@ -58,6 +59,7 @@ class RecommendationStep(TabPane):
         self.query_one("#rec-summary", Static).update("Planning…")
 
     def on_recommendation_ready(self, message: RecommendationReady) -> None:
+        """Show the plan, the memory bar, the settings, the next best plans and the warnings."""
         rec = self.shown = message.recommendation
         self.query_one("#rec-summary", Static).update(widgets.plan_line(rec))
         table = self.query_one("#settings", DataTable)
@@ -72,6 +74,7 @@ class RecommendationStep(TabPane):
         table.focus(scroll_visible=False)  # keep the plan line and the memory bar in view
 
     def on_planning_failed(self, message: PlanningFailed) -> None:
+        """Clear the answer and show the error line."""
         self.shown = None
         self.query_one("#settings", DataTable).clear()
         for box in ("#why", "#memory-bar", "#alternatives", "#warnings"):

@@ -76,6 +76,7 @@ class ValidateStep(TabPane):
         self.post_message(ValidationDone(report=report))
 
     def on_validation_progress(self, message: ValidationProgress) -> None:
+        """Move the progress bar and say what the trial is doing."""
         from advisor.measure.trial import StepUpdate
         from advisor.measure.validation import Trial, TrialStarted, describe
 
@@ -92,6 +93,7 @@ class ValidateStep(TabPane):
             live.update(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
 
     def on_validation_done(self, message: ValidationDone) -> None:
+        """Show the report (or the error line) and re-arm the buttons."""
         from advisor.app.report import validation_tables
 
         self.running = False
