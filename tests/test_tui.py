@@ -12,10 +12,14 @@ import pytest
 
 pytest.importorskip("textual")
 
+from textual import on  # noqa: E402
+
 from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
 from test_cli import ENV, ROOT  # noqa: E402
-from tui.app import (AdvisorApp, Exported, HardwareProbed, ModelFailed, ModelResolved,  # noqa: E402
-                     PlanningFailed, RecommendationReady, ValidationDone, ValidationProgress)
+from tui.app import AdvisorApp  # noqa: E402
+from tui.messages import (Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
+                          RecommendationReady, ValidationDone, ValidationProgress, WizardMessage)
+from tui.steps import HardwareStep, RecommendationStep, WorkloadStep  # noqa: E402
 
 pytestmark = pytest.mark.anyio  # the Pilot tests are coroutines, run by anyio's pytest plugin on asyncio
 
@@ -40,28 +44,40 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
         await pilot.pause(0.05)
 
 
-def kinds(app: AdvisorApp) -> list[type]:
-    return [type(m) for m in app.history]
+class RecordingApp(AdvisorApp):
+    """The wizard, keeping every wizard message that reaches the app, in order (what tests assert on)."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.messages: list[WizardMessage] = []
+
+    @on(WizardMessage)
+    def _record(self, message: WizardMessage) -> None:
+        self.messages.append(message)
+
+
+def kinds(app: RecordingApp) -> list[type]:
+    return [type(m) for m in app.messages]
 
 
 async def test_opens_on_the_recommendation_when_the_options_define_the_question() -> None:
-    app = AdvisorApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    app = RecordingApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.recommendation is not None)
         assert app.step == "recommendation"
         assert kinds(app) == [HardwareProbed, ModelResolved, RecommendationReady]
         rec = app.recommendation
         assert rec.hardware.gpu.catalog_id == "a100-80gb" and rec.plan.precision == "bf16"
-        assert app.explained == "precision"
+        assert app.query_one(RecommendationStep).explained == "precision"
         await pilot.press("down", "down")  # the highlighted row explains itself
-        assert app.explained == list(rec.settings)[2]
+        assert app.query_one(RecommendationStep).explained == list(rec.settings)[2]
 
 
 async def test_hardware_step_shows_the_machine_and_picks_a_catalog_gpu() -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: HardwareProbed in kinds(app))
-        assert app.step == "hardware" and app.gpu_choice() == (None, 1)
+        assert app.step == "hardware" and app.query_one(HardwareStep).gpu_choice() == (None, 1)
         await pilot.click("#gpu-search")
         await pilot.press(*"h100")
         options = app.query_one("#gpu-list")
@@ -74,11 +90,11 @@ async def test_hardware_step_shows_the_machine_and_picks_a_catalog_gpu() -> None
         count = app.query_one("#gpu-count")
         count.value = "8"
         app.query_one("#nodes").value = "2"
-        assert app.gpu_choice() == (f"{ids[1]}:8", 2)
+        assert app.query_one(HardwareStep).gpu_choice() == (f"{ids[1]}:8", 2)
 
 
 async def test_model_step_completes_profiles_and_shows_errors_inline() -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+n")
         assert app.step == "model"
@@ -92,14 +108,14 @@ async def test_model_step_completes_profiles_and_shows_errors_inline() -> None:
         app.query_one("#model-input").value = "no-such-org/no-such-model"
         await pilot.press("enter")
         await wait_for(pilot, lambda: ModelFailed in kinds(app))
-        failed = app.history[-1]
+        failed = app.messages[-1]
         assert "no-such-org/no-such-model" in failed.error and app.profile is None
         assert app.query_one("#model-profile").has_class("error")
         assert app.is_running  # an error is a line on the screen, never a crash
 
 
 async def test_workload_step_feeds_the_planner() -> None:
-    app = AdvisorApp(gpu="a100-80gb", hardware=CPU_HW)
+    app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#model-input").value = "gpt2"
         app.query_one("TabbedContent").active = "workload"
@@ -108,7 +124,8 @@ async def test_workload_step_feeds_the_planner() -> None:
         app.query_one("#global-batch").value = "32"
         await pilot.click("#objective-memory")
         assert "bitsandbytes" in str(app.query_one("#packages").render())
-        assert app.workload_choice() == {"seq_len": 512, "global_batch_size": 32, "task": None, "objective": "memory"}
+        assert app.query_one(WorkloadStep).workload_choice() == {"seq_len": 512, "global_batch_size": 32, "task": None,
+                                                                 "objective": "memory"}
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.recommendation is not None)
         rec = app.recommendation
@@ -119,10 +136,10 @@ async def test_workload_step_feeds_the_planner() -> None:
 
 
 async def test_planning_failure_is_shown_not_raised() -> None:
-    app = AdvisorApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048, hardware=CPU_HW)
+    app = RecordingApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048, hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: PlanningFailed in kinds(app))
-        assert "would fit" in app.history[-1].error and app.recommendation is None
+        assert "would fit" in app.messages[-1].error and app.recommendation is None
         assert app.query_one("#rec-summary").has_class("error")
 
 
@@ -130,7 +147,7 @@ async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_repor
     pytest.importorskip("torch")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY))
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#model-input").value = str(path)
         app.query_one("#seq-len").value = "32"
@@ -139,24 +156,24 @@ async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_repor
         await pilot.press("ctrl+t")
         assert app.step == "validate"
         await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
-        done = app.history[-1]
+        done = app.messages[-1]
         assert done.error is None and done.report.verdict in ("confirmed", "corrected")
         assert ValidationProgress in kinds(app) and app.report is done.report
         # a long one, cancelled with escape once steps run
         app.query_one("#trial-steps").value = "100000"
-        app.history.clear()
+        app.messages.clear()
         await pilot.press("ctrl+t")
-        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.history) >= 4,
+        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 4,
                        timeout=120)
         await pilot.press("escape")
         await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
-        report = app.history[-1].report
+        report = app.messages[-1].report
         assert report.interrupted and report.trials[0].status == "interrupted"
         assert app.report is report and not app.query_one("#validate-start").disabled
 
 
 async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
-    app = AdvisorApp(model="gpt2", gpu="a100-80gb:8", hardware=CPU_HW, out_dir=str(tmp_path / "cfg"))
+    app = RecordingApp(model="gpt2", gpu="a100-80gb:8", hardware=CPU_HW, out_dir=str(tmp_path / "cfg"))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.recommendation is not None)
         await pilot.press("ctrl+s")
@@ -170,7 +187,7 @@ async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
 
 @pytest.mark.parametrize("step", ["hardware", "model", "workload", "recommendation", "validate", "export"])
 async def test_q_quits_from_every_step(step) -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("TabbedContent").active = step
         await pilot.press("escape")  # leave a text field: q is a letter there
@@ -181,7 +198,7 @@ async def test_q_quits_from_every_step(step) -> None:
 
 
 async def test_steps_move_with_the_keyboard() -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+n")
         assert app.step == "model"
@@ -199,17 +216,17 @@ def _ready(condition):
 
 
 def test_snapshot_recommendation(snap_compare) -> None:
-    app = AdvisorApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    app = RecordingApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
     assert snap_compare(app, terminal_size=SIZE, run_before=_ready(lambda a: a.recommendation is not None))
 
 
 def test_snapshot_hardware(snap_compare) -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
     assert snap_compare(app, terminal_size=SIZE, run_before=_ready(lambda a: HardwareProbed in kinds(a)))
 
 
 def test_snapshot_model_error(snap_compare) -> None:
-    app = AdvisorApp(hardware=CPU_HW)
+    app = RecordingApp(hardware=CPU_HW)
 
     async def run_before(pilot) -> None:
         pilot.app.query_one("TabbedContent").active = "model"

@@ -1,0 +1,88 @@
+"""Step 1, hardware: this machine as probed, or a catalog GPU with its count per node and the nodes."""
+
+from __future__ import annotations
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.suggester import SuggestFromList
+from textual.widgets import Input, Label, OptionList, RadioButton, RadioSet, Static, TabPane
+from textual.widgets.option_list import Option
+
+from advisor.app import api
+from probes.gpu_catalog import catalog
+from probes.hardware import HardwareProfile
+from tui import widgets
+from tui.fields import positive_int
+from tui.messages import HardwareProbed
+
+
+class HardwareStep(TabPane):
+    """The hardware question. ``gpu`` ('NAME[:COUNT]') preselects a catalog GPU; :meth:`probe` posts
+    :class:`HardwareProbed` for this machine."""
+
+    STEP = "hardware"
+
+    def __init__(self, *, gpu: str | None = None, nodes: int = 1) -> None:
+        super().__init__("1 Hardware", id=self.STEP)
+        self._gpu, self._count = (gpu or "").partition(":")[::2]
+        self._node_count = nodes
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static("Probing this machine…", id="detected")
+            with RadioSet(id="hw-source"):
+                yield RadioButton("This machine", value=not self._gpu, id="hw-local")
+                yield RadioButton("A catalog GPU (plan for hardware you do not have)", value=bool(self._gpu),
+                                  id="hw-catalog")
+            yield Input(value=self._gpu, placeholder="search the catalog: a100, h100, 4090…", id="gpu-search",
+                        suggester=SuggestFromList(list(catalog()), case_sensitive=False))
+            yield OptionList(*gpu_options(""), id="gpu-list")
+            with Horizontal(classes="row"):
+                yield Label("GPUs per node")
+                yield Input(value=self._count or "1", type="integer", id="gpu-count")
+                yield Label("nodes")
+                yield Input(value=str(self._node_count), type="integer", id="nodes")
+
+    @work(thread=True, exclusive=True, group="probe")
+    def probe(self) -> None:
+        """Probe this machine in a worker; posts :class:`HardwareProbed`."""
+        self.post_message(HardwareProbed(api.probe_hardware()))
+
+    def on_hardware_probed(self, message: HardwareProbed) -> None:
+        """Show the probed machine (the message goes on to the app)."""
+        self.show(message.hardware)
+
+    def show(self, hardware: HardwareProfile) -> None:
+        """Show the detected machine."""
+        self.query_one("#detected", Static).update(widgets.hardware_summary(hardware))
+
+    @on(Input.Changed, "#gpu-search")
+    def _filter_gpus(self, event: Input.Changed) -> None:
+        options = self.query_one("#gpu-list", OptionList)
+        options.clear_options()
+        options.add_options(gpu_options(event.value))
+        if event.value.strip():
+            self.query_one("#hw-catalog", RadioButton).value = True
+
+    @on(OptionList.OptionSelected, "#gpu-list")
+    def _pick_gpu(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#gpu-search", Input).value = event.option.id or ""
+        self.query_one("#hw-catalog", RadioButton).value = True
+
+    def gpu_choice(self) -> tuple[str | None, int]:
+        """The hardware question: (catalog 'NAME:COUNT' or None for this machine, nodes)."""
+        nodes = positive_int(self.query_one("#nodes", Input).value, 1)
+        if not self.query_one("#hw-catalog", RadioButton).value:
+            return None, nodes
+        name = self.query_one("#gpu-search", Input).value.strip().partition(":")[0]
+        if not name:
+            return None, nodes
+        return f"{name}:{positive_int(self.query_one('#gpu-count', Input).value, 1)}", nodes
+
+
+def gpu_options(text: str) -> list[Option]:
+    """The catalog GPUs whose id or name contains ``text`` (before any ':COUNT'), one line each."""
+    needle = text.strip().lower().partition(":")[0]
+    return [Option(f"{e.id:<15} {e.name} · {e.memory_gib:g} GiB · {'bf16' if e.peak_tflops.bf16 else 'fp16'}",
+                   id=e.id) for e in catalog().values() if needle in e.id or needle in e.name.lower()]

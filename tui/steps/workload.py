@@ -1,0 +1,70 @@
+"""Step 3, workload: sequence length, global batch size, task head and objective, with the optional
+packages that widen the planner's choice."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, TabPane
+
+from advisor.app.api import DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, OPTIONAL_PACKAGES
+from probes.vocabulary import Objective, Task, values
+from tui.fields import positive_int
+
+NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
+OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory"}
+
+
+class WorkloadStep(TabPane):
+    """The workload question (:meth:`workload_choice`), and the button that asks for a recommendation."""
+
+    STEP = "workload"
+
+    def __init__(self, *, seq_len: int | None = None, global_batch_size: int | None = None,
+                 task: str | None = None, objective: str = Objective.SPEED) -> None:
+        super().__init__("3 Workload", id=self.STEP)
+        self._seq_len, self._global_batch_size, self._task_option = seq_len, global_batch_size, task
+        self._objective = Objective.MEMORY if objective == Objective.MEMORY else Objective.SPEED
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            with Horizontal(classes="row"):
+                yield Label("sequence length")
+                yield Input(value=str(self._seq_len or ""), type="integer", id="seq-len",
+                            placeholder=f"default: min(max positions, {DEFAULT_SEQ_LEN})")
+            with Horizontal(classes="row"):
+                yield Label("global batch size")
+                yield Input(value=str(self._global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE), type="integer",
+                            id="global-batch")
+            with Horizontal(classes="row"):
+                yield Label("task head")
+                yield Select([(t, t) for t in values(Task)], value=self._task_option or NO_SELECTION,
+                             prompt="from the config", id="task")
+            with RadioSet(id="objective"):
+                for objective, label in OBJECTIVE_LABELS.items():
+                    yield RadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
+            yield Static(packages_text(), id="packages")
+            yield Button("Recommend (ctrl+r)", id="recommend", variant="primary", action="app.recommend")
+
+    def task_choice(self) -> str | None:
+        """The task head chosen, or None: the one from the model's config."""
+        value = self.query_one("#task", Select).value
+        return value if isinstance(value, str) else None
+
+    def workload_choice(self) -> dict[str, Any]:
+        """The workload question: sequence length, global batch size, task, objective."""
+        memory = self.query_one(f"#objective-{Objective.MEMORY}", RadioButton).value
+        objective = Objective.MEMORY if memory else Objective.SPEED
+        return dict(seq_len=positive_int(self.query_one("#seq-len", Input).value, None),
+                    global_batch_size=positive_int(self.query_one("#global-batch", Input).value, None),
+                    task=self.task_choice(), objective=objective.value)
+
+
+def packages_text() -> str:
+    """Which of the optional packages that widen the planner's choice are installed here."""
+    found = {name: importlib.util.find_spec(name) is not None for name in OPTIONAL_PACKAGES}
+    return "Packages that widen the choice: " + ", ".join(
+        f"{name} {'found' if ok else 'missing'}" for name, ok in found.items())
