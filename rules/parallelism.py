@@ -27,10 +27,14 @@ class SingleDevice(Rule):
         return [self.forbid(Setting.PARALLELISM, v, why, hard=True) for v in Parallelism if v != Parallelism.NONE]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        if plan.parallelism == Parallelism.NONE or plan.data_parallel_size > 1:
-            return None
-        return self.forbid(Setting.PARALLELISM, plan.parallelism,
-                           "needs several model replicas (GPUs / model-parallel size)", hard=True)
+        replicas = plan.data_parallel_size > 1
+        if plan.parallelism == Parallelism.NONE and replicas:
+            return self.forbid(Setting.PARALLELISM, plan.parallelism,
+                               f"{plan.data_parallel_size} model replicas need a data-parallel strategy (ddp)", hard=True)
+        if plan.parallelism != Parallelism.NONE and not replicas:
+            return self.forbid(Setting.PARALLELISM, plan.parallelism,
+                               "needs several model replicas (GPUs / model-parallel size)", hard=True)
+        return None
 
 
 @register

@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Callable, NoReturn
 
+from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, HardwareOptions, ModelOptions, PlanOptions,
+                                 TrialOptions, WorkloadOptions, add_arguments, collect)
 from probes.errors import AdvisorError, ExitCode, NoFitError
-from probes.model import TASKS
-
-TASK_CHOICES = TASKS
+from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
 
@@ -26,13 +26,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"advisor: error: {message} (see `{self.prog} --help`)\n")
         sys.exit(ExitCode.USAGE)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
 
 
 def _console(stderr: bool = False):
@@ -50,7 +43,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     if args.gpu and args.gpu.strip().lower() == "list":
         return _list_gpus(args)
-    hw = probe_hardware(args.gpu, args.nodes, args.interconnect, args.inter_node_gbps)
+    hw = probe_hardware(**collect(args, HardwareOptions))
     if args.json:
         _print_json(hw)
     else:
@@ -98,9 +91,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from advisor.app.api import recommend
 
     try:
-        rec = recommend(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                        global_batch_size=args.global_batch_size, objective=args.objective,
-                        interconnect=args.interconnect, inter_node_gbps=args.inter_node_gbps)
+        rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions))
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -130,13 +121,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from advisor.app.api import estimate
 
-    est = estimate(args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                   micro_batch_size=args.micro_batch_size, gradient_accumulation_steps=args.gradient_accumulation_steps,
-                   precision=args.precision, tf32=args.tf32, optimizer=args.optimizer,
-                   gradient_checkpointing=args.gradient_checkpointing, parallelism=args.parallelism,
-                   offload=args.offload, simulate=args.simulate, interconnect=args.interconnect,
-                   inter_node_gbps=args.inter_node_gbps, tensor_parallel=args.tensor_parallel,
-                   pipeline_parallel=args.pipeline_parallel)
+    est = estimate(args.model, simulate=args.simulate, **collect(args, HardwareOptions),
+                   **collect(args, WorkloadOptions), **collect(args, PlanOptions))
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -154,8 +140,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         console.print(memory_table(est.memory))
         if est.simulated:
             sim = est.simulated
-            console.print(f"Simulated step (fake tensors, {sim.wall_s:.1f} s): peak {sim.peak_bytes / 2**30:.2f} GiB "
-                          f"in the {sim.peak_phase}, device {sim.device_bytes / 2**30:.2f} GiB; the analytic peak is "
+            console.print(f"Simulated step (fake tensors, {sim.wall_s:.1f} s): peak {sim.peak_bytes / GIB:.2f} GiB "
+                          f"in the {sim.peak_phase}, device {sim.device_bytes / GIB:.2f} GiB; the analytic peak is "
                           f"{sim.analytic_error:+.1%} off")
         console.print(speed_table(est.speed))
     return ExitCode.OK
@@ -185,23 +171,6 @@ def _read_plan(path: str):
         raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
     seq_len = (data.get("workload") or {}).get("seq_len")
     return plan, seq_len if isinstance(seq_len, int) else None
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def _size(text: str) -> int:
-    """'2GiB', '512MiB', '1.5GB' or a number of bytes."""
-    import re
-
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
-    return value
 
 
 class _Progress:
@@ -275,15 +244,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         with _Progress() as progress:
-            report = validate(args.model, task=args.task, seq_len=args.seq_len or seq_len,
-                              global_batch_size=args.global_batch_size, plan=plan,
-                              micro_batch_size=args.micro_batch_size,
-                              gradient_accumulation_steps=args.gradient_accumulation_steps, precision=args.precision,
-                              tf32=args.tf32, optimizer=args.optimizer,
-                              gradient_checkpointing=args.gradient_checkpointing, steps=args.steps,
-                              warmup=args.warmup, compare=args.compare, memory_limit_bytes=args.memory_limit,
-                              max_trials=args.max_trials, progress=progress, stop=stop, nproc=args.nproc,
-                              parallelism=args.parallelism)
+            workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
+            report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
+                              **collect(args, PlanOptions), **collect(args, TrialOptions))
     finally:
         signal.signal(signal.SIGINT, previous)
     text = report.model_dump_json(indent=2) + "\n"
@@ -308,9 +271,8 @@ def cmd_tui(args: argparse.Namespace) -> int:
         raise UsageError("the wizard needs the textual package: pip install textual")
     from tui.app import run as run_tui
 
-    return run_tui(model=args.model, task=args.task, gpu=args.gpu, nodes=args.nodes, seq_len=args.seq_len,
-                   global_batch_size=args.global_batch_size, objective=args.objective, out_dir=args.out,
-                   interconnect=args.interconnect, inter_node_gbps=args.inter_node_gbps)
+    return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
+                   **collect(args, WorkloadOptions))
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -340,27 +302,20 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _hardware_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", metavar="NAME[:COUNT]",
-                   help="plan for catalog GPUs instead of this machine's (`advisor probe --gpu list` lists them)")
-    p.add_argument("--nodes", type=_positive_int, default=1, metavar="N", help="identical nodes (default 1)")
-    p.add_argument("--interconnect", metavar="LINKS",
-                   help="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
-                        "comma-separated, e.g. pcie,ethernet")
-    p.add_argument("--inter-node-gbps", type=float, metavar="Gb/s",
-                   help="network bandwidth between nodes per node, gigabits per second")
-
-
-def _workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, metavar="ID_OR_PATH",
-                   help="Hub id (gpt2), a folder with config.json, or a config.json path")
-    p.add_argument("--task", choices=TASK_CHOICES, help="task head (default: from the config's architectures)")
-    _hardware_args(p)
-    p.add_argument("--seq-len", type=_positive_int, metavar="L",
-                   help="tokens per sample (default: min(model max positions, 1024))")
+def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None, model_required: bool = True,
+                   objective: bool = True) -> None:
+    """--model, --task, the hardware flags and the workload flags."""
+    add_arguments(p, ModelOptions, required=("model",) if model_required else (),
+                  helps={"model": model_help} if model_help else None)
+    add_arguments(p, WorkloadOptions, ("task",))
+    add_arguments(p, HardwareOptions)
+    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ()))
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
+    from advisor.app.emit import TARGETS
+
     parser = _Parser(prog="advisor", description="How to train a PyTorch / Hugging Face model fastest on your "
                                                  "hardware, with every choice explained and sourced.",
                      epilog=EXIT_CODES_HELP)
@@ -369,24 +324,20 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("probe", help="the hardware: GPUs (NVML), links, host", epilog=EXIT_CODES_HELP)
-    _hardware_args(p)
+    add_arguments(p, HardwareOptions)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
-    p.add_argument("--model", required=True, metavar="ID_OR_PATH")
-    p.add_argument("--task", choices=TASK_CHOICES)
-    p.add_argument("--json", action="store_true")
+    add_arguments(p, ModelOptions, required=("model",))
+    add_arguments(p, WorkloadOptions, ("task",))
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
     _workload_args(p)
-    p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
-                   help="samples per optimizer step (default 64)")
-    p.add_argument("--objective", choices=("speed", "memory"), default="speed",
-                   help="what matters most: the fastest plan that fits (default) or the least device memory")
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
-    p.add_argument("--emit", action="append", choices=("hf", "accelerate", "deepspeed", "torchrun", "all"),
+    p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "
                                           "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
                                           "torchrun (launch.sh) or all; repeatable")
@@ -394,74 +345,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_recommend)
 
     p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
-    _workload_args(p)
-    p.add_argument("--micro-batch-size", type=_positive_int, default=1, metavar="b")
-    p.add_argument("--gradient-accumulation-steps", type=_positive_int, default=1, metavar="k")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
-    p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"), default="adamw")
-    p.add_argument("--gradient-checkpointing", action="store_true")
-    p.add_argument("--parallelism", choices=("ddp", "zero-1", "zero-2", "zero-3", "fsdp-shard-grad-op",
-                                             "fsdp-full-shard", "fsdp-hybrid-shard"))
-    p.add_argument("--offload", choices=("none", "optimizer", "optimizer+parameters"), default="none")
-    p.add_argument("--tensor-parallel", type=_positive_int, default=1, metavar="T",
-                   help="split each layer over T GPUs of a node (Megatron-style)")
-    p.add_argument("--pipeline-parallel", type=_positive_int, default=1, metavar="P",
-                   help="split the layers into P pipeline stages (1F1B)")
+    _workload_args(p, objective=False)
+    add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
+                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS)
     p.add_argument("--simulate", action="store_true",
                    help="also run a real training step on fake tensors (imports torch; seconds)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
                        epilog=EXIT_CODES_HELP)
-    p.add_argument("--model", required=True, metavar="ID_OR_PATH",
-                   help="Hub id (gpt2), a folder with config.json (its weights are used when present), or a "
-                        "config.json path")
-    p.add_argument("--task", choices=TASK_CHOICES, help="task head (default: from the config's architectures)")
-    p.add_argument("--seq-len", type=_positive_int, metavar="L",
-                   help="tokens per sample (default: the --plan file's, else min(model max positions, 1024))")
-    p.add_argument("--global-batch-size", type=_positive_int, metavar="B",
-                   help="samples per optimizer step (default 64)")
+    add_arguments(p, ModelOptions, required=("model",),
+                  helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
+                                  "or a config.json path"})
+    add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
+    add_arguments(p, WorkloadOptions, ("seq_len",), helps={
+        "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
     p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
-    plan_group = p.add_argument_group("plan settings (override this machine's recommendation)")
-    plan_group.add_argument("--micro-batch-size", type=_positive_int, metavar="b")
-    plan_group.add_argument("--gradient-accumulation-steps", type=_positive_int, metavar="k")
-    plan_group.add_argument("--precision", choices=("fp32", "fp16", "bf16"))
-    plan_group.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None)
-    plan_group.add_argument("--optimizer", choices=("adamw", "adafactor", "adamw-8bit", "sgd"))
-    plan_group.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
-    plan_group.add_argument("--parallelism", choices=("ddp", "zero-2", "zero-3", "fsdp-shard-grad-op",
-                                                      "fsdp-full-shard"),
-                            help="several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 (FULL_SHARD)")
-    p.add_argument("--nproc", type=_positive_int, metavar="N",
-                   help="CPU only: a distributed trial over N processes (torchrun, gloo); the global batch is split")
-    p.add_argument("--steps", type=_positive_int, default=10, metavar="N", help="timed steps per trial (default 10)")
-    p.add_argument("--warmup", type=_positive_int, default=2, metavar="N",
-                   help="untimed warm-up steps per trial (default 2)")
-    p.add_argument("--compare", action="store_true",
-                   help="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
-    p.add_argument("--memory-limit", type=_size, metavar="SIZE",
-                   help="hold the trials to less memory than the device has, e.g. 8GiB")
-    p.add_argument("--max-trials", type=_positive_int, default=6, metavar="N",
-                   help="most trials, corrections included (default 6; the baseline has its own)")
+    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
+                  ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
+                   "gradient_checkpointing", "parallelism"),
+                  helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
+                                        "(FULL_SHARD)"})
+    add_arguments(p, TrialOptions)
     p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
-    p.add_argument("--model", metavar="ID_OR_PATH", help="Hub id, a folder with config.json, or a config.json path")
-    p.add_argument("--task", choices=TASK_CHOICES)
-    _hardware_args(p)
-    p.add_argument("--seq-len", type=_positive_int, metavar="L")
-    p.add_argument("--global-batch-size", type=_positive_int, metavar="B")
-    p.add_argument("--objective", choices=("speed", "memory"), default="speed")
+    _workload_args(p, model_required=False)
     p.add_argument("--out", default="advisor-config", metavar="DIR", help="the export step's folder")
     p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("schema", help="JSON Schema of the machine-readable outputs")

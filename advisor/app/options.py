@@ -1,0 +1,241 @@
+"""Every option of the command line, the Python API and the wizard, declared once.
+
+Each group of questions is a pydantic model whose ``Field``s carry the type, the default, the bounds,
+the unit and the help. :func:`add_arguments` turns a model into argparse flags (``--seq-len``,
+choices from the vocabulary's ``Literal`` types, ``--tf32/--no-tf32`` for optional booleans, the
+field's description as help), the API validates its keyword arguments through the same model
+(:func:`parse`), and the wizard reads defaults and choices from it, so the three accept and refuse
+the same values with the same words. The plan's own settings (``--precision``, ``--optimizer``, …)
+are :class:`rules.facts.Plan`'s fields, whose descriptions are their help.
+
+No torch, transformers or textual: the command line builds its parser from here on the fast path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import types
+import typing
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from probes.errors import UsageError
+from probes.units import GIB, KIB, MIB
+from probes.vocabulary import Objective, Task, literal
+from rules.facts import Plan
+
+DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
+DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
+#: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO).
+OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+class _Options(BaseModel):
+    """Base of the option groups: unknown keywords are refused, values validated on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class HardwareOptions(_Options):
+    """What to plan for: this machine, or catalog GPUs over nodes and links."""
+
+    gpu: str | None = Field(None, description="plan for catalog GPUs instead of this machine's (`advisor probe "
+                                              "--gpu list` lists them)", json_schema_extra={"metavar": "NAME[:COUNT]"})
+    nodes: int = Field(1, ge=1, description="identical nodes (default 1)", json_schema_extra={"metavar": "N"})
+    interconnect: str | None = Field(
+        None, description="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
+                          "comma-separated, e.g. pcie,ethernet", json_schema_extra={"metavar": "LINKS"})
+    inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per node, "
+                                                                 "gigabits per second",
+                                          json_schema_extra={"metavar": "Gb/s"})
+
+
+class ModelOptions(_Options):
+    """Which model (an id or a path: the API takes it positionally, or a ModelProfile)."""
+
+    model: str = Field(description="Hub id (gpt2), a folder with config.json, or a config.json path",
+                       json_schema_extra={"metavar": "ID_OR_PATH"})
+
+
+class WorkloadOptions(_Options):
+    """The question: the task head, sequence length, global batch and what matters most."""
+
+    task: literal(Task) | None = Field(None, description="task head (default: from the config's architectures)")
+    seq_len: int | None = Field(None, ge=1, description="tokens per sample (default: min(model max positions, "
+                                                        f"{DEFAULT_SEQ_LEN}))", json_schema_extra={"metavar": "L"})
+    global_batch_size: int | None = Field(None, ge=1, description="samples per optimizer step (default "
+                                                                  f"{DEFAULT_GLOBAL_BATCH_SIZE})",
+                                          json_schema_extra={"metavar": "B"})
+    objective: literal(Objective) = Field(Objective.SPEED.value,
+                                          description="what matters most: the fastest plan that fits (default) or the "
+                                                      "least device memory")
+
+
+#: The plan settings ``estimate`` and ``validate`` take as flags (``Plan`` fields; their descriptions are the help).
+PLAN_FLAGS = ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
+              "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel")
+#: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
+#: the hardware: see :func:`advisor.app.api.estimate`).
+ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": "adamw",
+                     "gradient_checkpointing": False, "offload": "none", "tensor_parallel": 1, "pipeline_parallel": 1}
+
+
+class PlanOptions(_Options):
+    """Plan settings given by the user (None: the command's default or the recommendation's value)."""
+
+    micro_batch_size: int | None = Field(None, ge=1, description=Plan.model_fields["micro_batch_size"].description,
+                                         json_schema_extra={"metavar": "b"})
+    gradient_accumulation_steps: int | None = Field(
+        None, ge=1, description=Plan.model_fields["gradient_accumulation_steps"].description,
+        json_schema_extra={"metavar": "k"})
+    precision: Plan.model_fields["precision"].annotation | None = Field(
+        None, description=Plan.model_fields["precision"].description)
+    tf32: bool | None = Field(None, description=Plan.model_fields["tf32"].description)
+    optimizer: Plan.model_fields["optimizer"].annotation | None = Field(
+        None, description="adamw (torch AdamW), adamw-8bit (bitsandbytes), adafactor (transformers), sgd")
+    gradient_checkpointing: bool | None = Field(None,
+                                                description=Plan.model_fields["gradient_checkpointing"].description)
+    parallelism: Plan.model_fields["parallelism"].annotation | None = Field(
+        None, description=Plan.model_fields["parallelism"].description)
+    offload: Plan.model_fields["offload"].annotation | None = Field(
+        None, description=Plan.model_fields["offload"].description)
+    tensor_parallel: int | None = Field(None, ge=1, description=Plan.model_fields["tensor_parallel"].description,
+                                        json_schema_extra={"metavar": "T"})
+    pipeline_parallel: int | None = Field(None, ge=1, description=Plan.model_fields["pipeline_parallel"].description,
+                                          json_schema_extra={"metavar": "P"})
+
+    def given(self) -> dict[str, Any]:
+        """The settings the user gave (not None)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class TrialOptions(_Options):
+    """How ``validate`` runs its trials."""
+
+    steps: int = Field(10, ge=1, description="timed steps per trial (default 10)", json_schema_extra={"metavar": "N"})
+    warmup: int = Field(2, ge=1, description="untimed warm-up steps per trial (default 2)",
+                        json_schema_extra={"metavar": "N"})
+    compare: bool = Field(False, description="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
+    memory_limit_bytes: int | None = Field(None, ge=1, description="hold the trials to less memory than the device "
+                                                                   "has, e.g. 8GiB", json_schema_extra={
+                                               "metavar": "SIZE", "flag": "--memory-limit", "size": True})
+    max_trials: int = Field(6, ge=1, description="most trials, corrections included (default 6; the baseline has "
+                                                 "its own)", json_schema_extra={"metavar": "N"})
+    nproc: int | None = Field(None, ge=1, description="CPU only: a distributed trial over N processes (torchrun, "
+                                                      "gloo); the global batch is split",
+                              json_schema_extra={"metavar": "N"})
+
+
+def parse(model: type[_Options], values: dict[str, Any]) -> _Options:
+    """Validate ``values`` against an option group.
+
+    Raises:
+        UsageError: the first bad value, as one line naming its flag (``--seq-len must be >= 1, got 0``).
+    """
+    try:
+        return model.model_validate(values)
+    except ValidationError as err:
+        raise UsageError(_message(err)) from None
+
+
+def _message(err: ValidationError) -> str:
+    first = err.errors()[0]
+    name = str(first["loc"][0]) if first["loc"] else ""
+    given = first.get("input")
+    ctx = first.get("ctx") or {}
+    kind = first["type"]
+    if kind in ("greater_than_equal", "greater_than"):
+        if kind == "greater_than_equal" and isinstance(ctx.get("ge"), int):  # whole numbers: >= 1 reads > 0
+            return f"{_flag(name)} must be > {ctx['ge'] - 1}, got {given}"
+        sign, bound = (">=", ctx.get("ge")) if kind == "greater_than_equal" else (">", ctx.get("gt"))
+        return f"{_flag(name)} must be {sign} {bound}, got {given}"
+    if kind in ("literal_error", "enum"):
+        return f"{_flag(name)} {given}: choose from {ctx.get('expected', '')}"
+    if kind == "extra_forbidden":
+        return f"unknown option '{name}'"
+    return f"{_flag(name)} {given!r}: {first['msg']}"
+
+
+# -- the command line ----------------------------------------------------------------------------------
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": KIB, "mib": MIB, "gib": GIB}
+
+
+def size(text: str) -> int:
+    """'2GiB', '512MiB', '1.5GB' or a number of bytes → bytes.
+
+    Raises:
+        argparse.ArgumentTypeError: not a size, or not more than 0 bytes.
+    """
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _SIZE_UNITS:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
+    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
+    return value
+
+
+def _number(kind: type):
+    """An argparse type: a whole (or real) number. Bounds are checked where the API checks them
+    (:func:`parse`), so both refuse a value with the same words."""
+    def convert(text: str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
+    return convert
+
+
+def _unwrap(annotation) -> tuple[Any, bool]:
+    """(the type inside ``X | None``, whether None is allowed)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return (args[0] if len(args) == 1 else annotation), True
+    return annotation, False
+
+
+def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], names: tuple[str, ...] | None = None,
+                  *, defaults: dict[str, Any] | None = None, required: tuple[str, ...] = (),
+                  helps: dict[str, str] | None = None) -> None:
+    """Add one flag per field of ``model`` (or of ``names``) to ``parser``.
+
+    ``defaults`` replaces a field's default for this command (shown in the help), ``required`` makes
+    flags mandatory, ``helps`` replaces a field's help for this command.
+    """
+    for name in names or tuple(model.model_fields):
+        field = model.model_fields[name]
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kind, optional = _unwrap(field.annotation)
+        default = (defaults or {}).get(name, field.default)
+        help_text = (helps or {}).get(name, field.description)
+        kwargs: dict[str, Any] = {"dest": name, "help": help_text, "default": default}
+        flag = extra.get("flag", _flag(name))
+        if kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction if optional and default is None else "store_true"
+            parser.add_argument(flag, **kwargs)
+            continue
+        if typing.get_origin(kind) is Literal:
+            kwargs["choices"] = typing.get_args(kind)
+        elif extra.get("size"):
+            kwargs["type"] = size
+        elif kind in (int, float):
+            kwargs["type"] = _number(kind)
+        if "metavar" in extra:
+            kwargs["metavar"] = extra["metavar"]
+        if name in required:
+            kwargs["required"] = True
+            kwargs.pop("default")
+        parser.add_argument(flag, **kwargs)
+
+
+def collect(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:
+    """The parsed values of ``model``'s fields that the command declared."""
+    return {name: getattr(args, name) for name in model.model_fields if hasattr(args, name)}

@@ -1,0 +1,83 @@
+"""When nothing fits: what would (a larger catalog GPU, more GPUs with sharding and offload), and the
+:class:`~probes.errors.NoFitError` that carries it."""
+
+from __future__ import annotations
+
+from advisor.engine import planner
+from probes.errors import NoFitError
+from probes.gpu_catalog import catalog, profile_from_catalog
+from probes.units import GIB
+from probes.vocabulary import Offload, Parallelism
+from rules import Facts
+
+#: GPU counts tried for "more GPUs" (a node holds up to 8; more are whole nodes of 8).
+GPU_COUNTS = (2, 4, 8, 16, 32, 64)
+GPUS_PER_NODE = 8
+
+
+def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> planner.Candidate | None:
+    """The best plan on catalog hardware ``gpu`` over ``nodes`` (None: nothing fits)."""
+    hw = profile_from_catalog(gpu, nodes)
+    return planner.search(facts.model_copy(update={"hardware": hw, "packages": {}})).best
+
+
+def _larger_gpu(facts: Facts) -> str | None:
+    current = facts.gpu.memory_total_bytes if facts.gpu else 0
+    for entry in sorted(catalog().values(), key=lambda e: e.memory_gib):
+        if entry.memory_gib * GIB <= current:
+            continue
+        best = _fits_with(facts, entry.id)
+        if best is not None:
+            p = best.plan
+            return (f"a larger GPU: --gpu {entry.id} ({entry.memory_gib:g} GiB) fits with {p.precision}, {p.optimizer}, "
+                    f"micro-batch {p.micro_batch_size}")
+    return None
+
+
+def _more_gpus(facts: Facts, base: str) -> str | None:
+    for count in GPU_COUNTS:
+        per_node, nodes = min(count, GPUS_PER_NODE), max(count // GPUS_PER_NODE, 1)
+        if facts.workload.global_batch_size % count:
+            continue
+        best = _fits_with(facts, f"{base}:{per_node}", nodes)
+        if best is not None:
+            where = f"--gpu {base}:{per_node}" + (f" --nodes {nodes}" if nodes > 1 else "")
+            p = best.plan
+            how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
+            how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
+            how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
+            how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
+            return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
+    return None
+
+
+def suggestions(facts: Facts) -> list[str]:
+    """What would fit when nothing does, one phrase each: a larger GPU, more GPUs (sharded, with offload),
+    else a shorter sequence or a smaller model."""
+    found: list[str] = []
+    if facts.gpu is None:
+        found.append("plan for a GPU with --gpu NAME (see `advisor probe --gpu LIST`)")
+    larger = _larger_gpu(facts)
+    if larger:
+        found.append(larger)
+    base = facts.gpu.catalog_id if facts.gpu is not None and facts.gpu.catalog_id else None
+    more = _more_gpus(facts, base) if base else None
+    if more:
+        found.append(more)
+    if not found:
+        found.append("a shorter --seq-len or a smaller model")
+    return found
+
+
+def no_fit_error(result: planner.PlanningResult) -> NoFitError:
+    """The error for a search where nothing fits: the smallest plan's memory and what would fit.
+
+    ``result.candidates`` must not be empty (every search evaluates at least one plan)."""
+    facts = result.facts
+    closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
+    ideas = suggestions(facts)
+    where = facts.gpu.name if facts.gpu else "the CPU's RAM"
+    summary = (f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
+               f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
+               "usable")
+    return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas, closest=closest)
