@@ -69,6 +69,18 @@ class Plan(BaseModel):
     def global_batch_size(self) -> int:
         return self.micro_batch_size * self.gradient_accumulation_steps * self.data_parallel_size
 
+    def describe(self, *, data_parallel: bool = True) -> str:
+        """The plan in one short line: ``bf16 + tf32, adamw, micro-batch 8 × 4, checkpointing, ddp × 8 GPUs``
+        (micro-batch × gradient accumulation steps; the data-parallel part only over several replicas, and
+        only with ``data_parallel``)."""
+        parts = [self.precision + (" + tf32" if self.tf32 else ""), self.optimizer,
+                 f"micro-batch {self.micro_batch_size} × {self.gradient_accumulation_steps}"]
+        if self.gradient_checkpointing:
+            parts.append("checkpointing")
+        if data_parallel and self.data_parallel_size > 1:
+            parts.append(f"{self.parallelism} × {self.data_parallel_size} {'GPUs' if self.num_gpus else 'processes'}")
+        return ", ".join(parts)
+
 
 class Facts(BaseModel):
     """Everything a rule may read."""

@@ -98,9 +98,7 @@ def plan_line(rec: Recommendation) -> Text:
     """The chosen plan and its estimates in one line."""
     p, s = rec.plan, rec.speed
     where = f"{p.num_gpus} x {rec.hardware.gpu.name}" if rec.hardware.gpu else "the CPU"
-    return Text.assemble(("Plan: ", "bold"), f"{p.precision}{' + tf32' if p.tf32 else ''}, {p.optimizer}, "
-                         f"micro-batch {p.micro_batch_size} × {p.gradient_accumulation_steps}"
-                         f"{', checkpointing' if p.gradient_checkpointing else ''}, {p.parallelism} on {where} — "
+    return Text.assemble(("Plan: ", "bold"), f"{p.describe(data_parallel=False)}, {p.parallelism} on {where} — "
                          f"est. {s.step_time_s:.3f} s/step, {s.tokens_per_s:,.0f} tokens/s, MFU {s.mfu:.0%}")
 
 

@@ -15,6 +15,7 @@ from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, HardwareOptions, ModelOptions, PlanOptions,
                                  TrialOptions, WorkloadOptions, add_arguments, collect)
+from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
@@ -28,10 +29,6 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(ExitCode.USAGE)
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 160)
 
 
 def _print_json(model) -> None:
@@ -147,92 +144,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _read_plan(path: str):
-    """The plan (and sequence length) of a recommend / estimate / validate JSON file."""
-    from pydantic import ValidationError
-
-    from probes.errors import UsageError
-    from rules import Plan
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as err:
-        raise UsageError(f"cannot read --plan {path}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--plan {path} is not JSON: {err.msg} at line {err.lineno}") from None
-    raw = data.get("plan") or data.get("confirmed_plan") if isinstance(data, dict) else None
-    if raw is None:
-        raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")
-    try:
-        plan = Plan.model_validate(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    seq_len = (data.get("workload") or {}).get("seq_len")
-    return plan, seq_len if isinstance(seq_len, int) else None
-
-
-class _Progress:
-    """The validator's progress on stderr: a rich bar with the live step time and memory on a
-    terminal, one line per step otherwise."""
-
-    def __init__(self) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.console = _console(stderr=True)
-        self.live = self.console.is_terminal
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
-                            disable=not self.live, transient=False)
-        self.task = None
-        self.index = 0
-
-    def __enter__(self):
-        self.bar.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.bar.__exit__(*exc)
-
-    def __call__(self, event) -> None:
-        from advisor.measure.trial import StepUpdate
-        from advisor.measure.validation import Trial, TrialStarted, describe
-
-        if isinstance(event, TrialStarted):
-            self.index = event.index
-            about = event.predicted_step_time_s * event.total_steps
-            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
-                               f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
-                               f"{event.total_steps} steps", highlight=False)
-            if about > 300 and event.index == 1:
-                self.console.print("advisor: that is long for a trial: --steps, --seq-len or --global-batch-size "
-                                   "make it shorter", highlight=False)
-            self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
-        elif isinstance(event, StepUpdate):
-            info = event.describe()
-            if self.task is not None:
-                self.bar.update(self.task, completed=event.step, info=info)
-            if not self.live:
-                self.console.print(f"advisor: trial {self.index} {info}", highlight=False)
-        elif isinstance(event, Trial):
-            m = event.measured
-            done = f"{event.status}" + (f": {event.message}" if event.message else "")
-            if m and m.step_time_s:
-                done += f", {m.step_time_s:.3f} s/step, {m.tokens_per_s:,.0f} tokens/s"
-            if self.task is not None:
-                self.bar.update(self.task, info=done)
-            self.console.print(f"advisor: trial {self.index} {done}", highlight=False)
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     import signal
     import threading
 
     from advisor.app.api import validate
     from advisor.app.files import write_atomic
+    from advisor.app.progress import Progress, read_plan
 
-    plan, seq_len = _read_plan(args.plan) if args.plan else (None, None)
+    plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
     stop = threading.Event()
 
     def on_sigint(signum, frame) -> None:
@@ -243,7 +163,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        with _Progress() as progress:
+        with Progress() as progress:
             workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
             report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
                               **collect(args, PlanOptions), **collect(args, TrialOptions))
@@ -312,6 +232,40 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ()))
 
 
+def _add_estimate(sub) -> None:
+    """``advisor estimate``: the workload flags and every plan setting."""
+    p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
+    _workload_args(p, objective=False)
+    add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
+                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS)
+    p.add_argument("--simulate", action="store_true",
+                   help="also run a real training step on fake tensors (imports torch; seconds)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_estimate)
+
+
+def _add_validate(sub) -> None:
+    """``advisor validate``: the workload, the plan settings a trial takes, and the trial options."""
+    p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
+                       epilog=EXIT_CODES_HELP)
+    add_arguments(p, ModelOptions, required=("model",),
+                  helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
+                                  "or a config.json path"})
+    add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
+    add_arguments(p, WorkloadOptions, ("seq_len",), helps={
+        "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
+    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
+    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
+                  ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
+                   "gradient_checkpointing", "parallelism"),
+                  helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
+                                        "(FULL_SHARD)"})
+    add_arguments(p, TrialOptions)
+    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_validate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
     from advisor.app.emit import TARGETS
@@ -344,33 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
     p.set_defaults(func=cmd_recommend)
 
-    p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
-    _workload_args(p, objective=False)
-    add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
-                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS)
-    p.add_argument("--simulate", action="store_true",
-                   help="also run a real training step on fake tensors (imports torch; seconds)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_estimate)
-
-    p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
-                       epilog=EXIT_CODES_HELP)
-    add_arguments(p, ModelOptions, required=("model",),
-                  helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
-                                  "or a config.json path"})
-    add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
-    add_arguments(p, WorkloadOptions, ("seq_len",), helps={
-        "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
-    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
-    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
-                  ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
-                   "gradient_checkpointing", "parallelism"),
-                  helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
-                                        "(FULL_SHARD)"})
-    add_arguments(p, TrialOptions)
-    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_validate)
+    _add_estimate(sub)
+    _add_validate(sub)
 
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)

@@ -30,6 +30,7 @@ import yaml
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
+from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
 FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": "ds_config.json",
@@ -40,39 +41,31 @@ DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_sc
            "min_loss_scale": 1}
 
 
-def _setting(rec: Recommendation, name: str, default: Any = None) -> Any:
-    decision = rec.settings.get(name)
-    return decision.value if decision is not None else default
+def _parallelism(rec: Recommendation) -> Parallelism:
+    return Parallelism(rec.plan.parallelism)
 
 
 def uses_deepspeed(rec: Recommendation) -> bool:
     """ZeRO stages (and their offload) run on DeepSpeed."""
-    return rec.plan.parallelism.startswith("zero")
-
-
-#: FSDP strategy names: TrainingArguments' ``fsdp`` option and accelerate's ``fsdp_sharding_strategy``.
-FSDP_STRATEGIES = {"fsdp-shard-grad-op": ("shard_grad_op", "SHARD_GRAD_OP"),
-                   "fsdp-full-shard": ("full_shard", "FULL_SHARD"),
-                   "fsdp-hybrid-shard": ("hybrid_shard", "HYBRID_SHARD")}
+    return _parallelism(rec).deepspeed
 
 
 def uses_fsdp(rec: Recommendation) -> bool:
     """The plan shards with PyTorch FSDP."""
-    return rec.plan.parallelism in FSDP_STRATEGIES
+    return _parallelism(rec).fsdp
 
 
 def zero_stage(rec: Recommendation) -> int:
     """The ZeRO stage of the plan (0 without ZeRO)."""
-    return int(rec.plan.parallelism.split("-")[1]) if uses_deepspeed(rec) else 0
+    return _parallelism(rec).stage if uses_deepspeed(rec) else 0
 
 
 def optim_name(rec: Recommendation) -> str:
-    """The ``TrainingArguments.optim`` value (an ``OptimizerNames`` member) of the plan's optimizer."""
-    plan = rec.plan
-    if plan.optimizer == "adamw":
-        fused = _setting(rec, "optimizer_implementation") == "fused" and plan.device == "cuda"
-        return "adamw_torch_fused" if fused else "adamw_torch"
-    return {"adafactor": "adafactor", "adamw-8bit": "adamw_bnb_8bit", "sgd": "sgd"}[plan.optimizer]
+    """The ``TrainingArguments.optim`` value (an ``OptimizerNames`` member) of the plan's optimizer: the fused
+    name where the recommendation chose the fused implementation."""
+    spec = Optimizer(rec.plan.optimizer).spec
+    fused = rec.value(Setting.OPTIMIZER_IMPLEMENTATION) == "fused" and rec.plan.device == Device.CUDA
+    return spec.trainer_optim_fused if fused and spec.trainer_optim_fused else spec.trainer_optim
 
 
 def _transformers_major() -> int:
@@ -94,14 +87,14 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
     ``reshard_after_forward`` True for FULL_SHARD, False for SHARD_GRAD_OP; HYBRID_SHARD only in FSDP1,
     ``version: 1``), and FSDP's own activation checkpointing; before 5: the option string
     (TrainingArguments docs, "fsdp")."""
-    plan = rec.plan
-    offload = plan.offload != "none"
+    plan, spec = rec.plan, _parallelism(rec).spec
+    offload = plan.offload != Offload.NONE
     if _transformers_major() < 5:
-        return {"fsdp": " ".join([FSDP_STRATEGIES[plan.parallelism][0], "auto_wrap"] + (["offload"] if offload else []))}
-    if plan.parallelism == "fsdp-hybrid-shard":
-        config: dict[str, Any] = {"version": 1, "reshard_after_forward": "hybrid_shard"}
+        return {"fsdp": " ".join([spec.fsdp_option, "auto_wrap"] + (["offload"] if offload else []))}
+    if spec.replicated_across_nodes:
+        config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option}
     else:
-        config = {"version": 2, "reshard_after_forward": plan.parallelism == "fsdp-full-shard"}
+        config = {"version": 2, "reshard_after_forward": spec.stage >= 3}
     config["cpu_offload"] = offload
     if plan.gradient_checkpointing:
         config["activation_checkpointing"] = True  # FSDP's own: no redundant all-gather in backward
@@ -120,17 +113,17 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "output_dir": "output",
         "per_device_train_batch_size": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "bf16": plan.precision == "bf16",
-        "fp16": plan.precision == "fp16",
+        "bf16": plan.precision == Precision.BF16,
+        "fp16": plan.precision == Precision.FP16,
         ckpt: plan.gradient_checkpointing,
         "optim": optim_name(rec),
-        "dataloader_num_workers": _setting(rec, "dataloader_num_workers", 0),
-        "dataloader_pin_memory": _setting(rec, "dataloader_pin_memory", plan.device == "cuda"),
-        "torch_compile": _setting(rec, "torch_compile", False),
+        "dataloader_num_workers": rec.value(Setting.DATALOADER_NUM_WORKERS),
+        "dataloader_pin_memory": rec.value(Setting.DATALOADER_PIN_MEMORY),
+        "torch_compile": rec.value(Setting.TORCH_COMPILE),
     }
     if plan.gradient_checkpointing:
         args[f"{ckpt}_kwargs"] = {"use_reentrant": False}
-    if plan.device == "cuda":
+    if plan.device == Device.CUDA:
         args["tf32"] = plan.tf32
     else:
         args["use_cpu"] = True
@@ -154,19 +147,20 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
         return None
     plan = rec.plan
     zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
-    if plan.offload in ("optimizer", "optimizer+parameters"):
+    offload = Offload(plan.offload)
+    if offload.optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-    if plan.offload == "optimizer+parameters":
+    if offload.parameters:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
     config: dict[str, Any] = {
         "train_batch_size": plan.global_batch_size,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.gradient_accumulation_steps,
         "zero_optimization": zero,
-        "bf16": {"enabled": plan.precision == "bf16"},
-        "fp16": dict(DS_FP16) if plan.precision == "fp16" else {"enabled": False},
+        "bf16": {"enabled": plan.precision == Precision.BF16},
+        "fp16": dict(DS_FP16) if plan.precision == Precision.FP16 else {"enabled": False},
     }
-    if plan.offload != "none":
+    if offload.optimizer:
         config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
                                                            "weight_decay": "auto"}}
     return config
@@ -175,7 +169,7 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
 def accelerate_config(rec: Recommendation) -> dict[str, Any]:
     """The YAML mapping ``accelerate config`` would write for the plan."""
     plan, hw = rec.plan, rec.hardware
-    if plan.device == "cpu":
+    if plan.device == Device.CPU:
         distributed = "NO"
     elif uses_deepspeed(rec):
         distributed = "DEEPSPEED"
@@ -192,14 +186,14 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": "no" if plan.precision == "fp32" else plan.precision,
+        "mixed_precision": plan.precision if Precision(plan.precision).mixed else "no",
         "num_machines": hw.nodes,
         "num_processes": max(plan.num_gpus, 1),
         "rdzv_backend": "static",
         "same_network": True,
-        "use_cpu": plan.device == "cpu",
+        "use_cpu": plan.device == Device.CPU,
     }
-    if plan.device == "cuda":
+    if plan.device == Device.CUDA:
         config["gpu_ids"] = "all"
     if hw.nodes > 1:
         config["main_process_ip"] = None  # the launch script passes --main_process_ip / MASTER_ADDR
@@ -209,16 +203,16 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
                                       "zero3_init_flag": zero_stage(rec) == 3}
     if uses_fsdp(rec):
         config["fsdp_config"] = {
-            "fsdp_sharding_strategy": FSDP_STRATEGIES[plan.parallelism][1],
+            "fsdp_sharding_strategy": _parallelism(rec).spec.fsdp_strategy,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
-            "fsdp_offload_params": plan.offload != "none",
+            "fsdp_offload_params": plan.offload != Offload.NONE,
             "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_use_orig_params": True,
             "fsdp_sync_module_states": True,
             "fsdp_cpu_ram_efficient_loading": True,
         }
-    if _setting(rec, "torch_compile", False):
+    if rec.value(Setting.TORCH_COMPILE):
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     return config
 

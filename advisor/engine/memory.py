@@ -34,6 +34,7 @@ Known limitations:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
@@ -221,6 +222,67 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_
     return int(peak_bytes * ALLOCATOR_OVERHEAD) + context_bytes
 
 
+@dataclass
+class _States:
+    """Model-state bytes per device: the parameters as held (``weights``), autocast's 16-bit copies,
+    gradients, DDP's bucket copy, optimizer states and the optimizer step's temporaries."""
+
+    weights: int
+    copies16: int
+    grads: int
+    buckets: int
+    optimizer: int
+    step_temp: int
+
+
+def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int) -> _States:
+    """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
+
+    FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
+    2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's."""
+    mixed = Precision(plan.precision).mixed
+    offload = Offload(plan.offload)
+    low = 2 if mixed else 4
+    params = low * P // (n if stage >= 3 else 1)
+    grads = low * P // (n if stage >= 2 else 1)
+    states = ((4 * P if mixed else 0) + states_full) // n
+    if offload.optimizer:
+        states = 0
+    if offload.parameters:
+        params = 0
+    if stage >= 3:
+        params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
+    return _States(weights=params, copies16=0, grads=grads, buckets=0, optimizer=states, step_temp=0)
+
+
+def _replicated_states(plan: Plan, P: int, copies16: int, states_full: int, largest: int) -> _States:
+    """fp32 parameters and gradients on every device (plus DDP's bucket copy), the whole optimizer state;
+    the end of backward adds two embedding-sized temporaries (the embedding's dense gradient and its
+    accumulation into the tied weight's gradient)."""
+    step_temp = Optimizer(plan.optimizer).step_temporary_bytes(plan.device, P, largest)
+    return _States(weights=4 * P, copies16=copies16, grads=4 * P,
+                   buckets=4 * P if Parallelism(plan.parallelism).replicated else 0,  # DP / DDP gradient buckets
+                   optimizer=states_full, step_temp=max(step_temp, 2 * 4 * largest))
+
+
+def _states(model: ModelProfile, plan: Plan, nodes: int) -> _States:
+    """Model-state bytes per device, with model parallelism's split (Narayanan et al. 2021,
+    https://arxiv.org/abs/2104.04473 sec. 2: each GPU holds 1/(t·p) of the parameters, gradients and
+    optimizer states; tensor parallel splits each matrix, the vocabulary-parallel head and embedding too)."""
+    parallelism = Parallelism(plan.parallelism)
+    split = max(plan.tensor_parallel, 1) * max(plan.pipeline_parallel, 1)
+    P = model.num_parameters // split
+    copies16 = (2 * model.matmul_parameters if Precision(plan.precision).mixed else 0) // split
+    states_full = _optimizer_state_bytes(model, Optimizer(plan.optimizer)) // split
+    largest = _largest_param_elements(model) // max(plan.tensor_parallel, 1)
+    n = plan.data_parallel_size
+    if parallelism.spec.replicated_across_nodes:
+        n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
+    if parallelism.stage:
+        return _sharded_states(plan, parallelism.stage, n, P, states_full, largest)
+    return _replicated_states(plan, P, copies16, states_full, largest)
+
+
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10, *, attention: str | None = None,
                     cuda_context_bytes: int = CUDA_CONTEXT_BYTES, nodes: int = 1) -> MemoryEstimate:
@@ -230,87 +292,42 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         model: the model profile (its task head included).
         plan: the candidate plan.
         seq_len: tokens per sample.
-        capacity_bytes: device memory (host RAM for a CPU plan).
+        capacity_bytes: device memory (host RAM for a CPU plan), bytes.
         safety_margin: fraction of capacity kept free.
         attention: 'sdpa' (flash / memory-efficient, CUDA's default) or 'eager'; default: sdpa on
-            CUDA, eager on the CPU.
+            CUDA, eager on the CPU (:meth:`probes.vocabulary.Attention.default`).
         cuda_context_bytes: the CUDA context and library workspaces (older CUDA versions: more).
         nodes: nodes of the plan (FSDP HYBRID_SHARD shards over one node's GPUs).
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
-    P = model.num_parameters
-    mixed = Precision(plan.precision).mixed
-    optimizer, parallelism, offload = Optimizer(plan.optimizer), Parallelism(plan.parallelism), Offload(plan.offload)
-    copies16 = 2 * model.matmul_parameters if mixed else 0
-    states_full = _optimizer_state_bytes(model, optimizer)
-    n = plan.data_parallel_size
-    stage = parallelism.stage
-    if parallelism.spec.replicated_across_nodes:
-        n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
     eager = Attention(attention or Attention.default(plan.device)) == Attention.EAGER
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
-    largest = _largest_param_elements(model)
-    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
-    if tp * pp > 1:
-        # model parallel (Narayanan et al. 2021, https://arxiv.org/abs/2104.04473 sec. 2): each GPU holds
-        # 1/(t·p) of the parameters, gradients and optimizer states; tensor parallel splits each matrix
-        # (the vocabulary-parallel head and embedding too) and the activations inside a layer to
-        # sbh(10 + 24/t) of sbh·34 (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.1,
-        # without sequence parallelism); under the 1F1B schedule the first stage keeps p micro-batches
-        # of its L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1)
-        P //= tp * pp
-        copies16 //= tp * pp
-        states_full //= tp * pp
-        largest //= tp
+    tp = max(plan.tensor_parallel, 1)
+    if tp * max(plan.pipeline_parallel, 1) > 1:
+        # tensor parallel splits the activations inside a layer to sbh(10 + 24/t) of sbh·34 (Korthikanti
+        # et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.1, without sequence parallelism); under the
+        # 1F1B schedule the first stage keeps p micro-batches of its L/p layers in flight: one
+        # micro-batch's worth of the whole model (Narayanan sec. 2.2.1)
         act = int(act * (10 + 24 / tp) / 34)
         backward_extra //= tp
-
-    if stage:
-        # ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states).
-        # FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters:
-        # within 2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's
-        low = 2 if mixed else 4
-        master_and_states = (4 * P if mixed else 0) + states_full
-        params = low * P // (n if stage >= 3 else 1)
-        grads = low * P // (n if stage >= 2 else 1)
-        states = master_and_states // n
-        if offload.optimizer:
-            states = 0
-        if offload.parameters:
-            params = 0
-        if stage >= 3:
-            params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
-        weights, copies16 = params, 0
-        step_temp = 0
-        ddp_buckets = 0
-    else:
-        weights = 4 * P
-        grads = 4 * P
-        states = states_full
-        ddp_buckets = 4 * P if parallelism.replicated else 0  # DP / DDP gradient buckets
-        step_temp = optimizer.step_temporary_bytes(plan.device, P, largest)
-    grads_total = grads + ddp_buckets
-    # the end of backward: every gradient, plus the embedding's dense gradient and its accumulation
-    # into the (tied) weight's gradient: two embedding-sized temporaries
-    end_of_backward = 2 * 4 * largest if not stage else 0
-    step_temp = max(step_temp, end_of_backward)
+    s = _states(model, plan, nodes)
+    grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
-    head_matmul = (model.vocab_size * model.hidden_size // tp
-                   if Task(model.task).language_modeling else 0)
-    copies16_backward = min(copies16, 2 * head_matmul) if plan.gradient_checkpointing else copies16
-    backward_phase = max(copies16 + act, copies16_backward + act + backward_extra)
-    if plan.gradient_accumulation_steps > 1 or stage:
+    head_matmul = model.vocab_size * model.hidden_size // tp if Task(model.task).language_modeling else 0
+    copies16_backward = min(s.copies16, 2 * head_matmul) if plan.gradient_checkpointing else s.copies16
+    backward_phase = max(s.copies16 + act, copies16_backward + act + backward_extra)
+    if plan.gradient_accumulation_steps > 1 or Parallelism(plan.parallelism).stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
-        peak = weights + states + grads_total + max(backward_phase, step_temp)
+        peak = s.weights + s.optimizer + grads_total + max(backward_phase, s.step_temp)
     else:
-        peak = weights + states + max(backward_phase + ddp_buckets, grads_total + step_temp)
+        peak = s.weights + s.optimizer + max(backward_phase + s.buckets, grads_total + s.step_temp)
     context = cuda_context_bytes if plan.device == Device.CUDA else 0
     device = device_bytes(int(peak), plan, context)
     usable = int(capacity_bytes * (1 - safety_margin))
     components = MemoryComponents(
-        weights_bytes=weights + copies16, gradients_bytes=grads_total, optimizer_states_bytes=states,
-        activations_bytes=act, temporary_bytes=max(backward_extra, step_temp), cuda_context_bytes=context)
+        weights_bytes=s.weights + s.copies16, gradients_bytes=grads_total, optimizer_states_bytes=s.optimizer,
+        activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable, components=components)

@@ -8,11 +8,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from probes.units import GIB
 from advisor.engine.planner import SEARCHED, Candidate, PlanningResult
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
+from probes.units import GIB
+from probes.vocabulary import Objective, Setting
 from rules import REGISTRY, Effect, Plan, Workload
 
 #: MAJOR.MINOR of every JSON advisor prints: MINOR grows with added fields, MAJOR with removed or
@@ -117,6 +118,17 @@ class Recommendation(BaseModel):
     """what the rules want the user to know"""
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
+    def value(self, setting: Setting) -> Any:
+        """The recommended value of a setting.
+
+        Raises:
+            KeyError: the recommendation has no such setting (a rule that should set it did not run).
+        """
+        decision = self.settings.get(setting)
+        if decision is None:
+            raise KeyError(f"the recommendation has no setting '{setting}'")
+        return decision.value
+
 
 def _fmt(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -154,7 +166,7 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         return (f"does not fit: the smallest plan with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
                 f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
     alt = fitting[0]
-    if result.facts.workload.objective == "memory":
+    if result.facts.workload.objective == Objective.MEMORY:
         alt = min(fitting, key=Candidate.memory_key)
         more = alt.memory.device_bytes - best.memory.device_bytes
         if more > 0:
@@ -183,9 +195,8 @@ def _communication(facts, best: Candidate) -> str:
     """Per-GPU memory and the step's communication over the links that carry it, in words."""
     hw = facts.hardware
     if hw.nodes > 1:
-        net = hw.interconnect or "InfiniBand HDR (assumed)"
-        gbit = hw.inter_node_gbit_s or 200.0
-        link = f"{net} at {gbit:g} Gb/s between {hw.nodes} nodes"
+        net = hw.interconnect or f"{hw.network.label} (assumed)"
+        link = f"{net} at {hw.network_gbit_s:g} Gb/s between {hw.nodes} nodes"
     elif hw.all_pairs_nvlink:
         link = "NVLink"
     else:
@@ -195,8 +206,11 @@ def _communication(facts, best: Candidate) -> str:
             f"{s.communication_s:.2f} s of the {s.step_time_s:.2f} s step over {link}")
 
 
-def _chosen(result: PlanningResult) -> str:
-    return "least-memory plan" if result.facts.workload.objective == "memory" else "fastest plan"
+def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
+    """What the objective picks, as a noun phrase (``fits``: say that the fastest plan is one that fits)."""
+    if result.facts.workload.objective == Objective.MEMORY:
+        return "least-memory plan"
+    return "fastest plan that fits" if fits else "fastest plan"
 
 
 def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
@@ -213,7 +227,7 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
             if others and all(any(e.matches(v) for e in others) for v in result.domains[setting] if v != value):
                 reasons = [f"the only value the rules allow: {others[0].reason}"]
             else:
-                reasons = [f"the value of the {_chosen(result)}" + ("" if "memory" in _chosen(result) else " that fits")]
+                reasons = [f"the value of the {_chosen(result, fits=True)}"]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
     alternatives = [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
                     for v in result.domains[setting] if v != value]
@@ -233,18 +247,19 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     assert best is not None, "build() needs a plan that fits"
     facts = result.facts
     settings: dict[str, SettingDecision] = {}
-    multi = ("offload", "tensor_parallel", "pipeline_parallel")
+    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
     searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)]
     if facts.gpu is None:
-        searched = [s for s in searched if s != "tf32"]
+        searched = [s for s in searched if s != Setting.TF32]
     for setting in searched:
         settings[setting] = _decide_searched(setting, result, best)
-    accumulation = [e for e in result.check_effects if e.kind == "set" and e.setting == "gradient_accumulation_steps"]
-    settings["gradient_accumulation_steps"] = _decide_set("gradient_accumulation_steps", accumulation)
+    accumulation = [e for e in result.check_effects
+                    if e.kind == "set" and e.setting == Setting.GRADIENT_ACCUMULATION_STEPS]
+    settings[Setting.GRADIENT_ACCUMULATION_STEPS] = _decide_set(Setting.GRADIENT_ACCUMULATION_STEPS, accumulation)
     gpus = facts.hardware.num_gpus
-    if gpus > 1 and "parallelism" in settings:
-        settings["parallelism"].rationale += "; " + _communication(facts, best)
-    settings["num_gpus"] = SettingDecision(
+    if gpus > 1 and Setting.PARALLELISM in settings:
+        settings[Setting.PARALLELISM].rationale += "; " + _communication(facts, best)
+    settings[Setting.NUM_GPUS] = SettingDecision(
         value=gpus, rule_ids=[], sources=[],
         rationale="training on the CPU: no GPU found" if gpus == 0 else f"all {gpus} GPU(s) of the hardware")
     set_effects: dict[str, list[Effect]] = {}

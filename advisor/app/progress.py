@@ -1,0 +1,92 @@
+"""What ``advisor validate`` shows and reads besides the report: the trials' progress on stderr, the
+console every command prints with, and the plan of a ``--plan`` file."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def console(stderr: bool = False):
+    """A rich console: stdout (or stderr), 160 columns when not a terminal so piped output is stable."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 160)
+
+
+def read_plan(path: str):
+    """The plan (and sequence length) of a recommend / estimate / validate JSON file."""
+    from pydantic import ValidationError
+
+    from probes.errors import UsageError
+    from rules import Plan
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as err:
+        raise UsageError(f"cannot read --plan {path}: {err.strerror}") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--plan {path} is not JSON: {err.msg} at line {err.lineno}") from None
+    raw = data.get("plan") or data.get("confirmed_plan") if isinstance(data, dict) else None
+    if raw is None:
+        raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")
+    try:
+        plan = Plan.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    seq_len = (data.get("workload") or {}).get("seq_len")
+    return plan, seq_len if isinstance(seq_len, int) else None
+
+
+class Progress:
+    """The validator's progress on stderr: a rich bar with the live step time and memory on a
+    terminal, one line per step otherwise."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console(stderr=True)
+        self.live = self.console.is_terminal
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+                            disable=not self.live, transient=False)
+        self.task = None
+        self.index = 0
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def __call__(self, event) -> None:
+        from advisor.measure.trial import StepUpdate
+        from advisor.measure.validation import Trial, TrialStarted, describe
+
+        if isinstance(event, TrialStarted):
+            self.index = event.index
+            about = event.predicted_step_time_s * event.total_steps
+            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
+                               f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
+                               f"{event.total_steps} steps", highlight=False)
+            if about > 300 and event.index == 1:
+                self.console.print("advisor: that is long for a trial: --steps, --seq-len or --global-batch-size "
+                                   "make it shorter", highlight=False)
+            self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
+        elif isinstance(event, StepUpdate):
+            info = event.describe()
+            if self.task is not None:
+                self.bar.update(self.task, completed=event.step, info=info)
+            if not self.live:
+                self.console.print(f"advisor: trial {self.index} {info}", highlight=False)
+        elif isinstance(event, Trial):
+            m = event.measured
+            done = f"{event.status}" + (f": {event.message}" if event.message else "")
+            if m and m.step_time_s:
+                done += f", {m.step_time_s:.3f} s/step, {m.tokens_per_s:,.0f} tokens/s"
+            if self.task is not None:
+                self.bar.update(self.task, info=done)
+            self.console.print(f"advisor: trial {self.index} {done}", highlight=False)
