@@ -2,8 +2,10 @@
 
 Every error the user can cause is an :class:`AdvisorError` subclass that carries its exit code
 and a one-line message; the CLI maps it to stderr and ``sys.exit`` in one place
-(``advisor.app.cli``), so a bad input never prints a traceback. The errors live in the lowest layer
-(``probes``) because probes, rules and the engine all raise them.
+(``advisor.app.cli.run``), so a bad input never prints a traceback. This is a leaf module (it imports
+nothing), kept in the base layer because the probes, the engine and the application raise these errors
+(rules never raise: they forbid, and the engine turns a refusal into a :class:`UsageError`); the exit
+codes sit beside the errors so that each error names its code in one place.
 """
 
 from __future__ import annotations

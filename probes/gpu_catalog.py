@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 
 from probes.errors import UnknownGPUError
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
+from probes.units import GIB
 
-GIB = 1024**3
 
 
 class CatalogGPU(BaseModel):

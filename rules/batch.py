@@ -8,10 +8,6 @@ from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
 
 
-def _alignment(facts: Facts) -> int:
-    return facts.gpu.alignment_multiple if facts.gpu is not None else 8
-
-
 @register
 class MicroBatchMultipleOf8(Rule):
     id = "batch.micro-batch-multiple-of-8"

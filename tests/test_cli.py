@@ -34,7 +34,7 @@ def test_recommend_json_follows_the_contract() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     rec = Recommendation.model_validate(data)
-    from advisor.engine.recommendation import SCHEMA_VERSION
+    from advisor.engine.schema import SCHEMA_VERSION
 
     assert data["schema_version"] == SCHEMA_VERSION
     for key in ("hardware", "model", "workload", "settings", "memory", "speed", "warnings"):

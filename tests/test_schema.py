@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from advisor.engine.recommendation import SCHEMA_VERSION
+from advisor.engine.schema import SCHEMA_VERSION
 from test_cli import ROOT, advisor
 
 COPY = ROOT / "schema" / "advisor.schema.json"

@@ -25,7 +25,8 @@ from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, EST
                                  OPTIONAL_PACKAGES, HardwareOptions, PlanOptions, TrialOptions, WorkloadOptions, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.recommendation import SCHEMA_VERSION, Recommendation, build
+from advisor.engine.recommendation import Recommendation, build
+from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import no_fit_error
 from probes.errors import UsageError

@@ -92,7 +92,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     except NoFitError as err:
         if args.json:
             closest = err.closest
-            from advisor.engine.recommendation import SCHEMA_VERSION
+            from advisor.engine.schema import SCHEMA_VERSION
 
             payload = {"schema_version": SCHEMA_VERSION, "fits": False, "error": str(err), "suggestions": err.suggestions,
                        "closest_plan": closest.plan.model_dump() if closest else None,
@@ -210,7 +210,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from advisor.app.api import Estimate
-    from advisor.engine.recommendation import SCHEMA_VERSION, Recommendation
+    from advisor.engine.recommendation import Recommendation
+    from advisor.engine.schema import SCHEMA_VERSION
     from advisor.measure.validation import ValidationReport
     from probes.hardware import HardwareProfile
     from probes.model import ModelProfile

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from probes.errors import UsageError
 from probes.units import GIB, KIB, MIB
-from probes.vocabulary import Objective, Task, literal
+from probes.vocabulary import Objective, Offload, Optimizer, Task, literal
 from rules.facts import Plan
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
@@ -82,8 +82,9 @@ PLAN_FLAGS = ("micro_batch_size", "gradient_accumulation_steps", "precision", "t
               "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
-ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": "adamw",
-                     "gradient_checkpointing": False, "offload": "none", "tensor_parallel": 1, "pipeline_parallel": 1}
+ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
+                     "gradient_checkpointing": False, "offload": Offload.NONE.value, "tensor_parallel": 1,
+                     "pipeline_parallel": 1}
 
 
 class PlanOptions(_Options):

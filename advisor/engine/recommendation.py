@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.planner import SEARCHED, Candidate, PlanningResult
+from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
@@ -16,14 +17,6 @@ from probes.units import GIB
 from probes.vocabulary import Objective, Setting
 from rules import REGISTRY, Effect, Plan, Workload
 
-#: MAJOR.MINOR of every JSON advisor prints: MINOR grows with added fields, MAJOR with removed or
-#: changed ones. schema/advisor.schema.json is the committed copy; schema/versions.json pins each
-#: version's hash, so a model change without a new version fails the tests.
-#: 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
-#: 1.2: workload.objective (speed | memory). 1.3: plan.cpu_processes; measured.ranks and sync_share
-#: (distributed trials). 1.4: FSDP strategies in plan.parallelism; hardware.interconnect, inter_node_gbit_s.
-#: 1.5: plan.tensor_parallel, plan.pipeline_parallel.
-SCHEMA_VERSION = "1.5"
 
 
 class SourceRef(BaseModel):

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate, device_bytes
 from probes.units import GIB
-from advisor.engine.recommendation import SCHEMA_VERSION
+from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.errors import UsageError
 from rules import Facts, Plan, Workload
