@@ -16,9 +16,11 @@ architectures are instantiated by transformers on ``torch.device("meta")`` (:mod
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from importlib import resources
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +100,19 @@ class ModelProfile(BaseModel):
     parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(
         default_factory=list, exclude=True,
         description="(shape, how many) of every parameter tensor; for factored optimizer states")
+
+    @cached_property
+    def largest_parameter_elements(self) -> int:
+        """Elements of the largest parameter tensor (the embedding, in most language models)."""
+        return max((math.prod(shape) for shape, _count in self.parameter_shapes), default=0)
+
+    @cached_property
+    def factored_statistics_elements(self) -> int:
+        """Elements of Adafactor's factored second moments: a row and a column statistic per matrix (rows =
+        the product of the leading dimensions), the full tensor for vectors (Shazeer & Stern 2018,
+        https://arxiv.org/abs/1804.04235 sec. 3)."""
+        return sum(((math.prod(shape[:-1]) + shape[-1]) if len(shape) >= 2 else shape[0]) * count
+                   for shape, count in self.parameter_shapes)
 
 
 def _catalog_dir():

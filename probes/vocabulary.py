@@ -29,6 +29,16 @@ else:  # pragma: no cover - Python 3.10
             return str(self.value)
 
 
+class Vocabulary(StrEnum):
+    """Base of the vocabulary's enums."""
+
+    @classmethod
+    def of(cls, value: str):
+        """The member for a value: ``cls(value)`` without the enum machinery (the planner prices thousands
+        of plans). Raises KeyError for an unknown value."""
+        return cls._value2member_map_[value]
+
+
 def literal(enum: type[Enum]):
     """The ``Literal[...]`` type of an enum's values, in declaration order (for pydantic fields, so the
     JSON and its schema keep plain strings)."""
@@ -48,7 +58,7 @@ def searched(enum: type[Enum]) -> tuple[str, ...]:
 
 # -- the settings a recommendation explains -------------------------------------------------------
 
-class Setting(StrEnum):
+class Setting(Vocabulary):
     """Every setting a rule speaks about and a recommendation explains (``Recommendation.settings`` keys).
 
     The searched ones are ``Plan`` fields; the rest are set by rules (``Effect`` kind 'set')."""
@@ -74,7 +84,7 @@ class Setting(StrEnum):
 
 # -- where a plan runs ---------------------------------------------------------------------------
 
-class Device(StrEnum):
+class Device(Vocabulary):
     """Where training runs."""
 
     CUDA = "cuda"
@@ -83,7 +93,7 @@ class Device(StrEnum):
 
 # -- precision -----------------------------------------------------------------------------------
 
-class Precision(StrEnum):
+class Precision(Vocabulary):
     """The compute precision of a plan (search order: :data:`SEARCH_ORDER`)."""
 
     FP32 = "fp32"  #: full precision (TF32 matmuls where the plan's tf32 flag is on)
@@ -139,7 +149,7 @@ class OptimizerSpec:
     update_temporary_bytes_per_element: float = 0
 
 
-class Optimizer(StrEnum):
+class Optimizer(Vocabulary):
     """The optimizer of a plan (search order: :data:`SEARCH_ORDER`)."""
 
     ADAMW = "adamw"
@@ -221,7 +231,7 @@ class ParallelismSpec:
     trial_as: str | None = None
 
 
-class Parallelism(StrEnum):
+class Parallelism(Vocabulary):
     """The data-parallel strategy of a plan."""
 
     NONE = "none"
@@ -257,7 +267,7 @@ class Parallelism(StrEnum):
         return self.spec.framework == "fsdp"
 
 
-class Offload(StrEnum):
+class Offload(Vocabulary):
     """What a sharded plan keeps in CPU RAM (ZeRO-Offload, FSDP CPUOffload)."""
 
     NONE = "none"
@@ -302,7 +312,7 @@ PARALLELISM_SPECS: dict[Parallelism, ParallelismSpec] = {
 
 # -- kernels ---------------------------------------------------------------------------------------
 
-class Attention(StrEnum):
+class Attention(Vocabulary):
     """The attention implementation (transformers' ``attn_implementation``)."""
 
     EAGER = "eager"  #: the s x s probabilities materialised (and saved for backward)
@@ -316,14 +326,14 @@ class Attention(StrEnum):
 
 # -- the question ----------------------------------------------------------------------------------
 
-class Objective(StrEnum):
+class Objective(Vocabulary):
     """What matters most when ranking plans."""
 
     SPEED = "speed"  #: the fastest plan that fits
     MEMORY = "memory"  #: the plan with the least device memory
 
 
-class Task(StrEnum):
+class Task(Vocabulary):
     """The task head a model is trained with."""
 
     CAUSAL_LM = "causal-lm"
@@ -351,7 +361,7 @@ _AUTO_CLASSES = {
 }
 
 
-class Family(StrEnum):
+class Family(Vocabulary):
     """A model's architecture family."""
 
     DECODER_ONLY = "decoder-only"
@@ -378,14 +388,14 @@ _FAMILY_TASKS = {
 
 # -- links -----------------------------------------------------------------------------------------
 
-class Link(StrEnum):
+class Link(Vocabulary):
     """A link between GPUs inside a node."""
 
     NVLINK = "nvlink"
     PCIE = "pcie"
 
 
-class Network(StrEnum):
+class Network(Vocabulary):
     """The network between nodes."""
 
     INFINIBAND = "infiniband"

@@ -87,7 +87,10 @@ class Rule:
         return []
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        """A hard ``forbid`` of a combination of settings the plan cannot run with, or None."""
+        """A hard ``forbid`` of a combination of settings the plan cannot run with, or None.
+
+        Decide on the plan's layout alone (parallelism, offload, tensor / pipeline parallel, GPUs and
+        processes): the planner asks once per layout, not once per candidate."""
         return None
 
     # helpers: rules build effects with these, so every effect carries the rule id

@@ -76,7 +76,7 @@ class FusedOptimizer(Rule):
                  "temporary copy of the parameters.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        optimizer = Optimizer(plan.optimizer)
+        optimizer = Optimizer.of(plan.optimizer)
         spec, impl = optimizer.spec, optimizer.implementation(plan.device)
         module, cls = spec.factory.split(":")
         if impl == "fused":

@@ -158,7 +158,7 @@ class OffloadLastResort(Rule):
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         """Offload pairs only with sharding that supports it (:class:`probes.vocabulary.ParallelismSpec` offloads)."""
-        if plan.offload in Parallelism(plan.parallelism).spec.offloads:
+        if plan.offload in Parallelism.of(plan.parallelism).spec.offloads:
             return None
         able = [p.value for p in Parallelism if plan.offload in p.spec.offloads]
         return self.forbid(Setting.OFFLOAD, plan.offload, f"needs sharding that offloads it: {', '.join(able)}",

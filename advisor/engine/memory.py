@@ -75,7 +75,7 @@ class MemoryEstimate(BaseModel):
 
 
 def _bytes_per_activation(plan: Plan) -> int:
-    return Precision(plan.precision).activation_bytes
+    return Precision.of(plan.precision).activation_bytes
 
 
 def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
@@ -102,7 +102,7 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
             scores = model.num_attention_heads * s * s * b
             # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
             # copy when dropout or a cast to the compute dtype made a new tensor
-            total += scores * (4 + drop + (a if drop or Precision(plan.precision).mixed else 0))
+            total += scores * (4 + drop + (a if drop or Precision.of(plan.precision).mixed else 0))
         return total
 
     total = attention()
@@ -134,7 +134,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     if eager and c["layer_s"] < 1:
         # the calibration ran CUDA's flash attention; the eager path keeps the s x s
         # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
-        per_score = 4 + (7 if model.dropout else 0) + (2 if Precision(plan.precision).mixed else 0)
+        per_score = 4 + (7 if model.dropout else 0) + (2 if Precision.of(plan.precision).mixed else 0)
         full_layer += per_score * b * nss
     head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
     transient = full_layer
@@ -162,7 +162,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     """
     table = _calibration().get(model.model_type, {}).get(model.task)
     if table is not None:
-        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if Precision(plan.precision).mixed else "fp32"],
+        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if Precision.of(plan.precision).mixed else "fp32"],
                                             eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
@@ -176,10 +176,10 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     else:
         layers = sum(per_layer)
     embeddings = 4 * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
-    if Task(model.task).language_modeling:
+    if Task.of(model.task).language_modeling:
         v = model.vocab_size
         head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
-        logits = (4 + 4 + (2 if Precision(plan.precision).mixed else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
+        logits = (4 + 4 + (2 if Precision.of(plan.precision).mixed else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
         loss_grad = a * s * b * v
     else:
         head_input = (a + 4) * b * h * s
@@ -190,28 +190,9 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
 
 def _optimizer_state_bytes(model: ModelProfile, optimizer: Optimizer) -> int:
     per_param = optimizer.spec.state_bytes_per_param
-    if per_param is None:  # factored second moments: a row and a column statistic per matrix
-        total = 0
-        for shape, count in model.parameter_shapes:
-            if len(shape) >= 2:
-                rows = 1
-                for d in shape[:-1]:
-                    rows *= d
-                total += (rows + shape[-1]) * 4 * count
-            else:
-                total += shape[0] * 4 * count
-        return total
+    if per_param is None:  # factored second moments, fp32
+        return 4 * model.factored_statistics_elements
     return int(per_param * model.num_parameters)
-
-
-def _largest_param_elements(model: ModelProfile) -> int:
-    best = 0
-    for shape, _count in model.parameter_shapes:
-        n = 1
-        for d in shape:
-            n *= d
-        best = max(best, n)
-    return best
 
 
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES) -> int:
@@ -240,8 +221,8 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
     2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's."""
-    mixed = Precision(plan.precision).mixed
-    offload = Offload(plan.offload)
+    mixed = Precision.of(plan.precision).mixed
+    offload = Offload.of(plan.offload)
     low = 2 if mixed else 4
     params = low * P // (n if stage >= 3 else 1)
     grads = low * P // (n if stage >= 2 else 1)
@@ -259,9 +240,9 @@ def _replicated_states(plan: Plan, P: int, copies16: int, states_full: int, larg
     """fp32 parameters and gradients on every device (plus DDP's bucket copy), the whole optimizer state;
     the end of backward adds two embedding-sized temporaries (the embedding's dense gradient and its
     accumulation into the tied weight's gradient)."""
-    step_temp = Optimizer(plan.optimizer).step_temporary_bytes(plan.device, P, largest)
+    step_temp = Optimizer.of(plan.optimizer).step_temporary_bytes(plan.device, P, largest)
     return _States(weights=4 * P, copies16=copies16, grads=4 * P,
-                   buckets=4 * P if Parallelism(plan.parallelism).replicated else 0,  # DP / DDP gradient buckets
+                   buckets=4 * P if Parallelism.of(plan.parallelism).replicated else 0,  # DP / DDP gradient buckets
                    optimizer=states_full, step_temp=max(step_temp, 2 * 4 * largest))
 
 
@@ -269,12 +250,12 @@ def _states(model: ModelProfile, plan: Plan, nodes: int) -> _States:
     """Model-state bytes per device, with model parallelism's split (Narayanan et al. 2021,
     https://arxiv.org/abs/2104.04473 sec. 2: each GPU holds 1/(t·p) of the parameters, gradients and
     optimizer states; tensor parallel splits each matrix, the vocabulary-parallel head and embedding too)."""
-    parallelism = Parallelism(plan.parallelism)
+    parallelism = Parallelism.of(plan.parallelism)
     split = max(plan.tensor_parallel, 1) * max(plan.pipeline_parallel, 1)
     P = model.num_parameters // split
-    copies16 = (2 * model.matmul_parameters if Precision(plan.precision).mixed else 0) // split
-    states_full = _optimizer_state_bytes(model, Optimizer(plan.optimizer)) // split
-    largest = _largest_param_elements(model) // max(plan.tensor_parallel, 1)
+    copies16 = (2 * model.matmul_parameters if Precision.of(plan.precision).mixed else 0) // split
+    states_full = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer)) // split
+    largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
     n = plan.data_parallel_size
     if parallelism.spec.replicated_across_nodes:
         n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
@@ -301,7 +282,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
-    eager = Attention(attention or Attention.default(plan.device)) == Attention.EAGER
+    eager = (attention or Attention.default(plan.device)) == Attention.EAGER
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     tp = max(plan.tensor_parallel, 1)
     if tp * max(plan.pipeline_parallel, 1) > 1:
@@ -315,10 +296,10 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
-    head_matmul = model.vocab_size * model.hidden_size // tp if Task(model.task).language_modeling else 0
+    head_matmul = model.vocab_size * model.hidden_size // tp if Task.of(model.task).language_modeling else 0
     copies16_backward = min(s.copies16, 2 * head_matmul) if plan.gradient_checkpointing else s.copies16
     backward_phase = max(s.copies16 + act, copies16_backward + act + backward_extra)
-    if plan.gradient_accumulation_steps > 1 or Parallelism(plan.parallelism).stage:
+    if plan.gradient_accumulation_steps > 1 or Parallelism.of(plan.parallelism).stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
         peak = s.weights + s.optimizer + grads_total + max(backward_phase, s.step_temp)
     else:

@@ -195,6 +195,14 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> C
                      preferences=prefs, fallbacks=fallbacks)
 
 
+def _layouts(facts: Facts, plan: Plan, strategies: list[str], offloads: list[str], refusing: list[Rule]
+             ) -> set[tuple[str, str]]:
+    """The (parallelism, offload) pairs no rule refuses for ``plan``'s tensor / pipeline split and GPUs
+    (``Rule.refuse`` decides on the layout alone, so one plan per pair stands for all its candidates)."""
+    return {(p, o) for p, o in product(strategies, offloads)
+            if refusal(facts, plan.model_copy(update={"parallelism": p, "offload": o}), refusing) is None}
+
+
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool
                 ) -> list[Candidate]:
     """Every allowed plan, with (``model_parallel``) or without tensor / pipeline parallelism.
@@ -219,15 +227,23 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                           else [p for p in allowed[Setting.PARALLELISM] if p != Parallelism.NONE])
         else:
             micros, strategies = allowed[Setting.MICRO_BATCH_SIZE], allowed[Setting.PARALLELISM]
+        if not all((micros, strategies, allowed[Setting.PRECISION], allowed[Setting.OPTIMIZER])):
+            continue
+        layout = Plan(device=device, precision=allowed[Setting.PRECISION][0], tf32=False,
+                      optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
+                      gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
+                      pipeline_parallel=pp, parallelism=strategies[0])
+        layouts = _layouts(facts, layout, strategies, allowed[Setting.OFFLOAD], refusing)
         for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
                 allowed[Setting.PRECISION], allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
                 allowed[Setting.GRADIENT_CHECKPOINTING], micros, strategies, allowed[Setting.OFFLOAD]):
+            if (parallelism, offload) not in layouts:
+                continue
             plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
                         gradient_checkpointing=ckpt, micro_batch_size=micro,
                         gradient_accumulation_steps=gbs // (micro * dp), parallelism=parallelism,
                         num_gpus=gpus, offload=offload, tensor_parallel=tp, pipeline_parallel=pp)
-            if refusal(facts, plan, refusing) is None:
-                out.append(evaluate(facts, plan, effects))
+            out.append(evaluate(facts, plan, effects))
     return out
 
 
