@@ -97,7 +97,8 @@ def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
     return effects
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` (>= 1), ascending."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -117,7 +118,7 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         "tf32": [True, False],
         "optimizer": list(OPTIMIZERS),
         "gradient_checkpointing": [False, True],
-        "micro_batch_size": _divisors(gbs // dp),
+        "micro_batch_size": divisors(gbs // dp),
         "parallelism": list(PARALLELISMS),
         "offload": ["none", "optimizer", "optimizer+parameters"],
         "tensor_parallel": [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
@@ -180,7 +181,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
         if gbs % dp:
             continue
         if model_parallel:
-            micros = _allowed({"micro_batch_size": _divisors(gbs // dp)}, effects)["micro_batch_size"]
+            micros = _allowed({"micro_batch_size": divisors(gbs // dp)}, effects)["micro_batch_size"]
             strategies = ["none"] if dp == 1 else [p for p in allowed["parallelism"] if p != "none"]
         else:
             micros, strategies = allowed["micro_batch_size"], allowed["parallelism"]
