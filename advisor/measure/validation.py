@@ -34,13 +34,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine import planner
+from advisor.engine.planner import divisors
 from advisor.engine.memory import GIB, MemoryEstimate, device_bytes
 from advisor.engine.recommendation import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
+from advisor.measure.outcome import TrialStatus
 from probes.errors import UsageError
 from rules import Facts, Plan, Workload
 
-TrialStatus = Literal["ok", "oom", "nonfinite", "error", "interrupted"]
 TrialRole = Literal["plan", "smaller-micro-batch", "checkpointing", "bf16", "no-compile", "larger-micro-batch",
                     "baseline"]
 Verdict = Literal["confirmed", "corrected", "failed", "incomplete"]
@@ -225,8 +226,8 @@ def _measured(outcome, plan: Plan, seq_len: int, speed: SpeedEstimate) -> Measur
         samples = plan.global_batch_size / median
         tokens = samples * seq_len
         mfu = speed.flops_per_step / median / (speed.peak_flops_per_s * plan.data_parallel_size)
-    ranks = [RankMeasured(rank=r["rank"], status=r["status"], peak_bytes=r["peak_bytes"],
-                          device_bytes=r["device_bytes"], step_time_s=_step_stats(r["step_times_s"])[0])
+    ranks = [RankMeasured(rank=r.rank, status=r.status, peak_bytes=r.peak_bytes, device_bytes=r.device_bytes,
+                          step_time_s=_step_stats(r.step_times_s)[0])
              for r in outcome.ranks] or None
     return Measured(peak_bytes=outcome.peak_bytes, device_bytes=outcome.device_bytes,
                     reserved_bytes=outcome.reserved_bytes, step_time_s=median, step_time_spread_s=spread,
@@ -236,15 +237,11 @@ def _measured(outcome, plan: Plan, seq_len: int, speed: SpeedEstimate) -> Measur
                     sync_share=outcome.sync_share)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def smaller_micro_batch(plan: Plan) -> Plan | None:
     """Half the micro-batch (the largest divisor of the per-device batch at or below half), with the
     accumulation raised to keep the global batch; None at micro-batch 1."""
     per_device = plan.micro_batch_size * plan.gradient_accumulation_steps
-    lower = [d for d in _divisors(per_device) if d <= plan.micro_batch_size // 2]
+    lower = [d for d in divisors(per_device) if d <= plan.micro_batch_size // 2]
     if not lower:
         return None
     mb = lower[-1]
@@ -255,7 +252,7 @@ def larger_micro_batch(plan: Plan) -> Plan | None:
     """At least double the micro-batch (the smallest divisor of the per-device batch at or above
     twice it), with fewer accumulation steps; None without accumulation."""
     per_device = plan.micro_batch_size * plan.gradient_accumulation_steps
-    higher = [d for d in _divisors(per_device) if d >= 2 * plan.micro_batch_size]
+    higher = [d for d in divisors(per_device) if d >= 2 * plan.micro_batch_size]
     if not higher:
         return None
     mb = higher[0]
