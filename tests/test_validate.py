@@ -326,7 +326,7 @@ def test_validate_is_in_the_python_api() -> None:
     import advisor
 
     assert advisor.validate is api.validate
-    assert Path(ROOT / "advisor" / "validation.py").exists()
+    assert Path(ROOT / "advisor" / "measure" / "validation.py").exists()
 
 
 def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
