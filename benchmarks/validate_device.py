@@ -24,7 +24,6 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
-from advisor.measure.validation import describe  # noqa: E402
 
 GIB = 2**30
 CPU_GRID = [  # (model, seq_len, global batch, settings)
@@ -83,11 +82,11 @@ def main() -> None:
         for t in report.trials:
             m = t.measured
             if m is None or m.step_time_s is None:
-                rows.append(f"| {model} | {report.workload.seq_len} | {describe(t.plan)} | {t.role} | {t.status} "
+                rows.append(f"| {model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
                             f"| | | | | | | |")
                 continue
             rows.append(
-                f"| {model} | {report.workload.seq_len} | {describe(t.plan)} | {t.role} | {t.status} "
+                f"| {model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
                 f"| {t.predicted.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {t.error.peak_bytes:+.1%} "
                 f"| {t.predicted.speed.step_time_s:.3f} | {m.step_time_s:.3f} | {t.error.step_time_s:+.1%} "
                 f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |")

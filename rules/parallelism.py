@@ -24,7 +24,7 @@ class SingleDevice(Rule):
         if facts.hardware.num_gpus > 1:
             return []
         why = "a single device: nothing to distribute"
-        return [self.forbid(Setting.PARALLELISM, v, why, hard=True) for v in Parallelism if v != Parallelism.NONE]
+        return [self.forbid(Setting.PARALLELISM, v, why) for v in Parallelism if v != Parallelism.NONE]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         replicas = plan.data_parallel_size > 1
@@ -33,7 +33,8 @@ class SingleDevice(Rule):
                                f"{plan.data_parallel_size} model replicas need a data-parallel strategy (ddp)", hard=True)
         if plan.parallelism != Parallelism.NONE and not replicas:
             return self.forbid(Setting.PARALLELISM, plan.parallelism,
-                               "needs several model replicas (GPUs / model-parallel size)", hard=True)
+                               "needs several model replicas (GPUs / model-parallel size, or processes on the CPU)",
+                               hard=True)
         return None
 
 

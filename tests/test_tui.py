@@ -143,6 +143,17 @@ async def test_planning_failure_is_shown_not_raised() -> None:
         assert app.query_one("#rec-summary").has_class("error")
 
 
+async def test_a_bad_value_is_refused_with_the_command_lines_words() -> None:
+    app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        app.query_one("#seq-len").value = "0"
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: PlanningFailed in kinds(app))
+        assert "--seq-len must be > 0, got 0" in app.messages[-1].error  # what `advisor recommend` prints
+        assert app.recommendation is None
+
+
 async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_report(tmp_path) -> None:
     pytest.importorskip("torch")
     path = tmp_path / "config.json"

@@ -23,8 +23,8 @@ import torch  # noqa: E402
 from advisor.app import api  # noqa: E402
 from advisor.app.files import write_atomic  # noqa: E402
 from advisor.measure.trial import StepUpdate  # noqa: E402
-from advisor.measure.validation import (ValidationReport, _Session, baseline_plan, larger_micro_batch,  # noqa: E402
-                                smaller_micro_batch)
+from advisor.measure.session import Session, larger_micro_batch, smaller_micro_batch  # noqa: E402
+from advisor.measure.validation import ValidationReport, baseline_plan  # noqa: E402
 from probes.errors import ExitCode, UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from rules import Plan  # noqa: E402
@@ -137,15 +137,15 @@ def test_nonfinite_loss_is_reported(tmp_path) -> None:
 def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
     def correction(hw: str):
         f = make_facts(hw, seq_len=128, global_batch_size=8)
-        session = _Session(f, api_runtime(), 1, 1, 6, None, None, threading.Event(), None)
+        session = Session(f, api_runtime(), 1, 1, 6, None, None, threading.Event(), None)
         plan = _plan(device="cuda", precision="fp16", num_gpus=1)
         from advisor.engine import planner
-        from advisor.measure.validation import Predicted, RuntimeSettings, Trial
+        from advisor.measure.report_models import Predicted, RuntimeSettings, Trial
 
         c = planner.evaluate(f, plan)
         trial = Trial(role="plan", reason="", plan=plan, runtime=RuntimeSettings(), status="nonfinite",
                       predicted=Predicted(memory=c.memory, speed=c.speed), wall_s=0.0)
-        return session._correction(trial), session.warnings
+        return session.correction(trial), session.warnings
 
     nxt, _ = correction("a100-80gb")
     assert nxt[0] == "bf16" and nxt[2].precision == "bf16"
@@ -224,7 +224,7 @@ def test_a_plan_for_another_device_is_refused(tiny) -> None:
         api.validate(tiny, plan=_plan(device="cuda", num_gpus=1), hardware=CPU)
     with pytest.raises(UsageError, match="uses 2 GPUs, this machine has 0"):
         api.validate(tiny, plan=_plan(device="cuda", num_gpus=2, parallelism="ddp"), hardware=CPU)
-    with pytest.raises(UsageError, match="needs several processes"):
+    with pytest.raises(UsageError, match="needs several model replicas"):
         api.validate(tiny, plan=_plan(parallelism="ddp"), hardware=CPU)
     with pytest.raises(UsageError, match="fp16"):
         api.validate(tiny, precision="fp16", hardware=CPU)
@@ -265,7 +265,7 @@ def test_cli_nonfinite_exits_with_validation_failed(tmp_path) -> None:
     (["--memory-limit", "lots"], "is not a size"),
     (["--plan", "/nonexistent/rec.json"], "cannot read --plan"),
     (["--steps", "x"], "not a whole number"),
-    (["--nproc", "0"], "--nproc must be >= 1"),
+    (["--nproc", "0"], "--nproc must be > 0"),
 ])
 def test_cli_bad_validate_input_is_one_line(tiny, args, needle) -> None:
     res = _cli("validate", "--model", tiny, *args)
@@ -326,7 +326,7 @@ def test_validate_is_in_the_python_api() -> None:
     import advisor
 
     assert advisor.validate is api.validate
-    assert Path(ROOT / "advisor" / "validation.py").exists()
+    assert Path(ROOT / "advisor" / "measure" / "validation.py").exists()
 
 
 def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 
-def positive_int(text: str, default):
-    """``text`` as a positive integer, else ``default`` (an empty or bad field keeps the default)."""
+def whole_number(text: str, default):
+    """``text`` as a whole number, or ``default`` when the field is empty. Bounds are not checked here:
+    the API refuses a bad value with the same one line as the command line (:mod:`advisor.app.options`),
+    and the step shows it."""
     try:
-        value = int(text)
+        return int(text)
     except (TypeError, ValueError):
         return default
-    return value if value > 0 else default

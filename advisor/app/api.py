@@ -17,11 +17,12 @@ Every function raises an :class:`probes.errors.AdvisorError` subclass on bad inp
 from __future__ import annotations
 
 import importlib.util
+import inspect
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,  # noqa: F401
+from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
                                  OPTIONAL_PACKAGES, HardwareOptions, PlanOptions, TrialOptions, WorkloadOptions, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
@@ -344,9 +345,25 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
                      f"{strategy.spec.trial_as} ({_trial_label(strategy)})")
         plan = plan.model_copy(update={"parallelism": strategy.spec.trial_as})
     facts = make_facts(profile, hardware=hw, **{**question, "global_batch_size": plan.global_batch_size})
-    planner.require_legal(facts, plan)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,
                             memory_limit_bytes=opts.memory_limit_bytes, max_trials=opts.max_trials,
                             progress=progress, stop=stop)
     report.warnings[:0] = notes
     return report
+
+
+def _sign(function, options: type[BaseModel]) -> None:
+    """Show the option models' fields as the keyword-only parameters of ``function`` (``help()``, IDEs):
+    the signature is made from the one declaration, like the CLI's flags."""
+    signature = inspect.signature(function)
+    fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    names = {p.name for p in fixed}
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.annotation)
+             for name, field in options.model_fields.items() if name not in names]
+    function.__signature__ = signature.replace(parameters=fixed + extra)
+
+
+_sign(make_facts, _Question)
+_sign(recommend, _Question)
+_sign(estimate, _EstimateOptions)
+_sign(validate, _ValidateOptions)

@@ -64,12 +64,12 @@ class Progress:
 
     def __call__(self, event) -> None:
         from advisor.measure.trial import StepUpdate
-        from advisor.measure.validation import Trial, TrialStarted, describe
+        from advisor.measure.validation import Trial, TrialStarted
 
         if isinstance(event, TrialStarted):
             self.index = event.index
             about = event.predicted_step_time_s * event.total_steps
-            self.console.print(f"advisor: trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
+            self.console.print(f"advisor: trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
                                f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
                                f"{event.total_steps} steps", highlight=False)
             if about > 300 and event.index == 1:

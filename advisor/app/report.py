@@ -182,7 +182,6 @@ def _err(x: float | None) -> str:
 def validation_tables(report) -> Group:
     """A validation report: the device, every trial measured beside predicted, the verdict, the
     comparison with the baseline, the warnings. ``report`` is an ``advisor.measure.validation.ValidationReport``."""
-    from advisor.measure.validation import describe
 
     d = report.device
     limit = f", held to {gib(d.memory_limit_bytes)}" if d.memory_limit_bytes else ""
@@ -197,7 +196,7 @@ def validation_tables(report) -> Group:
     for i, trial in enumerate(report.trials, 1):
         m, p, e = trial.measured, trial.predicted, trial.error
         status = trial.status if trial.status == "ok" else f"[red]{trial.status}[/]"
-        t.add_row(str(i), trial.role, describe(trial.plan), status,
+        t.add_row(str(i), trial.role, trial.plan.describe(), status,
                   gib(m.peak_bytes) + _err(e.peak_bytes if e else None) if m and m.peak_bytes else "—",
                   gib(p.memory.peak_bytes),
                   f"{m.step_time_s:.3f} s" + _err(e.step_time_s if e else None) if m and m.step_time_s else "—",
@@ -219,7 +218,7 @@ def validation_tables(report) -> Group:
     style = {"confirmed": "bold green", "corrected": "bold yellow"}.get(report.verdict, "bold red")
     verdict = Text.assemble(("Verdict: ", "bold"), (report.verdict, style))
     if report.confirmed_plan is not None:
-        verdict.append(f" — {describe(report.confirmed_plan)}")
+        verdict.append(f" — {report.confirmed_plan.describe()}")
     if report.interrupted:
         verdict.append(" (interrupted: partial report)", style="yellow")
     parts.append(verdict)
@@ -229,10 +228,10 @@ def validation_tables(report) -> Group:
             parts.append(Text("The confirmed plan is the documents' baseline (fp32, no checkpointing, AdamW): "
                               "nothing to compare"))
         elif c.speedup is not None:
-            parts.append(Text(f"Against the baseline ({describe(c.baseline_plan)}): {c.speedup:.2f}x the speed, "
+            parts.append(Text(f"Against the baseline ({c.baseline_plan.describe()}): {c.speedup:.2f}x the speed, "
                               f"{gib(c.memory_saved_bytes)} less peak memory"))
         else:
-            parts.append(Text(f"Baseline ({describe(c.baseline_plan)}): {c.baseline_status}; no comparison"))
+            parts.append(Text(f"Baseline ({c.baseline_plan.describe()}): {c.baseline_status}; no comparison"))
     for w in report.warnings:
         parts.append(Text(f"warning: {w}", style="yellow"))
     return Group(*parts)

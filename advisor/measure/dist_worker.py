@@ -11,8 +11,9 @@ wraps the model as planned and runs the same loop as a one-device trial:
   (https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html), ``reshard_after_forward``
   False (SHARD_GRAD_OP, ZeRO-2's counterpart) or True (FULL_SHARD, ZeRO-3's).
 
-Rank 0 prints one JSON line per step on stdout (the parent's progress); each rank writes
-``rank<R>.json`` with its measurements. A stop is a file the parent creates; the ranks agree on it
+The spec is a :class:`advisor.measure.outcome.TrialSpec`. Rank 0 prints a ``StepEvent`` JSON line
+per step on stdout (the parent's progress); each rank writes ``rank<R>.json`` (a ``RankOutcome``)
+with its measurements, then prints a ``RankDoneEvent`` line. A stop is a file the parent creates; the ranks agree on it
 at each step boundary (an all-reduce), so all stop at the same step. A failed rank exits 1, and
 torchrun tears the others down.
 """
@@ -20,8 +21,6 @@ torchrun tears the others down.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -30,12 +29,20 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-#: The plans a distributed trial runs: DDP, and sharding through FSDP2 (ZeRO-2 / SHARD_GRAD_OP keep the
+from pydantic import BaseModel
+
+from probes.vocabulary import Device, Parallelism
+
+#: The plans a distributed trial runs: DDP, and sharding through FSDP2 (every strategy run by torch,
+#: DeepSpeed or FSDP that the vocabulary does not trial as another one: ZeRO-2 / SHARD_GRAD_OP keep the
 #: parameters gathered between forward and backward; ZeRO-3 / FULL_SHARD reshard; HYBRID_SHARD on one
-#: node is FULL_SHARD).
-KINDS = ("ddp", "zero-2", "zero-3", "fsdp-shard-grad-op", "fsdp-full-shard", "fsdp-hybrid-shard")
-RESHARD = {"zero-2": False, "fsdp-shard-grad-op": False, "zero-3": True, "fsdp-full-shard": True,
-           "fsdp-hybrid-shard": True}
+#: node is FULL_SHARD): ddp, zero-2, zero-3, fsdp-shard-grad-op, fsdp-full-shard, fsdp-hybrid-shard.
+KINDS = tuple(p.value for p in Parallelism if p is not Parallelism.NONE and p.spec.trial_as is None)
+
+
+def reshards(kind: str) -> bool:
+    """FSDP2's ``reshard_after_forward`` for a sharded kind: True where the parameters are sharded (stage 3)."""
+    return Parallelism(kind).stage == 3
 
 
 class Distributed:
@@ -48,19 +55,19 @@ class Distributed:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         if cuda:
             torch.cuda.set_device(self.local_rank)
-        self.device = torch.device(f"cuda:{self.local_rank}") if cuda else torch.device("cpu")
+        self.device = torch.device(f"{Device.CUDA}:{self.local_rank}") if cuda else torch.device(Device.CPU.value)
         torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=5))
         self.sync_share: float | None = None
 
     def wrap(self, net):
         """DDP, or FSDP2 on each transformer block and the root."""
         torch = self.torch
-        if self.kind == "ddp":
+        if self.kind == Parallelism.DDP:
             return torch.nn.parallel.DistributedDataParallel(
                 net, device_ids=[self.local_rank] if self.cuda else None)
         from torch.distributed.fsdp import fully_shard
 
-        reshard = RESHARD[self.kind]
+        reshard = reshards(self.kind)
         for module in net.modules():
             if isinstance(module, torch.nn.ModuleList) and len(module) > 1 and \
                     len({type(block) for block in module}) == 1:
@@ -71,7 +78,7 @@ class Distributed:
 
     def sync(self, net, last: bool):
         """The context of one micro-batch: gradients are synchronised on the last one only."""
-        if self.kind == "ddp":
+        if self.kind == Parallelism.DDP:
             return contextlib.nullcontext() if last else net.no_sync()
         net.set_requires_gradient_sync(last)
         return contextlib.nullcontext()
@@ -120,40 +127,39 @@ class Distributed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run this rank from the spec file named by the first argument; the exit status."""
+    """Run this rank from the spec file (a ``TrialSpec``) named by the first argument; the exit status."""
     import torch
 
-    from advisor.measure.trial import run_trial
-    from probes.model import ModelProfile
-    from rules import Plan
+    from advisor.measure.outcome import RankDoneEvent, RankOutcome, StepEvent, TrialSpec
+    from advisor.measure.trial import run_spec
 
     spec_path = Path((argv or sys.argv[1:])[0])
-    spec = json.loads(spec_path.read_text())
-    plan = Plan.model_validate(spec["plan"])
-    model = ModelProfile.model_validate(spec["model"])
+    spec = TrialSpec.model_validate_json(spec_path.read_text())
     folder = spec_path.parent
-    dist = Distributed(torch, spec["kind"], plan.device == "cuda", folder / "stop")
+    dist = Distributed(torch, spec.kind, spec.plan.device == Device.CUDA, folder / "stop")
 
     def on_step(update) -> None:
         if dist.rank == 0:
-            sys.stdout.write(json.dumps({"event": "step", **dataclasses.asdict(update)}) + "\n")
-            sys.stdout.flush()
+            _emit(StepEvent(update=update))
 
     try:
-        outcome = run_trial(model, plan, spec["seq_len"], steps=spec["steps"], warmup=spec["warmup"],
-                            torch_compile=spec["torch_compile"], dataloader_num_workers=spec["dataloader_num_workers"],
-                            dataloader_pin_memory=spec["dataloader_pin_memory"],
-                            memory_limit_bytes=spec.get("memory_limit_bytes"), on_step=on_step,
-                            stop=threading.Event(), config=spec.get("config"), dist=dist)
-        result = dataclasses.asdict(outcome)
-        result.update(rank=dist.rank, world_size=dist.world_size, sync_share=dist.sync_share)
-        (folder / f"rank{dist.rank}.json").write_text(json.dumps(result))
+        outcome = run_spec(spec, on_step=on_step, stop=threading.Event(), dist=dist)
+        result = RankOutcome(rank=dist.rank, world_size=dist.world_size,
+                             **outcome.model_dump(exclude={"ranks", "sync_share"}), sync_share=dist.sync_share)
+        (folder / f"rank{dist.rank}.json").write_text(result.model_dump_json())
+        _emit(RankDoneEvent(rank=dist.rank, status=outcome.status))
     finally:
         if "outcome" in locals() and outcome.status in ("ok", "interrupted"):
             dist.close()
     if outcome.status not in ("ok", "interrupted"):
         os._exit(1)  # the other ranks may wait in a collective: torchrun tears them down
     return 0
+
+
+def _emit(event: BaseModel) -> None:
+    """One progress line on stdout, for the parent (a short line: ranks' lines do not interleave)."""
+    sys.stdout.write(event.model_dump_json() + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from advisor.measure.trainable import build_model, enable_checkpointing, hf_config, make_optimizer, synthetic_batch
+from advisor.measure.trainable import (autocast_dtype, build_model, enable_checkpointing, hf_config, make_optimizer,
+                                       synthetic_batch)
 from probes.errors import UsageError
 from probes.model import ModelProfile
+from probes.vocabulary import Device, Optimizer, Parallelism, Task
 from rules import Plan
 
 
@@ -100,12 +102,13 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     Raises:
         UsageError: a plan the simulation cannot run (8-bit Adam, ZeRO, several GPUs).
     """
-    if plan.parallelism != "none":
+    if plan.parallelism != Parallelism.NONE:
         raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
-    if plan.optimizer == "adamw-8bit":
-        raise UsageError("--simulate cannot run adamw-8bit: bitsandbytes' 8-bit kernels need a real CUDA device; "
-                         "use the analytic estimate (without --simulate)")
-    if model.family == "encoder-decoder" and model.task in ("sequence-classification", "question-answering"):
+    if plan.optimizer == Optimizer.ADAMW_8BIT:
+        raise UsageError(f"--simulate cannot run {Optimizer.ADAMW_8BIT}: bitsandbytes' 8-bit kernels need a real "
+                         "CUDA device; use the analytic estimate (without --simulate)")
+    if model.family == "encoder-decoder" and model.task in (Task.SEQUENCE_CLASSIFICATION,
+                                                            Task.QUESTION_ANSWERING):
         raise UsageError(f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's "
                          "EOS tokens, which fake tensors cannot; use the analytic estimate")
     import warnings
@@ -117,8 +120,8 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     start = time.perf_counter()
     transformers.logging.set_verbosity_error()  # its config notes are not advisor's diagnostics
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
-    config = hf_config(model, plan, config, zero_attention_dropout=plan.device == "cuda")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
+    config = hf_config(model, plan, config, zero_attention_dropout=plan.device == Device.CUDA)
+    dtype = autocast_dtype(plan.precision)
     tracker = live_bytes_mode()
     with FakeTensorMode(allow_non_fake_inputs=True), tracker:
         net = build_model(model, config)
@@ -131,7 +134,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
         for _ in range(steps):
             for _ in range(micro_steps):
                 tracker.phase = "forward"
-                with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                with torch.autocast(Device.CPU.value, dtype=dtype, enabled=dtype is not None):
                     loss = net(**batch).loss / plan.gradient_accumulation_steps
                 tracker.phase = "backward"
                 loss.backward()

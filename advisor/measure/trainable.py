@@ -7,27 +7,22 @@ Imports torch and transformers when called (off the fast path).
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 from probes.errors import UsageError
 from probes.model import ModelProfile, load_config
+from probes.vocabulary import Device, Optimizer, Precision, Task
 from rules import Plan
 
-#: The Auto class of each task head (transformers "Auto Classes",
-#: https://huggingface.co/docs/transformers/model_doc/auto).
-AUTO_CLASSES = {
-    "causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
-    "seq2seq-lm": "AutoModelForSeq2SeqLM", "sequence-classification": "AutoModelForSequenceClassification",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
 #: Config keys of attention-probability dropout.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
 #: Weight files ``from_pretrained`` reads from a local folder.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
-#: Learning rates of the trial optimizers: moderate values; a trial measures memory and time, not convergence.
-LEARNING_RATES = {"adamw": 1e-4, "adamw-8bit": 1e-4, "adafactor": 1e-3, "sgd": 1e-3}
+#: How a missing-package error names an optimizer (default: its spec's summary).
+_MISSING_PACKAGE_NAMES = {Optimizer.ADAMW_8BIT: "8-bit Adam"}
 
 
 def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_attention_dropout: bool = False):
@@ -47,8 +42,8 @@ def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_
     cfg.pop("torch_dtype", None)
     cfg.pop("dtype", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
-    config._attn_implementation = "sdpa" if plan.device == "cuda" else "eager"
-    if model.task == "sequence-classification" and getattr(config, "pad_token_id", None) is None:
+    config._attn_implementation = "sdpa" if plan.device == Device.CUDA else "eager"
+    if model.task == Task.SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", None) is None:
         eos = getattr(config, "eos_token_id", None)
         config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
     if zero_attention_dropout:
@@ -70,7 +65,7 @@ def build_model(model: ModelProfile, config, *, weights: Path | None = None):
     """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads)."""
     import transformers
 
-    auto = getattr(transformers, AUTO_CLASSES[model.task])
+    auto = getattr(transformers, Task(model.task).auto_class)
     if weights is not None:
         return auto.from_pretrained(str(weights), config=config, local_files_only=True)
     return auto.from_config(config)
@@ -86,34 +81,40 @@ def enable_checkpointing(net) -> None:
 
 
 def make_optimizer(params, plan: Plan, *, fused_ok: bool = True):
-    """The plan's optimizer, as the Trainer builds it.
+    """The plan's optimizer, as the Trainer builds it, from its vocabulary spec
+    (:attr:`probes.vocabulary.Optimizer.spec`: ``factory`` class, ``factory_kwargs``, ``learning_rate``).
 
     AdamW: ``fused=True`` on CUDA (when ``fused_ok``), ``foreach=True`` otherwise (PyTorch
-    torch.optim.AdamW, foreach / fused); Adafactor: transformers' with
+    torch.optim.AdamW, foreach / fused); SGD: ``foreach=True``; Adafactor: transformers' with
     ``scale_parameter=False, relative_step=False`` (Trainer's ``optim="adafactor"``); 8-bit Adam:
     ``bitsandbytes.optim.AdamW8bit`` (Trainer's ``adamw_bnb_8bit``).
 
     Raises:
-        UsageError: 8-bit Adam without bitsandbytes.
+        UsageError: an optimizer whose package is missing (8-bit Adam without bitsandbytes).
     """
+    optimizer = Optimizer(plan.optimizer)
+    spec = optimizer.spec
+    if spec.package is not None:
+        try:
+            importlib.import_module(spec.package)
+        except ImportError:
+            name = _MISSING_PACKAGE_NAMES.get(optimizer, spec.summary)
+            raise UsageError(f"{name} needs the {spec.package} package: pip install {spec.package}") from None
+    module_name, class_name = spec.factory.split(":")
+    kwargs = dict(spec.factory_kwargs)
+    implementation = optimizer.implementation(plan.device)
+    if implementation == "fused" and not fused_ok:
+        implementation = "foreach"
+    if implementation in ("fused", "foreach"):  # torch.optim's single-kernel / multi-tensor paths
+        kwargs[implementation] = True
+    return getattr(importlib.import_module(module_name), class_name)(params, lr=spec.learning_rate, **kwargs)
+
+
+def autocast_dtype(precision: str):
+    """The ``torch.autocast`` dtype of a plan's precision: bf16 / fp16, or None for fp32 (no autocast)."""
     import torch
 
-    lr = LEARNING_RATES[plan.optimizer]
-    if plan.optimizer == "adamw":
-        if plan.device == "cuda" and fused_ok:
-            return torch.optim.AdamW(params, lr=lr, fused=True)
-        return torch.optim.AdamW(params, lr=lr, foreach=True)
-    if plan.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, foreach=True)
-    if plan.optimizer == "adafactor":
-        from transformers.optimization import Adafactor
-
-        return Adafactor(params, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False)
-    try:
-        import bitsandbytes
-    except ImportError:
-        raise UsageError("8-bit Adam needs the bitsandbytes package: pip install bitsandbytes") from None
-    return bitsandbytes.optim.AdamW8bit(params, lr=lr)
+    return {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(Precision(precision))
 
 
 def label_kwargs(model: ModelProfile, config, batch: int, seq_len: int, generator=None) -> dict[str, Any]:
@@ -122,9 +123,9 @@ def label_kwargs(model: ModelProfile, config, batch: int, seq_len: int, generato
     import torch
 
     kw = {"generator": generator} if generator is not None else {}
-    if model.task in ("causal-lm", "masked-lm", "seq2seq-lm"):
+    if Task(model.task).language_modeling:
         return {"labels": torch.randint(0, model.vocab_size, (batch, seq_len), **kw)}
-    if model.task == "sequence-classification":
+    if model.task == Task.SEQUENCE_CLASSIFICATION:
         return {"labels": torch.randint(0, config.num_labels, (batch,), **kw)}
     return {"start_positions": torch.randint(0, seq_len, (batch,), **kw),
             "end_positions": torch.randint(0, seq_len, (batch,), **kw)}

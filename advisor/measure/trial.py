@@ -23,160 +23,33 @@ Imports torch and transformers (off the fast path).
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
-import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
-from advisor.measure.trainable import (build_model, enable_checkpointing, hf_config, local_weights_dir, make_optimizer,
-                               synthetic_batch)
+from advisor.measure.outcome import RankOutcome, StepEvent, StepUpdate, TrialOutcome, TrialSpec, parse_event
+from advisor.measure.trainable import (autocast_dtype, build_model, enable_checkpointing, hf_config, local_weights_dir,
+                                       make_optimizer, synthetic_batch)
+from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
 from probes.model import ModelProfile
+from probes.vocabulary import Device, Precision
 from rules import Plan
 
-TrialStatus = Literal["ok", "oom", "nonfinite", "error", "interrupted"]
-
-
-class TrialOutOfMemory(Exception):
-    """The trial outgrew its memory: a CUDA out-of-memory error, or the CPU memory limit."""
-
-
-@dataclass
-class StepUpdate:
-    """Progress of one finished optimizer step (what the progress bar shows)."""
-
-    step: int  #: 1-based, warm-up included
-    total: int  #: warm-up + timed steps
-    warmup: bool  #: a warm-up step (not timed)
-    step_time_s: float  #: seconds of this optimizer step
-    peak_bytes: int  #: peak memory so far in this trial, bytes
-    loss: float  #: the step's loss (sum over the micro-batches of loss / accumulation)
-
-    def describe(self) -> str:
-        """One line for progress displays: step n/N, its time, the peak so far (when counted), the loss."""
-        peak = f", peak {self.peak_bytes / 2**30:.2f} GiB" if self.peak_bytes else ""
-        return (f"{'warm-up' if self.warmup else 'step'} {self.step}/{self.total}: {self.step_time_s:.3f} s{peak}, "
-                f"loss {self.loss:.3f}")
-
-
-@dataclass
-class TrialOutcome:
-    """What one trial measured."""
-
-    status: TrialStatus
-    message: str = ""
-    losses: list[float] = field(default_factory=list)  #: every finished step's loss, warm-up included
-    step_times_s: list[float] = field(default_factory=list)  #: timed steps only, seconds
-    warmup_s: float = 0.0  #: seconds of the warm-up steps (compilation, allocator warm-up)
-    peak_bytes: int = 0  #: most bytes of live tensors (CUDA: max_memory_allocated; CPU: counted step), bytes
-    phase_peaks: dict[str, int] = field(default_factory=dict)  #: CPU: peak per phase of the counted step, bytes
-    reserved_bytes: int | None = None  #: CUDA: max_memory_reserved, bytes
-    device_bytes: int = 0  #: CUDA: NVML used by this process (else reserved + context); CPU: peak RSS, bytes
-    wall_s: float = 0.0  #: seconds the whole trial took, building included
-    ranks: list[dict] = field(default_factory=list)  #: distributed: each rank's outcome (rank, peak_bytes, ...)
-    sync_share: float | None = None  #: distributed: gradient synchronisation's share of a micro-batch
+#: How bad a rank's ending is, worst first: the distributed trial reports its worst rank's status.
+_SEVERITY: dict[str, int] = {"oom": 0, "nonfinite": 1, "error": 2, "interrupted": 3, "ok": 4}
 
 
 class _Stopped(Exception):
     """The stop event was set: end at this step boundary."""
-
-
-def _proc_status(key: str) -> int | None:
-    """A ``/proc/self/status`` memory field in bytes (Linux), else None."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    """Reset the peak RSS (``VmHWM``) to the current RSS: proc(5), ``/proc/[pid]/clear_refs`` value 5."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss() -> int:
-    """Peak resident set size of this process, bytes."""
-    hwm = _proc_status("VmHWM")
-    if hwm is not None:
-        return hwm
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
-
-
-def _nvml_used_bytes(torch) -> int | None:
-    """GPU memory NVML shows in use by this process (all processes when per-process data is hidden)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == os.getpid() and proc.usedGpuMemory:
-                return int(proc.usedGpuMemory)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # NVML missing, old driver, no permission: the reserved bytes stand in
-        return None
-
-
-class _Memory:
-    """Peak memory of the running trial, and the limit check.
-
-    CUDA: the caching allocator's statistics, and its per-process memory fraction as the limit.
-    CPU: the live-tensor peak of one untimed step counted as the simulator counts it (a
-    ``TorchDispatchMode`` over the storages; the same quantity as CUDA's ``max_memory_allocated``),
-    compared with the limit after that step; and the process's peak RSS.
-    """
-
-    def __init__(self, torch, cuda: bool, limit_bytes: int | None) -> None:
-        self.torch, self.cuda, self.limit = torch, cuda, limit_bytes
-        self.live_peak = 0
-        self.phase_peaks: dict[str, int] = {}
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-            if limit_bytes:
-                total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-                torch.cuda.set_per_process_memory_fraction(min(1.0, limit_bytes / total))
-        else:
-            gc.collect()
-            _reset_peak_rss()
-
-    def peak(self) -> int:
-        """Peak bytes of live tensors so far (CPU: of the counted step; 0 before it)."""
-        if self.cuda:
-            return int(self.torch.cuda.max_memory_allocated())
-        return self.live_peak
-
-    def counted(self, tracker) -> None:
-        """Take the CPU peaks from the tracker of the counted step; raise over the limit."""
-        self.phase_peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
-        self.live_peak = max(self.phase_peaks.values(), default=0)
-        if self.limit and self.live_peak > self.limit:
-            raise TrialOutOfMemory(f"live tensors peaked at {self.live_peak / 2**30:.3f} GiB, over the "
-                                   f"{self.limit / 2**30:.3f} GiB limit")
-
-    def release(self) -> None:
-        if self.cuda and self.limit:
-            self.torch.cuda.set_per_process_memory_fraction(1.0)
 
 
 class _Rows:
@@ -193,27 +66,6 @@ class _Rows:
         return {k: v[i] for k, v in self.tensors.items()}
 
 
-def _count_live_tensors(net, optimizer):
-    """A live-bytes counter (the simulator's) that already holds the weights, buffers and optimizer state."""
-    from advisor.measure.simulate import live_bytes_mode
-
-    tracker = live_bytes_mode()
-    tracker.phase = "build"
-    for t in list(net.parameters()) + list(net.buffers()):
-        tracker.track(t)
-    for state in optimizer.state.values():
-        for value in state.values():
-            if hasattr(value, "untyped_storage"):
-                tracker.track(value)
-    return tracker
-
-
-def _phase(tracker, name: str) -> None:
-    if tracker is not None:
-        tracker.phase = name
-        tracker.phase_peaks[name] = max(tracker.phase_peaks.get(name, 0), tracker.current)
-
-
 def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10, warmup: int = 2,
               torch_compile: bool = False, dataloader_num_workers: int = 0, dataloader_pin_memory: bool = False,
               memory_limit_bytes: int | None = None, on_step: Callable[[StepUpdate], None] | None = None,
@@ -227,29 +79,38 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
         steps: timed optimizer steps; warmup: untimed steps before them (at least 2 on the CPU:
             the second is the counted step, once the optimizer state exists).
         torch_compile, dataloader_num_workers, dataloader_pin_memory: the runtime settings.
-        memory_limit_bytes: make the device smaller than it is (a forced out-of-memory).
+        memory_limit_bytes: make the device smaller than it is (a forced out-of-memory), bytes.
         on_step: called after every optimizer step.
         stop: when set, the trial ends at the next step boundary with status ``interrupted``.
         config: the config.json dict (default: read again from the model's path or id).
         dist: this rank of a distributed trial (``advisor.measure.dist_worker.Distributed``), or None.
     Returns:
-        The outcome; every failure is a status (``oom``, ``nonfinite``, ``error``,
+        The outcome (bytes, seconds); every failure is a status (``oom``, ``nonfinite``, ``error``,
         ``interrupted``), never an exception, and all the trial's memory is freed.
     """
+    spec = TrialSpec(model=model, plan=plan, seq_len=seq_len, steps=steps, warmup=warmup, torch_compile=torch_compile,
+                     dataloader_num_workers=dataloader_num_workers, dataloader_pin_memory=dataloader_pin_memory,
+                     memory_limit_bytes=memory_limit_bytes, config=config)
+    return run_spec(spec, on_step=on_step, stop=stop, dist=dist)
+
+
+def run_spec(spec: TrialSpec, *, on_step: Callable[[StepUpdate], None] | None = None,
+             stop: threading.Event | None = None, dist=None) -> TrialOutcome:
+    """:func:`run_trial` of a :class:`TrialSpec` (what a distributed trial's ranks run); the same outcome."""
     import torch
     import transformers
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
-    cuda = plan.device == "cuda"
+    cuda = spec.plan.device == Device.CUDA
     if not cuda:
-        warmup = max(warmup, 2)
+        spec = spec.model_copy(update={"warmup": max(spec.warmup, 2)})
     outcome = TrialOutcome(status="ok")
     start = time.perf_counter()
-    memory = _Memory(torch, cuda, memory_limit_bytes)
+    memory = TrialMemory(torch, cuda, spec.memory_limit_bytes)
     try:
-        _train(torch, model, plan, seq_len, steps, warmup, torch_compile, dataloader_num_workers,
-               dataloader_pin_memory, memory, outcome, on_step, stop, config, dist)
+        with _tf32(torch, spec.plan):
+            _train(torch, spec, memory, outcome, on_step, stop, dist)
     except (torch.cuda.OutOfMemoryError, TrialOutOfMemory) as err:
         outcome.status = "oom"
         outcome.message = f"out of memory: {str(err).splitlines()[0][:300]}"
@@ -261,39 +122,49 @@ def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10,
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         outcome.message = f"{type(err).__name__}: {first}"
     finally:
-        outcome.peak_bytes = max(outcome.peak_bytes, memory.peak())
-        outcome.phase_peaks = memory.phase_peaks
-        if cuda:
-            outcome.reserved_bytes = int(torch.cuda.max_memory_reserved())
-            used = _nvml_used_bytes(torch)
-            outcome.device_bytes = used if used is not None else outcome.reserved_bytes
-        else:
-            outcome.device_bytes = _peak_rss()
-        memory.release()
-        gc.collect()  # the traceback's frames are gone once the except blocks have ended
-        if cuda:
-            torch.cuda.empty_cache()
+        memory.finish(outcome)  # the traceback's frames are gone once the except blocks have ended
         outcome.wall_s = time.perf_counter() - start
     return outcome
 
 
-def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, warmup: int, torch_compile: bool,
-           workers: int, pin: bool, memory: _Memory, outcome: TrialOutcome,
-           on_step: Callable[[StepUpdate], None] | None, stop: threading.Event | None, raw: dict | None,
-           dist=None) -> None:
-    """The training loop; its locals (model, optimizer, batches) die when it returns or raises.
+@contextlib.contextmanager
+def _tf32(torch, plan: Plan) -> Iterator[None]:
+    """On CUDA, the plan's TF32 flags for matmuls and cuDNN during the trial, restored afterwards."""
+    if plan.device != Device.CUDA:
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = plan.tf32
+    torch.backends.cudnn.allow_tf32 = plan.tf32
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
-    ``dist`` (an ``advisor.measure.dist_worker.Distributed``) makes it one rank of a data-parallel run: the
-    model is wrapped (DDP or FSDP) before the optimizer is built, each rank reads its own batches,
-    accumulation skips the gradient sync until the last micro-batch, and a stop is agreed by all ranks.
-    """
-    cuda = plan.device == "cuda"
-    device = dist.device if dist is not None else torch.device("cuda" if cuda else "cpu")
-    if cuda:
-        torch.backends.cuda.matmul.allow_tf32 = plan.tf32
-        torch.backends.cudnn.allow_tf32 = plan.tf32
+
+@dataclass
+class _Loop:
+    """What the training loop holds: the model, its optimizer, the batches and the precision settings."""
+
+    net: Any
+    forward: Any  #: the compiled model, or the model itself
+    optimizer: Any
+    batches: Any  #: an iterator over the DataLoader's micro-batches
+    loader: Any
+    device: Any  #: the torch.device the steps run on
+    dtype: Any  #: the autocast dtype, or None (fp32)
+    scaler: Any  #: the fp16 GradScaler, or None
+    accumulation: int  #: micro-batches per optimizer step
+    non_blocking: bool  #: copy the pinned batches asynchronously
+
+
+def _setup(torch, spec: TrialSpec, dist) -> _Loop:
+    """Build the model (wrapped for ``dist``), its optimizer and a DataLoader over enough synthetic rows."""
+    plan, model = spec.plan, spec.model
+    cuda = plan.device == Device.CUDA
+    device = dist.device if dist is not None else torch.device(plan.device)
     torch.manual_seed(0)
-    config = hf_config(model, plan, raw)
+    config = hf_config(model, plan, spec.config)
     net = build_model(model, config, weights=local_weights_dir(model)).to(device)
     net.train()
     if plan.gradient_checkpointing:
@@ -301,16 +172,32 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
     if dist is not None:
         net = dist.wrap(net)
     optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
-    forward = torch.compile(net) if torch_compile else net
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(plan.precision)
-    scaler = torch.amp.GradScaler(device.type) if plan.precision == "fp16" else None
-    accumulation, total = plan.gradient_accumulation_steps, warmup + steps
+    forward = torch.compile(net) if spec.torch_compile else net
+    scaler = torch.amp.GradScaler(device.type) if plan.precision == Precision.FP16 else None
+    accumulation = plan.gradient_accumulation_steps
     generator = torch.Generator().manual_seed(dist.rank if dist is not None else 0)
-    rows = synthetic_batch(model, config, plan.micro_batch_size * accumulation * total, seq_len, generator)
+    rows = synthetic_batch(model, config, plan.micro_batch_size * accumulation * (spec.warmup + spec.steps),
+                           spec.seq_len, generator)
     loader = torch.utils.data.DataLoader(_Rows(rows), batch_size=plan.micro_batch_size, shuffle=False,
-                                         num_workers=workers, pin_memory=pin and cuda, drop_last=True)
-    batches = iter(loader)
-    counted_step = warmup - 1  # CPU: the last warm-up step (the optimizer state exists by then)
+                                         num_workers=spec.dataloader_num_workers,
+                                         pin_memory=spec.dataloader_pin_memory and cuda, drop_last=True)
+    return _Loop(net=net, forward=forward, optimizer=optimizer, batches=iter(loader), loader=loader, device=device,
+                 dtype=autocast_dtype(plan.precision), scaler=scaler, accumulation=accumulation,
+                 non_blocking=spec.dataloader_pin_memory)
+
+
+def _train(torch, spec: TrialSpec, memory: TrialMemory, outcome: TrialOutcome,
+           on_step: Callable[[StepUpdate], None] | None, stop: threading.Event | None, dist=None) -> None:
+    """The training loop; its locals (model, optimizer, batches) die when it returns or raises.
+
+    ``dist`` (an ``advisor.measure.dist_worker.Distributed``) makes it one rank of a data-parallel run: the
+    model is wrapped (DDP or FSDP) before the optimizer is built, each rank reads its own batches,
+    accumulation skips the gradient sync until the last micro-batch, and a stop is agreed by all ranks.
+    """
+    loop = _setup(torch, spec, dist)
+    cpu = spec.plan.device != Device.CUDA
+    total = spec.warmup + spec.steps
+    counted_step = spec.warmup - 1  # CPU: the last warm-up step (the optimizer state exists by then)
     warm_start = time.perf_counter()
     for step in range(total):
         stopping = stop is not None and stop.is_set()
@@ -318,56 +205,72 @@ def _train(torch, model: ModelProfile, plan: Plan, seq_len: int, steps: int, war
             stopping = dist.agree(stopping)  # every rank stops at the same step, or the collectives hang
         if stopping:
             raise _Stopped
-        if cuda:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-        t0 = time.perf_counter()
-        tracker = _count_live_tensors(net, optimizer) if not cuda and step == counted_step else None
-        with tracker if tracker is not None else contextlib.nullcontext():
-            step_loss = torch.zeros((), device=device)
-            for micro in range(accumulation):
-                batch = {k: v.to(device, non_blocking=pin) for k, v in next(batches).items()}
-                sync = dist.sync(net, micro == accumulation - 1) if dist is not None else contextlib.nullcontext()
-                _phase(tracker, "forward")
-                with sync, torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                    loss = forward(**batch).loss / accumulation
-                    _phase(tracker, "backward")
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
-                step_loss += loss.detach()
-                del loss, batch
-            _phase(tracker, "optimizer")
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        if tracker is not None:
-            memory.counted(tracker)
-        if cuda:
-            end.record()
-            end.synchronize()
-            seconds = begin.elapsed_time(end) / 1000.0
-        else:
-            seconds = time.perf_counter() - t0
-        value = float(step_loss.item())
-        if dist is not None:
-            value = dist.mean(value)
-        outcome.losses.append(value)
+        seconds, loss = _timed_step(torch, loop, memory, cpu and step == counted_step, dist)
+        outcome.losses.append(loss)
         outcome.peak_bytes = max(outcome.peak_bytes, memory.peak())
-        if step < warmup:
+        if step < spec.warmup:
             outcome.warmup_s = time.perf_counter() - warm_start
         else:
             outcome.step_times_s.append(seconds)
         if on_step is not None:
-            on_step(StepUpdate(step=step + 1, total=total, warmup=step < warmup, step_time_s=seconds,
-                               peak_bytes=outcome.peak_bytes, loss=value))
-        if not math.isfinite(value):
+            on_step(StepUpdate(step=step + 1, total=total, warmup=step < spec.warmup, step_time_s=seconds,
+                               peak_bytes=outcome.peak_bytes, loss=loss))
+        if not math.isfinite(loss):
             outcome.status = "nonfinite"
-            outcome.message = f"loss {value} at step {step + 1} under {plan.precision}"
+            outcome.message = f"loss {loss} at step {step + 1} under {spec.plan.precision}"
             return
     if dist is not None:
-        dist.measure_sync_share(net, forward, next(iter(loader)), device, dtype)
+        dist.measure_sync_share(loop.net, loop.forward, next(iter(loop.loader)), loop.device, loop.dtype)
+
+
+def _timed_step(torch, loop: _Loop, memory: TrialMemory, counted: bool, dist) -> tuple[float, float]:
+    """One optimizer step, timed: CUDA events on CUDA, wall time on the CPU; with ``counted``, its live
+    tensors are counted (and held to the limit). Returns (seconds, the step's loss, mean over the ranks)."""
+    cuda = loop.device.type == Device.CUDA
+    if cuda:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+    t0 = time.perf_counter()
+    tracker = count_live_tensors(loop.net, loop.optimizer) if counted else None
+    with tracker if tracker is not None else contextlib.nullcontext():
+        step_loss = _optimizer_step(torch, loop, tracker, dist)
+    if tracker is not None:
+        memory.counted(tracker)
+    if cuda:
+        end.record()
+        end.synchronize()
+        seconds = begin.elapsed_time(end) / 1000.0
+    else:
+        seconds = time.perf_counter() - t0
+    value = float(step_loss.item())
+    if dist is not None:
+        value = dist.mean(value)
+    return seconds, value
+
+
+def _optimizer_step(torch, loop: _Loop, tracker, dist):
+    """Forward and backward over the accumulation's micro-batches, then the optimizer step; the step's loss
+    (a 0-d tensor: the sum of loss / accumulation). ``tracker`` (or None) learns each phase."""
+    step_loss = torch.zeros((), device=loop.device)
+    for micro in range(loop.accumulation):
+        batch = {k: v.to(loop.device, non_blocking=loop.non_blocking) for k, v in next(loop.batches).items()}
+        last = micro == loop.accumulation - 1
+        sync = dist.sync(loop.net, last) if dist is not None else contextlib.nullcontext()
+        mark_phase(tracker, "forward")
+        with sync, torch.autocast(loop.device.type, dtype=loop.dtype, enabled=loop.dtype is not None):
+            loss = loop.forward(**batch).loss / loop.accumulation
+            mark_phase(tracker, "backward")
+            (loop.scaler.scale(loss) if loop.scaler is not None else loss).backward()
+        step_loss += loss.detach()
+        del loss, batch
+    mark_phase(tracker, "optimizer")
+    if loop.scaler is not None:
+        loop.scaler.step(loop.optimizer)
+        loop.scaler.update()
+    else:
+        loop.optimizer.step()
+    loop.optimizer.zero_grad(set_to_none=True)
+    return step_loss
 
 
 def run_distributed_trial(model: ModelProfile, plan: Plan, seq_len: int, *, nproc: int, kind: str, steps: int = 10,
@@ -377,76 +280,88 @@ def run_distributed_trial(model: ModelProfile, plan: Plan, seq_len: int, *, npro
                           config: dict | None = None, timeout_s: float = 3600.0) -> TrialOutcome:
     """Run the trial on ``nproc`` processes through torchrun (``advisor.measure.dist_worker`` on every rank).
 
-    ``kind``: 'ddp', 'zero-2' (FSDP SHARD_GRAD_OP) or 'zero-3' (FSDP FULL_SHARD). torchrun starts in its
-    own session, so a Ctrl-C reaches only this process: ``stop`` becomes a stop file the ranks agree on
-    at the next step boundary. Returns rank 0's losses and step times, the largest per-rank peak, every
-    rank's outcome in ``ranks``, and the gradient synchronisation's share. A rank that fails brings the
-    others down (torchrun); a run past ``timeout_s`` is killed.
+    ``kind``: 'ddp', 'zero-2' (FSDP SHARD_GRAD_OP) or 'zero-3' (FSDP FULL_SHARD), or an FSDP strategy
+    (``dist_worker.KINDS``). The ranks read a :class:`TrialSpec` from ``spec.json`` and write a
+    :class:`RankOutcome` each. torchrun starts in its own session, so a Ctrl-C reaches only this process:
+    ``stop`` becomes a stop file the ranks agree on at the next step boundary. Returns rank 0's losses and
+    step times, the largest per-rank peak (bytes), every rank's outcome in ``ranks``, and the gradient
+    synchronisation's share. A rank that fails brings the others down (torchrun); a run past ``timeout_s``
+    seconds is killed. Every failure is a status, never an exception.
     """
-    import json
-    import subprocess
     import tempfile
 
     from probes.model import load_config
 
     start = time.perf_counter()
+    spec = TrialSpec(model=model, plan=plan, seq_len=seq_len, steps=steps, warmup=warmup, torch_compile=torch_compile,
+                     dataloader_num_workers=dataloader_num_workers, dataloader_pin_memory=dataloader_pin_memory,
+                     memory_limit_bytes=memory_limit_bytes, kind=kind,
+                     config=config if config is not None else load_config(model.config_path or model.id)[0])
     with tempfile.TemporaryDirectory(prefix="advisor-trial-") as tmp:
         folder = Path(tmp)
-        spec = {"model": model.model_dump(mode="json"), "plan": plan.model_dump(mode="json"), "seq_len": seq_len,
-                "steps": steps, "warmup": warmup, "torch_compile": torch_compile,
-                "dataloader_num_workers": dataloader_num_workers, "dataloader_pin_memory": dataloader_pin_memory,
-                "memory_limit_bytes": memory_limit_bytes, "kind": kind,
-                "config": config if config is not None else load_config(model.config_path or model.id)[0]}
-        (folder / "spec.json").write_text(json.dumps(spec))
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-                   "-m", "advisor.measure.dist_worker", str(folder / "spec.json")]
-        env = {**os.environ, "OMP_NUM_THREADS": str(max((os.cpu_count() or 1) // nproc, 1)),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
-                                                           os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)
-        errors: list[str] = []
-        reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
-        reader.start()
-        watcher_done = threading.Event()
-
-        def watch() -> None:  # the stop event becomes the ranks' stop file; a timeout kills the run
-            while not watcher_done.wait(0.2):
-                if stop is not None and stop.is_set():
-                    (folder / "stop").touch()
-                if time.perf_counter() - start > timeout_s:
-                    proc.kill()
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        for line in proc.stdout:
-            if line.startswith('{"event": "step"'):
-                data = json.loads(line)
-                data.pop("event")
-                if on_step is not None:
-                    on_step(StepUpdate(**data))
-        code = proc.wait()
-        watcher_done.set()
-        reader.join(timeout=5)
-        ranks = sorted((json.loads(p.read_text()) for p in folder.glob("rank*.json")), key=lambda r: r["rank"])
+        (folder / "spec.json").write_text(spec.model_dump_json())
+        code, errors = _torchrun(folder, nproc, on_step, stop, deadline=start + timeout_s)
+        ranks = sorted((RankOutcome.model_validate_json(p.read_text()) for p in folder.glob("rank*.json")),
+                       key=lambda r: r.rank)
     outcome = TrialOutcome(status="ok", wall_s=time.perf_counter() - start, ranks=ranks)
     if not ranks:
         last = next((line.strip() for line in reversed(errors) if line.strip()), f"torchrun exited {code}")
         outcome.status, outcome.message = "error", f"distributed trial failed: {last[:300]}"
         return outcome
-    order = {"oom": 0, "nonfinite": 1, "error": 2, "interrupted": 3, "ok": 4}
-    worst = min(ranks, key=lambda r: order.get(r["status"], 2))
-    first = ranks[0]
-    outcome.status = worst["status"] if len(ranks) == nproc or worst["status"] != "ok" else "error"
-    outcome.message = worst["message"] or ("" if len(ranks) == nproc else
-                                           f"only {len(ranks)} of {nproc} ranks reported (torchrun exited {code})")
-    outcome.losses, outcome.step_times_s = first["losses"], first["step_times_s"]
-    outcome.warmup_s = first["warmup_s"]
-    outcome.peak_bytes = max(r["peak_bytes"] for r in ranks)
-    outcome.device_bytes = max(r["device_bytes"] for r in ranks)
-    reserved = [r["reserved_bytes"] for r in ranks if r["reserved_bytes"] is not None]
-    outcome.reserved_bytes = max(reserved) if reserved else None
-    outcome.phase_peaks = first["phase_peaks"]
-    shares = [r["sync_share"] for r in ranks if r.get("sync_share") is not None]
-    outcome.sync_share = statistics.median(shares) if shares else None
+    _combine(outcome, ranks, nproc, code)
     return outcome
+
+
+def _torchrun(folder: Path, nproc: int, on_step: Callable[[StepUpdate], None] | None,
+              stop: threading.Event | None, deadline: float) -> tuple[int, list[str]]:
+    """Run the ranks on ``folder / 'spec.json'``, passing rank 0's step events to ``on_step``; torchrun's
+    exit status and its stderr lines. The stop event becomes the ranks' stop file; past ``deadline``
+    (a ``time.perf_counter()`` value) the run is killed."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "advisor.measure.dist_worker", str(folder / "spec.json")]
+    env = {**os.environ, "OMP_NUM_THREADS": str(max((os.cpu_count() or 1) // nproc, 1)),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]),
+                                                       os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
+    reader.start()
+    watcher_done = threading.Event()
+
+    def watch() -> None:  # the stop event becomes the ranks' stop file; a timeout kills the run
+        while not watcher_done.wait(0.2):
+            if stop is not None and stop.is_set():
+                (folder / "stop").touch()
+            if time.perf_counter() > deadline:
+                proc.kill()
+
+    threading.Thread(target=watch, daemon=True).start()
+    for line in proc.stdout:
+        event = parse_event(line)
+        if isinstance(event, StepEvent) and on_step is not None:
+            on_step(event.update)
+        # a RankDoneEvent needs nothing here: the rank's figures are in its rank<R>.json
+    code = proc.wait()
+    watcher_done.set()
+    reader.join(timeout=5)
+    return code, errors
+
+
+def _combine(outcome: TrialOutcome, ranks: list[RankOutcome], nproc: int, code: int) -> None:
+    """Fill ``outcome`` from the ranks' outcomes: the worst status, rank 0's losses and times, the largest
+    peaks (bytes), the median gradient-sync share."""
+    worst = min(ranks, key=lambda r: _SEVERITY.get(r.status, 2))
+    first = ranks[0]
+    outcome.status = worst.status if len(ranks) == nproc or worst.status != "ok" else "error"
+    outcome.message = worst.message or ("" if len(ranks) == nproc else
+                                        f"only {len(ranks)} of {nproc} ranks reported (torchrun exited {code})")
+    outcome.losses, outcome.step_times_s = first.losses, first.step_times_s
+    outcome.warmup_s = first.warmup_s
+    outcome.peak_bytes = max(r.peak_bytes for r in ranks)
+    outcome.device_bytes = max(r.device_bytes for r in ranks)
+    reserved = [r.reserved_bytes for r in ranks if r.reserved_bytes is not None]
+    outcome.reserved_bytes = max(reserved) if reserved else None
+    outcome.phase_peaks = first.phase_peaks
+    shares = [r.sync_share for r in ranks if r.sync_share is not None]
+    outcome.sync_share = statistics.median(shares) if shares else None

@@ -13,7 +13,7 @@ from advisor.app import api
 from probes.gpu_catalog import catalog
 from probes.hardware import HardwareProfile
 from tui import widgets
-from tui.fields import positive_int
+from tui.fields import whole_number
 from tui.messages import HardwareProbed
 
 
@@ -72,13 +72,13 @@ class HardwareStep(TabPane):
 
     def gpu_choice(self) -> tuple[str | None, int]:
         """The hardware question: (catalog 'NAME:COUNT' or None for this machine, nodes)."""
-        nodes = positive_int(self.query_one("#nodes", Input).value, 1)
+        nodes = whole_number(self.query_one("#nodes", Input).value, 1)
         if not self.query_one("#hw-catalog", RadioButton).value:
             return None, nodes
         name = self.query_one("#gpu-search", Input).value.strip().partition(":")[0]
         if not name:
             return None, nodes
-        return f"{name}:{positive_int(self.query_one('#gpu-count', Input).value, 1)}", nodes
+        return f"{name}:{whole_number(self.query_one('#gpu-count', Input).value, 1)}", nodes
 
 
 def gpu_options(text: str) -> list[Option]:

@@ -12,11 +12,12 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, ProgressBar, Static, TabPane
 
 from advisor.app import api
+from advisor.app.options import TrialOptions
 from probes.errors import AdvisorError
-from tui.fields import positive_int
+from tui.fields import whole_number
 from tui.messages import ValidationDone, ValidationProgress
 
-DEFAULT_TRIAL_STEPS = 10  #: the timed steps of a trial, as ``api.validate``'s ``steps``
+DEFAULT_TRIAL_STEPS = TrialOptions.model_fields["steps"].default  #: the timed steps of a trial
 
 
 class ValidateStep(TabPane):
@@ -53,7 +54,7 @@ class ValidateStep(TabPane):
         self.query_one("#validate-result", Static).update("")
         self.query_one("#validate-live", Static).update("Building the model…")
         self.run_validation(text, workload,
-                            positive_int(self.query_one("#trial-steps", Input).value, DEFAULT_TRIAL_STEPS),
+                            whole_number(self.query_one("#trial-steps", Input).value, DEFAULT_TRIAL_STEPS),
                             self.query_one("#compare", Checkbox).value)
 
     def cancel(self) -> None:
@@ -78,13 +79,13 @@ class ValidateStep(TabPane):
     def on_validation_progress(self, message: ValidationProgress) -> None:
         """Move the progress bar and say what the trial is doing."""
         from advisor.measure.trial import StepUpdate
-        from advisor.measure.validation import Trial, TrialStarted, describe
+        from advisor.measure.validation import Trial, TrialStarted
 
         event, bar, live = message.event, self.query_one("#validate-progress", ProgressBar), \
             self.query_one("#validate-live", Static)
         if isinstance(event, TrialStarted):
             bar.update(total=event.total_steps, progress=0)
-            live.update(f"Trial {event.index} ({event.role}): {describe(event.plan)}; predicted "
+            live.update(f"Trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
                         f"{event.predicted_step_time_s:.3g} s/step")
         elif isinstance(event, StepUpdate):
             bar.update(total=event.total, progress=event.step)

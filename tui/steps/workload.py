@@ -10,9 +10,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, TabPane
 
-from advisor.app.api import DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, OPTIONAL_PACKAGES
+from advisor.app.options import DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, OPTIONAL_PACKAGES
 from probes.vocabulary import Objective, Task, values
-from tui.fields import positive_int
+from tui.fields import whole_number
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
 OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory"}
@@ -58,8 +58,8 @@ class WorkloadStep(TabPane):
         """The workload question: sequence length, global batch size, task, objective."""
         memory = self.query_one(f"#objective-{Objective.MEMORY}", RadioButton).value
         objective = Objective.MEMORY if memory else Objective.SPEED
-        return dict(seq_len=positive_int(self.query_one("#seq-len", Input).value, None),
-                    global_batch_size=positive_int(self.query_one("#global-batch", Input).value, None),
+        return dict(seq_len=whole_number(self.query_one("#seq-len", Input).value, None),
+                    global_batch_size=whole_number(self.query_one("#global-batch", Input).value, None),
                     task=self.task_choice(), objective=objective.value)
 
 
