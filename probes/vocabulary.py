@@ -52,8 +52,10 @@ def values(enum: type[Enum]) -> tuple[str, ...]:
 
 def searched(enum: type[Enum]) -> tuple[str, ...]:
     """The values of a dimension in the planner's search order: :data:`SEARCH_ORDER` where the order matters
-    (ties in speed go to the earlier value, and a recommendation lists alternatives in it), else declaration order."""
-    return tuple(member.value for member in SEARCH_ORDER.get(enum, tuple(enum)))
+    (ties in speed go to the earlier value, and a recommendation lists alternatives in it), then the values it
+    does not name, in declaration order."""
+    order = SEARCH_ORDER.get(enum, ())
+    return tuple(member.value for member in (*order, *(m for m in enum if m not in order)))
 
 
 # -- the settings a recommendation explains -------------------------------------------------------
