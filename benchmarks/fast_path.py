@@ -17,7 +17,10 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+#: Bytecode caching on, as in a user's interpreter (a sandbox's PYTHONDONTWRITEBYTECODE would recompile every
+#: module on every run and time the compiler instead of advisor).
+ENV = {**{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, "HF_HUB_OFFLINE": "1",
+       "PYTHONPATH": str(ROOT)}
 COMMANDS = {
     'python -c "import torch"': [sys.executable, "-c", "import torch"],
     "advisor recommend --model gpt2 --json": [sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--json"],

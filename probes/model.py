@@ -20,7 +20,7 @@ import math
 import os
 import socket
 from importlib import resources
-from functools import cached_property
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -101,18 +101,29 @@ class ModelProfile(BaseModel):
         default_factory=list, exclude=True,
         description="(shape, how many) of every parameter tensor; for factored optimizer states")
 
-    @cached_property
+    @property
     def largest_parameter_elements(self) -> int:
         """Elements of the largest parameter tensor (the embedding, in most language models)."""
-        return max((math.prod(shape) for shape, _count in self.parameter_shapes), default=0)
+        return _largest_elements(tuple(self.parameter_shapes))
 
-    @cached_property
+    @property
     def factored_statistics_elements(self) -> int:
         """Elements of Adafactor's factored second moments: a row and a column statistic per matrix (rows =
         the product of the leading dimensions), the full tensor for vectors (Shazeer & Stern 2018,
         https://arxiv.org/abs/1804.04235 sec. 3)."""
-        return sum(((math.prod(shape[:-1]) + shape[-1]) if len(shape) >= 2 else shape[0]) * count
-                   for shape, count in self.parameter_shapes)
+        return _factored_elements(tuple(self.parameter_shapes))
+
+
+# Cached by the shapes themselves (not on the instance: model_copy would carry a stale value along).
+@lru_cache(maxsize=64)
+def _largest_elements(shapes: tuple[tuple[tuple[int, ...], int], ...]) -> int:
+    return max((math.prod(shape) for shape, _count in shapes), default=0)
+
+
+@lru_cache(maxsize=64)
+def _factored_elements(shapes: tuple[tuple[tuple[int, ...], int], ...]) -> int:
+    return sum(((math.prod(shape[:-1]) + shape[-1]) if len(shape) >= 2 else shape[0]) * count
+               for shape, count in shapes)
 
 
 def _catalog_dir():

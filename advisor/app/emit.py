@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
@@ -70,6 +67,8 @@ def optim_name(rec: Recommendation) -> str:
 
 def _transformers_major() -> int:
     """The installed transformers' major version (4 when it is not installed: the older names work on both)."""
+    from importlib import metadata  # ~45 ms of imports: only when a file is written, not for the CLI's parser
+
     try:
         return int(metadata.version("transformers").split(".")[0])
     except (metadata.PackageNotFoundError, ValueError):
@@ -290,6 +289,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
         if target == "hf":
             files[name] = json.dumps(training_args(rec), indent=2) + "\n"
         elif target == "accelerate":
+            import yaml
+
             files[name] = yaml.safe_dump(accelerate_config(rec), sort_keys=True)
         elif target == "deepspeed":
             files[name] = json.dumps(deepspeed_config(rec), indent=2) + "\n"

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from probes.errors import UsageError
 from probes.units import GIB, KIB, MIB
@@ -39,7 +39,7 @@ def _flag(name: str) -> str:
 class _Options(BaseModel):
     """Base of the option groups: unknown keywords are refused, values validated on assignment."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
 
 class HardwareOptions(_Options):
@@ -87,33 +87,30 @@ ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "o
                      "pipeline_parallel": 1}
 
 
-class PlanOptions(_Options):
+class _PlanSettings(_Options):
     """Plan settings given by the user (None: the command's default or the recommendation's value)."""
-
-    micro_batch_size: int | None = Field(None, ge=1, description=Plan.model_fields["micro_batch_size"].description,
-                                         json_schema_extra={"metavar": "b"})
-    gradient_accumulation_steps: int | None = Field(
-        None, ge=1, description=Plan.model_fields["gradient_accumulation_steps"].description,
-        json_schema_extra={"metavar": "k"})
-    precision: Plan.model_fields["precision"].annotation | None = Field(
-        None, description=Plan.model_fields["precision"].description)
-    tf32: bool | None = Field(None, description=Plan.model_fields["tf32"].description)
-    optimizer: Plan.model_fields["optimizer"].annotation | None = Field(
-        None, description="adamw (torch AdamW), adamw-8bit (bitsandbytes), adafactor (transformers), sgd")
-    gradient_checkpointing: bool | None = Field(None,
-                                                description=Plan.model_fields["gradient_checkpointing"].description)
-    parallelism: Plan.model_fields["parallelism"].annotation | None = Field(
-        None, description=Plan.model_fields["parallelism"].description)
-    offload: Plan.model_fields["offload"].annotation | None = Field(
-        None, description=Plan.model_fields["offload"].description)
-    tensor_parallel: int | None = Field(None, ge=1, description=Plan.model_fields["tensor_parallel"].description,
-                                        json_schema_extra={"metavar": "T"})
-    pipeline_parallel: int | None = Field(None, ge=1, description=Plan.model_fields["pipeline_parallel"].description,
-                                          json_schema_extra={"metavar": "P"})
 
     def given(self) -> dict[str, Any]:
         """The settings the user gave (not None)."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+_PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
+                  "pipeline_parallel": "P"}
+
+
+def _plan_setting(name: str) -> tuple[Any, Any]:
+    """A :class:`rules.facts.Plan` field as an optional option: its type and help; counts are >= 1."""
+    field = Plan.model_fields[name]
+    bounds = {"ge": 1} if field.annotation is int else {}
+    extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else None
+    return field.annotation | None, Field(None, description=field.description, json_schema_extra=extra, **bounds)
+
+
+#: The plan settings as options, made from ``Plan``'s own fields (type, choices, help), so a new plan
+#: dimension is a flag of ``estimate`` and ``validate`` once it is named in :data:`PLAN_FLAGS`.
+PlanOptions = create_model("PlanOptions", __base__=_PlanSettings, __module__=__name__,
+                           **{name: _plan_setting(name) for name in PLAN_FLAGS})
 
 
 class TrialOptions(_Options):

@@ -42,7 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
 from probes.units import MIB
-from probes.vocabulary import Attention, Device, Family, Offload, Optimizer, Parallelism, Precision, Task
+from probes.vocabulary import (PARALLELISM_SPECS, Attention, Device, Family, Offload, Optimizer,
+                               Parallelism, Precision, Task)
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -102,7 +103,7 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
             scores = model.num_attention_heads * s * s * b
             # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
             # copy when dropout or a cast to the compute dtype made a new tensor
-            total += scores * (4 + drop + (a if drop or Precision.of(plan.precision).mixed else 0))
+            total += scores * (4 + drop + (a if drop or (plan.precision != Precision.FP32) else 0))
         return total
 
     total = attention()
@@ -134,7 +135,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     if eager and c["layer_s"] < 1:
         # the calibration ran CUDA's flash attention; the eager path keeps the s x s
         # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
-        per_score = 4 + (7 if model.dropout else 0) + (2 if Precision.of(plan.precision).mixed else 0)
+        per_score = 4 + (7 if model.dropout else 0) + (2 if (plan.precision != Precision.FP32) else 0)
         full_layer += per_score * b * nss
     head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
     transient = full_layer
@@ -162,7 +163,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     """
     table = _calibration().get(model.model_type, {}).get(model.task)
     if table is not None:
-        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if Precision.of(plan.precision).mixed else "fp32"],
+        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if (plan.precision != Precision.FP32) else "fp32"],
                                             eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
@@ -179,7 +180,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     if Task.of(model.task).language_modeling:
         v = model.vocab_size
         head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
-        logits = (4 + 4 + (2 if Precision.of(plan.precision).mixed else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
+        logits = (4 + 4 + (2 if (plan.precision != Precision.FP32) else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
         loss_grad = a * s * b * v
     else:
         head_input = (a + 4) * b * h * s
@@ -221,7 +222,7 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
     2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's."""
-    mixed = Precision.of(plan.precision).mixed
+    mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
     low = 2 if mixed else 4
     params = low * P // (n if stage >= 3 else 1)
@@ -253,7 +254,7 @@ def _states(model: ModelProfile, plan: Plan, nodes: int) -> _States:
     parallelism = Parallelism.of(plan.parallelism)
     split = max(plan.tensor_parallel, 1) * max(plan.pipeline_parallel, 1)
     P = model.num_parameters // split
-    copies16 = (2 * model.matmul_parameters if Precision.of(plan.precision).mixed else 0) // split
+    copies16 = (2 * model.matmul_parameters if (plan.precision != Precision.FP32) else 0) // split
     states_full = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer)) // split
     largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
     n = plan.data_parallel_size
@@ -299,7 +300,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     head_matmul = model.vocab_size * model.hidden_size // tp if Task.of(model.task).language_modeling else 0
     copies16_backward = min(s.copies16, 2 * head_matmul) if plan.gradient_checkpointing else s.copies16
     backward_phase = max(s.copies16 + act, copies16_backward + act + backward_extra)
-    if plan.gradient_accumulation_steps > 1 or Parallelism.of(plan.parallelism).stage:
+    if plan.gradient_accumulation_steps > 1 or PARALLELISM_SPECS[plan.parallelism].stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
         peak = s.weights + s.optimizer + grads_total + max(backward_phase, s.step_temp)
     else:

@@ -129,8 +129,8 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
 
 def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, list[Any]]:
     allowed = {}
-    for setting, values in domain.items():
-        allowed[setting] = [v for v in values
+    for setting, choices in domain.items():
+        allowed[setting] = [v for v in choices
                             if not any(e.kind == "forbid" and e.setting == setting and e.matches(v) for e in effects)]
     return allowed
 
@@ -179,18 +179,39 @@ def require_legal(facts: Facts, plan: Plan) -> None:
     raise UsageError(f"{shown}: {effect.reason} [{effect.rule_id}]")
 
 
-def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Candidate:
-    """Memory, speed, penalty and preferences of one plan."""
-    effects = effects if effects is not None else propose_effects(facts)
+@dataclass(frozen=True)
+class Pricing:
+    """What pricing a plan reads from the facts and the rules, worked out once per search (the planner
+    prices thousands of plans): capacity (bytes), links, the network (bytes/s) and the effects that rank."""
+
+    capacity_bytes: int
+    nvlink: bool
+    inter_node_bytes_per_s: float
+    fallbacks: tuple[Effect, ...]
+    preferences: tuple[Effect, ...]
+
+    @classmethod
+    def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
+        return cls(capacity_bytes=capacity_bytes(facts), nvlink=facts.hardware.all_pairs_nvlink,
+                   inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
+                   fallbacks=tuple(e for e in effects if e.kind == "fallback"),
+                   preferences=tuple(e for e in effects if e.kind == "prefer"))
+
+
+def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
+             ) -> Candidate:
+    """Memory, speed, penalty and preferences of one plan (``pricing``: :class:`Pricing` of the facts and
+    effects, when the caller prices many plans)."""
+    if pricing is None:
+        pricing = Pricing.of(facts, effects if effects is not None else propose_effects(facts))
     margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
-    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, capacity_bytes(facts), margin,
-                             nodes=facts.hardware.nodes)
-    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, facts.hardware.host,
-                           nvlink=facts.hardware.all_pairs_nvlink, nodes=facts.hardware.nodes,
-                           inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s)
-    values = plan.model_dump()
-    fallbacks = [e for e in effects if e.kind == "fallback" and e.setting in values and e.matches(values[e.setting])]
-    prefs = sum(1 for e in effects if e.kind == "prefer" and e.setting in values and e.matches(values[e.setting]))
+    hw = facts.hardware
+    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes)
+    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
+                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s)
+    values = plan.__dict__
+    fallbacks = [e for e in pricing.fallbacks if e.setting in values and e.matches(values[e.setting])]
+    prefs = sum(1 for e in pricing.preferences if e.setting in values and e.matches(values[e.setting]))
     return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
                      preferences=prefs, fallbacks=fallbacks)
 
@@ -215,6 +236,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     gbs = facts.workload.global_batch_size
     out = []
     refusing = _refusing_rules()
+    pricing = Pricing.of(facts, effects)
     for tp, pp in product(allowed[Setting.TENSOR_PARALLEL], allowed[Setting.PIPELINE_PARALLEL]):
         if (tp * pp > 1) != model_parallel or (gpus and gpus % (tp * pp)):
             continue
@@ -243,7 +265,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                         gradient_checkpointing=ckpt, micro_batch_size=micro,
                         gradient_accumulation_steps=gbs // (micro * dp), parallelism=parallelism,
                         num_gpus=gpus, offload=offload, tensor_parallel=tp, pipeline_parallel=pp)
-            out.append(evaluate(facts, plan, effects))
+            out.append(evaluate(facts, plan, pricing=pricing))
     return out
 
 

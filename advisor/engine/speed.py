@@ -23,7 +23,8 @@ from advisor.engine.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.vocabulary import DEFAULT_NETWORK, Family, Offload, Optimizer, Parallelism, Precision
+from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Offload, Parallelism,
+                               Precision)
 from rules.facts import Plan
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
@@ -77,7 +78,7 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
     peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
     if peaks is None or bandwidth is None:
         peaks, bandwidth = _GENERIC_GPU[min(max(gpu.cc[0], 7), 9)]
-    if Precision.of(plan.precision).mixed:
+    if (plan.precision != Precision.FP32):
         rate = getattr(peaks, plan.precision) or peaks.fp32
     elif plan.tf32 and gpu.tf32 and peaks.tf32:
         rate = peaks.tf32
@@ -94,8 +95,8 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
         # fitted to advisor validate on a 2-core Xeon (benchmarks/results/validate_cpu.md): fp32 trials of
         # gpt2, distilbert, bert-base and t5-small reached 31-65 % (median 44 %) of cores x clock x 64 FLOP/cycle
         return 0.50 * tokens / (tokens + 64)
-    tensor16 = Precision.of(plan.precision).mixed and gpu.tensor_cores
-    tf32 = not Precision.of(plan.precision).mixed and plan.tf32 and gpu.tf32
+    tensor16 = (plan.precision != Precision.FP32) and gpu.tensor_cores
+    tf32 = plan.precision == Precision.FP32 and plan.tf32 and gpu.tf32
     if tensor16:
         top, half = 0.50, 1.5e6 / h
     elif tf32:
@@ -110,7 +111,7 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
 
 def _optimizer_bytes_per_param(plan: Plan) -> float:
     """Memory traffic of one optimizer step, bytes per parameter (reads + writes)."""
-    traffic = Optimizer.of(plan.optimizer).spec.step_traffic_bytes_per_param
+    traffic = OPTIMIZER_SPECS[plan.optimizer].step_traffic_bytes_per_param
     if plan.precision == Precision.FP16:
         traffic += 8.0  # GradScaler: unscale and inf-check every gradient
     return traffic + 4.0  # zero_grad / accumulation buffer
@@ -146,7 +147,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
     P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
-    grad_bytes = (4 if parallelism.replicated or not Precision.of(plan.precision).mixed else 2) * P
+    grad_bytes = (4 if parallelism.replicated or plan.precision == Precision.FP32 else 2) * P
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
@@ -212,7 +213,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
-    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if Parallelism.of(plan.parallelism).stage else 1)
+    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if PARALLELISM_SPECS[plan.parallelism].stage else 1)
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)

@@ -35,7 +35,7 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
 from probes.errors import UsageError
-from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
+from probes.vocabulary import Device, Offload, Optimizer, Precision
 from rules import Facts, Plan
 
 __all__ = ["DEFAULT_MAX_TRIALS", "DEFAULT_STEPS", "DEFAULT_WARMUP", "RuntimeSettings", "Trial", "TrialStarted",
