@@ -92,8 +92,12 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     """
     if isinstance(interconnect, list):
         interconnect = ",".join(interconnect)
-    opts = parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
-                                   "inter_node_gbps": inter_node_gbps})
+    return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
+                                             "inter_node_gbps": inter_node_gbps}))
+
+
+def _hardware(opts: HardwareOptions | _Question) -> HardwareProfile:
+    """The hardware of validated hardware options (see :func:`probe_hardware`)."""
     if opts.gpu:
         profile = profile_from_catalog(opts.gpu, opts.nodes)
     else:
@@ -125,9 +129,14 @@ def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = 
         UsageError: a bad option (seq-len or batch <= 0, seq-len beyond the model's max positions, ...).
         ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
-    opts = parse(_Question, options)
+    return _facts(model, parse(_Question, options), hardware)
+
+
+def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile | None) -> Facts:
+    """The facts of validated options with the workload's fields (and, without ``hardware``, the hardware
+    options): see :func:`make_facts`."""
     profile = model if isinstance(model, ModelProfile) else profile_model(model, opts.task)
-    hw = hardware or probe_hardware(opts.gpu, opts.nodes, opts.interconnect, opts.inter_node_gbps)
+    hw = hardware or _hardware(opts)
     limit = profile.max_position_embeddings
     seq_len = opts.seq_len
     if seq_len is None:
@@ -185,6 +194,11 @@ class Estimate(BaseModel):
     """sequence length and global batch size"""
 
 
+def _given_settings(opts: BaseModel) -> dict[str, Any]:
+    """The plan settings among validated options that the user gave (not None)."""
+    return {name: getattr(opts, name) for name in PlanOptions.model_fields if getattr(opts, name) is not None}
+
+
 def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
@@ -214,10 +228,9 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
             offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
     """
     opts = parse(_EstimateOptions, options)
-    settings = PlanOptions.model_validate(opts.model_dump(include=set(PlanOptions.model_fields))).given()
+    settings = _given_settings(opts)
     micro = settings.get("micro_batch_size", 1) * settings.get("gradient_accumulation_steps", 1)
-    question = opts.model_dump(include=set(_Question.model_fields))
-    facts = make_facts(model, hardware=hardware, **{**question, "global_batch_size": micro})
+    facts = _facts(model, opts.model_copy(update={"global_batch_size": micro}), hardware)
     plan = _estimate_plan(facts, settings)
     planner.require_legal(facts, plan)
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
@@ -277,7 +290,7 @@ def _plan_to_validate(facts: Facts, opts: _ValidateOptions, processes: int) -> P
     Raises:
         NoFitError: nothing fits and no setting was given. UsageError: a setting that does not divide the batch.
     """
-    overrides = PlanOptions.model_validate(opts.model_dump(include=set(PlanOptions.model_fields))).given()
+    overrides = _given_settings(opts)
     parallelism = overrides.pop("parallelism", None)
     result = planner.search(facts)
     if result.best is None and not overrides:
@@ -325,7 +338,6 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     if opts.nproc and opts.nproc > 1 and hw.gpu is not None:
         raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")
     profile = model if isinstance(model, ModelProfile) else profile_model(model, opts.task)
-    question = opts.model_dump(include=set(WorkloadOptions.model_fields))
     if plan is None:
         processes = opts.nproc if opts.nproc and opts.nproc > 1 and hw.gpu is None else 1
         gbs = opts.global_batch_size
@@ -336,7 +348,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
             if gbs % processes:
                 raise UsageError(f"--global-batch-size {gbs} does not split over --nproc {processes}")
             gbs //= processes  # the per-process batch; the processes multiply it back
-        facts = make_facts(profile, hardware=hw, **{**question, "global_batch_size": gbs})
+        facts = _facts(profile, opts.model_copy(update={"global_batch_size": gbs}), hw)
         plan = _plan_to_validate(facts, opts, processes)
     notes: list[str] = []
     strategy = Parallelism(plan.parallelism)
@@ -344,7 +356,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         notes.append(f"{strategy} has no torch.distributed counterpart here: the trial runs "
                      f"{strategy.spec.trial_as} ({_trial_label(strategy)})")
         plan = plan.model_copy(update={"parallelism": strategy.spec.trial_as})
-    facts = make_facts(profile, hardware=hw, **{**question, "global_batch_size": plan.global_batch_size})
+    facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,
                             memory_limit_bytes=opts.memory_limit_bytes, max_trials=opts.max_trials,
                             progress=progress, stop=stop)
