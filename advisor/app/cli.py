@@ -128,12 +128,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
         console = _console()
         p = est.plan
-        console.print(f"[bold]{est.model.id}[/]: {p.precision}{' + tf32' if p.tf32 else ''}, {p.optimizer}, "
-                      f"micro-batch {p.micro_batch_size} x {p.gradient_accumulation_steps} accumulation, "
-                      f"seq-len {est.workload.seq_len}, checkpointing {'on' if p.gradient_checkpointing else 'off'}, "
-                      f"{p.parallelism} on {p.num_gpus or 'the CPU'}{' GPU(s)' if p.num_gpus else ''}"
-                      + (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
-                         if p.model_parallel_size > 1 else ""))
+        where = f"{p.num_gpus} GPU(s)" if p.num_gpus else "the CPU"
+        split = (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
+                 if p.model_parallel_size > 1 else "")
+        console.print(f"[bold]{est.model.id}[/]: {p.describe(data_parallel=False)}, {p.parallelism} on {where}{split}, "
+                      f"seq-len {est.workload.seq_len}", highlight=False)
         console.print(memory_table(est.memory))
         if est.simulated:
             sim = est.simulated
