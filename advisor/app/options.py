@@ -152,7 +152,7 @@ def _message(err: ValidationError) -> str:
         if kind == "greater_than_equal" and isinstance(ctx.get("ge"), int):  # whole numbers: >= 1 reads > 0
             return f"{_flag(name)} must be > {ctx['ge'] - 1}, got {given}"
         sign, bound = (">=", ctx.get("ge")) if kind == "greater_than_equal" else (">", ctx.get("gt"))
-        return f"{_flag(name)} must be {sign} {bound}, got {given}"
+        return f"{_flag(name)} must be {sign} {bound:g}, got {given}"
     if kind in ("literal_error", "enum"):
         return f"{_flag(name)} {given}: choose from {ctx.get('expected', '')}"
     if kind == "extra_forbidden":
