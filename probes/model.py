@@ -173,12 +173,7 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     looks_like_path = model.startswith((".", "/", "~")) or model.endswith(".json") or model.count("/") > 1
     if looks_like_path:
         raise ModelNotFoundError(f"'{model}' does not exist")
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(model, "config.json")
-    except Exception:  # invalid repo id, unreadable cache: not in the cache
-        cached = None
+    cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
     shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
@@ -199,6 +194,26 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     raise ModelNotFoundError(
         f"model '{model}' not found: {where}, not in the shipped catalog; "
         f"pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+
+
+def _from_hf_cache(model: str) -> str | None:
+    """The cached config.json of ``model`` (``huggingface_hub.try_to_load_from_cache``), or None.
+
+    The library's lookup imports its whole download stack (~0.15 s, more than the rest of ``recommend``);
+    a model the cache has no folder for is answered without it. The folder name follows the library's
+    own constants (``models--{org}--{name}``: huggingface_hub "Manage the cache", cache structure)."""
+    from huggingface_hub import constants
+
+    folder = Path(constants.HF_HUB_CACHE) / constants.REPO_ID_SEPARATOR.join(["models", *model.split("/")])
+    if not folder.is_dir():
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model, "config.json")
+    except Exception:  # invalid repo id, unreadable cache: not in the cache
+        return None
+    return cached if isinstance(cached, str) else None
 
 
 def _read_json(file: Path) -> dict:

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
-                                 OPTIONAL_PACKAGES, HardwareOptions, PlanOptions, TrialOptions, WorkloadOptions, parse)
+                                 OPTIONAL_PACKAGES, HardwareOptions, PlanOptions, SimulateOption, TrialOptions,
+                                 WorkloadOptions, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
@@ -39,16 +41,17 @@ from probes.vocabulary import Device, Link, Network, Parallelism, Precision
 from rules import Facts, Plan, Workload
 
 
-class _Question(HardwareOptions, WorkloadOptions):
-    """The options of a question: the hardware and the workload."""
+#: The option groups each function takes (the CLI's flags come from the same groups).
+_QUESTION = (HardwareOptions, WorkloadOptions)
+_ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption)
+_VALIDATE = (WorkloadOptions, PlanOptions, TrialOptions)
 
 
-class _EstimateOptions(_Question, PlanOptions):
-    simulate: bool = Field(False, description="also run a real training step on fake tensors (imports torch; seconds)")
-
-
-class _ValidateOptions(WorkloadOptions, PlanOptions, TrialOptions):
-    pass
+@cache
+def _options(*groups: type[BaseModel]) -> type[BaseModel]:
+    """One model of several option groups, made on first use (pydantic builds each class it is asked to:
+    the command line pays only for the groups of the command it runs)."""
+    return create_model("Options", __base__=groups, __module__=__name__)
 
 
 def _interconnect_update(profile: HardwareProfile, interconnect: str | None) -> dict[str, Any]:
@@ -96,7 +99,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
                                              "inter_node_gbps": inter_node_gbps}))
 
 
-def _hardware(opts: HardwareOptions | _Question) -> HardwareProfile:
+def _hardware(opts: BaseModel) -> HardwareProfile:
     """The hardware of validated hardware options (see :func:`probe_hardware`)."""
     if opts.gpu:
         profile = profile_from_catalog(opts.gpu, opts.nodes)
@@ -129,7 +132,7 @@ def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = 
         UsageError: a bad option (seq-len or batch <= 0, seq-len beyond the model's max positions, ...).
         ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
-    return _facts(model, parse(_Question, options), hardware)
+    return _facts(model, parse(_options(*_QUESTION), options), hardware)
 
 
 def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile | None) -> Facts:
@@ -227,7 +230,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
         UsageError: a value outside its range (batch <= 0, ...) or a plan the rules refuse (ZeRO on one GPU,
             offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
     """
-    opts = parse(_EstimateOptions, options)
+    opts = parse(_options(*_ESTIMATE), options)
     settings = _given_settings(opts)
     micro = settings.get("micro_batch_size", 1) * settings.get("gradient_accumulation_steps", 1)
     facts = _facts(model, opts.model_copy(update={"global_batch_size": micro}), hardware)
@@ -283,7 +286,7 @@ def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def _plan_to_validate(facts: Facts, opts: _ValidateOptions, processes: int) -> Plan:
+def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     """This machine's best plan with the given settings over it (the closest plan when nothing fits but a
     setting was given to try anyway).
 
@@ -333,7 +336,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     """
     from advisor.measure.validation import validate as run_validation
 
-    opts = parse(_ValidateOptions, options)
+    opts = parse(_options(*_VALIDATE), options)
     hw = hardware or _local_hardware_for_trials()
     if opts.nproc and opts.nproc > 1 and hw.gpu is not None:
         raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")
@@ -364,18 +367,19 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     return report
 
 
-def _sign(function, options: type[BaseModel]) -> None:
-    """Show the option models' fields as the keyword-only parameters of ``function`` (``help()``, IDEs):
+def _sign(function, groups: tuple[type[BaseModel], ...]) -> None:
+    """Show the option groups' fields as the keyword-only parameters of ``function`` (``help()``, IDEs):
     the signature is made from the one declaration, like the CLI's flags."""
     signature = inspect.signature(function)
     fixed = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     names = {p.name for p in fixed}
+    fields = {name: field for group in groups for name, field in group.model_fields.items()}
     extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.annotation)
-             for name, field in options.model_fields.items() if name not in names]
+             for name, field in fields.items() if name not in names]
     function.__signature__ = signature.replace(parameters=fixed + extra)
 
 
-_sign(make_facts, _Question)
-_sign(recommend, _Question)
-_sign(estimate, _EstimateOptions)
-_sign(validate, _ValidateOptions)
+_sign(make_facts, _QUESTION)
+_sign(recommend, _QUESTION)
+_sign(estimate, _ESTIMATE)
+_sign(validate, _VALIDATE)

@@ -14,7 +14,7 @@ import sys
 from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, HardwareOptions, ModelOptions, PlanOptions,
-                                 TrialOptions, WorkloadOptions, add_arguments, collect)
+                                 SimulateOption, TrialOptions, WorkloadOptions, add_arguments, collect)
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.units import GIB
@@ -118,7 +118,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from advisor.app.api import estimate
 
-    est = estimate(args.model, simulate=args.simulate, **collect(args, HardwareOptions),
+    est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
                    **collect(args, WorkloadOptions), **collect(args, PlanOptions))
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
@@ -238,8 +238,7 @@ def _add_estimate(sub) -> None:
     _workload_args(p, objective=False)
     add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
                                        "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS)
-    p.add_argument("--simulate", action="store_true",
-                   help="also run a real training step on fake tensors (imports torch; seconds)")
+    add_arguments(p, SimulateOption)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_estimate)
 

@@ -113,6 +113,12 @@ PlanOptions = create_model("PlanOptions", __base__=_PlanSettings, __module__=__n
                            **{name: _plan_setting(name) for name in PLAN_FLAGS})
 
 
+class SimulateOption(_Options):
+    """``estimate``'s check of the analytic memory model on fake tensors."""
+
+    simulate: bool = Field(False, description="also run a real training step on fake tensors (imports torch; seconds)")
+
+
 class TrialOptions(_Options):
     """How ``validate`` runs its trials."""
 
