@@ -31,7 +31,8 @@ class NoPlainSgd(Rule):
                  "but converges poorly on them. `advisor estimate --optimizer sgd` still estimates it.")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        return [self.forbid(Setting.OPTIMIZER, Optimizer.SGD, "converges poorly on transformers; Adam-type optimizers are the norm")]
+        return [self.forbid(Setting.OPTIMIZER, Optimizer.SGD,
+                            "converges poorly on transformers; Adam-type optimizers are the norm")]
 
 
 @register

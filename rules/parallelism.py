@@ -153,7 +153,8 @@ class OffloadLastResort(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.hardware.num_gpus <= 1:
             return []
-        return [self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER, "optimizer states in CPU RAM: every step crosses PCIe", penalty=Penalty.OFFLOAD_OPTIMIZER),
+        return [self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER, "optimizer states in CPU RAM: every step crosses PCIe",
+                              penalty=Penalty.OFFLOAD_OPTIMIZER),
                 self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER_PARAMETERS,
                               "optimizer states and parameters in CPU RAM: the slowest plan", penalty=Penalty.OFFLOAD_ALL)]
 

@@ -163,8 +163,8 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     """
     table = _calibration().get(model.model_type, {}).get(model.task)
     if table is not None:
-        return _calibrated_activation_bytes(model, plan, seq_len, table["mixed" if (plan.precision != Precision.FP32) else "fp32"],
-                                            eager)
+        coefficients = table["fp32" if plan.precision == Precision.FP32 else "mixed"]
+        return _calibrated_activation_bytes(model, plan, seq_len, coefficients, eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
     enc = layer_activation_bytes(model, plan, s, eager_attention=eager)
