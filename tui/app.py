@@ -19,10 +19,11 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent
 
+from advisor.app.options import WIZARD_OUT_DIR, HardwareOptions, WorkloadOptions, parse
 from advisor.engine.recommendation import Recommendation
+from probes.errors import UsageError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
-from probes.vocabulary import Objective
 from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed, RecommendationReady, \
     ValidationDone
 from tui.steps import (STEPS, ExportStep, HardwareStep, ModelStep, RecommendationStep, ValidateStep,
@@ -46,15 +47,21 @@ class AdvisorApp(App):
         Binding("escape", "cancel", "Cancel / leave field", show=False),
     ]
 
-    def __init__(self, *, model: str | None = None, task: str | None = None, gpu: str | None = None, nodes: int = 1,
-                 seq_len: int | None = None, global_batch_size: int | None = None,
-                 objective: str = Objective.SPEED.value, out_dir: str = "advisor-config",
-                 hardware: HardwareProfile | None = None, interconnect: str | None = None,
-                 inter_node_gbps: float | None = None) -> None:
+    def __init__(self, *, model: str | None = None, out_dir: str = WIZARD_OUT_DIR,
+                 hardware: HardwareProfile | None = None, **options: Any) -> None:
+        """``options``: the hardware and workload options of ``advisor recommend`` (their defaults and bounds
+        are declared once, in :mod:`advisor.app.options`).
+
+        Raises:
+            UsageError: an option the declarations do not know, or a value out of bounds.
+        """
         super().__init__()
-        self.options = dict(model=model, task=task, gpu=gpu, nodes=nodes, seq_len=seq_len,
-                            global_batch_size=global_batch_size, objective=objective, out_dir=out_dir,
-                            interconnect=interconnect, inter_node_gbps=inter_node_gbps)
+        declared = {**parse(HardwareOptions, _pick(HardwareOptions, options)).model_dump(),
+                    **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump()}
+        unknown = set(options) - set(declared)
+        if unknown:
+            raise UsageError(f"unknown option '{sorted(unknown)[0]}'")
+        self.options = dict(model=model, out_dir=out_dir, **declared)
         self.local_hardware: HardwareProfile | None = hardware
         self.profile: ModelProfile | None = None
         self.recommendation: Recommendation | None = None
@@ -199,6 +206,11 @@ class AdvisorApp(App):
     def action_previous_step(self) -> None:
         """The previous step (``ctrl+b``)."""
         self._go(-1)
+
+
+def _pick(group, options: dict[str, Any]) -> dict[str, Any]:
+    """The options that belong to an option group."""
+    return {k: v for k, v in options.items() if k in group.model_fields}
 
 
 def run(**options: Any) -> int:

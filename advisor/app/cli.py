@@ -14,7 +14,8 @@ import sys
 from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, HardwareOptions, ModelOptions, PlanOptions,
-                                 SimulateOption, TrialOptions, WorkloadOptions, add_arguments, collect)
+                                 WIZARD_OUT_DIR, SimulateOption, TrialOptions, WorkloadOptions, add_arguments,
+                                 collect)
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.units import GIB
@@ -303,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
     _workload_args(p, model_required=False)
-    p.add_argument("--out", default="advisor-config", metavar="DIR", help="the export step's folder")
+    p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder")
     p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")

@@ -28,6 +28,7 @@ from rules.facts import Plan
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
+WIZARD_OUT_DIR = "advisor-config"  #: the wizard's export folder (``advisor tui --out``)
 #: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO).
 OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
 
