@@ -21,8 +21,3 @@ def gbit_to_bytes_per_s(gbit_s: float) -> float:
 def gbyte_to_bytes_per_s(gbyte_s: float) -> float:
     """Gigabytes per second (10^9 bytes) → bytes per second."""
     return gbyte_s * 1e9
-
-
-def gib(n: float) -> float:
-    """Bytes → GiB (for display)."""
-    return n / GIB

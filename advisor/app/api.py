@@ -37,7 +37,7 @@ from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import GPULink, HardwareProfile
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
-from probes.vocabulary import Device, Link, Network, Parallelism, Precision
+from probes.vocabulary import Device, Link, Network, Parallelism, Precision, values
 from rules import Facts, Plan, Workload
 
 
@@ -61,8 +61,8 @@ def _interconnect_update(profile: HardwareProfile, interconnect: str | None) -> 
         UsageError: an unknown name, two links or two networks, NVLink on a GPU without it.
     """
     names = [n.strip().lower() for n in (interconnect or "").split(",") if n.strip()]
-    links = [n for n in names if n in Link.__members__.values()]
-    networks = [n for n in names if n in Network.__members__.values()]
+    links = [n for n in names if n in values(Link)]
+    networks = [n for n in names if n in values(Network)]
     unknown = [n for n in names if n not in links + networks]
     if unknown:
         raise UsageError(f"--interconnect {unknown[0]}: choose {' or '.join(Link)} (inside a node), "
