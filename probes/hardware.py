@@ -131,6 +131,8 @@ class HardwareProfile(BaseModel):
     inter_node_gbit_s: float | None = Field(
         None, description="network bandwidth between nodes, per node and direction, Gb/s (gigabits)")
     notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
+    host_memory_bytes: int | None = Field(None, description="RAM of one node for offloaded states, bytes, as given "
+                                                            "(--host-memory); None: the probed host's RAM")
 
     @property
     def gpu(self) -> GPUInfo | None:
@@ -156,6 +158,14 @@ class HardwareProfile(BaseModel):
     def num_gpus(self) -> int:
         """GPUs in all nodes together."""
         return len(self.gpus) * self.nodes
+
+    @property
+    def host_memory(self) -> int | None:
+        """RAM of one node that offloaded states may use, bytes: ``--host-memory``, else the probed host's RAM;
+        None when planning for catalog hardware without ``--host-memory``."""
+        if self.host_memory_bytes is not None:
+            return self.host_memory_bytes
+        return self.host.ram_bytes if self.host is not None and self.host.ram_bytes else None
 
     @property
     def all_pairs_nvlink(self) -> bool:

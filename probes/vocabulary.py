@@ -82,6 +82,10 @@ class Setting(Vocabulary):
     TORCH_COMPILE = "torch_compile"
     PAD_TO_MULTIPLE_OF = "pad_to_multiple_of"
     LOSS_SCALING = "loss_scaling"
+    METHOD = "method"
+    WEIGHTS_DTYPE = "weights_dtype"
+    LORA_RANK = "lora_rank"
+    LORA_TARGETS = "lora_targets"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------
@@ -113,6 +117,67 @@ class Precision(Vocabulary):
         return 4 if self is Precision.FP32 else 2
 
 
+# -- what is trained ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What one fine-tuning method trains and holds.
+
+    Attributes:
+        adapters: trains low-rank adapters beside frozen base weights (LoRA, Hu et al. 2021,
+            https://arxiv.org/abs/2106.09685 sec. 4.1) instead of every weight.
+        quantized_base: the frozen linear weights are stored in 4-bit NormalFloat with double
+            quantization (QLoRA, Dettmers et al. 2023, https://arxiv.org/abs/2305.14314 sec. 3).
+        package: the package the Trainer needs for it (None: transformers alone).
+        summary: one line for help texts and explanations.
+    """
+
+    adapters: bool
+    quantized_base: bool
+    summary: str
+    package: str | None = None
+
+
+class Method(Vocabulary):
+    """What a plan trains: every weight, or low-rank adapters on a frozen (4-bit) base."""
+
+    FULL = "full"
+    LORA = "lora"
+    QLORA = "qlora"
+
+    @property
+    def spec(self) -> MethodSpec:
+        return METHOD_SPECS[self]
+
+
+METHOD_SPECS: dict[Method, MethodSpec] = {
+    Method.FULL: MethodSpec(adapters=False, quantized_base=False, summary="full fine-tuning: every weight is trained"),
+    Method.LORA: MethodSpec(adapters=True, quantized_base=False, package="peft",
+                            summary="LoRA: low-rank adapters trained beside the frozen 16-bit base weights"),
+    Method.QLORA: MethodSpec(adapters=True, quantized_base=True, package="bitsandbytes",
+                             summary="QLoRA: LoRA adapters over base weights frozen in 4-bit NF4"),
+}
+
+
+class LoraTargets(Vocabulary):
+    """The linear layers that get adapters (PEFT ``LoraConfig.target_modules``)."""
+
+    ALL_LINEAR = "all-linear"  #: every linear layer of the blocks (QLoRA sec. 4: needed to match full fine-tuning)
+    ATTENTION = "attention"  #: the attention projections q, k, v, o (the LoRA paper's sec. 7.1 choice)
+
+
+class WeightsDtype(Vocabulary):
+    """The dtype the model's (trainable or frozen) 16/32-bit weights are held in."""
+
+    FP32 = "fp32"  #: fp32 weights; under mixed precision autocast makes 16-bit copies (AMP's master weights)
+    BF16 = "bf16"  #: loaded with ``torch_dtype=torch.bfloat16``: no fp32 master copy ("pure bf16")
+
+    @property
+    def bytes(self) -> int:
+        """Bytes per weight element."""
+        return 4 if self is WeightsDtype.FP32 else 2
+
+
 # -- optimizers ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -135,6 +200,10 @@ class OptimizerSpec:
             states (AdamW: a copy of the parameters, fp32); nothing when fused.
         update_temporary_bytes_per_element: the step's temporary per element of the largest matrix
             (Adafactor builds each matrix's fp32 update before applying it).
+        states_follow_weights: the states take the parameters' dtype (torch AdamW's ``exp_avg`` is
+            ``zeros_like(param)``): half the bytes for bf16 weights.
+        paged: the states live in CUDA unified memory and are evicted page by page to CPU RAM when the GPU
+            runs short (QLoRA sec. 3, "Paged Optimizers"): memory spikes do not end the run.
     """
 
     state_bytes_per_param: float | None
@@ -149,6 +218,8 @@ class OptimizerSpec:
     learning_rate: float = 1e-4
     foreach_temporary_bytes_per_param: float = 0
     update_temporary_bytes_per_element: float = 0
+    states_follow_weights: bool = False
+    paged: bool = False
 
 
 class Optimizer(Vocabulary):
@@ -157,6 +228,8 @@ class Optimizer(Vocabulary):
     ADAMW = "adamw"
     ADAFACTOR = "adafactor"
     ADAMW_8BIT = "adamw-8bit"
+    PAGED_ADAMW = "paged-adamw"
+    PAGED_ADAMW_8BIT = "paged-adamw-8bit"
     SGD = "sgd"
 
     @property
@@ -182,16 +255,26 @@ class Optimizer(Vocabulary):
 #: Adafactor: Shazeer & Stern 2018 (https://arxiv.org/abs/1804.04235) sec. 3; torch.optim.AdamW
 #: (foreach / fused, https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html); bitsandbytes
 #: AdamW8bit (https://huggingface.co/docs/bitsandbytes/main/en/reference/optim/adamw); step traffic:
-#: AdamW reads param, grad, m, v and writes param, m, v in fp32 (7 x 4 B).
+#: AdamW reads param, grad, m, v and writes param, m, v in fp32 (7 x 4 B). Paged variants: bitsandbytes
+#: PagedAdamW / PagedAdamW8bit (https://huggingface.co/docs/bitsandbytes/main/en/reference/optim/adamw), Trainer
+#: ``optim="paged_adamw_32bit"`` / ``"paged_adamw_8bit"`` (QLoRA sec. 3).
 OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
     Optimizer.ADAMW: OptimizerSpec(
         state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="adamw_torch",
         trainer_optim_fused="adamw_torch_fused", factory="torch.optim:AdamW", foreach_temporary_bytes_per_param=4,
-        summary="torch AdamW (fused on CUDA)"),
+        states_follow_weights=True, summary="torch AdamW (fused on CUDA)"),
     Optimizer.ADAMW_8BIT: OptimizerSpec(
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="adamw_bnb_8bit",
         factory="bitsandbytes.optim:AdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
         summary="bitsandbytes 8-bit AdamW"),
+    Optimizer.PAGED_ADAMW: OptimizerSpec(
+        state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="paged_adamw_32bit",
+        factory="bitsandbytes.optim:PagedAdamW32bit", package="bitsandbytes", implementation="bitsandbytes",
+        paged=True, summary="bitsandbytes paged AdamW (32-bit states in unified memory)"),
+    Optimizer.PAGED_ADAMW_8BIT: OptimizerSpec(
+        state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="paged_adamw_8bit",
+        factory="bitsandbytes.optim:PagedAdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
+        paged=True, summary="bitsandbytes paged 8-bit AdamW"),
     Optimizer.ADAFACTOR: OptimizerSpec(
         state_bytes_per_param=None, step_traffic_bytes_per_param=20.0, trainer_optim="adafactor",
         factory="transformers.optimization:Adafactor", implementation="transformers", learning_rate=1e-3,
@@ -275,24 +358,32 @@ class Offload(Vocabulary):
     NONE = "none"
     OPTIMIZER = "optimizer"
     OPTIMIZER_PARAMETERS = "optimizer+parameters"
+    NVME = "nvme"  #: ZeRO-Infinity: optimizer states and parameters on NVMe (Rajbhandari et al. 2021)
 
     @property
     def optimizer(self) -> bool:
-        """The optimizer states (and fp32 masters) live in CPU RAM."""
+        """The optimizer states (and fp32 masters) live off the GPU."""
         return self is not Offload.NONE
 
     @property
     def parameters(self) -> bool:
-        """The parameters live in CPU RAM too."""
-        return self is Offload.OPTIMIZER_PARAMETERS
+        """The parameters live off the GPU too."""
+        return self in (Offload.OPTIMIZER_PARAMETERS, Offload.NVME)
+
+    @property
+    def nvme(self) -> bool:
+        """Off the GPU means on NVMe, with CPU RAM as a staging buffer (ZeRO-Infinity,
+        https://arxiv.org/abs/2104.07857 sec. 5)."""
+        return self is Offload.NVME
 
 
 _ZERO_OFFLOADS = (Offload.NONE.value, Offload.OPTIMIZER.value)
-_ALL_OFFLOADS = values(Offload)
+_ALL_OFFLOADS = values(Offload)  # ZeRO-3: CPU and NVMe (ZeRO-Infinity) offload
 #: Sources: ZeRO paper sec. 5 (https://arxiv.org/abs/1910.02054); PyTorch FSDP ShardingStrategy
 #: (https://pytorch.org/docs/stable/fsdp.html): SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3,
 #: HYBRID_SHARD = FULL_SHARD inside a node, replicated across nodes; DeepSpeed ZeRO-Offload
-#: (https://www.deepspeed.ai/tutorials/zero-offload/); TrainingArguments "fsdp".
+#: (https://www.deepspeed.ai/tutorials/zero-offload/); ZeRO-Infinity's NVMe offload, stage 3 only
+#: (https://www.deepspeed.ai/tutorials/zero/#offloading-to-cpu-and-nvme-with-zero-infinity); TrainingArguments "fsdp".
 PARALLELISM_SPECS: dict[Parallelism, ParallelismSpec] = {
     Parallelism.NONE: ParallelismSpec(stage=0, framework="none"),
     Parallelism.DP: ParallelismSpec(stage=0, framework="torch", trial_as="ddp"),
@@ -423,7 +514,10 @@ DEFAULT_NETWORK = Network.INFINIBAND  #: assumed between nodes when the user doe
 #: The planner's search order where it differs from declaration order: the preferred value first.
 SEARCH_ORDER: dict[type[Enum], tuple[Enum, ...]] = {
     Precision: (Precision.BF16, Precision.FP16, Precision.FP32),
-    Optimizer: (Optimizer.ADAMW, Optimizer.ADAMW_8BIT, Optimizer.ADAFACTOR, Optimizer.SGD),
+    Optimizer: (Optimizer.ADAMW, Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW,
+                Optimizer.ADAFACTOR, Optimizer.SGD),
+    WeightsDtype: (WeightsDtype.FP32, WeightsDtype.BF16),
+    Method: (Method.FULL, Method.LORA, Method.QLORA),
 }
 
 
@@ -437,7 +531,11 @@ class Penalty(IntEnum):
 
     NONE = 0
     SLOWER = 1  #: a bounded slowdown: activation checkpointing (~20-30 %); ZeRO-1/2 on a model DDP could hold
-    MUCH_SLOWER = 2  #: fp32 on tensor cores; 8-bit optimizer states; ZeRO-3 / FULL_SHARD on a model DDP could hold
+    MUCH_SLOWER = 2  #: fp32 on tensor cores; 8-bit optimizer states; bf16 weights without fp32 masters; ZeRO-3 /
+    #: FULL_SHARD on a model DDP could hold
     RISKY = 3  #: convergence may suffer (Adafactor), or a framework beyond the Trainer (tensor / pipeline parallel)
-    OFFLOAD_OPTIMIZER = 4  #: optimizer states in CPU RAM: every step crosses PCIe
-    OFFLOAD_ALL = 5  #: optimizer states and parameters in CPU RAM: the slowest plan
+    ADAPTERS = 6  #: trains low-rank adapters, not the model: above any sum of the light full fine-tuning fallbacks
+    QUANTIZED_ADAPTERS = 7  #: adapters over a 4-bit base: quantization error and dequantization time besides
+    OFFLOAD_OPTIMIZER = 8  #: optimizer states in CPU RAM: every step crosses PCIe
+    OFFLOAD_ALL = 9  #: optimizer states and parameters in CPU RAM: the slowest plan in RAM
+    OFFLOAD_NVME = 10  #: optimizer states and parameters on NVMe (ZeRO-Infinity): slower still

@@ -57,12 +57,23 @@ class Effect(BaseModel):
     rule_id: str = ""
     hard: bool = False
     """a ``forbid`` of a value that cannot run here (not merely inadvisable): given plans are refused too"""
+    when: dict[Setting, Any] | None = None
+    """a ``fallback`` or ``prefer`` that holds only in plans with these other settings (e.g. bf16 weights cost
+    precision only when every weight trains: ``{method: full}``); a value may be a list: any of"""
 
     def matches(self, value: Any) -> bool:
         """Whether a setting value is the one this effect names (``value`` may be a list: any of)."""
         if isinstance(self.value, list):
             return value in self.value
         return value == self.value
+
+    def applies(self, values: dict[str, Any]) -> bool:
+        """Whether a plan (its field values) names this effect's value and meets its ``when`` condition."""
+        if self.setting not in values or not self.matches(values[self.setting]):
+            return False
+        if not self.when:
+            return True
+        return all(values.get(k) in v if isinstance(v, list) else values.get(k) == v for k, v in self.when.items())
 
 
 class RuleDefinitionError(Exception):
@@ -97,12 +108,13 @@ class Rule:
     def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False) -> Effect:
         return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard)
 
-    def prefer(self, setting: Setting, value: Any, reason: str) -> Effect:
-        return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id)
+    def prefer(self, setting: Setting, value: Any, reason: str, *, when: dict[Setting, Any] | None = None) -> Effect:
+        return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id, when=when)
 
-    def fallback(self, setting: Setting, value: Any, reason: str, penalty: Penalty) -> Effect:
+    def fallback(self, setting: Setting, value: Any, reason: str, penalty: Penalty, *,
+                 when: dict[Setting, Any] | None = None) -> Effect:
         return Effect(kind="fallback", setting=setting, value=value, reason=reason, penalty=penalty,
-                      rule_id=self.id)
+                      rule_id=self.id, when=when)
 
     def set(self, setting: Setting, value: Any, reason: str) -> Effect:
         return Effect(kind="set", setting=setting, value=value, reason=reason, rule_id=self.id)

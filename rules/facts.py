@@ -6,7 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from probes.hardware import GPUInfo, HardwareProfile
 from probes.model import ModelProfile
-from probes.vocabulary import Device, Objective, Offload, Optimizer, Parallelism, Precision, literal
+from probes.vocabulary import (Device, LoraTargets, Method, Objective, Offload, Optimizer, Parallelism, Precision,
+                               WeightsDtype, literal)
 
 PrecisionName = literal(Precision)
 OptimizerName = literal(Optimizer)
@@ -14,10 +15,21 @@ ParallelismName = literal(Parallelism)
 OffloadName = literal(Offload)
 ObjectiveName = literal(Objective)
 DeviceName = literal(Device)
+MethodName = literal(Method)
+WeightsDtypeName = literal(WeightsDtype)
+LoraTargetsName = literal(LoraTargets)
+
+#: LoRA's rank when the user does not say: 16, between PEFT's default 8 and the QLoRA paper's 64 (QLoRA,
+#: https://arxiv.org/abs/2305.14314 sec. 4: with adapters on every linear layer the rank barely matters;
+#: LoRA, https://arxiv.org/abs/2106.09685 sec. 7.2: ranks 1-8 already work for attention adapters).
+DEFAULT_LORA_RANK = 16
+#: Adapters on every linear layer of the blocks (PEFT ``target_modules="all-linear"``): QLoRA sec. 4 found
+#: this is what matches full fine-tuning's quality; attention-only adapters train fewer parameters.
+DEFAULT_LORA_TARGETS = LoraTargets.ALL_LINEAR.value
 
 
 class Workload(BaseModel):
-    """What the user wants to train: sequence length and global batch size."""
+    """What the user wants to train: sequence length, global batch size, and how (method, adapters)."""
 
     seq_len: int = Field(description="tokens per sample (padded length)")
     global_batch_size: int = Field(
@@ -25,6 +37,12 @@ class Workload(BaseModel):
     objective: ObjectiveName = Field(
         Objective.SPEED.value, description="what matters most: 'speed' (the fastest plan that fits) or 'memory' (the plan with "
                              "the least device memory)")
+    method: MethodName | None = Field(None, description="the fine-tuning method asked for: full, lora or qlora; "
+                                                        "None: the planner chooses (auto)")
+    from_scratch: bool = Field(False, description="pre-training from random weights: every weight must train, so "
+                                                  "adapter methods are out")
+    lora_rank: int = Field(DEFAULT_LORA_RANK, ge=1, description="rank r of the LoRA adapters, when a plan uses them")
+    lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="the linear layers that get adapters")
 
 
 class Plan(BaseModel):
@@ -51,6 +69,14 @@ class Plan(BaseModel):
                                                 "parallel), inside an NVLink island; 1: none")
     pipeline_parallel: int = Field(1, description="pipeline stages the layers are split into (1F1B schedule), "
                                                   "across nodes; 1: none")
+    method: MethodName = Field(Method.FULL.value, description="full fine-tuning, or LoRA adapters over frozen 16-bit "
+                                                              "(lora) or 4-bit NF4 (qlora) base weights")
+    weights_dtype: WeightsDtypeName = Field(WeightsDtype.FP32.value,
+                                            description="dtype the model is loaded in (torch_dtype): fp32 (AMP's fp32 "
+                                                        "master weights) or bf16 (pure bf16, no fp32 copy)")
+    lora_rank: int = Field(DEFAULT_LORA_RANK, description="rank r of the LoRA adapters (lora and qlora)")
+    lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear "
+                                                                            "or attention (q, k, v, o)")
 
     @property
     def model_parallel_size(self) -> int:
@@ -75,6 +101,10 @@ class Plan(BaseModel):
         only with ``data_parallel``)."""
         parts = [self.precision + (" + tf32" if self.tf32 else ""), self.optimizer,
                  f"micro-batch {self.micro_batch_size} × {self.gradient_accumulation_steps}"]
+        if self.method != Method.FULL:
+            parts.insert(0, f"{self.method} r={self.lora_rank} ({self.lora_targets})")
+        if self.weights_dtype != WeightsDtype.FP32:
+            parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
             parts.append("checkpointing")
         if data_parallel and self.data_parallel_size > 1:

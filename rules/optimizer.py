@@ -47,7 +47,7 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
 
     def propose(self, facts: Facts) -> list[Effect]:
         return [
-            self.fallback(Setting.OPTIMIZER, Optimizer.ADAMW_8BIT,
+            self.fallback(Setting.OPTIMIZER, [Optimizer.ADAMW_8BIT.value, Optimizer.PAGED_ADAMW_8BIT.value],
                           "quantized states (2 B/param, needs bitsandbytes): only when AdamW's 8 B/param do not fit",
                           penalty=Penalty.MUCH_SLOWER),
             self.fallback(Setting.OPTIMIZER, Optimizer.ADAFACTOR,
@@ -60,8 +60,8 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
         if plan.optimizer == Optimizer.ADAFACTOR:
             effects.append(self.warn("Adafactor was needed to fit: its convergence can be slower or worse than "
                                      "AdamW's, so compare the loss curve on a short run", setting=Setting.OPTIMIZER))
-        if plan.optimizer == Optimizer.ADAMW_8BIT and facts.packages.get("bitsandbytes") is False:
-            effects.append(self.warn("8-bit Adam needs the bitsandbytes package, which is not installed here: "
+        if Optimizer.of(plan.optimizer).spec.package and facts.packages.get("bitsandbytes") is False:
+            effects.append(self.warn(f"{plan.optimizer} needs the bitsandbytes package, which is not installed here: "
                                      "pip install bitsandbytes", setting=Setting.OPTIMIZER))
         return effects
 

@@ -24,7 +24,18 @@ class SingleDevice(Rule):
         if facts.hardware.num_gpus > 1:
             return []
         why = "a single device: nothing to distribute"
-        return [self.forbid(Setting.PARALLELISM, v, why) for v in Parallelism if v != Parallelism.NONE]
+        offloading = "on one GPU only to offload (ZeRO-Offload / FSDP CPUOffload): see the offload setting"
+        return [self.forbid(Setting.PARALLELISM, v, why, hard=not self._offloads_alone(facts, v))
+                if not self._offloads_alone(facts, v) else self.fallback(Setting.PARALLELISM, v, offloading,
+                                                                         penalty=Penalty.NONE)
+                for v in Parallelism if v != Parallelism.NONE]
+
+    @staticmethod
+    def _offloads_alone(facts: Facts, parallelism: Parallelism) -> bool:
+        """A sharding strategy that runs on one GPU to offload to the CPU (ZeRO-Offload, Ren et al. 2021 sec. 4;
+        FSDP's CPUOffload): not on the CPU, and only those that can offload (ZeRO-2 / ZeRO-3 / FULL_SHARD)."""
+        return (facts.hardware.num_gpus == 1 and parallelism.stage >= 2 and len(parallelism.spec.offloads) > 1
+                and not parallelism.spec.replicated_across_nodes)
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         replicas = plan.data_parallel_size > 1
@@ -32,9 +43,11 @@ class SingleDevice(Rule):
             return self.forbid(Setting.PARALLELISM, plan.parallelism,
                                f"{plan.data_parallel_size} model replicas need a data-parallel strategy (ddp)", hard=True)
         if plan.parallelism != Parallelism.NONE and not replicas:
+            if plan.offload != Offload.NONE and self._offloads_alone(facts, Parallelism.of(plan.parallelism)):
+                return None
             return self.forbid(Setting.PARALLELISM, plan.parallelism,
-                               "needs several model replicas (GPUs / model-parallel size, or processes on the CPU)",
-                               hard=True)
+                               "needs several model replicas (GPUs / model-parallel size, or processes on the CPU), "
+                               "or on one GPU an offload (ZeRO-2 / ZeRO-3 / fsdp-full-shard)", hard=True)
         return None
 
 
@@ -145,18 +158,31 @@ class OffloadLastResort(Rule):
     id = "parallelism.offload-last-resort"
     title = "CPU offload of ZeRO states only when nothing on the GPUs fits"
     topic = "parallelism"
-    sources = [S.HF_DEEPSPEED, S.ZERO_PAPER]
-    rationale = ("ZeRO-Offload moves optimizer states (and with stage 3 the parameters) to CPU RAM: it fits much "
-                 "larger models, but every step crosses PCIe and the CPU runs the optimizer, so it is the slowest "
-                 "option.")
+    sources = [S.HF_DEEPSPEED, S.ZERO_PAPER, S.ZERO_OFFLOAD_PAPER, S.ZERO_INFINITY_PAPER, S.DEEPSPEED_MEMORY]
+    rationale = ("ZeRO-Offload moves optimizer states (and with stage 3 the parameters) to CPU RAM, on one GPU too "
+                 "(the seeds' decision tree: does not fit one GPU → DeepSpeed with offload): it fits much larger "
+                 "models, but every step crosses PCIe and the CPU runs the optimizer, so it is the slowest option "
+                 "in RAM; it needs 16-18 B/param of host RAM (DeepSpeed's estimators). ZeRO-Infinity moves them on "
+                 "to NVMe when the host's RAM runs out, slower still.")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        if facts.hardware.num_gpus <= 1:
-            return []
+        if facts.hardware.num_gpus < 1:
+            why = "training on the CPU: there is no GPU memory to relieve"
+            return [self.forbid(Setting.OFFLOAD, o, why, hard=True) for o in Offload if o != Offload.NONE]
         return [self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER, "optimizer states in CPU RAM: every step crosses PCIe",
                               penalty=Penalty.OFFLOAD_OPTIMIZER),
                 self.fallback(Setting.OFFLOAD, Offload.OPTIMIZER_PARAMETERS,
-                              "optimizer states and parameters in CPU RAM: the slowest plan", penalty=Penalty.OFFLOAD_ALL)]
+                              "optimizer states and parameters in CPU RAM: the slowest plan in RAM",
+                              penalty=Penalty.OFFLOAD_ALL),
+                self.fallback(Setting.OFFLOAD, Offload.NVME, "optimizer states and parameters on NVMe (ZeRO-Infinity): "
+                              "only when the host's RAM cannot hold them", penalty=Penalty.OFFLOAD_NVME)]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.offload == Offload.NONE or facts.hardware.host_memory is not None:
+            return []
+        return [self.warn(f"offload to {'NVMe' if Offload.of(plan.offload).nvme else 'CPU RAM'} planned without "
+                          "knowing the host's RAM: pass --host-memory SIZE (e.g. 256GB) to check it",
+                          setting=Setting.OFFLOAD)]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         """Offload pairs only with sharding that supports it (:class:`probes.vocabulary.ParallelismSpec` offloads)."""

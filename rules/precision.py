@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Penalty, Precision, Setting
+from probes.vocabulary import Method, Penalty, Precision, Setting, WeightsDtype
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -185,7 +185,8 @@ class MixedPrecisionSmallBatchMemory(Rule):
                  "than fp32. Its gain is speed.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.precision == Precision.FP32 or plan.micro_batch_size >= 8:
+        if (plan.precision == Precision.FP32 or plan.micro_batch_size >= 8 or plan.weights_dtype != WeightsDtype.FP32
+                or plan.method != Method.FULL):
             return []
         return [self.warn(f"{plan.precision} mixed precision keeps fp32 weights plus 16-bit copies (6 B/parameter): "
                           f"at micro-batch {plan.micro_batch_size} it saves little or no memory; it is chosen for speed",

@@ -100,3 +100,32 @@ MEGATRON_SCALING = Source(title="Narayanan et al. 2021, Efficient Large-Scale La
                           section="3.3 Takeaways (tensor parallel inside a node, pipeline across nodes)")
 MEGATRON_LM = Source(title="Shoeybi et al. 2019, Megatron-LM", url="https://arxiv.org/abs/1909.08053",
                      section="3 Model Parallel Transformers (2 all-reduces forward, 2 backward per layer)")
+LORA_PAPER = Source(title="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models",
+                    url="https://arxiv.org/abs/2106.09685", section="sec. 4 and 7")
+QLORA_PAPER = Source(title="Dettmers et al. 2023, QLoRA: Efficient Finetuning of Quantized LLMs",
+                     url="https://arxiv.org/abs/2305.14314", section="sec. 3 (NF4, double quantization, paged "
+                                                                     "optimizers) and 4 (all linear layers)")
+LORA_LEARNS_LESS = Source(title="Biderman et al. 2024, LoRA Learns Less and Forgets Less",
+                          url="https://arxiv.org/abs/2405.09673", section="sec. 4-5")
+PEFT_LORA = Source(title="PEFT LoRA developer guide",
+                   url="https://huggingface.co/docs/peft/developer_guides/lora", section="Initialization; target_modules")
+HF_QUANT_BNB = Source(title="transformers bitsandbytes quantization",
+                      url="https://huggingface.co/docs/transformers/quantization/bitsandbytes",
+                      section="4-bit (QLoRA algorithm)")
+TORCHTUNE_LOW_PRECISION = Source(title="torchtune: memory optimization overview",
+                                 url="https://pytorch.org/torchtune/stable/tutorials/memory_optimizations.html",
+                                 section="Lower Precision Training (bf16 weights)")
+BF16_UPDATES = Source(title="Zamirai et al. 2020, Revisiting BFloat16 Training (stochastic rounding, Kahan summation)",
+                      url="https://arxiv.org/abs/2010.06192", section="sec. 3-4")
+ZERO_OFFLOAD_PAPER = Source(title="Ren et al. 2021, ZeRO-Offload", url="https://arxiv.org/abs/2101.06840",
+                            section="sec. 4 (single-GPU schedule)")
+ZERO_INFINITY_PAPER = Source(title="Rajbhandari et al. 2021, ZeRO-Infinity", url="https://arxiv.org/abs/2104.07857",
+                             section="sec. 5 (NVMe offload)")
+DEEPSPEED_MEMORY = Source(title="DeepSpeed Memory Requirements", url="https://deepspeed.readthedocs.io/en/latest/memory.html",
+                          section="estimate_zero2/3_model_states_mem_needs")
+BNB_8BIT_EMBEDDING = Source(title="transformers issue 14819: 8-bit Adam and embeddings",
+                            url="https://github.com/huggingface/transformers/issues/14819",
+                            section="keep the embedding's optimizer states in 32-bit (StableEmbedding)")
+BNB_PAGED = Source(title="bitsandbytes paged optimizers",
+                   url="https://huggingface.co/docs/bitsandbytes/main/en/optimizers#paged-optimizers",
+                   section="Paged optimizers")

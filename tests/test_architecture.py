@@ -30,7 +30,7 @@ ALLOWED = {
 LAZY = {"advisor.app": ("advisor.measure", "tui")}
 MAX_MODULE_LINES = 400
 #: The one vocabulary module holds every dimension and its spec table; splitting it would split the vocabulary.
-LONGER_MODULES = {"probes/vocabulary.py": 480}
+LONGER_MODULES = {"probes/vocabulary.py": 600}
 MAX_FUNCTION_LINES = 60
 
 

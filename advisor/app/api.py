@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
-                                 OPTIONAL_PACKAGES, HardwareOptions, PlanOptions, SimulateOption, TrialOptions,
+                                 OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption, TrialOptions,
                                  WorkloadOptions, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
@@ -37,12 +37,13 @@ from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import GPULink, HardwareProfile
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
-from probes.vocabulary import Device, Link, Network, Parallelism, Precision, values
+from probes.vocabulary import Device, Link, Method, Network, Offload, Parallelism, Precision, WeightsDtype, values
 from rules import Facts, Plan, Workload
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
 _QUESTION = (HardwareOptions, WorkloadOptions)
+_RECOMMEND = (*_QUESTION, MethodOptions)
 _ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption)
 _VALIDATE = (WorkloadOptions, PlanOptions, TrialOptions)
 
@@ -110,6 +111,8 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
     update = _interconnect_update(profile, opts.interconnect)
     if opts.inter_node_gbps is not None:
         update["inter_node_gbit_s"] = opts.inter_node_gbps
+    if opts.host_memory_bytes is not None:
+        update["host_memory_bytes"] = opts.host_memory_bytes
     return profile.model_copy(update=update) if update else profile
 
 
@@ -146,8 +149,12 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
         seq_len = min(limit, DEFAULT_SEQ_LEN) if limit else DEFAULT_SEQ_LEN
     elif limit and seq_len > limit:
         raise UsageError(f"--seq-len {seq_len} is beyond {profile.id}'s {limit} positions")
+    chosen = {k: v for k, v in (("lora_rank", getattr(opts, "lora_rank", None)),
+                                ("lora_targets", getattr(opts, "lora_targets", None))) if v is not None}
+    method = getattr(opts, "method", None)
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
-                        objective=opts.objective)
+                        objective=opts.objective, from_scratch=opts.from_scratch,
+                        method=None if method in (None, "auto") else method, **chosen)
     return Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
 
 
@@ -161,7 +168,8 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
         NoFitError: nothing fits; ``str(err)`` says what would (also on ``err.suggestions``).
         UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
     """
-    result = planner.search(make_facts(model, hardware=hardware, **options))
+    opts = parse(_options(*_RECOMMEND), options)
+    result = planner.search(_facts(model, opts, hardware))
     if result.best is None:
         raise no_fit_error(result)
     return build(result)
@@ -205,7 +213,8 @@ def _given_settings(opts: BaseModel) -> dict[str, Any]:
 def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
-    GPU lacks is off), parallelism 'ddp' over several replicas (else 'none')."""
+    GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
+    replicas (else 'none'; with an offload, the ZeRO stage that offloads it)."""
     g = facts.gpu
     s = {**ESTIMATE_DEFAULTS, **settings}
     if "precision" not in settings:
@@ -213,10 +222,16 @@ def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
             Precision.BF16 if g.bf16 else Precision.FP16)
     tf32_here = bool(g is not None and g.tf32)
     s["tf32"] = tf32_here and s.get("tf32", True) is not False
+    if "weights_dtype" not in settings:  # adapters' frozen base loads in bf16 (torch_dtype=torch.bfloat16)
+        adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
+        s["weights_dtype"] = WeightsDtype.BF16 if adapters and s["precision"] == Precision.BF16 else WeightsDtype.FP32
     gpus = facts.hardware.num_gpus
     if "parallelism" not in settings:
         replicas = gpus // (s["tensor_parallel"] * s["pipeline_parallel"]) if gpus else 1
         s["parallelism"] = Parallelism.DDP if replicas > 1 else Parallelism.NONE
+        offload = Offload.of(s["offload"])
+        if offload.optimizer:  # ZeRO-Offload: stage 2 offloads the optimizer, stage 3 the parameters too
+            s["parallelism"] = Parallelism.ZERO_3 if offload.parameters else Parallelism.ZERO_2
     return Plan(device=Device.CPU if g is None else Device.CUDA, num_gpus=gpus, **s)
 
 
@@ -380,6 +395,6 @@ def _sign(function, groups: tuple[type[BaseModel], ...]) -> None:
 
 
 _sign(make_facts, _QUESTION)
-_sign(recommend, _QUESTION)
+_sign(recommend, _RECOMMEND)
 _sign(estimate, _ESTIMATE)
 _sign(validate, _VALIDATE)

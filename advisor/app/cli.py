@@ -13,9 +13,9 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, HardwareOptions, ModelOptions, PlanOptions,
-                                 WIZARD_OUT_DIR, SimulateOption, TrialOptions, WorkloadOptions, add_arguments,
-                                 collect)
+from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, MethodOptions,
+                                 ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
+                                 add_arguments, collect)
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.units import GIB
@@ -89,7 +89,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     from advisor.app.api import recommend
 
     try:
-        rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions))
+        rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
+                        **collect(args, MethodOptions))
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -230,7 +231,8 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
                   helps={"model": model_help} if model_help else None)
     add_arguments(p, WorkloadOptions, ("task",))
     add_arguments(p, HardwareOptions)
-    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ()))
+    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
+                  + ("from_scratch",))
 
 
 def _add_estimate(sub) -> None:
@@ -290,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
     _workload_args(p)
+    add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "

@@ -23,14 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from probes.errors import UsageError
 from probes.units import GIB, KIB, MIB
-from probes.vocabulary import Objective, Offload, Optimizer, Task, literal
+from probes.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
 from rules.facts import Plan
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
 WIZARD_OUT_DIR = "advisor-config"  #: the wizard's export folder (``advisor tui --out``)
 #: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO).
-OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed")
+OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed", "peft")
 
 
 def _flag(name: str) -> str:
@@ -55,6 +55,10 @@ class HardwareOptions(_Options):
     inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per node, "
                                                                  "gigabits per second",
                                           json_schema_extra={"metavar": "Gb/s"})
+    host_memory_bytes: int | None = Field(None, ge=1, description="CPU RAM per node for offloaded optimizer states "
+                                                                  "and parameters, e.g. 256GB (default: this "
+                                                                  "machine's RAM; unknown for --gpu)",
+                                          json_schema_extra={"metavar": "SIZE", "flag": "--host-memory", "size": True})
 
 
 class ModelOptions(_Options):
@@ -76,11 +80,14 @@ class WorkloadOptions(_Options):
     objective: literal(Objective) = Field(Objective.SPEED.value,
                                           description="what matters most: the fastest plan that fits (default) or the "
                                                       "least device memory")
+    from_scratch: bool = Field(False, description="pre-training from random weights (every weight trains: no LoRA / "
+                                                  "QLoRA)")
 
 
 #: The plan settings ``estimate`` and ``validate`` take as flags (``Plan`` fields; their descriptions are the help).
-PLAN_FLAGS = ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
-              "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel")
+PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
+              "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
+              "lora_rank", "lora_targets")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
 ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
@@ -97,7 +104,7 @@ class _PlanSettings(_Options):
 
 
 _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
-                  "pipeline_parallel": "P"}
+                  "pipeline_parallel": "P", "lora_rank": "R"}
 
 
 def _plan_setting(name: str) -> tuple[Any, Any]:
@@ -112,6 +119,21 @@ def _plan_setting(name: str) -> tuple[Any, Any]:
 #: dimension is a flag of ``estimate`` and ``validate`` once it is named in :data:`PLAN_FLAGS`.
 PlanOptions = create_model("PlanOptions", __base__=_PlanSettings, __module__=__name__,
                            **{name: _plan_setting(name) for name in PLAN_FLAGS})
+
+
+#: ``recommend``'s choice of method ('auto': the planner's), in the vocabulary's order.
+METHOD_CHOICES = ("auto", *values(Method))
+
+
+class _MethodChoice(_Options):
+    method: Literal[METHOD_CHOICES] = Field("auto", description="what to train: auto (full fine-tuning when it fits "  # type: ignore[valid-type]
+                                                                "without a heavy fallback, else LoRA, then QLoRA), "
+                                                                "full, lora or qlora")
+
+
+#: ``recommend``'s method options: the method to plan (or 'auto') and the adapters' shape, from ``Plan``'s fields.
+MethodOptions = create_model("MethodOptions", __base__=_MethodChoice, __module__=__name__,
+                             **{name: _plan_setting(name) for name in ("lora_rank", "lora_targets")})
 
 
 class SimulateOption(_Options):
@@ -169,7 +191,8 @@ def _message(err: ValidationError) -> str:
 
 # -- the command line ----------------------------------------------------------------------------------
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": KIB, "mib": MIB, "gib": GIB}
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": KIB, "mib": MIB,
+               "gib": GIB, "tib": 1024 * GIB}
 
 
 def size(text: str) -> int:

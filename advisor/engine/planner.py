@@ -17,7 +17,8 @@ from typing import Any
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
-from probes.vocabulary import Device, Objective, Offload, Optimizer, Parallelism, Precision, Setting, searched, values
+from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
+                               Setting, WeightsDtype, searched, values)
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 
@@ -25,8 +26,9 @@ SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, ot
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
 
 #: The settings the planner searches (the rest are set by rules).
-SEARCHED = (Setting.PRECISION, Setting.TF32, Setting.OPTIMIZER, Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE,
-            Setting.PARALLELISM, Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
+SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
+            Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
+            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
 
 
 @dataclass
@@ -115,7 +117,9 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
     if gbs % dp:
         raise UsageError(f"global batch size {gbs} is not divisible by {dp} GPUs: use a multiple of {dp}")
     return {
+        Setting.METHOD: list(searched(Method)),
         Setting.PRECISION: list(searched(Precision)),
+        Setting.WEIGHTS_DTYPE: list(searched(WeightsDtype)),
         Setting.TF32: [True, False],
         Setting.OPTIMIZER: list(searched(Optimizer)),
         Setting.GRADIENT_CHECKPOINTING: [False, True],
@@ -185,6 +189,7 @@ class Pricing:
     prices thousands of plans): capacity (bytes), links, the network (bytes/s) and the effects that rank."""
 
     capacity_bytes: int
+    host_capacity_bytes: int | None
     nvlink: bool
     inter_node_bytes_per_s: float
     fallbacks: tuple[Effect, ...]
@@ -192,10 +197,11 @@ class Pricing:
 
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
-        return cls(capacity_bytes=capacity_bytes(facts), nvlink=facts.hardware.all_pairs_nvlink,
+        return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
+                   nvlink=facts.hardware.all_pairs_nvlink,
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
-                   fallbacks=tuple(e for e in effects if e.kind == "fallback"),
-                   preferences=tuple(e for e in effects if e.kind == "prefer"))
+                   fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
+                   preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
 
 
 def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
@@ -206,37 +212,75 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
         pricing = Pricing.of(facts, effects if effects is not None else propose_effects(facts))
     margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
     hw = facts.hardware
-    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes)
+    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
+                             host_capacity_bytes=pricing.host_capacity_bytes)
     speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
                            nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s)
     values = plan.__dict__
-    fallbacks = [e for e in pricing.fallbacks if e.setting in values and e.matches(values[e.setting])]
-    prefs = sum(1 for e in pricing.preferences if e.setting in values and e.matches(values[e.setting]))
+    fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
+    prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
     return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
                      preferences=prefs, fallbacks=fallbacks)
 
 
-def _layouts(facts: Facts, plan: Plan, strategies: list[str], offloads: list[str], refusing: list[Rule]
-             ) -> set[tuple[str, str]]:
-    """The (parallelism, offload) pairs no rule refuses for ``plan``'s tensor / pipeline split and GPUs
-    (``Rule.refuse`` decides on the layout alone, so one plan per pair stands for all its candidates)."""
-    return {(p, o) for p, o in product(strategies, offloads)
-            if refusal(facts, plan.model_copy(update={"parallelism": p, "offload": o}), refusing) is None}
+#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs).
+LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.PARALLELISM, Setting.OFFLOAD)
 
 
-def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool
-                ) -> list[Candidate]:
-    """Every allowed plan, with (``model_parallel``) or without tensor / pipeline parallelism.
+def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule]
+             ) -> list[tuple[Any, ...]]:
+    """The (method, precision, weights dtype, parallelism, offload) tuples no rule refuses for ``plan``'s tensor /
+    pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, so one plan per tuple stands for all its
+    candidates)."""
+    choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
+    return [combo for combo in product(*choices)
+            if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
+
+
+def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing) -> list[Candidate]:
+    """``plan`` at each micro-batch of ``micros`` (ascending), with the accumulation that keeps the global batch.
+
+    Memory grows with the micro-batch while gradients accumulate, so once one does not fit the larger ones
+    with accumulation cannot either: they are skipped (the explanations and suggestions read only plans that fit
+    and the smallest plan of a value). The micro-batch without accumulation is always priced: it holds no
+    gradients through the backward pass, so it can fit where smaller ones with accumulation do not."""
+    out = []
+    overflow = False
+    for micro in micros:
+        steps = per_replica // micro
+        if overflow and steps > 1:
+            continue
+        candidate = evaluate(facts, plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro,
+                                                            Setting.GRADIENT_ACCUMULATION_STEPS: steps}),
+                             pricing=pricing)
+        overflow = overflow or not candidate.fits
+        out.append(candidate)
+    return out
+
+
+def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
+    """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this)."""
+    return sum(e.penalty for e in pricing.fallbacks if e.setting in LAYOUT and e.applies(values))
+
+
+def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
+                bound: int | None = None) -> list[Candidate]:
+    """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
 
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
     larger per-replica batch, and a single replica (t·p = GPUs) runs without a data-parallel wrapper.
+
+    Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload) are priced last, cheapest
+    first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
+    than they do (``bound``: the least penalty of a fitting plan found before this call).
     """
     device = Device.CPU if facts.gpu is None else Device.CUDA
     gpus = facts.hardware.num_gpus
     gbs = facts.workload.global_batch_size
-    out = []
     refusing = _refusing_rules()
     pricing = Pricing.of(facts, effects)
+    light: list[tuple[Plan, list[int], int]] = []
+    heavy: list[tuple[int, int, Plan, list[int], int]] = []
     for tp, pp in product(allowed[Setting.TENSOR_PARALLEL], allowed[Setting.PIPELINE_PARALLEL]):
         if (tp * pp > 1) != model_parallel or (gpus and gpus % (tp * pp)):
             continue
@@ -249,23 +293,42 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                           else [p for p in allowed[Setting.PARALLELISM] if p != Parallelism.NONE])
         else:
             micros, strategies = allowed[Setting.MICRO_BATCH_SIZE], allowed[Setting.PARALLELISM]
-        if not all((micros, strategies, allowed[Setting.PRECISION], allowed[Setting.OPTIMIZER])):
+        if not all((micros, strategies, allowed[Setting.PRECISION], allowed[Setting.OPTIMIZER],
+                    allowed[Setting.METHOD], allowed[Setting.WEIGHTS_DTYPE])):
             continue
+        w = facts.workload
         layout = Plan(device=device, precision=allowed[Setting.PRECISION][0], tf32=False,
                       optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
-                      pipeline_parallel=pp, parallelism=strategies[0])
-        layouts = _layouts(facts, layout, strategies, allowed[Setting.OFFLOAD], refusing)
-        for precision, tf32, optimizer, ckpt, micro, parallelism, offload in product(
-                allowed[Setting.PRECISION], allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
-                allowed[Setting.GRADIENT_CHECKPOINTING], micros, strategies, allowed[Setting.OFFLOAD]):
-            if (parallelism, offload) not in layouts:
-                continue
-            plan = Plan(device=device, precision=precision, tf32=tf32, optimizer=optimizer,
-                        gradient_checkpointing=ckpt, micro_batch_size=micro,
-                        gradient_accumulation_steps=gbs // (micro * dp), parallelism=parallelism,
-                        num_gpus=gpus, offload=offload, tensor_parallel=tp, pipeline_parallel=pp)
-            out.append(evaluate(facts, plan, pricing=pricing))
+                      pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
+                      lora_targets=w.lora_targets)
+        for combo in _layouts(facts, layout, allowed, strategies, refusing):
+            plan = layout.model_copy(update=dict(zip(LAYOUT, combo)))
+            penalty = _layout_penalty(pricing, plan.__dict__)
+            if penalty < Penalty.ADAPTERS:
+                light.append((plan, micros, gbs // dp))
+            else:
+                heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
+    out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
+                                                                                per_replica, pricing)]
+    speed = facts.workload.objective == Objective.SPEED
+    for penalty, _, plan, micros, per_replica in sorted(heavy, key=lambda h: h[:2]):
+        least = min([c.penalty for c in out if c.fits] + ([bound] if bound is not None else []), default=None)
+        if speed and least is not None and least < penalty:
+            break
+        out += _layout_candidates(facts, plan, allowed, micros, per_replica, pricing)
+    return out
+
+
+def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]], micros: list[int],
+                       per_replica: int, pricing: Pricing) -> list[Candidate]:
+    """Every candidate of one layout: tf32 x optimizer x checkpointing x micro-batch."""
+    out = []
+    for tf32, optimizer, ckpt in product(allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
+                                         allowed[Setting.GRADIENT_CHECKPOINTING]):
+        out += _micro_batches(facts, layout.model_copy(update={
+            Setting.TF32: tf32, Setting.OPTIMIZER: optimizer, Setting.GRADIENT_CHECKPOINTING: ckpt}),
+            micros, per_replica, pricing)
     return out
 
 
@@ -286,7 +349,8 @@ def search(facts: Facts) -> PlanningResult:
                       and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
     mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
-        candidates += _candidates(facts, allowed, effects, model_parallel=True)
+        candidates += _candidates(facts, allowed, effects, model_parallel=True,
+                                  bound=fitting[0].penalty if fitting else None)
         fitting = sorted((c for c in candidates if c.fits), key=rank)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []

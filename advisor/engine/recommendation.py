@@ -8,13 +8,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.planner import SEARCHED, Candidate, PlanningResult
+from advisor.engine.planner import SEARCHED, Candidate, PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from probes.units import GIB
-from probes.vocabulary import Objective, Setting
+from probes.vocabulary import Objective, Offload, Setting
 from rules import REGISTRY, Effect, Plan, Workload
 
 
@@ -172,7 +172,8 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         if others:
             parts.append("here it fits only with " + ", ".join(
                 f"{e.setting}={_fmt(getattr(alt.plan, e.setting))}" for e in others))
-        return "; ".join(parts) or f"fits only with {_what_else(alt, best)}"
+        figures = f" (fits: {alt.memory.device_bytes / GIB:.1f} GiB, est. {alt.speed.tokens_per_s:,.0f} tokens/s)"
+        return ("; ".join(parts) or f"fits only with {_what_else(alt, best)}") + figures
     slower = 1 - alt.speed.tokens_per_s / best.speed.tokens_per_s
     prefs = [e for e in result.effects if e.kind == "prefer" and e.setting == setting
              and e.matches(getattr(best.plan, setting))]
@@ -206,10 +207,55 @@ def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     return "fastest plan that fits" if fits else "fastest plan"
 
 
+def _pinned_search(result: PlanningResult, method: str) -> PlanningResult:
+    """The planner's search with the method fixed (what the best plan of another method would be)."""
+    workload = result.facts.workload.model_copy(update={"method": method})
+    return search(result.facts.model_copy(update={"workload": workload}))
+
+
+def _method_alternative(method: str, result: PlanningResult, best: Candidate) -> str:
+    """Why another fine-tuning method lost, with figures: its best plan's speed and memory (offload included),
+    or what it would need; and, when its best plan offloads, what it needs without offloading."""
+    forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(method)]
+    if forbids:
+        return f"{forbids[0].reason} [{forbids[0].rule_id}]"
+    other = _pinned_search(result, method)
+    if other.best is None:
+        closest = min(other.candidates, key=lambda c: c.memory.device_bytes)
+        return (f"does not fit: its smallest plan needs {closest.memory.device_bytes / GIB:.1f} GiB of "
+                f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
+    alt = other.best
+    ratio = alt.speed.tokens_per_s / best.speed.tokens_per_s
+    pace = f"{ratio:.2f}x the tokens/s" if ratio < 0.995 or ratio > 1.005 else "as fast"
+    parts = [f"best plan {alt.plan.describe()}" + (f", {alt.plan.parallelism} with {alt.plan.offload} offload"
+                                                    if alt.plan.offload != Offload.NONE else "")
+             + f": {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. {alt.speed.tokens_per_s:,.0f} tokens/s "
+             f"({pace})"]
+    if alt.plan.offload != Offload.NONE:
+        on_gpu = [c for c in other.candidates if c.plan.offload == Offload.NONE]
+        if on_gpu:
+            smallest = min(on_gpu, key=lambda c: c.memory.device_bytes)
+            parts.append(f"without offload it needs {smallest.memory.device_bytes / GIB:.1f} GiB of "
+                         f"{smallest.memory.usable_bytes / GIB:.1f} GiB usable")
+    own = [e for e in alt.fallbacks if e.setting == Setting.METHOD]
+    if own:
+        parts.append(f"{own[0].reason} [{own[0].rule_id}]")
+    others = [name for e, name in zip(alt.fallbacks, _fallback_names(alt)) if e.setting != Setting.METHOD]
+    if alt.penalty > best.penalty and others:
+        parts.append("it needs " + ", ".join(others))
+    return "; ".join(parts)
+
+
+def _fallback_names(candidate: Candidate) -> list[str]:
+    return [f"{e.setting}={_fmt(getattr(candidate.plan, e.setting))}" for e in candidate.fallbacks]
+
+
 def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
     value = getattr(best.plan, setting)
     touching = [e for e in result.effects + result.check_effects if e.setting == setting]
-    reasons = [e.reason for e in touching if e.kind in ("prefer", "set", "fallback") and e.matches(value)]
+    chosen = best.plan.__dict__
+    reasons = [e.reason for e in touching if (e.kind == "set" and e.matches(value))
+               or (e.kind in ("prefer", "fallback") and e.applies(chosen))]
     if not reasons:
         unused = [e for e in touching if e.kind == "fallback"]
         if unused:
@@ -222,7 +268,9 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
             else:
                 reasons = [f"the value of the {_chosen(result, fits=True)}"]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
-    alternatives = [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
+    explain = _method_alternative if setting == Setting.METHOD else (
+        lambda v, r, b: _alternative_reason(setting, v, r, b))
+    alternatives = [AlternativeValue(value=v, reason=explain(v, result, best))
                     for v in result.domains[setting] if v != value]
     return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
                            sources=_sources(rule_ids), alternatives=alternatives)

@@ -23,8 +23,9 @@ from advisor.engine.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Offload, Parallelism,
-                               Precision)
+from probes.adapters import NF4_BYTES_PER_PARAM, adapter_parameters, quantized_parameters
+from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload,
+                               Parallelism, Precision, WeightsDtype)
 from rules.facts import Plan
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
@@ -111,7 +112,10 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
 
 def _optimizer_bytes_per_param(plan: Plan) -> float:
     """Memory traffic of one optimizer step, bytes per parameter (reads + writes)."""
-    traffic = OPTIMIZER_SPECS[plan.optimizer].step_traffic_bytes_per_param
+    spec = OPTIMIZER_SPECS[plan.optimizer]
+    traffic = spec.step_traffic_bytes_per_param
+    if spec.states_follow_weights and plan.weights_dtype == WeightsDtype.BF16 and not Method.of(plan.method).spec.adapters:
+        traffic /= 2  # parameters, gradients and moments all in bf16
     if plan.precision == Precision.FP16:
         traffic += 8.0  # GradScaler: unscale and inf-check every gradient
     return traffic + 4.0  # zero_grad / accumulation buffer
@@ -131,6 +135,13 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
     return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0))
 
 
+def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
+    """Bytes of one model replica's frozen base weights (LoRA: the weights' dtype; QLoRA: 4-bit blocks)."""
+    width = WeightsDtype.of(plan.weights_dtype).bytes
+    quantized = quantized_parameters(model) if Method.of(plan.method).spec.quantized_base else 0
+    return (quantized * NF4_BYTES_PER_PARAM + (model.num_parameters - quantized) * width) / plan.model_parallel_size
+
+
 def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
                           inter_node_bytes_per_s: float | None = None) -> float:
     """Exposed communication per optimizer step (ZeRO paper sec. 7: DDP all-reduce 2Ψ, ZeRO-3 3Ψ).
@@ -148,6 +159,8 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         return 0.0
     P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
     grad_bytes = (4 if parallelism.replicated or plan.precision == Precision.FP32 else 2) * P
+    if Method.of(plan.method).spec.adapters:  # only the adapters have gradients (fp32)
+        grad_bytes = 4 * adapter_parameters(model, plan.lora_rank, plan.lora_targets) // plan.model_parallel_size
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
@@ -164,11 +177,12 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         seconds = ring * grad_bytes / bw
         if parallelism == Parallelism.DP:
             seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
-        if parallelism.stage == 3:
+        if parallelism.stage == 3 and Method.of(plan.method).spec.adapters:
+            # frozen base shards are all-gathered for every micro-batch's forward and backward
+            seconds += k * 2 * (n - 1) / n * _frozen_weight_bytes(model, plan) / bw
+        elif parallelism.stage == 3:
             seconds *= 1.5
             seconds += (k - 1) * ring / 2 * grad_bytes / bw
-    if Offload.of(plan.offload).optimizer:
-        seconds += 2 * P * 4 / (PCIE_GBPS[4] * 1e9)  # fp32 master + states over PCIe every step
     return 0.5 * seconds
 
 
@@ -193,6 +207,51 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
     return seconds
 
 
+#: Bytes/s a CPU sustains in an offloaded optimizer step. DeepSpeed's CPU-Adam is vectorised and bound by
+#: memory bandwidth (ZeRO-Offload, Ren et al. 2021, https://arxiv.org/abs/2101.06840 sec. 5.1); a server's
+#: DRAM sustains about 100 GB/s over its channels. An assumption, not yet measured by this project.
+HOST_OPTIMIZER_BYTES_PER_S = 100e9
+#: CPU-Adam's traffic per parameter: reads the fp32 master, gradient and two moments, writes the master, the
+#: moments and the 16-bit copy sent back to the GPU (4·4 + 3·4 + 2 B).
+HOST_OPTIMIZER_BYTES_PER_PARAM = 30.0
+#: NVMe bandwidth for ZeRO-Infinity, bytes/s: a PCIe 4 x4 SSD reads ~7 GB/s and writes ~5 GB/s sequentially;
+#: ZeRO-Infinity (Rajbhandari et al. 2021, https://arxiv.org/abs/2104.07857 sec. 6) reaches that with large
+#: asynchronous transfers; 5 GB/s for reads and writes together.
+NVME_BYTES_PER_S = 5e9
+#: Memory traffic of dequantizing one NF4 weight and using it: read 0.5 B, write the 16-bit weight, read it
+#: back in the matmul (bitsandbytes dequantizes a layer's weight before each matmul, QLoRA sec. 3). As a check,
+#: not a fit: Raschka's LoRA experiments measured QLoRA 39 % slower than LoRA on a 7B model
+#: (https://magazine.sebastianraschka.com/p/practical-tips-for-finetuning-llms, "QLoRA Compute-Memory Trade-offs").
+DEQUANT_BYTES_PER_PARAM = 4.5
+
+
+def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float) -> float:
+    """Time offloading adds to one optimizer step, seconds.
+
+    Optimizer offload (ZeRO-Offload, Ren et al. 2021 sec. 4): the 16-bit gradients go to the CPU and the updated
+    16-bit parameters come back over PCIe (2 + 2 B/param of this GPU's shard), and the CPU runs the step
+    (:data:`HOST_OPTIMIZER_BYTES_PER_S`). Parameter offload (ZeRO-3 / FSDP CPUOffload): every micro-batch fetches
+    the parameters for the forward and again for the backward (2 x 2 B/param), half of it hidden behind compute
+    by prefetching. NVMe (ZeRO-Infinity): the states are read and written once per step and the parameters
+    read per micro-batch at :data:`NVME_BYTES_PER_S`.
+    """
+    offload = Offload.of(plan.offload)
+    if not offload.optimizer:
+        return 0.0
+    P = model.num_parameters / plan.model_parallel_size / max(plan.data_parallel_size, 1)
+    pcie = PCIE_GBPS[4] * 1e9
+    seconds = 4 * P / pcie + P * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S
+    per_micro = 0.0
+    if offload.parameters:
+        per_micro = 2 * 2 * P / pcie  # this GPU's shard, up for the forward and again for the backward
+    if offload.nvme:
+        state_bytes = (4 + 4 + (OPTIMIZER_SPECS[plan.optimizer].state_bytes_per_param or 4)) * P
+        seconds += 2 * state_bytes / NVME_BYTES_PER_S
+        per_micro = max(per_micro, 2 * 2 * P / NVME_BYTES_PER_S)
+    exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
+    return seconds + plan.gradient_accumulation_steps * exposed
+
+
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
                    host: HostInfo | None, nvlink: bool = False, nodes: int = 1,
                    inter_node_bytes_per_s: float | None = None) -> SpeedEstimate:
@@ -205,16 +264,28 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     """
     peak, bandwidth = device_rates(plan, gpu, host)
     fwd = forward_flops(model, plan.micro_batch_size, seq_len)
+    method = Method.of(plan.method)
     model_flops_micro = 3 * fwd
-    executed = (4 if plan.gradient_checkpointing else 3) * fwd
+    trained = model.num_parameters
+    if method.spec.adapters:
+        # frozen weights get no weight gradients: the backward computes only the activations' gradients
+        # (one forward's worth of matmuls instead of two), plus the adapters' own 6·A·T (Hu et al. sec. 4.2)
+        trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets)
+        model_flops_micro = 2 * fwd + 6.0 * trained * plan.micro_batch_size * seq_len
+    executed = model_flops_micro + (fwd if plan.gradient_checkpointing else 0)
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
     compute = executed / (tp * pp) / (peak * _efficiency(plan, model, gpu, seq_len))
+    if method.spec.quantized_base:
+        passes = 3 if plan.gradient_checkpointing else 2
+        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
     act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0) / pp
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
-    params_here = model.num_parameters / (tp * pp) / (plan.data_parallel_size if PARALLELISM_SPECS[plan.parallelism].stage else 1)
+    params_here = trained / (tp * pp) / (plan.data_parallel_size if PARALLELISM_SPECS[plan.parallelism].stage else 1)
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
+    if Offload.of(plan.offload).optimizer:
+        optimizer_time = offload_seconds(model, plan, compute)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
     step = (k + pp - 1) * micro_time + optimizer_time + comm

@@ -1,0 +1,70 @@
+"""What LoRA and QLoRA add and take away: adapter parameters, 4-bit base weights.
+
+LoRA (Hu et al. 2021, https://arxiv.org/abs/2106.09685 sec. 4.1) trains, beside each targeted frozen
+linear layer W (d_out x d_in), the product B·A of A (r x d_in) and B (d_out x r): r·(d_in + d_out)
+parameters per layer. QLoRA (Dettmers et al. 2023, https://arxiv.org/abs/2305.14314 sec. 3) stores
+the frozen linear weights of the blocks in 4-bit NormalFloat with blocks of 64 and double-quantizes
+the blocks' fp32 absmax constants to 8 bits with a second-level fp32 constant per 256 blocks:
+4 + 8/64 + 32/(64·256) = 4.127 bits per parameter. bitsandbytes leaves the embedding and the output
+head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``; transformers skips ``lm_head``).
+
+Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter) is counted
+as three (r·(3h + 3h)), within r·2h per layer; bias vectors stay unquantized (a few parameters).
+"""
+
+from __future__ import annotations
+
+from probes.model import ModelProfile
+from probes.vocabulary import Family, LoraTargets, Task
+
+#: bytes per NF4 parameter with double quantization (QLoRA sec. 3, "Double Quantization")
+NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+
+
+def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]]:
+    """(d_in, d_out, how many) of the targeted linear layers in all blocks."""
+    h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
+    kv = model.num_key_value_heads * model.head_dim
+    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
+    out = [(h, inner, attention_blocks), (h, kv, 2 * attention_blocks), (inner, h, attention_blocks)]
+    if targets == LoraTargets.ALL_LINEAR:
+        experts = max(getattr(model, "num_experts", 0), 0) + max(getattr(model, "shared_experts", 0), 0)
+        moe_layers = getattr(model, "moe_layers", 0) if experts else 0
+        mlp_copies = model.num_layers - moe_layers + moe_layers * experts
+        f = model.ffn_size
+        up = 2 if model.gated_mlp else 1
+        out += [(h, f, up * mlp_copies), (f, h, mlp_copies)]
+    return out
+
+
+def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
+    """Trainable LoRA parameters: r·(d_in + d_out) for every targeted linear layer of the blocks.
+
+    Args:
+        rank: the adapters' rank r.
+        targets: a :class:`probes.vocabulary.LoraTargets` value ('all-linear' or 'attention').
+    Returns:
+        parameters (elements).
+    """
+    return sum(rank * (d_in + d_out) * n for d_in, d_out, n in _projections(model, targets))
+
+
+def adapter_matrix_elements(model: ModelProfile, rank: int, targets: str) -> int:
+    """Elements of the largest adapter matrix (its gradient and update temporaries)."""
+    return max(rank * max(d_in, d_out) for d_in, d_out, _ in _projections(model, targets))
+
+
+def head_matmul_parameters(model: ModelProfile) -> int:
+    """Matmul parameters of the output head over the vocabulary (0 for other heads): left unquantized."""
+    return model.vocab_size * model.hidden_size if Task.of(model.task).language_modeling else 0
+
+
+def quantized_parameters(model: ModelProfile) -> int:
+    """Parameters QLoRA stores in 4-bit: the blocks' linear weights (every matmul weight but the output head)."""
+    return max(model.matmul_parameters - head_matmul_parameters(model), 0)
+
+
+def largest_block_matrix(model: ModelProfile) -> int:
+    """Elements of the largest linear weight inside a block (the one a 4-bit layer dequantizes at a time)."""
+    inner = model.num_attention_heads * model.head_dim
+    return max(model.hidden_size * model.ffn_size, model.hidden_size * inner)

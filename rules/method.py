@@ -1,0 +1,153 @@
+"""What is trained: every weight, or LoRA / QLoRA adapters; weights in fp32 (AMP masters) or pure bf16."""
+
+from __future__ import annotations
+
+from probes.adapters import adapter_parameters
+from probes.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
+                               WeightsDtype)
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+_ADAPTERS = [Method.LORA.value, Method.QLORA.value]
+
+
+@register
+class AdaptersWhenFullDoesNotFit(Rule):
+    id = "method.adapters-when-full-does-not-fit"
+    title = "full fine-tuning when it fits without a heavy fallback; LoRA, then QLoRA, when it does not"
+    topic = "method"
+    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA]
+    rationale = ("LoRA freezes the model and trains low-rank adapters (r·(d_in + d_out) per layer): no gradients or "
+                 "optimizer states for the base, so a 7B model fine-tunes on a 24 GB card; QLoRA also stores the "
+                 "frozen base in 4-bit NF4 (a 65B model on one 48 GB GPU). They train adapters, not the model: on "
+                 "instruction tuning they match full fine-tuning when every linear layer has adapters (QLoRA "
+                 "sec. 4-5), but they learn less new knowledge in long continued pre-training (Biderman et al. "
+                 "2024). So full fine-tuning wins whenever it fits with light fallbacks (checkpointing, bf16 "
+                 "weights, 8-bit states); adapters come before offloading the optimizer to the CPU.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        w = facts.workload
+        if w.from_scratch:
+            why = "pre-training from random weights trains every weight: adapters over a random base learn nothing useful"
+            return [self.forbid(Setting.METHOD, m, why) for m in _ADAPTERS]
+        if w.method is not None:
+            return [self.forbid(Setting.METHOD, m.value, f"--method {w.method} was asked for")
+                    for m in Method if m != w.method]
+        effects = [self.prefer(Setting.METHOD, Method.FULL, "every weight trains: full fine-tuning's quality, no "
+                               "adapters to merge"),
+                   self.fallback(Setting.METHOD, Method.LORA, "trains low-rank adapters, not every weight: only when "
+                                 "full fine-tuning does not fit without a heavy fallback", penalty=Penalty.ADAPTERS),
+                   self.fallback(Setting.METHOD, Method.QLORA, "adapters over a 4-bit base: quantization error and "
+                                 "dequantization time on top of LoRA's trade-off: only when LoRA does not fit",
+                                 penalty=Penalty.QUANTIZED_ADAPTERS)]
+        if facts.on_cpu:
+            effects.append(self.forbid(Setting.METHOD, Method.QLORA, "bitsandbytes' 4-bit training kernels are built "
+                                                                     "for CUDA; CPU RAM is rarely the limit"))
+        return effects
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        method = Method.of(plan.method)
+        if not method.spec.adapters:
+            return []
+        model = facts.model
+        trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets)
+        share = trained / max(model.num_parameters, 1) * 100
+        effects = [
+            self.set(Setting.LORA_RANK, plan.lora_rank,
+                     f"rank {plan.lora_rank}: {trained / 1e6:,.1f}M trainable parameters ({share:.2f} % of the model); "
+                     "with adapters on every linear layer the rank matters little (QLoRA sec. 4); lora_alpha = 2 x "
+                     "rank is the common scale"),
+            self.set(Setting.LORA_TARGETS, plan.lora_targets,
+                     "every linear layer of the blocks: what matches full fine-tuning (QLoRA sec. 4)"
+                     if plan.lora_targets == LoraTargets.ALL_LINEAR else
+                     "the attention projections q, k, v, o (LoRA sec. 7.1); all-linear trains more and matches full "
+                     "fine-tuning more closely"),
+            self.warn(f"{plan.method} trains {trained / 1e6:,.1f}M adapter parameters and leaves the "
+                      f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
+                      "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
+                      "for inference or load them with peft", setting=Setting.METHOD)]
+        if method.spec.quantized_base and facts.packages.get("bitsandbytes") is False:
+            effects.append(self.warn("QLoRA needs the bitsandbytes package, which is not installed here: "
+                                     "pip install bitsandbytes", setting=Setting.METHOD))
+        if facts.packages.get("peft") is False:
+            effects.append(self.warn("adapters need the peft package, which is not installed here: pip install peft",
+                                     setting=Setting.METHOD))
+        return effects
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if Method.of(plan.method).spec.adapters and Offload.of(plan.offload).optimizer:
+            return self.forbid(Setting.OFFLOAD, plan.offload, "the adapters' optimizer states are a few MB: offloading "
+                                                              "them only adds PCIe traffic", hard=True)
+        return None
+
+
+@register
+class Bf16Weights(Rule):
+    id = "method.bf16-weights"
+    title = "pure bf16 weights when fp32 master weights do not fit, with a word on update precision"
+    topic = "method"
+    sources = [S.TORCHTUNE_LOW_PRECISION, S.BF16_UPDATES, S.HF_ANATOMY, S.TORCH_FSDP]
+    rationale = ("Loading the model in bf16 (torch_dtype=torch.bfloat16) drops AMP's fp32 master weights: weights, "
+                 "gradients and AdamW's moments take 2 bytes each (8 B/param instead of 16 + 2), which is how "
+                 "torchtune and FSDP's pure-bf16 recipes fit 7-8B full fine-tuning on one GPU. bf16 has 8 bits of "
+                 "mantissa, so small updates can round away (Zamirai et al. 2020): keep the optimizer states in "
+                 "fp32, or use stochastic rounding or Kahan summation (torchao's AdamW bf16_stochastic_round, "
+                 "optimi's Kahan-summed AdamW). Frozen weights (LoRA's base) are never updated, so bf16 costs "
+                 "them nothing.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.gpu is not None and not facts.gpu.bf16:
+            return [self.forbid(Setting.WEIGHTS_DTYPE, WeightsDtype.BF16, f"compute capability "
+                                f"{facts.gpu.cc[0]}.{facts.gpu.cc[1]} has no bf16 arithmetic", hard=True)]
+        return [self.fallback(Setting.WEIGHTS_DTYPE, WeightsDtype.BF16, "no fp32 master weights: bf16 updates can round "
+                              "away, so only when AMP's fp32 weights do not fit", penalty=Penalty.MUCH_SLOWER,
+                              when={Setting.METHOD: Method.FULL.value}),
+                self.prefer(Setting.WEIGHTS_DTYPE, WeightsDtype.BF16, "the frozen base needs no fp32 copy: half the "
+                            "bytes, no autocast casts", when={Setting.METHOD: _ADAPTERS})]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.weights_dtype != WeightsDtype.BF16 or plan.method != Method.FULL:
+            return []
+        return [self.warn("bf16 weights without fp32 masters: updates smaller than 2^-8 of a weight round away; keep "
+                          "the learning rate schedule's tail in mind, or use stochastic rounding / Kahan summation "
+                          "(torchao AdamW bf16_stochastic_round=True, optimi AdamW kahan_sum=True)",
+                          setting=Setting.WEIGHTS_DTYPE)]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if plan.weights_dtype != WeightsDtype.BF16:
+            return None
+        if plan.precision != Precision.BF16:
+            return self.forbid(Setting.WEIGHTS_DTYPE, plan.weights_dtype, f"bf16 weights compute in bf16: use "
+                               f"--precision bf16, not {plan.precision}", hard=True)
+        if Parallelism.of(plan.parallelism).deepspeed and plan.method == Method.FULL:
+            return self.forbid(Setting.WEIGHTS_DTYPE, plan.weights_dtype, "DeepSpeed's bf16 mode keeps fp32 master "
+                               "weights in its optimizer: pure bf16 needs FSDP or one device", hard=True)
+        return None
+
+
+@register
+class PagedOptimizerForQlora(Rule):
+    id = "method.paged-optimizer-for-adapters"
+    title = "paged AdamW with QLoRA; 8-bit states keep the embedding in 32-bit"
+    topic = "method"
+    sources = [S.QLORA_PAPER, S.BNB_PAGED, S.BNB_8BIT_EMBEDDING]
+    rationale = ("bitsandbytes' paged optimizers keep their states in CUDA unified memory, which the driver evicts "
+                 "to CPU RAM page by page when the GPU runs short: the QLoRA recipe uses them so that a long batch's "
+                 "memory spike slows a step instead of ending the run. 8-bit states destabilise the embedding "
+                 "layer; transformers' Trainer keeps its states in 32-bit (issue 14819), a hand-written loop "
+                 "should use bnb's StableEmbedding or GlobalOptimManager's override.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.on_cpu:
+            return [self.forbid(Setting.OPTIMIZER, o, "paging needs CUDA unified memory")
+                    for o in Optimizer if o.spec.paged]
+        return [self.prefer(Setting.OPTIMIZER, [o.value for o in Optimizer if o.spec.paged],
+                            "QLoRA's recipe: paged states absorb memory spikes", when={Setting.METHOD: Method.QLORA.value})]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.optimizer not in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT) or plan.method != Method.FULL:
+            return []
+        return [self.warn("8-bit optimizer states: the Trainer keeps the embedding's in 32-bit for you; in your own "
+                          "loop use bitsandbytes.nn.StableEmbedding or GlobalOptimManager.override_config(embedding"
+                          ".weight, 'optim_bits', 32)", setting=Setting.OPTIMIZER)]
