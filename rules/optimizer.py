@@ -46,10 +46,10 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
                  "optimizer states are what does not fit.")
 
     def propose(self, facts: Facts) -> list[Effect]:
+        why = "quantized states (2 B/param, needs bitsandbytes): only when AdamW's 8 B/param do not fit"
         return [
-            self.fallback(Setting.OPTIMIZER, [Optimizer.ADAMW_8BIT.value, Optimizer.PAGED_ADAMW_8BIT.value],
-                          "quantized states (2 B/param, needs bitsandbytes): only when AdamW's 8 B/param do not fit",
-                          penalty=Penalty.MUCH_SLOWER),
+            self.fallback(Setting.OPTIMIZER, Optimizer.ADAMW_8BIT, why, penalty=Penalty.MUCH_SLOWER),
+            self.fallback(Setting.OPTIMIZER, Optimizer.PAGED_ADAMW_8BIT, why, penalty=Penalty.MUCH_SLOWER),
             self.fallback(Setting.OPTIMIZER, Optimizer.ADAFACTOR,
                           "factored states, but convergence can be slower or worse than Adam: only when neither "
                           "AdamW nor 8-bit Adam fits", penalty=Penalty.RISKY),

@@ -44,12 +44,16 @@ def hardware(spec: str | dict) -> HardwareProfile:
 
 
 def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = None, seq_len: int = 512,
-          global_batch_size: int = 64, packages: dict | None = None, model_overrides: dict | None = None) -> Facts:
+          global_batch_size: int = 64, packages: dict | None = None, model_overrides: dict | None = None,
+          workload: dict | None = None, hardware_overrides: dict | None = None) -> Facts:
     profile = profile_model(model, task)
     if model_overrides:
         profile = profile.model_copy(update=model_overrides)
-    return Facts(hardware=hardware(hw), model=profile,
-                 workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size),
+    hw_profile = hardware(hw)
+    if hardware_overrides:
+        hw_profile = hw_profile.model_copy(update=hardware_overrides)
+    return Facts(hardware=hw_profile, model=profile,
+                 workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size, **(workload or {})),
                  packages=packages or {})
 
 

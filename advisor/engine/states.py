@@ -1,0 +1,161 @@
+"""Model states per device: parameters, gradients, optimizer states and the step's temporaries, for full
+fine-tuning (fp32 AMP masters or pure bf16), LoRA / QLoRA adapters, ZeRO / FSDP sharding and offload.
+
+ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054):
+16-bit parameters and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master
+weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
+Offloaded states move to the host's RAM (:func:`host_bytes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probes.adapters import (NF4_BYTES_PER_PARAM, adapter_matrix_elements, adapter_parameters, largest_block_matrix,
+                             quantized_parameters)
+from probes.model import ModelProfile
+from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from rules.facts import Plan
+
+
+def _optimizer_state_bytes(model: ModelProfile, optimizer: Optimizer, weights: WeightsDtype) -> int:
+    """The whole model's optimizer state, bytes (torch AdamW's states take the weights' dtype)."""
+    per_param = optimizer.spec.state_bytes_per_param
+    if per_param is None:  # factored second moments, fp32
+        return 4 * model.factored_statistics_elements
+    if optimizer.spec.states_follow_weights:
+        per_param = per_param * weights.bytes / 4
+    return int(per_param * model.num_parameters)
+
+
+@dataclass
+class ModelStates:
+    """Model-state bytes per device: the parameters as held (``weights``), autocast's 16-bit copies (and
+    QLoRA's dequantized layer), gradients, DDP's bucket copy, optimizer states and the optimizer step's
+    temporaries."""
+
+    weights: int
+    copies16: int
+    grads: int
+    buckets: int
+    optimizer: int
+    step_temp: int
+
+
+def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int) -> ModelStates:
+    """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
+
+    FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
+    2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's. Pure bf16 weights
+    (FSDP without a mixed-precision policy) keep no fp32 masters."""
+    mixed = (plan.precision != Precision.FP32)
+    offload = Offload.of(plan.offload)
+    low = 2 if mixed else 4
+    masters = 4 * P if mixed and plan.weights_dtype == WeightsDtype.FP32 else 0
+    params = low * P // (n if stage >= 3 else 1)
+    grads = low * P // (n if stage >= 2 else 1)
+    states = (masters + states_full) // n
+    if offload.optimizer:
+        states = 0
+    if offload.parameters:
+        params = 0
+    if stage >= 3:
+        params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
+    return ModelStates(weights=params, copies16=0, grads=grads, buckets=0, optimizer=states, step_temp=0)
+
+
+def _replicated_states(plan: Plan, P: int, copies16: int, states_full: int, largest: int) -> ModelStates:
+    """Parameters and gradients in the weights' dtype on every device (plus DDP's bucket copy), the whole
+    optimizer state; the end of backward adds two embedding-sized temporaries (the embedding's dense gradient
+    and its accumulation into the tied weight's gradient)."""
+    width = WeightsDtype.of(plan.weights_dtype).bytes
+    step_temp = Optimizer.of(plan.optimizer).step_temporary_bytes(plan.device, P, largest) * width // 4
+    return ModelStates(weights=width * P, copies16=copies16, grads=width * P,
+                   buckets=width * P if Parallelism.of(plan.parallelism).replicated else 0,  # DP / DDP gradient buckets
+                   optimizer=states_full, step_temp=max(step_temp, 2 * width * largest))
+
+
+def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: int) -> ModelStates:
+    """LoRA / QLoRA: frozen base weights (QLoRA: the blocks' linear weights in 4-bit NF4, the rest in the weights'
+    dtype), and fp32 adapters with their gradients and optimizer states (PEFT keeps adapters in fp32 over a 16-bit
+    base: ``autocast_adapter_dtype=True``, https://huggingface.co/docs/peft/package_reference/peft_model).
+
+    Frozen weights get no gradients and no optimizer states; ZeRO-3 / FULL_SHARD shards them (FSDP + QLoRA,
+    https://www.answer.ai/posts/2024-03-06-fsdp-qlora.html), stages 1-2 shard only the adapters' states
+    (and gradients). Autocast still makes 16-bit copies of fp32 frozen weights; a 4-bit layer is dequantized to
+    the compute dtype one matrix at a time (twice: forward and backward)."""
+    method = Method.of(plan.method)
+    width = WeightsDtype.of(plan.weights_dtype).bytes
+    P = model.num_parameters // split
+    quantized = quantized_parameters(model) // split if method.spec.quantized_base else 0
+    base = int(quantized * NF4_BYTES_PER_PARAM) + (P - quantized) * width
+    mixed = plan.precision != Precision.FP32
+    autocast = plan.weights_dtype == WeightsDtype.FP32 and mixed
+    copies16 = 2 * (model.matmul_parameters // split - quantized) if autocast else 0
+    if method.spec.quantized_base:
+        copies16 += 2 * 2 * largest_block_matrix(model) // max(plan.tensor_parallel, 1)
+    A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) // split
+    optimizer = Optimizer.of(plan.optimizer)
+    per_param = optimizer.spec.state_bytes_per_param
+    states = int((per_param if per_param is not None else 4) * A)  # Adafactor: at most a full fp32 moment
+    grads = 4 * A // (n if stage >= 2 else 1)
+    if stage >= 3:
+        base = base // n + 2 * width * largest_block_matrix(model)
+    step_temp = optimizer.step_temporary_bytes(plan.device, A, adapter_matrix_elements(
+        model, plan.lora_rank, plan.lora_targets))
+    return ModelStates(weights=base + 4 * A, copies16=copies16 + (2 * A if mixed else 0), grads=grads,
+                   buckets=4 * A if Parallelism.of(plan.parallelism).replicated else 0,
+                   optimizer=states // (n if stage >= 1 else 1), step_temp=step_temp)
+
+
+def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
+    """Model-state bytes per device, with model parallelism's split (Narayanan et al. 2021,
+    https://arxiv.org/abs/2104.04473 sec. 2: each GPU holds 1/(t·p) of the parameters, gradients and
+    optimizer states; tensor parallel splits each matrix, the vocabulary-parallel head and embedding too)."""
+    parallelism = Parallelism.of(plan.parallelism)
+    split = max(plan.tensor_parallel, 1) * max(plan.pipeline_parallel, 1)
+    n = plan.data_parallel_size
+    if parallelism.spec.replicated_across_nodes:
+        n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
+    if Method.of(plan.method).spec.adapters:
+        return _adapter_states(model, plan, split, parallelism.stage, n)
+    weights = WeightsDtype.of(plan.weights_dtype)
+    P = model.num_parameters // split
+    autocast = (plan.precision != Precision.FP32) and weights == WeightsDtype.FP32
+    copies16 = (2 * model.matmul_parameters if autocast else 0) // split
+    states_full = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) // split
+    largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
+    if parallelism.stage:
+        return _sharded_states(plan, parallelism.stage, n, P, states_full, largest)
+    return _replicated_states(plan, P, copies16, states_full, largest)
+
+
+#: CPU RAM DeepSpeed's ZeRO-Offload needs per parameter it offloads: fp32 master weights, Adam's two moments
+#: and fp32 gradients (16 B), with parameters offloaded their 16-bit copy too (18 B), times its
+#: ``additional_buffer_factor`` 1.5 (DeepSpeed's estimators, "Memory Requirements",
+#: https://deepspeed.readthedocs.io/en/latest/memory.html: ``estimate_zero2/3_model_states_mem_needs``).
+HOST_BUFFER_FACTOR = 1.5
+HOST_SAFETY_MARGIN = 0.25  #: of the host's RAM kept for the OS, the data pipeline and the training process itself
+#: CPU RAM ZeRO-Infinity keeps as staging buffers when the states and parameters live on NVMe: DeepSpeed's
+#: defaults, 5 parameter buffers of 1e8 elements and 4 optimizer buffers (``offload_param.buffer_count``,
+#: ``buffer_size``, https://www.deepspeed.ai/docs/config-json/#parameter-offloading), about 2 GiB.
+NVME_STAGING_BYTES = 2 * 1024**3
+
+
+def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
+    """CPU RAM one node holds for the plan's offload, bytes (0 without offload).
+
+    Each GPU offloads its shard (1/n of the states); a node holds its GPUs' shards. Offloaded states take
+    4 (master) + 4 (gradient) + the optimizer's bytes per parameter, parameters 2 more; NVMe offload keeps
+    only staging buffers in RAM."""
+    offload = Offload.of(plan.offload)
+    if not offload.optimizer:
+        return 0
+    if offload.nvme:
+        return NVME_STAGING_BYTES
+    weights = WeightsDtype.of(plan.weights_dtype)
+    per_gpu_share = max(plan.num_gpus, 1) // max(nodes, 1) / max(plan.data_parallel_size, 1)
+    P = model.num_parameters / plan.model_parallel_size
+    states = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) / plan.model_parallel_size
+    per_param = 8 + (2 if offload.parameters else 0)
+    return int((per_param * P + states) * per_gpu_share * HOST_BUFFER_FACTOR)
