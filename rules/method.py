@@ -30,7 +30,7 @@ class AdaptersWhenFullDoesNotFit(Rule):
         w = facts.workload
         if w.from_scratch:
             why = "pre-training from random weights trains every weight: adapters over a random base learn nothing useful"
-            return [self.forbid(Setting.METHOD, m, why) for m in _ADAPTERS]
+            return [self.forbid(Setting.METHOD, m, why, hard=True) for m in _ADAPTERS]
         if w.method is not None:
             return [self.forbid(Setting.METHOD, m.value, f"--method {w.method} was asked for")
                     for m in Method if m != w.method]

@@ -152,6 +152,9 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
     chosen = {k: v for k, v in (("lora_rank", getattr(opts, "lora_rank", None)),
                                 ("lora_targets", getattr(opts, "lora_targets", None))) if v is not None}
     method = getattr(opts, "method", None)
+    if opts.from_scratch and method not in (None, "auto") and Method.of(method).spec.adapters:
+        raise UsageError(f"--method {method} trains adapters over pretrained weights: it cannot pre-train "
+                         "(--from-scratch)")
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
                         objective=opts.objective, from_scratch=opts.from_scratch,
                         method=None if method in (None, "auto") else method, **chosen)

@@ -207,8 +207,9 @@ def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     return "fastest plan that fits" if fits else "fastest plan"
 
 
-def _pinned_search(result: PlanningResult, method: str) -> PlanningResult:
-    """The planner's search with the method fixed (what the best plan of another method would be)."""
+def _pinned_search(result: PlanningResult, method: str | None) -> PlanningResult:
+    """The planner's search with the method fixed (what the best plan of another method would be); None: the
+    planner's own choice of method."""
     workload = result.facts.workload.model_copy(update={"method": method})
     return search(result.facts.model_copy(update={"workload": workload}))
 
@@ -217,8 +218,12 @@ def _method_alternative(method: str, result: PlanningResult, best: Candidate) ->
     """Why another fine-tuning method lost, with figures: its best plan's speed and memory (offload included),
     or what it would need; and, when its best plan offloads, what it needs without offloading."""
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(method)]
-    if forbids:
+    pinned = result.facts.workload.method is not None
+    if forbids and not pinned:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
+    if pinned:  # the user chose the method: still say what the others would do
+        figures = _method_alternative(method, _pinned_search(result, None), best)
+        return f"{forbids[0].reason} [{forbids[0].rule_id}]; for comparison: {figures}" if forbids else figures
     other = _pinned_search(result, method)
     if other.best is None:
         closest = min(other.candidates, key=lambda c: c.memory.device_bytes)

@@ -7,7 +7,7 @@ from advisor.engine import planner
 from probes.errors import NoFitError
 from probes.gpu_catalog import catalog, profile_from_catalog
 from probes.units import GIB
-from probes.vocabulary import Offload, Parallelism
+from probes.vocabulary import Method, Offload, Parallelism
 from rules import Facts
 
 #: GPU counts tried for "more GPUs" (a node holds up to 8; more are whole nodes of 8).
@@ -51,10 +51,24 @@ def _more_gpus(facts: Facts, base: str) -> str | None:
     return None
 
 
+def _adapters(facts: Facts) -> list[str]:
+    """Adapter methods that fit when the asked-for method (full fine-tuning) does not, with their memory."""
+    w = facts.workload
+    if w.method is None or w.from_scratch or Method.of(w.method).spec.adapters:
+        return []
+    found = []
+    for method in (Method.LORA, Method.QLORA):
+        best = planner.search(facts.model_copy(update={"workload": w.model_copy(update={"method": method.value})})).best
+        if best is not None:
+            found.append(f"--method {method}: {best.memory.device_bytes / GIB:.1f} GiB per GPU "
+                         f"(trains r={best.plan.lora_rank} adapters, not every weight)")
+    return found
+
+
 def suggestions(facts: Facts) -> list[str]:
-    """What would fit when nothing does, one phrase each: a larger GPU, more GPUs (sharded, with offload),
-    else a shorter sequence or a smaller model."""
-    found: list[str] = []
+    """What would fit when nothing does, one phrase each: LoRA / QLoRA when full fine-tuning was asked for, a
+    larger GPU, more GPUs (sharded, with offload), else a shorter sequence or a smaller model."""
+    found: list[str] = _adapters(facts)
     if facts.gpu is None:
         found.append("plan for a GPU with --gpu NAME (see `advisor probe --gpu LIST`)")
     larger = _larger_gpu(facts)

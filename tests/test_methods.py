@@ -1,0 +1,109 @@
+"""Issue 12: fine-tuning methods (full / LoRA / QLoRA), pure bf16 weights, paged optimizers and offload on one GPU,
+as a user meets them (``recommend`` / ``estimate`` through the API and the CLI), and the counts they rest on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_cli import advisor
+
+from advisor.app.api import estimate, recommend
+from advisor.engine.states import host_bytes
+from probes.adapters import NF4_BYTES_PER_PARAM, adapter_parameters, quantized_parameters
+from probes.errors import UsageError
+from probes.model import profile_model
+from rules import Plan
+
+LLAMA2 = "meta-llama/Llama-2-7b-hf"
+
+
+def test_lora_adapter_count_is_pefts() -> None:
+    """PEFT prints 'trainable params: 39,976,960' for Llama-2-7B with r=16 on all seven linear projections."""
+    model = profile_model(LLAMA2)
+    assert adapter_parameters(model, 16, "all-linear") == 39_976_960
+    assert adapter_parameters(model, 16, "attention") == 4 * 16 * (4096 + 4096) * 32
+
+
+def test_nf4_with_double_quantization_is_4127_bits() -> None:
+    """QLoRA sec. 3: 4 bits + 8/64 + 32/(64*256) bits of constants per parameter."""
+    assert NF4_BYTES_PER_PARAM * 8 == pytest.approx(4.127, abs=1e-3)
+    model = profile_model(LLAMA2)
+    assert quantized_parameters(model) == model.num_parameters - 2 * 32000 * 4096 - 65 * 4096  # all but embeddings, head, norms
+
+
+def test_zero_offload_host_memory_follows_deepspeeds_estimator() -> None:
+    """estimate_zero2/3_model_states_mem_needs on one GPU: 16 (optimizer offload) or 18 (and parameters) B/param
+    times additional_buffer_factor 1.5."""
+    model = profile_model(LLAMA2)
+    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
+                micro_batch_size=1, gradient_accumulation_steps=1, num_gpus=1)
+    opt = Plan(**base, parallelism="zero-2", offload="optimizer")
+    everything = Plan(**base, parallelism="zero-3", offload="optimizer+parameters")
+    assert host_bytes(model, opt) == pytest.approx(16 * 1.5 * model.num_parameters, rel=1e-6)
+    assert host_bytes(model, everything) == pytest.approx(18 * 1.5 * model.num_parameters, rel=1e-6)
+
+
+def test_llama2_7b_on_a_24gb_card_gets_adapters_and_says_why_full_lost() -> None:
+    rec = recommend(LLAMA2, gpu="rtx-4090")
+    assert rec.plan.method in ("lora", "qlora") and rec.memory.fits
+    full = next(a for a in rec.settings["method"].alternatives if a.value == "full")
+    assert "offload" in full.reason and "tokens/s" in full.reason and "without offload it needs" in full.reason
+
+
+def test_full_fine_tuning_on_a_24gb_card_offloads() -> None:
+    rec = recommend(LLAMA2, gpu="rtx-4090", method="full")
+    assert rec.plan.method == "full" and rec.plan.offload != "none" and rec.plan.parallelism in ("zero-3", "zero-2",
+                                                                                               "fsdp-full-shard")
+    lora = next(a for a in rec.settings["method"].alternatives if a.value == "lora")
+    assert "asked for" in lora.reason and "GiB per GPU" in lora.reason
+    assert any("--host-memory" in w.message for w in rec.warnings)
+
+
+def test_host_memory_too_small_for_ram_offload_goes_to_nvme() -> None:
+    rec = recommend(LLAMA2, gpu="rtx-4090", method="full", host_memory_bytes=64 * 10**9)
+    assert rec.plan.offload == "nvme" and rec.memory.host_bytes < 64 * 10**9
+
+
+def test_eight_a100s_still_train_every_weight() -> None:
+    assert recommend(LLAMA2, gpu="a100-80gb:8").plan.method == "full"
+
+
+def test_one_a100_weighs_bf16_weights_against_lora_with_figures() -> None:
+    rec = recommend(LLAMA2, gpu="a100-80gb")
+    assert rec.plan.method == "full" and rec.plan.weights_dtype == "bf16"
+    lora = next(a for a in rec.settings["method"].alternatives if a.value == "lora")
+    assert "tokens/s" in lora.reason and "GiB per GPU" in lora.reason
+    fp32 = next(a for a in rec.settings["weights_dtype"].alternatives if a.value == "fp32")
+    assert "fits only with" in fp32.reason
+    assert any("round away" in w.message for w in rec.warnings)
+
+
+def test_from_scratch_forbids_adapters() -> None:
+    rec = recommend(LLAMA2, gpu="a100-80gb", from_scratch=True)
+    assert rec.plan.method == "full"
+    with pytest.raises(UsageError, match="--from-scratch"):
+        recommend(LLAMA2, gpu="a100-80gb", from_scratch=True, method="lora")
+    with pytest.raises(UsageError, match="--from-scratch"):
+        estimate(LLAMA2, gpu="a100-80gb", from_scratch=True, method="lora")
+
+
+def test_lora_needs_far_less_than_full_and_qlora_less_still() -> None:
+    kw = dict(gpu="a100-80gb", micro_batch_size=1, seq_len=512, gradient_checkpointing=True)
+    full, lora, qlora = (estimate(LLAMA2, method=m, **kw).memory.device_bytes for m in ("full", "lora", "qlora"))
+    assert qlora < lora < full / 4
+
+
+def test_estimate_defaults_adapters_to_a_bf16_base_and_offload_to_zero() -> None:
+    est = estimate(LLAMA2, gpu="rtx-4090", method="lora")
+    assert est.plan.weights_dtype == "bf16"
+    est = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True)
+    assert est.plan.parallelism == "zero-3" and est.memory.fits
+
+
+def test_cli_recommend_json_method() -> None:
+    out = advisor("recommend", "--model", LLAMA2, "--gpu", "rtx-4090", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["settings"]["method"]["value"] in ("lora", "qlora") and data["memory"]["fits"] is True
