@@ -24,8 +24,10 @@ def test_llama2_7b_on_a100_80gb_is_bf16_with_tf32() -> None:
     rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=2048)
     assert rec.plan.precision == "bf16" and rec.plan.tf32 is True
     assert rec.memory.fits
-    adamw = next(a for a in rec.settings["optimizer"].alternatives if a.value == "adamw")
-    assert "does not fit" in adamw.reason  # 16+ B/param of 6.7B parameters cannot fit 80 GB
+    # AMP's 16+ B/param of 6.7B parameters cannot fit 80 GB with AdamW; pure bf16 weights (8 B/param) can
+    assert (rec.plan.weights_dtype, rec.plan.optimizer) == ("bf16", "adamw")
+    fp32 = next(a for a in rec.settings["weights_dtype"].alternatives if a.value == "fp32")
+    assert "fits only with" in fp32.reason and "adafactor" in fp32.reason
 
 
 def test_llama2_7b_on_8_a100s_is_sharded_and_uses_adamw() -> None:
@@ -47,10 +49,20 @@ def test_model_pretrained_in_bf16_never_gets_fp16() -> None:
 
 
 def test_nothing_fits_says_what_would() -> None:
+    # 8192 tokens: the checkpointed activations and fp32 logits alone outgrow a T4, whatever the method
     with pytest.raises(NoFitError) as err:
-        recommend("meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048)
-    message = str(err.value)
-    assert "larger GPU" in message and "more GPUs" in message
+        recommend("meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=8192)
+    assert "larger GPU" in str(err.value)
+
+
+def test_full_fine_tuning_that_does_not_fit_suggests_adapters() -> None:
+    from advisor.app.api import make_facts
+    from advisor.engine.suggestions import suggestions
+
+    facts = make_facts("meta-llama/Llama-2-7b-hf", gpu="rtx-4090")
+    facts = facts.model_copy(update={"workload": facts.workload.model_copy(update={"method": "full"})})
+    ideas = suggestions(facts)
+    assert any(i.startswith("--method lora: ") and "GiB per GPU" in i for i in ideas)
 
 
 def test_every_alternative_has_a_reason() -> None:

@@ -56,7 +56,10 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     grads = low * P // (n if stage >= 2 else 1)
     states = (masters + states_full) // n
     if offload.optimizer:
+        # ZeRO-Offload copies each gradient bucket to the CPU as backward produces it (Ren et al. 2021 sec. 4.1;
+        # DeepSpeed's estimator counts no gradients on the GPU): about two buckets of the largest tensor stay
         states = 0
+        grads = min(grads, 2 * low * largest)
     if offload.parameters:
         params = 0
     if stage >= 3:
