@@ -1,0 +1,504 @@
+"""advisor's ``estimate`` against published GPU training runs (issue 13's benchmark).
+
+The cases are ``benchmarks/published/*.jsonl`` (format, sources and provenance:
+``benchmarks/published/README.md``); each is priced with advisor's own Python API,
+:func:`advisor.app.api.estimate`, given what the source states: catalog GPU, model config, sequence
+length, micro-batch, accumulation, precision, weights dtype, optimizer, checkpointing, parallelism,
+offload, method and LoRA rank / targets. A setting the source does not state is left to ``estimate``'s
+own default and named in the case's "why it may differ" column; nothing is invented. A case advisor
+cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
+is listed as skipped with its reason.
+
+Models: a Hub id in the shipped catalog (``probes/configs``) is used by id; every other model has its
+published config.json in ``benchmarks/published/configs/<id with / as -->/`` (values and how they were
+checked: ``benchmarks/published/configs/README.md``). Instruct variants use their base model's config
+(same architecture): :data:`MODEL_ALIASES`.
+
+What is compared, like with like (``advisor/engine/memory.py``):
+- memory: ``max_memory_allocated`` with ``memory.peak_bytes`` (live tensors); ``max_memory_reserved``
+  with the allocator's reserve, ``memory.device_bytes`` less the CUDA context; NVML "used" with
+  ``memory.device_bytes``. Error = predicted / measured - 1;
+- fit: the published verdict (it ran: a memory reading, a rate or "fits"; or out of memory) against
+  ``memory.fits``;
+- ratio: between two configurations of one source (its stack), predicted speed-up over published
+  speed-up, each case against its source's first case with a rate (GPU counts cancel);
+- throughput: ``speed.tokens_per_s`` / GPUs against published tokens/s per GPU.
+
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/published.py [--json] [--cases GLOB] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from datetime import date
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from advisor.app.api import estimate  # noqa: E402
+from probes.errors import AdvisorError  # noqa: E402
+from probes.model import ModelProfile, profile_model  # noqa: E402
+
+CASES_DIR = ROOT / "benchmarks" / "published"
+CONFIGS_DIR = CASES_DIR / "configs"
+RESULTS = ROOT / "benchmarks" / "results" / "published.md"
+
+#: The sources' GPU names → catalog ids (``advisor probe --gpu list``), with what the mapping assumes.
+GPUS: dict[str, tuple[str, str | None]] = {
+    "A10G": ("a10g", None),
+    "L40S": ("l40s", None),
+    "A100-SXM4-40GB": ("a100-40gb", None),
+    "A100-SXM4-80GB": ("a100-80gb", None),
+    "A100-80GB": ("a100-80gb", "A100 80GB form factor not stated: SXM4 entry (same memory)"),
+    "H100 (DGX-H100)": ("h100-sxm", None),
+    "V100-16GB": ("v100-16gb", "V100 form factor not stated: SXM2 entry"),
+    "V100-32GB": ("v100-32gb", "V100 form factor not stated: SXM2 entry"),
+    "V100-SXM3-32GB": ("v100-32gb", "V100 SXM3 (DGX-2) as the catalog's SXM2 32GB: same memory"),
+}
+
+#: Hub ids whose architecture is another id's (the instruct / renamed variants of a base model).
+MODEL_ALIASES = {
+    "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Llama-3.1-70B",
+}
+
+#: Cases without a Hub id → their config folder under CONFIGS_DIR (shapes from the source's configs).
+UNNAMED_MODELS = {
+    "flashattn-training-gpt3-125m": "flash-attention--gpt3s-flash",
+    "flashattn-training-gpt3-355m": "flash-attention--gpt3m-flash",
+    "flashattn-training-gpt3-760m": "flash-attention--gpt3l-flash",
+    "flashattn-training-gpt3-1p3b": "flash-attention--gpt3xl-flash",
+    "flashattn-training-gpt3-2p7b": "flash-attention--gpt3-2.7B-flash-hdim128",
+    "deepspeed-zero-tutorial-gpt2-1p5b-ddp-8xv100-oom": "deepspeed-megatron--gpt2-1.5b",
+    "deepspeed-zero-tutorial-gpt2-1p5b-zero1-8xv100-fits": "deepspeed-megatron--gpt2-1.5b",
+    "deepspeed-zero-tutorial-gpt2-10b-zero2-32xv100-fits": "deepspeed-megatron--gpt2-10b",
+}
+
+CASE_FIELDS = ("id", "source", "hardware", "model", "workload", "plan", "stack", "measured")
+SOURCE_FIELDS = ("kind", "title", "url", "where", "commit", "quote")
+MEMORY_QUANTITIES = ("max_memory_allocated", "max_memory_reserved", "nvml_used")
+NETWORKS = ("nvlink", "pcie", "infiniband", "ethernet")
+GB = 1e9
+
+
+class Skip(Exception):
+    """A case advisor cannot price as the source ran it; the message says why."""
+
+
+@dataclass
+class Result:
+    """One case: what was published, what advisor predicts, and why they may differ."""
+
+    id: str
+    source: str
+    model: str
+    gpu: str
+    plan: str = ""
+    skipped: str | None = None
+    memory_quantity: str | None = None
+    measured_bytes: int | None = None
+    predicted_bytes: int | None = None
+    memory_error: float | None = None
+    fits_published: bool | None = None
+    fit_basis: str | None = None
+    fits_predicted: bool | None = None
+    device_bytes: int | None = None
+    usable_bytes: int | None = None
+    rate_unit: str | None = None
+    rate_published: float | None = None
+    rate_predicted: float | None = None
+    per_gpu: bool = False
+    why: list[str] = field(default_factory=list)
+
+
+def load_cases(pattern: str = "*") -> list[dict]:
+    """Every case of ``benchmarks/published/*.jsonl`` whose id matches ``pattern``, file by file."""
+    cases = []
+    for file in sorted(CASES_DIR.glob("*.jsonl")):
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                case = json.loads(line)
+                case["_file"] = file.stem
+                if fnmatch.fnmatch(case["id"], pattern):
+                    cases.append(case)
+    return cases
+
+
+def missing_provenance(case: dict) -> list[str]:
+    """The provenance fields a case lacks (empty when it names its source, commit and quote)."""
+    missing = [f for f in CASE_FIELDS if not isinstance(case.get(f), (dict, str)) or not case.get(f)]
+    source = case.get("source") or {}
+    missing += [f"source.{f}" for f in SOURCE_FIELDS if not source.get(f)]
+    return missing
+
+
+#: Further ``<id with / as -->.json`` configs for ids this checkout's catalog lacks (``--extra-configs``).
+EXTRA_CONFIGS: list[Path] = []
+
+
+def model_ref(case: dict) -> str:
+    """What ``estimate`` gets as the model: a config folder of ours, else the (aliased) Hub id (or its file in
+    :data:`EXTRA_CONFIGS` when the shipped catalog lacks it).
+
+    Raises:
+        Skip: the case names no model we have a config for.
+    """
+    if case["id"] in UNNAMED_MODELS:
+        return str(CONFIGS_DIR / UNNAMED_MODELS[case["id"]])
+    hub_id = case["model"]["id"]
+    if not hub_id:
+        raise Skip("no model id and no config for it")
+    ours = CONFIGS_DIR / hub_id.replace("/", "--")
+    if ours.is_dir():
+        return str(ours)
+    hub_id = MODEL_ALIASES.get(hub_id, hub_id)
+    name = hub_id.replace("/", "--") + ".json"
+    if not (ROOT / "probes" / "configs" / name).is_file():
+        extra = next((d / name for d in EXTRA_CONFIGS if (d / name).is_file()), None)
+        if extra is not None:
+            return str(extra)
+    return hub_id
+
+
+@lru_cache(maxsize=None)
+def _profile(ref: str, task: str | None) -> ModelProfile:
+    return profile_model(ref, task)
+
+
+def hardware_options(case: dict, notes: list[str]) -> dict:
+    """``gpu``, ``nodes`` and ``interconnect`` of a case (COUNT per node, as ``--gpu NAME:COUNT``).
+
+    Raises:
+        Skip: a GPU the catalog does not have, or one the source does not name.
+    """
+    hw = case["hardware"]
+    if hw["gpu"] not in GPUS:
+        raise Skip(f"GPU '{hw['gpu']}' has no catalog entry (the source names no model, or the catalog lacks it)")
+    gpu, assumption = GPUS[hw["gpu"]]
+    if assumption:
+        notes.append(assumption)
+    count, nodes = hw.get("count"), hw.get("nodes") or 1
+    if count is None:
+        count = 1
+        notes.append("GPU count not stated: planned on 1 GPU")
+    elif hw.get("nodes") is None and count > 1:
+        notes.append(f"nodes not stated: {count} GPUs planned as one node")
+    opts = {"gpu": f"{gpu}:{count // nodes}", "nodes": nodes}
+    link = (hw.get("interconnect") or "").lower()
+    if link in NETWORKS and (nodes > 1 or link in ("nvlink", "pcie")):
+        opts["interconnect"] = link
+    return opts
+
+
+def _optimizer(name: str | None) -> str | None:
+    if name is None:
+        return None
+    text = name.lower()
+    if text.startswith("paged-adamw"):
+        return "paged-adamw-8bit" if "8bit" in text else "paged-adamw"
+    if "8bit" in text or "8-bit" in text:
+        return "adamw-8bit"
+    if "adam" in text:
+        return "adamw"
+    raise Skip(f"optimizer '{name}' has no advisor counterpart")
+
+
+def _parallelism(name: str | None) -> dict:
+    """``parallelism`` (and ``tensor_parallel``) for the sources' names; FSDP2 is a full shard.
+
+    Raises:
+        Skip: context parallelism, which advisor cannot express.
+    """
+    if name is None:
+        return {}
+    text = name.lower()
+    if text.startswith("none"):
+        return {"parallelism": "none"}
+    if "+cp" in text:
+        raise Skip(f"context parallelism ({name}) is not expressible in advisor's plan")
+    if text.startswith("fsdp2"):
+        tp = int(text.split("+tp")[1]) if "+tp" in text else 1
+        return {"parallelism": "fsdp-full-shard", **({"tensor_parallel": tp} if tp > 1 else {})}
+    return {"parallelism": text}
+
+
+def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
+    """Gradient accumulation as stated, else global / (micro × data-parallel GPUs) when whole."""
+    w = case["workload"]
+    if w.get("gradient_accumulation_steps"):
+        return w["gradient_accumulation_steps"]
+    micro, total = w.get("micro_batch_size"), w.get("global_batch_size")
+    replicas = max(gpus // plan_opts.get("tensor_parallel", 1), 1)
+    if micro and total and total % (micro * replicas) == 0:
+        return total // (micro * replicas)
+    return None
+
+
+def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
+    """The plan settings the source states, as ``estimate`` keywords.
+
+    Raises:
+        Skip: a setting advisor has no value for.
+    """
+    p, w = case["plan"], case["workload"]
+    opts: dict = {"method": p.get("method") or "full", **_parallelism(p.get("parallelism"))}
+    stated = {"precision": p.get("precision"), "optimizer": _optimizer(p.get("optimizer")),
+              "gradient_checkpointing": p.get("gradient_checkpointing"), "seq_len": w.get("seq_len"),
+              "micro_batch_size": w.get("micro_batch_size"), "tf32": p.get("tf32"),
+              "offload": p.get("offload"), "lora_rank": p.get("lora_rank")}
+    opts.update({k: v for k, v in stated.items() if v is not None})
+    unstated = [k for k in ("precision", "optimizer", "gradient_checkpointing", "seq_len") if stated[k] is None]
+    if p.get("parallelism") is None and gpus > 1:
+        unstated.append("parallelism")
+    if unstated:
+        notes.append("not stated, advisor's default: " + ", ".join(unstated))
+    if p.get("weights_dtype") in ("fp32", "bf16"):
+        opts["weights_dtype"] = p["weights_dtype"]
+    if opts["method"] != "full":
+        if p.get("lora_targets") not in ("attention", "all-linear"):
+            raise Skip("LoRA targets outside advisor's 'attention' / 'all-linear' (see the case's notes)")
+        opts["lora_targets"] = p["lora_targets"]
+    accumulation = _accumulation(case, opts, gpus)
+    if accumulation:
+        opts["gradient_accumulation_steps"] = accumulation
+    return opts
+
+
+def published_fit(case: dict) -> tuple[bool | None, str | None]:
+    """Did it fit, by the source, and on what evidence?"""
+    m = case["measured"]
+    if m.get("oom"):
+        return False, "out of memory"
+    if m.get("memory_bytes"):
+        return True, "ran (memory measured)"
+    if m.get("tokens_per_s_per_gpu") or m.get("samples_per_s"):
+        return True, "ran (rate published)"
+    if m.get("oom") is False:
+        return True, "fits (stated)"
+    return None, None
+
+
+def predicted_memory(quantity: str, est) -> int:
+    """advisor's figure for a measured quantity (see the module docstring)."""
+    mem = est.memory
+    if quantity == "max_memory_allocated":
+        return mem.peak_bytes
+    if quantity == "max_memory_reserved":
+        return mem.device_bytes - mem.components.cuda_context_bytes
+    return mem.device_bytes
+
+
+def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
+    """What the source's stack does that advisor does not model (it assumes SDPA on CUDA, no fused loss,
+    no packing, no compile, transformers' modelling code)."""
+    s, p = case["stack"], case["plan"]
+    text = " ".join([case.get("notes") or "", case["source"].get("quote") or "", s.get("framework") or ""])
+    out = []
+    attention = (s.get("attention") or "").lower()
+    if "flash" in attention:
+        out.append(f"{s['attention']} (advisor: SDPA)")
+    elif attention == "eager":
+        out.append("eager attention keeps s² scores (advisor: SDPA)")
+    elif not attention:
+        out.append("attention kernel not stated (advisor: SDPA)")
+    if "TE +" in text or "TE =" in text:
+        out.append("Transformer Engine kernels")
+    if s.get("fused_loss") not in (None, "none"):
+        out.append("fused cross-entropy (advisor: fp32 logits)")
+    out += [label for key, label in (("packing", "packed sequences"), ("compile", "torch.compile"), ("fp8", "fp8"))
+            if s.get(key)]
+    if "padded per batch" in text or "padded to the longest" in text:
+        out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
+    if "INCLUDING the periodic evaluation" in text:
+        out.append("whole-run peak includes evaluation / generation")
+    if "lit" in (s.get("framework") or "").lower():
+        out.append("LitGPT's own model code, no dropout")
+        if profile.tied_embeddings:
+            out.append("LitGPT unties the embeddings: a second vocab × hidden matrix")
+    targets_qv = any(t in text for t in ("query,value", "query+value", "'v_proj', 'q_proj'", "'q_proj', 'v_proj'"))
+    if p.get("lora_targets") == "attention" and targets_qv:
+        out.append("adapters on q, v only (advisor: q, k, v, o)")
+    return out
+
+
+def _estimate(case: dict, notes: list[str]):
+    hw = hardware_options(case, notes)
+    gpus = int(hw["gpu"].split(":")[1]) * hw["nodes"]
+    opts = plan_options(case, gpus, notes)
+    ref = model_ref(case)
+    try:
+        profile = _profile(ref, case["model"].get("task"))
+        return estimate(profile, **hw, **opts), profile
+    except AdvisorError as err:
+        raise Skip(f"{type(err).__name__}: {str(err).splitlines()[0]}") from None
+
+
+def run_case(case: dict) -> Result:
+    """Price one case and compare it; a case that cannot be priced comes back with ``skipped`` set."""
+    r = Result(id=case["id"], source=case["_file"], model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"], "?"),
+               gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}")
+    notes: list[str] = []
+    try:
+        est, profile = _estimate(case, notes)
+    except Skip as skip:
+        r.skipped = str(skip)
+        return r
+    m = case["measured"]
+    r.plan = est.plan.describe() + f", seq {est.workload.seq_len}"
+    r.fits_published, r.fit_basis = published_fit(case)
+    r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
+    if m.get("memory_bytes") and m.get("memory_quantity") in MEMORY_QUANTITIES:
+        r.memory_quantity, r.measured_bytes = m["memory_quantity"], int(m["memory_bytes"])
+        r.predicted_bytes = predicted_memory(r.memory_quantity, est)
+        r.memory_error = r.predicted_bytes / r.measured_bytes - 1
+    if m.get("tokens_per_s_per_gpu"):
+        r.rate_unit, r.rate_published, r.per_gpu = "tokens/s/GPU", m["tokens_per_s_per_gpu"], True
+        r.rate_predicted = est.speed.tokens_per_s / est.plan.num_gpus
+    elif m.get("samples_per_s"):
+        r.rate_unit, r.rate_published = "samples/s", m["samples_per_s"]
+        r.rate_predicted = est.speed.samples_per_s
+        r.per_gpu = case["hardware"].get("count") is not None
+    r.why = stack_notes(case, profile) + notes + _states_check(r, est)
+    return r
+
+
+def _states_check(r: Result, est) -> list[str]:
+    """A reading below what the stated plan's weights, gradients and optimizer states alone take (advisor's
+    count, exact for them): the source's setup is likely not the one that produced the reading."""
+    c = est.memory.components
+    states = c.weights_bytes + c.gradients_bytes + c.optimizer_states_bytes
+    if r.measured_bytes is not None and r.measured_bytes < states:
+        return [f"measured is below the stated plan's weights + gradients + optimizer states ({states / GB:.2f} GB): "
+                "setup likely misreported"]
+    return []
+
+
+def ratios(results: list[Result]) -> list[tuple[str, str, float]]:
+    """(case, baseline, predicted speed-up / published speed-up) for every case with a rate against the
+    first case with a rate of the same source (two configurations of one stack)."""
+    base: dict[str, Result] = {}
+    out = []
+    for r in results:
+        if r.skipped or r.rate_published is None:
+            continue
+        b = base.setdefault(r.source, r)
+        if b is not r and b.rate_unit == r.rate_unit:
+            out.append((r.id, b.id, (r.rate_predicted / b.rate_predicted) / (r.rate_published / b.rate_published)))
+    return out
+
+
+def _within(x: float, factor: float = 1.25) -> bool:
+    return 1 / factor <= x <= factor
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def summary(results: list[Result]) -> dict[str, str]:
+    """The summary lines of issue 13 (memory, fit, ratio, throughput), and the memory ratio's spread."""
+    run = [r for r in results if not r.skipped]
+    errors = [r.memory_error for r in run if r.memory_error is not None]
+    fits = [r for r in run if r.fits_published is not None]
+    pairs = [x for *_, x in ratios(results)]
+    rates = [r.rate_predicted / r.rate_published for r in run if r.rate_published and r.per_gpu
+             and r.rate_unit == "tokens/s/GPU"]
+    memory_ratios = [1 + e for e in errors]
+    lines = {
+        "memory": (f"memory: n={len(errors)} median |error| {statistics.median(map(abs, errors)):.1%} "
+                   f"worst {max(map(abs, errors)):.1%}") if errors else "memory: n=0",
+        "fit": f"fit: n={len(fits)} agree {sum(r.fits_published == r.fits_predicted for r in fits)}",
+        "ratio": (f"ratio: n={len(pairs)} median {statistics.median(pairs):.2f}× "
+                  f"within-1.25x {sum(map(_within, pairs))}") if pairs else "ratio: n=0",
+        "throughput": (f"throughput: n={len(rates)} median predicted/published {statistics.median(rates):.2f} "
+                       f"within-1.25x {sum(map(_within, rates))}") if rates else "throughput: n=0",
+        "memory ratio": (f"memory ratio: n={len(memory_ratios)} median {statistics.median(memory_ratios):.2f} "
+                         f"p10 {_quantile(memory_ratios, 0.1):.2f} p90 {_quantile(memory_ratios, 0.9):.2f}")
+        if memory_ratios else "memory ratio: n=0",
+    }
+    return lines
+
+
+def _gb(x: int | None) -> str:
+    return "" if x is None else f"{x / GB:.2f}"
+
+
+def _row(r: Result) -> str:
+    measured = f"{_gb(r.measured_bytes)} ({r.memory_quantity})" if r.measured_bytes else ""
+    fit = "" if r.fits_published is None else (
+        f"{'fits' if r.fits_published else 'OOM'} / {'fits' if r.fits_predicted else 'no fit'}"
+        f"{'' if r.fits_published == r.fits_predicted else ' ✗'}")
+    rate = "" if r.rate_published is None else f"{r.rate_published:,.1f} / {r.rate_predicted:,.1f} {r.rate_unit}"
+    error = "" if r.memory_error is None else f"{r.memory_error:+.1%}"
+    cells = [r.id, r.source, r.model, r.gpu, r.plan, measured, _gb(r.predicted_bytes), error, fit,
+             f"{_gb(r.device_bytes)} / {_gb(r.usable_bytes)}", rate, "; ".join(r.why)]
+    return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
+
+
+def markdown(results: list[Result], header: str) -> str:
+    """The report: summary lines, the per-case table, the skipped cases and the speed ratios."""
+    lines = summary(results)
+    skipped = [r for r in results if r.skipped]
+    out = [header, "", "```", *lines.values(), "```", "",
+           f"{len(results)} cases: {len(results) - len(skipped)} run, {len(skipped)} skipped. Memory in GB (10^9 B); "
+           "error = predicted / measured - 1; fit = published / predicted (✗: disagree); device = advisor's "
+           "memory.device_bytes / usable bytes; rate = published / predicted.", "",
+           "| case | source | model | GPU | plan (advisor) | measured GB | predicted GB | error | fit "
+           "| device / usable GB | rate | why it may differ |", "|" + "---|" * 12]
+    out += [_row(r) for r in results if not r.skipped]
+    out += ["", "## Speed ratios (two configurations of one source)", "",
+            "| case | against | predicted speed-up / published speed-up |", "|---|---|---:|"]
+    out += [f"| {a} | {b} | {x:.2f}× |" for a, b, x in ratios(results)]
+    out += ["", "## Skipped", "", "| case | reason |", "|---|---|"]
+    out += [f"| {r.id} | {r.skipped} |" for r in skipped]
+    return "\n".join(out) + "\n"
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the results and summary as JSON")
+    parser.add_argument("--cases", default="*", help="only the case ids matching this glob")
+    parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--extra-configs", action="append", type=Path, default=[], metavar="DIR",
+                        help="configs (<id with / as -->.json) for Hub ids the shipped catalog lacks")
+    args = parser.parse_args(argv)
+    EXTRA_CONFIGS[:] = args.extra_configs
+    results = [run_case(c) for c in load_cases(args.cases)]
+    command = " ".join(["benchmarks/published.py", *(sys.argv[1:] if argv is None else argv)])
+    header = (f"# Published GPU training runs vs `advisor estimate` ({date.today()}, advisor {_commit()})\n\n"
+              f"`HF_HUB_OFFLINE=1 python {command}`"
+              ": every case of `benchmarks/published/*.jsonl` through `advisor.app.api.estimate` (how each is "
+              "mapped: the script's docstring).")
+    text = markdown(results, header)
+    if not args.no_write:
+        RESULTS.write_text(text, encoding="utf-8")
+    if args.json:
+        print(json.dumps({"summary": summary(results), "ratios": ratios(results),
+                          "cases": [asdict(r) for r in results]}, indent=1))
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

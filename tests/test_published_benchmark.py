@@ -1,0 +1,63 @@
+"""benchmarks/published.py stays runnable: every case carries its provenance, and a few cases go through
+``estimate`` to the summary lines of issue 13 (the whole benchmark: ``python benchmarks/published.py``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from benchmarks.published import load_cases, markdown, missing_provenance, ratios, run_case, summary
+
+#: a memory reading, an out-of-memory, two rates of one source (a ratio), a GPU the source does not name;
+#: all on closed-form model families, so no torch import
+IDS = ("litgpt-confighub-llama-2-7b-qlora-1xa10g", "litgpt-resource-llama2-13b-none-mb4-1xa100",
+       "flashattn-training-gpt3-125m", "flashattn-training-gpt3-355m", "unsloth-readme-hf-fa2-llama-8b-12gb-maxctx")
+
+LINES = {
+    "memory": r"memory: n=\d+ median \|error\| \d+\.\d% worst \d+\.\d%",
+    "fit": r"fit: n=\d+ agree \d+",
+    "ratio": r"ratio: n=\d+ median \d+\.\d\d× within-1\.25x \d+",
+    "throughput": r"throughput: n=\d+ median predicted/published \d+\.\d\d within-1\.25x \d+",
+}
+
+
+@pytest.fixture(scope="module")
+def results():
+    cases = {c["id"]: c for c in load_cases()}
+    return [run_case(cases[i]) for i in IDS]
+
+
+def test_every_case_names_its_source_commit_and_quote() -> None:
+    cases = load_cases()
+    assert len(cases) >= 60
+    assert len({c["id"] for c in cases}) == len(cases)
+    assert {c["id"]: missing_provenance(c) for c in cases if missing_provenance(c)} == {}
+
+
+def test_summary_lines_have_issue_13s_form(results) -> None:
+    lines = summary(results)
+    for key, pattern in LINES.items():
+        assert re.fullmatch(pattern, lines[key]), lines[key]
+    assert lines["memory"].startswith("memory: n=1 ")
+    assert lines["fit"].startswith("fit: n=4 ")  # the reading, the out-of-memory and the two runs with a rate
+    assert lines["ratio"].startswith("ratio: n=1 ")
+    assert lines["throughput"].startswith("throughput: n=2 ")
+
+
+def test_cases_are_compared_like_with_like(results) -> None:
+    memory, oom, small, _, unnamed_gpu = results
+    assert memory.memory_quantity == "max_memory_allocated" and memory.predicted_bytes > 0
+    assert memory.memory_error == pytest.approx(memory.predicted_bytes / memory.measured_bytes - 1)
+    assert (oom.fits_published, oom.fit_basis) == (False, "out of memory")
+    assert small.rate_unit == "tokens/s/GPU" and small.per_gpu and small.rate_predicted > 0
+    assert any("flash" in why.lower() for why in small.why)
+    assert [(a, b) for a, b, _ in ratios(results)] == [("flashattn-training-gpt3-355m", "flashattn-training-gpt3-125m")]
+    assert unnamed_gpu.skipped and "catalog" in unnamed_gpu.skipped
+
+
+def test_report_lists_every_case(results) -> None:
+    text = markdown(results, "# test")
+    for r in results:
+        assert r.id in text
+    assert "## Skipped" in text and "why it may differ" in text
