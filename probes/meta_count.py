@@ -23,6 +23,16 @@ def _first(config, *names, default=None):
     return default
 
 
+#: Parameter names of a gated MLP's gate (transformers' Llama / Gemma / Qwen ``gate_proj``, fused ``gate_up_proj``,
+#: Mixtral's ``w3``, T5 v1.1's ``wi_0``): the structure says it, whatever the activation (Gemma gates a GELU).
+_GATE_NAMES = ("gate_proj", "gate_up_proj", ".w3.", ".wi_0.")
+
+
+def _gated(groups: list[ParamGroup]) -> bool:
+    """Whether the built model's MLP is gated (three matrices), read from its parameter names."""
+    return any(marker in g.name for g in groups for marker in _GATE_NAMES)
+
+
 def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
                          default_task: Callable) -> tuple[Shape, str, bool]:
     """Build the model from ``config`` on the meta device.
@@ -76,7 +86,8 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
         ffn=_first(hf_config, "intermediate_size", "d_ff", "n_inner", "ffn_dim", "hidden_dim", default=4 * hidden),
         vocab=_first(hf_config, "vocab_size", default=0),
         max_positions=_first(hf_config, "max_position_embeddings", "n_positions", default=None),
-        gated_mlp=str(_first(hf_config, "hidden_act", "activation_function", default="")) in {"silu", "swiglu"},
+        gated_mlp=_gated(groups) or str(_first(hf_config, "hidden_act", "activation_function", default="")) in {
+            "silu", "swiglu"},
         tied_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
         groups=groups,
     )
