@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.app.api import estimate  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
+from probes.vocabulary import Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
 CONFIGS_DIR = CASES_DIR / "configs"
@@ -103,6 +104,7 @@ class Result:
     model: str
     gpu: str
     plan: str = ""
+    method: str = ""
     skipped: str | None = None
     memory_quantity: str | None = None
     measured_bytes: int | None = None
@@ -354,6 +356,7 @@ def run_case(case: dict) -> Result:
         return r
     m = case["measured"]
     r.plan = est.plan.describe() + f", seq {est.workload.seq_len}"
+    r.method = est.plan.method
     r.fits_published, r.fit_basis = published_fit(case)
     r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
     if m.get("memory_bytes") and m.get("memory_quantity") in MEMORY_QUANTITIES:
@@ -426,6 +429,11 @@ def summary(results: list[Result]) -> dict[str, str]:
                          f"p10 {_quantile(memory_ratios, 0.1):.2f} p90 {_quantile(memory_ratios, 0.9):.2f}")
         if memory_ratios else "memory ratio: n=0",
     }
+    for method in values(Method):  # issue 12: the fine-tuning methods' memory on their own
+        own = [r.memory_error for r in run if r.memory_error is not None and r.method == method]
+        if own:
+            lines[f"memory {method}"] = (f"memory {method}: n={len(own)} median |error| "
+                                         f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}")
     return lines
 
 
