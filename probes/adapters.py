@@ -27,13 +27,14 @@ def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]
     kv = model.num_key_value_heads * model.head_dim
     attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
     out = [(h, inner, attention_blocks), (h, kv, 2 * attention_blocks), (inner, h, attention_blocks)]
-    if targets == LoraTargets.ALL_LINEAR:
-        experts = max(getattr(model, "num_experts", 0), 0) + max(getattr(model, "shared_experts", 0), 0)
-        moe_layers = getattr(model, "moe_layers", 0) if experts else 0
-        mlp_copies = model.num_layers - moe_layers + moe_layers * experts
+    if targets == LoraTargets.ALL_LINEAR and model.num_experts:
+        # transformers 5 fuses each block's routed experts into 3-D parameters, which PEFT's all-linear (nn.Linear
+        # layers only) does not target: the adapters sit on attention and the routers (shared experts' and dense
+        # blocks' MLPs are left out of this count: a few percent of the adapters)
+        out.append((h, model.num_experts, model.moe_layers))
+    elif targets == LoraTargets.ALL_LINEAR:
         f = model.ffn_size
-        up = 2 if model.gated_mlp else 1
-        out += [(h, f, up * mlp_copies), (f, h, mlp_copies)]
+        out += [(h, f, (2 if model.gated_mlp else 1) * model.num_layers), (f, h, model.num_layers)]
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from probes.architectures import ParamGroup, Shape
+from probes.shapes import ParamGroup, Shape, capacity_factor
 from probes.errors import BadConfigError
 from probes.vocabulary import Family, Task
 
@@ -65,13 +65,9 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
             model = auto.from_config(hf_config)
     except Exception as exc:
         raise BadConfigError(f"transformers cannot build '{model_type}' for {chosen}: {exc}") from None
-    groups: list[ParamGroup] = []
-    matmul_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
-    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if out is not None and getattr(out, "weight", None) is not None:
-        matmul_ids.add(id(out.weight))
-    for name, p in model.named_parameters():  # named_parameters() yields a tied tensor once
-        groups.append(ParamGroup(name, tuple(p.shape), 1, matmul=id(p) in matmul_ids))
+    experts = _first(hf_config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0)
+    experts = experts if isinstance(experts, int) and experts > 1 else 0
+    groups = _parameter_groups(model, experts)
     hidden = _first(hf_config, "hidden_size", "d_model", "n_embd", "dim", default=0)
     heads = _first(hf_config, "num_attention_heads", "n_head", "num_heads", "n_heads", default=1)
     layers = _first(hf_config, "num_hidden_layers", "n_layer", "num_layers", "n_layers", default=0)
@@ -91,4 +87,58 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
         tied_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
         groups=groups,
     )
+    if any(g.routed for g in groups):
+        _add_moe_facts(shape, hf_config, experts)
     return shape, family, bool(getattr(model, "supports_gradient_checkpointing", False))
+
+
+def _parameter_groups(model, experts: int) -> list[ParamGroup]:
+    """One group per parameter tensor of ``model``; matmuls: linear weights, the output embedding, and in a
+    mixture of ``experts`` experts the routed experts' matrices and the routers."""
+    import torch
+
+    matmul_ids = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if out is not None and getattr(out, "weight", None) is not None:
+        matmul_ids.add(id(out.weight))
+    groups = []
+    for name, p in model.named_parameters():  # named_parameters() yields a tied tensor once
+        routed = bool(experts) and _is_routed(name)
+        matmul = id(p) in matmul_ids or (routed and p.dim() >= 2) or (bool(experts) and _is_router(name, p, experts))
+        groups.append(ParamGroup(name, tuple(p.shape), 1, matmul=matmul, routed=routed))
+    return groups
+
+
+def _is_routed(name: str) -> bool:
+    """A routed expert's parameter: transformers names them ``….experts.gate_up_proj`` (fused, 5.x) or
+    ``….experts.<i>.…`` / ``….experts.expert_<i>.…`` (one module per expert); shared experts are named
+    ``shared_expert`` (Qwen-MoE) or ``shared_experts`` (DeepSeek)."""
+    return ".experts." in name
+
+
+def _is_router(name: str, p, experts: int) -> bool:
+    """The router's (E, h) weight: a module named ``gate`` or ``router`` (Mixtral ``mlp.gate``, DeepSeek
+    ``mlp.gate``, Switch ``router.classifier``) whose weight has one row per routed expert."""
+    parts = name.split(".")
+    return name.endswith("weight") and p.dim() == 2 and p.shape[0] == experts and ("gate" in parts or "router" in parts)
+
+
+def _add_moe_facts(shape: Shape, hf_config, experts: int) -> None:
+    """Fill the MoE fields of ``shape`` from the config and the routed parameters found.
+
+    Top-k: the config's ``num_experts_per_tok`` (Mixtral, Qwen-MoE, DeepSeek) or ``num_experts_per_token``,
+    else 1 (Switch Transformers' top-1 routing, Fedus et al. 2021, https://arxiv.org/abs/2101.03961 sec. 2.1).
+    Shared experts: ``n_shared_experts`` (DeepSeek) / ``num_shared_experts``, else 1 per block when a
+    ``shared_expert`` module exists (Qwen-MoE). ``ffn`` becomes the MLP width one token passes through in a
+    MoE block: k routed experts' width (``moe_intermediate_size``, else the dense width) plus the shared ones'.
+    """
+    k = _first(hf_config, "num_experts_per_tok", "num_experts_per_token", default=1)
+    blocks = {g.name.split(".experts.")[0] for g in shape.groups if g.routed}
+    shared = _first(hf_config, "n_shared_experts", "num_shared_experts", default=None)
+    if shared is None:
+        shared = 1 if any(".shared_expert." in g.name for g in shape.groups) else 0
+    width = _first(hf_config, "moe_intermediate_size", default=shape.ffn)
+    shared_width = _first(hf_config, "shared_expert_intermediate_size", default=shared * width)
+    shape.num_experts, shape.experts_per_token, shape.shared_experts = experts, k, shared
+    shape.moe_layers, shape.ffn = len(blocks), k * width + shared_width
+    shape.capacity_factor = capacity_factor({"capacity_factor": getattr(hf_config, "capacity_factor", None)})

@@ -26,7 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from probes.architectures import BUILDERS, FAMILIES, FamilyName, ParamGroup, TaskName
+from probes.architectures import BUILDERS, FAMILIES
+from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.vocabulary import Family, Task, values
 
@@ -65,8 +66,25 @@ class ModelProfile(BaseModel):
     task: TaskName = Field(description="the task head the counts are for")
     supported_tasks: list[TaskName]
     """the task heads advisor can count for this model type"""
-    num_parameters: int = Field(description="exact parameter count with the task head, tied embeddings once")
-    matmul_parameters: int = Field(description="parameters used in a matmul per token (N of 6·N·T FLOPs)")
+    num_parameters: int = Field(description="exact parameter count with the task head, tied embeddings once; "
+                                            "a mixture of experts: every expert (what memory holds)")
+    matmul_parameters: int = Field(description="parameters used in a matmul (N of 6·N·T FLOPs for a dense model); "
+                                               "a mixture of experts: every expert")
+    active_parameters: int = Field(
+        description="parameters one token uses: all but the routed experts it is not sent to (Mixtral 8x7B: "
+                    "12.9B of 46.7B, https://mistral.ai/news/mixtral-of-experts); = num_parameters for a dense model")
+    active_matmul_parameters: int = Field(
+        description="matmul parameters one token uses, routers included: the N of 6·N·T FLOPs for a mixture of "
+                    "experts (Fedus et al. 2021, https://arxiv.org/abs/2101.03961 sec. 2); = matmul_parameters "
+                    "for a dense model")
+    num_experts: int = Field(0, description="routed experts per mixture-of-experts block; 0 for a dense model")
+    experts_per_token: int = Field(0, description="routed experts each token is sent to (top-k); 0 for a dense model")
+    shared_experts: int = Field(0, description="always-active (shared) experts per mixture-of-experts block "
+                                               "(Qwen-MoE 1, DeepSeek-V2-Lite 2); 0 if none")
+    moe_layers: int = Field(0, description="transformer blocks whose MLP is a mixture of experts; 0 for a dense model")
+    capacity_factor: float | None = Field(
+        None, description="expert capacity factor C of the config (each expert takes at most C·tokens·k/experts "
+                          "tokens, padded to that size; Fedus et al. 2021 sec. 2.2); None: dropless or dense")
     parameter_count_method: Literal["closed-form", "meta-device"]
     """closed-form (per-family formula) or meta-device (transformers on torch.device('meta'))"""
     num_layers: int = Field(description="transformer blocks in all stacks")
@@ -83,7 +101,8 @@ class ModelProfile(BaseModel):
     head_dim: int
     """elements per attention head"""
     ffn_size: int
-    """MLP inner width, elements"""
+    """MLP inner width, elements; a mixture of experts: the width one token passes through in a MoE block
+    (experts_per_token routed experts' width + the shared experts')"""
     vocab_size: int
     """tokens in the vocabulary (embedding rows)"""
     max_position_embeddings: int | None = Field(None, description="longest sequence the model takes; None if unbounded")
@@ -113,6 +132,16 @@ class ModelProfile(BaseModel):
         https://arxiv.org/abs/1804.04235 sec. 3)."""
         return _factored_elements(tuple(self.parameter_shapes))
 
+    @property
+    def routed_active_matmul_parameters(self) -> int:
+        """Matmul parameters of the routed experts one token runs through (0 for a dense model): the part of
+        :attr:`active_matmul_parameters` an expert capacity factor pads. The routed experts hold
+        (matmul − active_matmul)·E/(E − k) parameters, of which a token uses k/E."""
+        k, experts = self.experts_per_token, self.num_experts
+        if not experts or k >= experts:
+            return 0
+        return (self.matmul_parameters - self.active_matmul_parameters) * k // (experts - k)
+
 
 # Cached by the shapes themselves (not on the instance: model_copy would carry a stale value along).
 @lru_cache(maxsize=64)
@@ -122,7 +151,9 @@ def _largest_elements(shapes: tuple[tuple[tuple[int, ...], int], ...]) -> int:
 
 @lru_cache(maxsize=64)
 def _factored_elements(shapes: tuple[tuple[tuple[int, ...], int], ...]) -> int:
-    return sum(((math.prod(shape[:-1]) + shape[-1]) if len(shape) >= 2 else shape[0]) * count
+    # transformers' Adafactor: row statistic grad.shape[:-1], column statistic grad.shape[:-2] + shape[-1:],
+    # so a fused (experts, rows, columns) tensor has a row and a column statistic per expert
+    return sum(((math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) if len(shape) >= 2 else shape[0]) * count
                for shape, count in shapes)
 
 
@@ -291,7 +322,10 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         id=model_id, source=source, config_path=path, model_type=model_type,
         architectures=list(config.get("architectures") or []), family=shape.family, task=chosen,
         supported_tasks=[t.value for t in Family(shape.family).tasks], num_parameters=shape.num_parameters,
-        matmul_parameters=shape.matmul_parameters, parameter_count_method=method,
+        matmul_parameters=shape.matmul_parameters, active_parameters=shape.active_parameters,
+        active_matmul_parameters=shape.active_matmul_parameters, num_experts=shape.num_experts,
+        experts_per_token=shape.experts_per_token, shared_experts=shape.shared_experts, moe_layers=shape.moe_layers,
+        capacity_factor=shape.capacity_factor, parameter_count_method=method,
         num_layers=shape.layers, encoder_layers=shape.encoder_layers, decoder_layers=shape.decoder_layers,
         hidden_size=shape.hidden, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
         head_dim=shape.head_dim, ffn_size=shape.ffn, vocab_size=shape.vocab,

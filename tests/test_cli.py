@@ -78,6 +78,18 @@ def test_estimate_probe_profile_rules_schema() -> None:
     assert "Recommendation" in json.loads(schema.stdout)["schemas"]
 
 
+def test_profile_of_a_mixture_of_experts() -> None:
+    # Mistral AI, "Mixtral of experts" (https://mistral.ai/news/mixtral-of-experts): 46.7B total, 12.9B per token
+    out = advisor("profile", "--model", "mistralai/Mixtral-8x7B-v0.1", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["num_parameters"] == pytest.approx(46.7e9, rel=0.005)
+    assert data["active_parameters"] == pytest.approx(12.9e9, rel=0.005)
+    assert (data["num_experts"], data["experts_per_token"], data["moe_layers"]) == (8, 2, 32)
+    table = advisor("profile", "--model", "mistralai/Mixtral-8x7B-v0.1")
+    assert "8 routed, top-2" in table.stdout and "12,879,925,248" in table.stdout
+
+
 @pytest.mark.parametrize("args, code, needle", [
     (["recommend", "--model", "acme/nope"], ExitCode.MODEL_NOT_FOUND, "acme/nope"),
     (["recommend", "--model", "gpt2", "--gpu", "b300"], ExitCode.USAGE, "known: v100-16gb"),
@@ -128,6 +140,7 @@ print("HEAVY:" + ",".join(heavy))
 def test_fast_path_imports_no_torch_transformers_textual() -> None:
     argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
                   ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],
+                  ["profile", "--model", "mistralai/Mixtral-8x7B-v0.1"], ["profile", "--model", "Qwen/Qwen1.5-MoE-A2.7B"],
                   ["probe"], ["probe", "--gpu", "a100-80gb:8"]])[1:-1] + ","
     out = subprocess.run([sys.executable, "-c", FAST_PATH.format(argvs=argvs)], capture_output=True, text=True,
                          env=ENV, cwd=ROOT, timeout=120)

@@ -12,7 +12,9 @@ from probes.model import catalog_ids, profile_model
 
 REQUIRED = ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilbert-base-uncased", "bert-base-uncased",
             "bert-large-uncased", "roberta-base", "t5-small", "t5-base", "facebook/opt-125m", "facebook/opt-1.3b",
-            "meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1", "meta-llama/Meta-Llama-3-8B"]
+            "meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1", "meta-llama/Meta-Llama-3-8B",
+            "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-Nemo-Base-2407",
+            "huggyllama/llama-65b", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen1.5-MoE-A2.7B", "deepseek-ai/DeepSeek-V2-Lite"]
 
 
 def test_catalog_holds_the_required_models() -> None:

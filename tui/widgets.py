@@ -71,6 +71,9 @@ def profile_summary(p: ModelProfile) -> Table:
     t.add_column()
     t.add_row("model", f"{p.id} ({p.model_type}, {p.family}, from {p.source})")
     t.add_row("parameters", f"{p.num_parameters:,} ({p.parameter_count_method}) with the {p.task} head")
+    if p.num_experts:
+        t.add_row("experts", f"{p.num_experts} routed, top-{p.experts_per_token}: {p.active_parameters:,} "
+                             f"parameters active per token")
     t.add_row("shape", f"{p.num_layers} layers, hidden {p.hidden_size}, {p.num_attention_heads} heads, "
                        f"vocab {p.vocab_size:,}")
     t.add_row("dtype", f"{p.checkpoint_dtype}; max positions {p.max_position_embeddings or 'unbounded'}")

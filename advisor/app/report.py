@@ -78,11 +78,13 @@ def model_table(m: ModelProfile) -> Table:
         ("family", f"{m.family} ({m.model_type})"),
         ("task head", f"{m.task} (supports: {', '.join(m.supported_tasks)})"),
         ("parameters", f"{m.num_parameters:,} ({m.parameter_count_method}; {m.matmul_parameters:,} in matmuls)"),
+        *_moe_rows(m),
         ("layers", f"{m.num_layers}" + (f" ({m.encoder_layers} encoder + {m.decoder_layers} decoder)"
                                          if m.family == "encoder-decoder" else "")),
         ("hidden size", str(m.hidden_size)),
         ("attention heads", f"{m.num_attention_heads} ({m.num_key_value_heads} KV heads, head dim {m.head_dim})"),
-        ("FFN size", f"{m.ffn_size}" + (" (gated)" if m.gated_mlp else "")),
+        ("FFN size", f"{m.ffn_size}" + (" (gated)" if m.gated_mlp else "")
+         + (" per token, over its experts" if m.num_experts else "")),
         ("vocabulary", f"{m.vocab_size:,}" + (" (tied embeddings)" if m.tied_embeddings else "")),
         ("max positions", str(m.max_position_embeddings) if m.max_position_embeddings else "unbounded"),
         ("checkpoint dtype", m.checkpoint_dtype + (" (pretrained in bf16)" if m.pretrained_in_bf16 else "")),
@@ -93,6 +95,17 @@ def model_table(m: ModelProfile) -> Table:
     for note in m.notes:
         t.add_row("note", note, style="dim")
     return t
+
+
+def _moe_rows(m: ModelProfile) -> list[tuple[str, str]]:
+    """The experts and the parameters a token uses, for a mixture of experts (none for a dense model)."""
+    if not m.num_experts:
+        return []
+    shared = f" + {m.shared_experts} shared" if m.shared_experts else ""
+    experts = f"{m.num_experts} routed, top-{m.experts_per_token}{shared}"
+    capacity = f"capacity factor {m.capacity_factor:g}" if m.capacity_factor else "dropless"
+    return [("experts", f"{experts}; MoE in {m.moe_layers} of {m.num_layers} blocks; {capacity}"),
+            ("active parameters", f"{m.active_parameters:,} per token ({m.active_matmul_parameters:,} in matmuls)")]
 
 
 def memory_table(mem: MemoryEstimate) -> Table:

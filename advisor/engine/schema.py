@@ -7,7 +7,9 @@ model change without a new version fails the tests.
 1.0: recommend / estimate. 1.1: ValidationReport, field descriptions from the models' docstrings.
 1.2: workload.objective (speed | memory). 1.3: plan.cpu_processes; measured.ranks and sync_share
 (distributed trials). 1.4: FSDP strategies in plan.parallelism; hardware.interconnect, inter_node_gbit_s.
-1.5: plan.tensor_parallel, plan.pipeline_parallel.
+1.5: plan.tensor_parallel, plan.pipeline_parallel. 1.6: the model's mixture-of-experts facts
+(active_parameters, active_matmul_parameters, num_experts, experts_per_token, shared_experts, moe_layers,
+capacity_factor).
 """
 
-SCHEMA_VERSION = "1.5"
+SCHEMA_VERSION = "1.6"

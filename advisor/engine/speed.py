@@ -55,11 +55,18 @@ class SpeedEstimate(BaseModel):
 
 
 def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
-    """Forward FLOPs of one micro-batch: 2·N·T plus self- (and cross-) attention score/value matmuls."""
+    """Forward FLOPs of one micro-batch: 2·N·T plus self- (and cross-) attention score/value matmuls.
+
+    N is the matmul parameters one token uses: for a mixture of experts the k routed experts it is sent
+    to, the shared experts and the routers (2·E·h FLOPs per token and MoE block), not every expert (Fedus
+    et al. 2021, https://arxiv.org/abs/2101.03961 sec. 2). With an expert capacity factor C the experts run
+    on buffers padded to C times their share of the tokens, so the routed experts' FLOPs scale by C (sec. 2.2).
+    """
     tokens = micro_batch * seq_len
     inner = model.num_attention_heads * model.head_dim
     attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
-    return 2.0 * model.matmul_parameters * tokens + 4.0 * micro_batch * seq_len**2 * inner * attention_blocks
+    n = model.active_matmul_parameters + ((model.capacity_factor or 1.0) - 1.0) * model.routed_active_matmul_parameters
+    return 2.0 * n * tokens + 4.0 * micro_batch * seq_len**2 * inner * attention_blocks
 
 
 def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tuple[float, float]:

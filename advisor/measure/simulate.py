@@ -21,7 +21,9 @@ step is modelled:
   add a (b, 1, s, s) mask tensor.
 
 Known limitations: encoder-decoder classification heads (T5) check each row's EOS tokens, a
-data-dependent step fake tensors cannot run; 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
+data-dependent step fake tensors cannot run, and so is a mixture of experts' routing (transformers'
+eager experts pick the tokens of each expert with ``nonzero``; its default ``grouped_mm`` runs only
+bf16 inputs on the CPU); 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
 GradScaler's unscale buffers (fp16) are not simulated; the ZeRO / DDP wrappers are not simulated.
 Imports torch and transformers (off the fast path).
 """
@@ -100,13 +102,16 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
 
     Accumulation runs at most 2 micro-batches per step: the peak repeats from the second on.
     Raises:
-        UsageError: a plan the simulation cannot run (8-bit Adam, ZeRO, several GPUs).
+        UsageError: a plan the simulation cannot run (8-bit Adam, ZeRO, several GPUs, a mixture of experts).
     """
     if plan.parallelism != Parallelism.NONE:
         raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
     if plan.optimizer == Optimizer.ADAMW_8BIT:
         raise UsageError(f"--simulate cannot run {Optimizer.ADAMW_8BIT}: bitsandbytes' 8-bit kernels need a real "
                          "CUDA device; use the analytic estimate (without --simulate)")
+    if model.num_experts:
+        raise UsageError(f"--simulate cannot run the mixture of experts {model.model_type}: routing tokens to experts "
+                         "is data-dependent, which fake tensors cannot run; use the analytic estimate")
     if model.family == "encoder-decoder" and model.task in (Task.SEQUENCE_CLASSIFICATION,
                                                             Task.QUESTION_ANSWERING):
         raise UsageError(f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's "
