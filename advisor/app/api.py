@@ -84,12 +84,13 @@ def _interconnect_update(profile: HardwareProfile, interconnect: str | None) -> 
 
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
-                   inter_node_gbps: float | None = None) -> HardwareProfile:
+                   inter_node_gbps: float | None = None, host_memory_bytes: int | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
     'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
-    ``inter_node_gbps``, in Gb/s, is given); a list or a comma-separated string.
+    ``inter_node_gbps``, in Gb/s, is given); a list or a comma-separated string. ``host_memory_bytes``: RAM per
+    node for offload (default: this machine's RAM; unknown for catalog GPUs).
 
     Raises:
         UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
@@ -97,7 +98,8 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     if isinstance(interconnect, list):
         interconnect = ",".join(interconnect)
     return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
-                                             "inter_node_gbps": inter_node_gbps}))
+                                             "inter_node_gbps": inter_node_gbps,
+                                             "host_memory_bytes": host_memory_bytes}))
 
 
 def _hardware(opts: BaseModel) -> HardwareProfile:
