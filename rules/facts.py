@@ -107,6 +107,8 @@ class Plan(BaseModel):
             parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
             parts.append("checkpointing")
+        if self.offload != Offload.NONE:
+            parts.append(f"{self.parallelism} with {self.offload} offload")
         if data_parallel and self.data_parallel_size > 1:
             parts.append(f"{self.parallelism} × {self.data_parallel_size} {'GPUs' if self.num_gpus else 'processes'}")
         return ", ".join(parts)

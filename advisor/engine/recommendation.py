@@ -232,10 +232,8 @@ def _method_alternative(method: str, result: PlanningResult, best: Candidate) ->
     alt = other.best
     ratio = alt.speed.tokens_per_s / best.speed.tokens_per_s
     pace = f"{ratio:.2f}x the tokens/s" if ratio < 0.995 or ratio > 1.005 else "as fast"
-    parts = [f"best plan {alt.plan.describe()}" + (f", {alt.plan.parallelism} with {alt.plan.offload} offload"
-                                                    if alt.plan.offload != Offload.NONE else "")
-             + f": {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. {alt.speed.tokens_per_s:,.0f} tokens/s "
-             f"({pace})"]
+    parts = [f"best plan {alt.plan.describe()}: {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. "
+             f"{alt.speed.tokens_per_s:,.0f} tokens/s ({pace})"]
     if alt.plan.offload != Offload.NONE:
         on_gpu = [c for c in other.candidates if c.plan.offload == Offload.NONE]
         if on_gpu:

@@ -29,8 +29,7 @@ def _larger_gpu(facts: Facts) -> str | None:
         best = _fits_with(facts, entry.id)
         if best is not None:
             p = best.plan
-            return (f"a larger GPU: --gpu {entry.id} ({entry.memory_gib:g} GiB) fits with {p.precision}, {p.optimizer}, "
-                    f"micro-batch {p.micro_batch_size}")
+            return f"a larger GPU: --gpu {entry.id} ({entry.memory_gib:g} GiB) fits with {p.describe()}"
     return None
 
 
