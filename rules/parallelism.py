@@ -25,9 +25,8 @@ class SingleDevice(Rule):
             return []
         why = "a single device: nothing to distribute"
         offloading = "on one GPU only to offload (ZeRO-Offload / FSDP CPUOffload): see the offload setting"
-        return [self.forbid(Setting.PARALLELISM, v, why, hard=not self._offloads_alone(facts, v))
-                if not self._offloads_alone(facts, v) else self.fallback(Setting.PARALLELISM, v, offloading,
-                                                                         penalty=Penalty.NONE)
+        return [self.fallback(Setting.PARALLELISM, v, offloading, penalty=Penalty.NONE)
+                if self._offloads_alone(facts, v) else self.forbid(Setting.PARALLELISM, v, why)
                 for v in Parallelism if v != Parallelism.NONE]
 
     @staticmethod

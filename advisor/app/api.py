@@ -151,15 +151,14 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
         seq_len = min(limit, DEFAULT_SEQ_LEN) if limit else DEFAULT_SEQ_LEN
     elif limit and seq_len > limit:
         raise UsageError(f"--seq-len {seq_len} is beyond {profile.id}'s {limit} positions")
-    chosen = {k: v for k, v in (("lora_rank", getattr(opts, "lora_rank", None)),
-                                ("lora_targets", getattr(opts, "lora_targets", None))) if v is not None}
     method = getattr(opts, "method", None)
-    if opts.from_scratch and method not in (None, "auto") and Method.of(method).spec.adapters:
+    method = None if method == "auto" else method
+    if opts.from_scratch and method and Method.of(method).spec.adapters:
         raise UsageError(f"--method {method} trains adapters over pretrained weights: it cannot pre-train "
                          "(--from-scratch)")
+    adapters = {k: getattr(opts, k) for k in ("lora_rank", "lora_targets") if getattr(opts, k, None) is not None}
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
-                        objective=opts.objective, from_scratch=opts.from_scratch,
-                        method=None if method in (None, "auto") else method, **chosen)
+                        objective=opts.objective, from_scratch=opts.from_scratch, method=method, **adapters)
     return Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
 
 
