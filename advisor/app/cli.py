@@ -295,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
-                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "
+                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
+                                          "lora_config.json for LoRA / QLoRA), accelerate "
                                           "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
                                           "torchrun (launch.sh) or all; repeatable")
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
