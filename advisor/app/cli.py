@@ -258,8 +258,8 @@ def _add_validate(sub) -> None:
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
     p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
     add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
-                  ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
-                   "gradient_checkpointing", "parallelism"),
+                  ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
+                   "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
                                         "(FULL_SHARD)"})
     add_arguments(p, TrialOptions)
