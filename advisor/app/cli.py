@@ -193,7 +193,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
-                   **collect(args, WorkloadOptions))
+                   **collect(args, WorkloadOptions), **collect(args, MethodOptions))
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -308,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
     _workload_args(p, model_required=False)
+    add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder")
     p.set_defaults(func=cmd_tui)
 
