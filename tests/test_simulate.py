@@ -65,3 +65,58 @@ def test_estimate_with_simulate_reports_the_analytic_error(tiny) -> None:
 def test_eight_bit_adam_cannot_be_simulated(tiny) -> None:
     with pytest.raises(UsageError, match="bitsandbytes"):
         simulate(tiny, _plan(optimizer="adamw-8bit"), 64)
+
+
+def _lora_params(tiny, rank: int) -> int:
+    """The adapters PEFT makes on the tiny GPT-2: advisor's count less its documented approximation (the fused
+    c_attn is one r·(h + 3h) adapter, counted as three r·2h)."""
+    from probes.adapters import adapter_parameters
+
+    return adapter_parameters(tiny, rank, "all-linear") - 2 * rank * tiny.hidden_size * tiny.num_layers
+
+
+def test_lora_trains_only_the_adapters(tiny) -> None:
+    """Each adapter parameter holds 16 B at the optimizer step (fp32 weight, gradient, AdamW's two moments), the
+    frozen base 4 B (no gradient, no state)."""
+    pytest.importorskip("peft")
+    peaks = {r: simulate(tiny, _plan(method="lora", lora_rank=r), 128).phase_peaks["optimizer"] for r in (16, 32)}
+    assert peaks[32] - peaks[16] == 16 * (_lora_params(tiny, 32) - _lora_params(tiny, 16))
+    full = simulate(tiny, _plan(), 128).phase_peaks["optimizer"]
+    P = tiny.num_parameters
+    assert peaks[16] == pytest.approx(4 * P + 16 * _lora_params(tiny, 16), rel=0.01)
+    assert full == pytest.approx(16 * P, rel=0.01)
+
+
+def test_pure_bf16_weights_hold_no_fp32_copy(tiny) -> None:
+    """bf16 weights: weights, gradients and AdamW's moments in 2 bytes each (8 B/param instead of 16)."""
+    fp32 = simulate(tiny, _plan(precision="bf16"), 128).phase_peaks["optimizer"]
+    bf16 = simulate(tiny, _plan(precision="bf16", weights_dtype="bf16"), 128).phase_peaks["optimizer"]
+    P = tiny.num_parameters
+    assert fp32 - bf16 == pytest.approx(8 * P, rel=0.01)
+
+
+def test_estimate_simulates_lora_and_bf16_plans_within_10_percent(tiny) -> None:
+    pytest.importorskip("peft")
+    for kw in (dict(method="lora"), dict(method="lora", lora_targets="attention", gradient_checkpointing=True),
+               dict(weights_dtype="bf16")):
+        est = estimate(tiny, gpu="a100-80gb", seq_len=128, micro_batch_size=4, simulate=True, **kw)
+        assert est.plan.weights_dtype == "bf16" and est.simulated is not None
+        assert abs(est.simulated.analytic_error) < 0.10, (kw, est.simulated)
+
+
+def test_qlora_and_bitsandbytes_optimizers_are_refused_in_one_line(tiny) -> None:
+    with pytest.raises(UsageError, match="4-bit base analytically") as err:
+        simulate(tiny, _plan(method="qlora", precision="bf16", weights_dtype="bf16"), 64)
+    assert "\n" not in str(err.value) and "--method lora" in str(err.value)
+    for optimizer in ("paged-adamw", "paged-adamw-8bit"):
+        with pytest.raises(UsageError, match="bitsandbytes"):
+            simulate(tiny, _plan(optimizer=optimizer), 64)
+
+
+def test_cli_estimate_simulate_qlora_exits_2_with_one_line(tiny) -> None:
+    from test_cli import advisor
+
+    res = advisor("estimate", "--model", tiny.config_path, "--gpu", "a100-80gb", "--method", "qlora", "--seq-len", "64",
+                  "--simulate")
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.strip().splitlines()) == 1 and "cannot run qlora" in res.stderr

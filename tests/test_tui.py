@@ -125,7 +125,7 @@ async def test_workload_step_feeds_the_planner() -> None:
         await pilot.click("#objective-memory")
         assert "bitsandbytes" in str(app.query_one("#packages").render())
         assert app.query_one(WorkloadStep).workload_choice() == {"seq_len": 512, "global_batch_size": 32, "task": None,
-                                                                 "objective": "memory"}
+                                                                 "objective": "memory", "method": "auto"}
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.recommendation is not None)
         rec = app.recommendation
@@ -133,6 +133,38 @@ async def test_workload_step_feeds_the_planner() -> None:
         assert (rec.workload.seq_len, rec.workload.global_batch_size, rec.workload.objective) == (512, 32, "memory")
         fastest = min(p.device_bytes for p in rec.alternative_plans)
         assert rec.memory.device_bytes <= fastest  # least memory first
+
+
+async def test_choosing_lora_in_the_workload_step_plans_lora() -> None:
+    """The method list offers recommend's choices (auto, full, lora, qlora); picking LoRA with the keyboard
+    plans LoRA adapters."""
+    from advisor.app.options import METHOD_CHOICES
+
+    app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "meta-llama/Llama-2-7b-hf"
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        select = app.query_one("#method")
+        assert [value for _, value in select._options] == list(METHOD_CHOICES)
+        assert app.query_one(WorkloadStep).method_choice() == "auto"
+        select.focus()
+        await pilot.press("enter", "down", "down", "enter")  # auto → full → lora
+        assert app.query_one(WorkloadStep).method_choice() == "lora"
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        rec = app.recommendation
+        assert rec.plan.method == "lora" and rec.workload.method == "lora"
+        assert rec.settings["method"].value == "lora"
+
+
+async def test_method_option_of_advisor_tui_opens_on_its_plan() -> None:
+    app = RecordingApp(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb", method="qlora", lora_rank=8,
+                       hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        assert app.query_one(WorkloadStep).method_choice() == "qlora"
+        assert (app.recommendation.plan.method, app.recommendation.plan.lora_rank) == ("qlora", 8)
 
 
 async def test_planning_failure_is_shown_not_raised() -> None:
@@ -191,7 +223,8 @@ async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
         await wait_for(pilot, lambda: Exported in kinds(app))
         assert app.step == "export"
         names = sorted(p.name for p in app.saved)
-        assert names == ["accelerate_config.yaml", "launch.sh", "recommendation.json", "training_args.json"]
+        assert names == ["accelerate_config.yaml", "launch.sh", "model_kwargs.json", "recommendation.json",
+                         "training_args.json"]
         saved = json.loads((tmp_path / "cfg" / "recommendation.json").read_text())
         assert saved["plan"] == app.recommendation.plan.model_dump()
 

@@ -100,8 +100,8 @@ def test_injected_cuda_oom_is_caught_by_type(tiny, monkeypatch) -> None:
 
     real_build = trial_module.build_model
 
-    def build(model, config, weights=None):
-        net = real_build(model, config, weights=weights)
+    def build(model, config, weights=None, **kwargs):
+        net = real_build(model, config, weights=weights, **kwargs)
 
         def too_big(module, args, kwargs):
             if kwargs["input_ids"].shape[0] > 2:

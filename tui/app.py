@@ -19,7 +19,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent
 
-from advisor.app.options import WIZARD_OUT_DIR, HardwareOptions, WorkloadOptions, parse
+from advisor.app.options import WIZARD_OUT_DIR, HardwareOptions, MethodOptions, WorkloadOptions, parse
 from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 from probes.hardware import HardwareProfile
@@ -28,6 +28,7 @@ from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, P
     ValidationDone
 from tui.steps import (STEPS, ExportStep, HardwareStep, ModelStep, RecommendationStep, ValidateStep,
                        WorkloadStep)
+from tui.steps.workload import AUTO_METHOD
 
 
 class AdvisorApp(App):
@@ -49,15 +50,16 @@ class AdvisorApp(App):
 
     def __init__(self, *, model: str | None = None, out_dir: str = WIZARD_OUT_DIR,
                  hardware: HardwareProfile | None = None, **options: Any) -> None:
-        """``options``: the hardware and workload options of ``advisor recommend`` (their defaults and bounds
-        are declared once, in :mod:`advisor.app.options`).
+        """``options``: the hardware, workload and method options of ``advisor recommend`` (their defaults and
+        bounds are declared once, in :mod:`advisor.app.options`).
 
         Raises:
             UsageError: an option the declarations do not know, or a value out of bounds.
         """
         super().__init__()
         declared = {**parse(HardwareOptions, _pick(HardwareOptions, options)).model_dump(),
-                    **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump()}
+                    **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump(),
+                    **parse(MethodOptions, _pick(MethodOptions, options)).model_dump()}
         unknown = set(options) - set(declared)
         if unknown:
             raise UsageError(f"unknown option '{sorted(unknown)[0]}'")
@@ -74,7 +76,7 @@ class AdvisorApp(App):
             yield HardwareStep(gpu=o["gpu"], nodes=o["nodes"])
             yield ModelStep(model=o["model"])
             yield WorkloadStep(seq_len=o["seq_len"], global_batch_size=o["global_batch_size"], task=o["task"],
-                               objective=o["objective"])
+                               objective=o["objective"], method=o["method"])
             yield RecommendationStep()
             yield ValidateStep()
             yield ExportStep(out_dir=o["out_dir"])
@@ -152,7 +154,8 @@ class AdvisorApp(App):
             workload["task"] in (None, self.profile.task)) else text
         network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
                                                        inter_node_gbps=self.options["inter_node_gbps"])
-        step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload=workload, network=network)
+        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options[k] is not None}
+        step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters}, network=network)
 
     def action_validate(self) -> None:
         """Validate this machine's plan with trial steps (``ctrl+t``)."""
@@ -165,6 +168,8 @@ class AdvisorApp(App):
         self.step = ValidateStep.STEP
         workload = self.query_one(WorkloadStep).workload_choice()
         workload.pop("objective")
+        if workload["method"] == AUTO_METHOD:  # the trial takes this machine's plan as the planner chooses it
+            workload.pop("method")
         step.start(text, workload)
 
     def action_cancel(self) -> None:

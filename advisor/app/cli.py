@@ -193,7 +193,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
-                   **collect(args, WorkloadOptions))
+                   **collect(args, WorkloadOptions), **collect(args, MethodOptions))
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -258,8 +258,8 @@ def _add_validate(sub) -> None:
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
     p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
     add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
-                  ("micro_batch_size", "gradient_accumulation_steps", "precision", "tf32", "optimizer",
-                   "gradient_checkpointing", "parallelism"),
+                  ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
+                   "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
                                         "(FULL_SHARD)"})
     add_arguments(p, TrialOptions)
@@ -295,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
-                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json), accelerate "
+                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
+                                          "lora_config.json for LoRA / QLoRA), accelerate "
                                           "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
                                           "torchrun (launch.sh) or all; repeatable")
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
@@ -307,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
     _workload_args(p, model_required=False)
+    add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder")
     p.set_defaults(func=cmd_tui)
 

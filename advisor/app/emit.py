@@ -1,16 +1,26 @@
-"""Ready-to-run configs from one recommendation: Hugging Face ``TrainingArguments``, an accelerate
-config, a DeepSpeed config (when ZeRO is planned) and a torchrun launch script.
+"""Ready-to-run configs from one recommendation: Hugging Face ``TrainingArguments`` with the model's
+load arguments (and, for LoRA / QLoRA, PEFT's ``LoraConfig``), an accelerate config, a DeepSpeed config
+(when ZeRO is planned) and a torchrun launch script.
 
 Every value comes from the :class:`~advisor.engine.recommendation.Recommendation` (its ``plan`` for the
 searched settings, its ``settings`` for the rule-set ones), so the files cannot disagree with it
 or with each other. Sources of the formats:
 
 - ``TrainingArguments``: https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments
-  (``optim`` names: ``transformers.training_args.OptimizerNames``);
+  (``optim`` names: ``transformers.training_args.OptimizerNames``, the paged ones included);
+- the load arguments: ``from_pretrained``'s ``dtype`` (``torch_dtype`` before transformers 4.56),
+  ``attn_implementation`` and ``quantization_config``
+  (https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel.from_pretrained);
+  TrainingArguments has no dtype, so they get their own file. transformers 5 loads in the checkpoint's
+  dtype by default (``dtype="auto"``), so the file always names the planned one;
+- PEFT's ``LoraConfig`` (https://huggingface.co/docs/peft/package_reference/lora) and the
+  ``BitsAndBytesConfig`` of QLoRA: :mod:`probes.lora_config` (its choices and their sources);
 - accelerate: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-config (the
   YAML that ``accelerate config`` writes, loaded by ``accelerate.commands.config.config_args.ClusterConfig``);
 - DeepSpeed: https://www.deepspeed.ai/docs/config-json/ (batch size, fp16 / bf16, ZeRO optimizations,
-  offload); the Trainer integration: https://huggingface.co/docs/transformers/deepspeed;
+  offload: ``offload_optimizer`` at stages 1-3, ``offload_param`` at stage 3, NVMe for both at stage 3,
+  https://www.deepspeed.ai/docs/config-json/#optimizer-offloading); the Trainer integration:
+  https://huggingface.co/docs/transformers/deepspeed;
 - torchrun: https://pytorch.org/docs/stable/elastic/run.html (``--nnodes``, ``--nproc-per-node``,
   ``--node-rank``, ``--master-addr``, ``--master-port``).
 
@@ -24,14 +34,17 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, load_notes,
+                                    lora_config, model_kwargs, transformers_version)
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
-FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": "ds_config.json",
+FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
               "torchrun": "launch.sh"}
+
 MASTER_PORT = 29500  #: torchrun's default rendezvous port
 #: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
 DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
@@ -66,13 +79,8 @@ def optim_name(rec: Recommendation) -> str:
 
 
 def _transformers_major() -> int:
-    """The installed transformers' major version (4 when it is not installed: the older names work on both)."""
-    from importlib import metadata  # ~45 ms of imports: only when a file is written, not for the CLI's parser
-
-    try:
-        return int(metadata.version("transformers").split(".")[0])
-    except (metadata.PackageNotFoundError, ValueError):
-        return 4
+    """The installed transformers' major version (4 when it is not installed)."""
+    return transformers_version()[0]
 
 
 def _checkpointing_key() -> str:
@@ -104,7 +112,9 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``).
 
     Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
-    ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant.
+    ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant. ``optim`` is the
+    optimizer spec's Trainer name (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they
+    compute in bf16); the load dtype is in :func:`model_kwargs` (TrainingArguments has none).
     """
     plan = rec.plan
     ckpt = _checkpointing_key()
@@ -136,11 +146,20 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     return args
 
 
+def _offload_section(offload: Offload) -> dict[str, Any]:
+    """A ZeRO ``offload_optimizer`` / ``offload_param`` section: CPU RAM, or NVMe (ZeRO-Infinity) under
+    :data:`NVME_PATH`; pinned host memory (DeepSpeed's default, for full-bandwidth transfers)."""
+    if offload.nvme:
+        return {"device": "nvme", "nvme_path": NVME_PATH, "pin_memory": True}
+    return {"device": "cpu", "pin_memory": True}
+
+
 def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
     """The DeepSpeed config of a ZeRO plan (None otherwise).
 
     ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
-    With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto").
+    With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto"); the
+    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3).
     """
     if not uses_deepspeed(rec):
         return None
@@ -148,9 +167,9 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
     zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
     offload = Offload(plan.offload)
     if offload.optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_optimizer"] = _offload_section(offload)
     if offload.parameters:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_param"] = _offload_section(offload)
     config: dict[str, Any] = {
         "train_batch_size": plan.global_batch_size,
         "train_micro_batch_size_per_gpu": plan.micro_batch_size,
@@ -217,11 +236,13 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
 
 
 def launch_script(rec: Recommendation) -> str:
-    """A bash script that starts training with the planned processes (torchrun for several GPUs or nodes).
+    """A bash script that starts training with the planned processes: torchrun for several GPUs or nodes, and for
+    a sharded plan on one GPU (DeepSpeed and FSDP need the process-group environment a launcher sets).
 
     The training script is ``$TRAIN_SCRIPT`` (default ``train.py``) and gets ``training_args.json`` as
-    its first argument, the convention of the Hugging Face example scripts. Multi-node: run it on
-    every node with ``NODE_RANK`` and ``MASTER_ADDR`` set.
+    its first argument, the convention of the Hugging Face example scripts; comments say how it loads the
+    model (``model_kwargs.json``) and its adapters (``lora_config.json``). Multi-node: run it on every node
+    with ``NODE_RANK`` and ``MASTER_ADDR`` set.
     """
     plan, hw = rec.plan, rec.hardware
     per_node = max(plan.num_gpus, 1) // max(hw.nodes, 1) if plan.num_gpus else 1
@@ -235,6 +256,7 @@ def launch_script(rec: Recommendation) -> str:
         f"# (schema {rec.schema_version}): {plan.precision}, {plan.optimizer}, micro-batch {plan.micro_batch_size} x "
         f"{plan.gradient_accumulation_steps} accumulation x {plan.data_parallel_size} data-parallel = global batch "
         f"{plan.global_batch_size}, {plan.parallelism}.",
+        *load_notes(rec),
         "# Usage: TRAIN_SCRIPT=your_train.py ./launch.sh [more script arguments]",
     ]
     if hw.nodes > 1:
@@ -249,7 +271,7 @@ def launch_script(rec: Recommendation) -> str:
         lines.append(f"export OMP_NUM_THREADS={threads}  # {host.cpu_cores} cores / {per_node} process(es) per node")
     script = '"$SCRIPT"'
     args = f'{FILE_NAMES["hf"]} "$@"'
-    if plan.num_gpus > 1 or hw.nodes > 1:
+    if plan.num_gpus > 1 or hw.nodes > 1 or (plan.num_gpus and _parallelism(rec).stage):
         parts = ["exec torchrun", f"--nnodes={hw.nodes}", f"--nproc-per-node={per_node}"]
         if hw.nodes > 1:
             parts += ['--node-rank="${NODE_RANK:?set NODE_RANK}"', '--master-addr="${MASTER_ADDR:?set MASTER_ADDR}"',
@@ -263,11 +285,12 @@ def launch_script(rec: Recommendation) -> str:
 
 
 def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
-    """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned).
+    """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned). ``hf``
+    writes ``training_args.json``, ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``.
 
     Raises:
-        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, or a tensor / pipeline
-            parallel plan.
+        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline
+            parallel plan, or attention-only adapters on a model type without known projection names.
     """
     if rec.plan.model_parallel_size > 1:
         raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
@@ -288,6 +311,10 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
         name = FILE_NAMES[target]
         if target == "hf":
             files[name] = json.dumps(training_args(rec), indent=2) + "\n"
+            files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
+            adapters = lora_config(rec)
+            if adapters is not None:
+                files[LORA_CONFIG_FILE] = json.dumps(adapters, indent=2) + "\n"
         elif target == "accelerate":
             import yaml
 

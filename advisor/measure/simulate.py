@@ -18,14 +18,20 @@ step is modelled:
   Adafactor as the Trainer builds it (``scale_parameter=False, relative_step=False``);
 - mixed precision: CPU autocast with the plan's dtype; CPU and CUDA autocast cast the same ops;
 - the batch is unpadded (no attention mask), like packed training batches: a padding mask would
-  add a (b, 1, s, s) mask tensor.
+  add a (b, 1, s, s) mask tensor;
+- pure bf16 weights: the model is built in bf16 (``dtype=torch.bfloat16``, what ``model_kwargs.json``
+  loads), so there is no fp32 copy and AdamW's states take the weights' dtype;
+- LoRA: the model is wrapped by ``peft.get_peft_model`` with the ``LoraConfig`` that ``--emit`` writes
+  (frozen base, fp32 adapters, gradients and optimizer states for the adapters only).
 
-Known limitations: encoder-decoder classification heads (T5) check each row's EOS tokens, a
-data-dependent step fake tensors cannot run, and so is a mixture of experts' routing (transformers'
+Known limitations: QLoRA's 4-bit base cannot be simulated: bitsandbytes quantizes on a real CUDA device
+and its NF4 kernels cannot run on fake CPU tensors (``--method lora`` simulates the same adapters over a
+16-bit base; the 4-bit base is priced analytically); for the same reason neither can bitsandbytes'
+optimizers (8-bit and paged AdamW); encoder-decoder classification heads (T5) check each row's EOS tokens,
+a data-dependent step fake tensors cannot run; GradScaler's unscale buffers (fp16) are not simulated; the
+ZeRO / DDP wrappers are not simulated; nor is a mixture of experts' routing (transformers'
 eager experts pick the tokens of each expert with ``nonzero``; its default ``grouped_mm`` runs only
-bf16 inputs on the CPU); 8-bit Adam (bitsandbytes' CUDA kernels) cannot run on fake CPU tensors;
-GradScaler's unscale buffers (fp16) are not simulated; the ZeRO / DDP wrappers are not simulated.
-Imports torch and transformers (off the fast path).
+bf16 inputs on the CPU). Imports torch, transformers and (for LoRA) peft, off the fast path.
 """
 
 from __future__ import annotations
@@ -34,11 +40,11 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from advisor.measure.trainable import (autocast_dtype, build_model, enable_checkpointing, hf_config, make_optimizer,
-                                       synthetic_batch)
+from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
+                                       make_optimizer, synthetic_batch)
 from probes.errors import UsageError
 from probes.model import ModelProfile
-from probes.vocabulary import Device, Optimizer, Parallelism, Task
+from probes.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
 from rules import Plan
 
 
@@ -94,6 +100,61 @@ def live_bytes_mode():
     return LiveBytes()
 
 
+def _adapter_skeleton(model: ModelProfile, config, plan: Plan):
+    """The model wrapped in the plan's LoRA adapters on the meta device (no memory), checkpointing enabled.
+
+    PEFT moves each new adapter to its base layer's device with ``Module.to()``, which fake parameters refuse
+    (torch swaps a fake parameter's tensor, and fake tensors carry weak references), so the adapters are made on
+    the meta device, where PEFT skips the move, and :func:`_materialize` turns the result into fake tensors."""
+    import torch
+
+    with torch.device("meta"):
+        net = build_model(model, config, weights_dtype=plan.weights_dtype)
+        if plan.gradient_checkpointing:
+            enable_checkpointing(net)
+        return apply_adapters(net, model, plan)
+
+
+def _materialize(net):
+    """Replace every meta parameter and buffer of ``net`` by a new tensor of the same shape and dtype (a fake one
+    under fake mode, as transformers would have built it there), tied weights kept tied."""
+    import torch
+
+    made: dict[int, torch.Tensor] = {}
+    for module in net.modules():
+        for name, param in list(module._parameters.items()):
+            if param is not None:
+                if id(param) not in made:
+                    made[id(param)] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
+                                                         requires_grad=param.requires_grad)
+                module._parameters[name] = made[id(param)]
+        for name, buffer in list(module._buffers.items()):
+            if buffer is not None:
+                module._buffers[name] = made.setdefault(id(buffer), torch.empty(buffer.shape, dtype=buffer.dtype))
+    return net
+
+
+def unsupported(model: ModelProfile, plan: Plan) -> str | None:
+    """Why ``--simulate`` cannot run ``plan`` (one line for the user), or None when it can."""
+    method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
+    if plan.parallelism != Parallelism.NONE:
+        return "--simulate runs one device: drop --parallelism / use one GPU"
+    if method.spec.quantized_base:
+        return (f"--simulate cannot run {method}: bitsandbytes quantizes the 4-bit base on a real CUDA device and its "
+                f"NF4 kernels cannot run on fake tensors; the estimate prices the 4-bit base analytically (without "
+                f"--simulate), and --method {Method.LORA} simulates the same adapters over a 16-bit base")
+    if optimizer.spec.package is not None:
+        return (f"--simulate cannot run {optimizer}: {optimizer.spec.package}' kernels need a real CUDA device; use the "
+                "analytic estimate (without --simulate)")
+    if model.num_experts:
+        return (f"--simulate cannot run the mixture of experts {model.model_type}: routing tokens to experts is "
+                "data-dependent, which fake tensors cannot run; use the analytic estimate")
+    if model.family == Family.ENCODER_DECODER and model.task in (Task.SEQUENCE_CLASSIFICATION, Task.QUESTION_ANSWERING):
+        return (f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's EOS tokens, "
+                "which fake tensors cannot; use the analytic estimate")
+    return None
+
+
 def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
              config: dict | None = None) -> SimulationResult:
     """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
@@ -102,20 +163,12 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
 
     Accumulation runs at most 2 micro-batches per step: the peak repeats from the second on.
     Raises:
-        UsageError: a plan the simulation cannot run (8-bit Adam, ZeRO, several GPUs, a mixture of experts).
+        UsageError: a plan the simulation cannot run (QLoRA's 4-bit base, bitsandbytes' optimizers, ZeRO,
+            several GPUs, a mixture of experts: :func:`unsupported`), or LoRA without peft.
     """
-    if plan.parallelism != Parallelism.NONE:
-        raise UsageError("--simulate runs one device: drop --parallelism / use one GPU")
-    if plan.optimizer == Optimizer.ADAMW_8BIT:
-        raise UsageError(f"--simulate cannot run {Optimizer.ADAMW_8BIT}: bitsandbytes' 8-bit kernels need a real "
-                         "CUDA device; use the analytic estimate (without --simulate)")
-    if model.num_experts:
-        raise UsageError(f"--simulate cannot run the mixture of experts {model.model_type}: routing tokens to experts "
-                         "is data-dependent, which fake tensors cannot run; use the analytic estimate")
-    if model.family == "encoder-decoder" and model.task in (Task.SEQUENCE_CLASSIFICATION,
-                                                            Task.QUESTION_ANSWERING):
-        raise UsageError(f"--simulate cannot run {model.model_type} with a {model.task} head: it checks each row's "
-                         "EOS tokens, which fake tensors cannot; use the analytic estimate")
+    reason = unsupported(model, plan)
+    if reason is not None:
+        raise UsageError(reason)
     import warnings
 
     import torch
@@ -128,11 +181,15 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     config = hf_config(model, plan, config, zero_attention_dropout=plan.device == Device.CUDA)
     dtype = autocast_dtype(plan.precision)
     tracker = live_bytes_mode()
+    skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None
     with FakeTensorMode(allow_non_fake_inputs=True), tracker:
-        net = build_model(model, config)
+        if skeleton is not None:
+            net = _materialize(skeleton)
+        else:
+            net = build_model(model, config, weights_dtype=plan.weights_dtype)
+            if plan.gradient_checkpointing:
+                enable_checkpointing(net)
         net.train()
-        if plan.gradient_checkpointing:
-            enable_checkpointing(net)
         optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
         batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
         micro_steps = min(plan.gradient_accumulation_steps, 2)

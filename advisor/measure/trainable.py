@@ -1,8 +1,9 @@
-"""Build what a training step of a plan needs: the transformers model from its config, the
-optimizer, activation checkpointing and a synthetic batch. Shared by the simulator (fake
-tensors) and the validator (real trial steps), so both run the same model the same way.
+"""Build what a training step of a plan needs: the transformers model from its config in the plan's
+weights dtype, LoRA adapters over it (PEFT), the optimizer, activation checkpointing and a synthetic
+batch. Shared by the simulator (fake tensors) and the validator (real trial steps), so both run the
+same model the same way; the adapters are the ones ``--emit`` writes (:mod:`probes.lora_config`).
 
-Imports torch and transformers when called (off the fast path).
+Imports torch, transformers and peft when called (off the fast path).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from probes.errors import UsageError
+from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from probes.model import ModelProfile, load_config
-from probes.vocabulary import Device, Optimizer, Precision, Task
+from probes.vocabulary import Device, Method, Optimizer, Precision, Task, WeightsDtype
 from rules import Plan
 
 #: Config keys of attention-probability dropout.
@@ -61,14 +63,82 @@ def local_weights_dir(model: ModelProfile) -> Path | None:
     return folder if any((folder / name).exists() for name in WEIGHT_FILES) else None
 
 
-def build_model(model: ModelProfile, config, *, weights: Path | None = None):
-    """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads)."""
+def _dtype_kwargs(weights_dtype: str | None) -> dict[str, Any]:
+    """``from_config`` / ``from_pretrained``'s dtype argument for a :class:`~probes.vocabulary.WeightsDtype` value:
+    ``dtype`` from transformers 4.56, ``torch_dtype`` before (nothing for None: fp32, transformers' default for a
+    config without a dtype)."""
+    if weights_dtype is None:
+        return {}
+    import torch
+    import transformers
+
+    major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
+    key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    return {key: getattr(torch, WEIGHT_DTYPES[WeightsDtype.of(weights_dtype)])}
+
+
+def build_model(model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None):
+    """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads), held
+    in ``weights_dtype`` (a :class:`~probes.vocabulary.WeightsDtype` value: 'bf16' is the plan's pure-bf16 model,
+    what ``from_pretrained(dtype=torch.bfloat16)`` loads; None or 'fp32': fp32)."""
     import transformers
 
     auto = getattr(transformers, Task(model.task).auto_class)
+    kwargs = _dtype_kwargs(weights_dtype)
     if weights is not None:
-        return auto.from_pretrained(str(weights), config=config, local_files_only=True)
-    return auto.from_config(config)
+        return auto.from_pretrained(str(weights), config=config, local_files_only=True, **kwargs)
+    return auto.from_config(config, **kwargs)
+
+
+def apply_adapters(net, model: ModelProfile, plan: Plan):
+    """``net`` wrapped in the plan's LoRA adapters (``peft.get_peft_model`` with the ``LoraConfig`` that ``--emit``
+    writes: :func:`probes.lora_config.lora_config_kwargs`), its base frozen; ``net`` itself for full fine-tuning.
+    PEFT keeps the adapters in fp32 over a 16-bit base (``autocast_adapter_dtype=True``), as the memory model
+    prices them.
+
+    Raises:
+        UsageError: peft is not installed; attention targets of an unknown model type.
+    """
+    method = Method.of(plan.method)
+    if not method.spec.adapters:
+        return net
+    try:
+        import peft
+    except ImportError:
+        raise UsageError(f"{method} needs the peft package: pip install peft") from None
+    import warnings
+
+    with warnings.catch_warnings():  # PEFT's notes (e.g. GPT-2's Conv1D fan_in_fan_out) are not advisor's
+        warnings.simplefilter("ignore")
+        return peft.get_peft_model(net, peft.LoraConfig(**lora_config_kwargs(model, plan.lora_rank,
+                                                                                plan.lora_targets)))
+
+
+def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights: Path | None = None):
+    """QLoRA's frozen base on the CUDA ``device``: the model loaded by transformers with bitsandbytes' 4-bit NF4
+    quantization (the ``BitsAndBytesConfig`` that ``--emit`` writes, :func:`probes.lora_config.bnb_config_kwargs`),
+    the rest in the plan's weights dtype. bitsandbytes quantizes while loading, so random weights are first saved
+    to a temporary folder (seconds for small models; minutes and the model's size on disk for 7B and up).
+
+    Raises:
+        UsageError: bitsandbytes is not installed.
+    """
+    import importlib.util
+    import tempfile
+
+    import transformers
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise UsageError("QLoRA needs the bitsandbytes package: pip install bitsandbytes")
+    auto = getattr(transformers, Task(model.task).auto_class)
+    dtype = _dtype_kwargs(plan.weights_dtype)
+    kwargs = dict(config=config, local_files_only=True, device_map={"": device.index or 0},
+                  quantization_config=transformers.BitsAndBytesConfig(**bnb_config_kwargs(plan.precision)), **dtype)
+    if weights is not None:
+        return auto.from_pretrained(str(weights), **kwargs)
+    with tempfile.TemporaryDirectory(prefix="advisor-qlora-") as folder:
+        auto.from_config(config, **dtype).save_pretrained(folder)
+        return auto.from_pretrained(folder, **kwargs)
 
 
 def enable_checkpointing(net) -> None:

@@ -1,7 +1,9 @@
 """One trial: real training steps of a plan on this machine's device, measured.
 
 The model is built from its config (random weights, or the local weights when its folder has
-them; never downloaded), fed a synthetic batch of the plan's shape through a ``DataLoader`` with
+them; never downloaded) in the plan's weights dtype (pure bf16: ``dtype=torch.bfloat16``), wrapped in
+PEFT's LoRA adapters for a LoRA / QLoRA plan (QLoRA's base loaded in 4-bit NF4 by bitsandbytes on CUDA),
+fed a synthetic batch of the plan's shape through a ``DataLoader`` with
 the planned workers and pinned memory, and trained for warm-up steps and then timed steps with
 exactly the plan: autocast bf16 / fp16 with ``torch.amp.GradScaler`` for fp16 (PyTorch
 "Automatic Mixed Precision", https://pytorch.org/docs/stable/amp.html), the TF32 flags
@@ -37,11 +39,11 @@ from pathlib import Path
 from typing import Any
 
 from advisor.measure.outcome import RankOutcome, StepEvent, StepUpdate, TrialOutcome, TrialSpec, parse_event
-from advisor.measure.trainable import (autocast_dtype, build_model, enable_checkpointing, hf_config, local_weights_dir,
-                                       make_optimizer, synthetic_batch)
+from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, build_quantized, enable_checkpointing,
+                                       hf_config, local_weights_dir, make_optimizer, synthetic_batch)
 from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
 from probes.model import ModelProfile
-from probes.vocabulary import Device, Precision
+from probes.vocabulary import Device, Method, Precision
 from rules import Plan
 
 #: How bad a rank's ending is, worst first: the distributed trial reports its worst rank's status.
@@ -165,10 +167,14 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     device = dist.device if dist is not None else torch.device(plan.device)
     torch.manual_seed(0)
     config = hf_config(model, plan, spec.config)
-    net = build_model(model, config, weights=local_weights_dir(model)).to(device)
+    if Method.of(plan.method).spec.quantized_base:  # QLoRA: bitsandbytes quantizes the base while loading it
+        net = build_quantized(model, config, plan, device, weights=local_weights_dir(model))
+    else:
+        net = build_model(model, config, weights=local_weights_dir(model), weights_dtype=plan.weights_dtype).to(device)
     net.train()
     if plan.gradient_checkpointing:
         enable_checkpointing(net)
+    net = apply_adapters(net, model, plan)  # LoRA / QLoRA: PEFT's adapters over the frozen base
     if dist is not None:
         net = dist.wrap(net)
     optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)

@@ -35,11 +35,12 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
 from probes.errors import UsageError
-from probes.vocabulary import Device, Offload, Optimizer, Precision
+from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
 from rules import Facts, Plan
 
 __all__ = ["DEFAULT_MAX_TRIALS", "DEFAULT_STEPS", "DEFAULT_WARMUP", "RuntimeSettings", "Trial", "TrialStarted",
-           "ValidationReport", "baseline_plan", "runtime_settings", "validate", "without_missing_packages"]
+           "ValidationReport", "baseline_plan", "method_unavailable", "runtime_settings", "validate",
+           "without_missing_packages"]
 
 DEFAULT_STEPS = 10
 DEFAULT_WARMUP = 2
@@ -48,18 +49,21 @@ SPREAD_WARNING = 0.10  #: warn when the step times' spread is over 10 % of the m
 
 
 def baseline_plan(plan: Plan) -> Plan:
-    """The documents' baseline for ``plan``: fp32 without TF32, no checkpointing, AdamW, the same
-    micro-batch and global batch (HF "Efficient Training on a Single GPU": the vanilla row)."""
+    """The documents' baseline for ``plan``: full fine-tuning in fp32 (fp32 weights, no TF32), no checkpointing,
+    AdamW, the same micro-batch and global batch (HF "Efficient Training on a Single GPU": the vanilla row); a
+    LoRA / QLoRA plan is compared with training the whole model that way."""
     return plan.model_copy(update={"precision": Precision.FP32.value, "tf32": False, "gradient_checkpointing": False,
-                                   "optimizer": Optimizer.ADAMW.value})
+                                   "optimizer": Optimizer.ADAMW.value, "method": Method.FULL.value,
+                                   "weights_dtype": WeightsDtype.FP32.value})
 
 
 def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | None:
-    """The nearest plan without bitsandbytes when ``plan`` needs it and it is missing, with a one-line
-    note; None when nothing is missing. The nearest: the same plan with AdamW or Adafactor (with or
-    without checkpointing), the fitting one ranked first by the planner's order."""
-    package = Optimizer.ADAMW_8BIT.spec.package
-    if plan.optimizer != Optimizer.ADAMW_8BIT or importlib.util.find_spec(package) is not None:
+    """The nearest plan without bitsandbytes when ``plan``'s optimizer needs it (8-bit or paged AdamW) and it is
+    missing, with a one-line note; None when nothing is missing. The nearest: the same plan with AdamW or
+    Adafactor (with or without checkpointing), the fitting one ranked first by the planner's order."""
+    spec = Optimizer.of(plan.optimizer).spec
+    package = spec.package
+    if package is None or importlib.util.find_spec(package) is not None:
         return None
     options = [plan.model_copy(update={"optimizer": opt.value, "gradient_checkpointing": ckpt})
                for opt in (Optimizer.ADAMW, Optimizer.ADAFACTOR)
@@ -67,10 +71,27 @@ def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | Non
     candidates = sorted((planner.evaluate(facts, p) for p in options), key=planner.Candidate.key)
     fitting = [c for c in candidates if c.fits]
     chosen = (fitting or candidates)[0].plan
-    note = (f"8-bit Adam needs {package}, which is not installed (pip install {package}); validating the "
+    name = "8-bit Adam" if plan.optimizer == Optimizer.ADAMW_8BIT else spec.summary
+    note = (f"{name} needs {package}, which is not installed (pip install {package}); validating the "
             f"nearest plan without it: {chosen.optimizer}"
             f"{', activation checkpointing' if chosen.gradient_checkpointing and not plan.gradient_checkpointing else ''}")
     return chosen, note
+
+
+def method_unavailable(method: str, cuda: bool) -> str | None:
+    """Why a trial of ``method`` (a :class:`~probes.vocabulary.Method` value) cannot run on this machine (one line),
+    or None: LoRA and QLoRA need peft; QLoRA's 4-bit base needs bitsandbytes and a CUDA device (its 4-bit training
+    kernels are CUDA's: the rule ``method.adapters-when-full-does-not-fit`` forbids QLoRA on the CPU)."""
+    spec = Method.of(method).spec
+    if not spec.adapters:
+        return None
+    if spec.quantized_base and not cuda:
+        return (f"{method} trials need bitsandbytes' 4-bit kernels on a CUDA GPU and there is none here: trial "
+                f"--method {Method.LORA} (the same adapters over a 16-bit base), or validate {method} on the GPU")
+    for package in ("peft", spec.package):
+        if package is not None and importlib.util.find_spec(package) is None:
+            return f"{method} trials need the {package} package: pip install {package}"
+    return None
 
 
 def _device(facts: Facts, limit: int | None) -> TrialDevice:
@@ -116,7 +137,8 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     Returns:
         The report (bytes, seconds): every trial, the verdict, the confirmed plan and the comparison.
     Raises:
-        UsageError: a plan for another device, several GPUs, or steps / warm-up < 1.
+        UsageError: a plan for another device, several GPUs, steps / warm-up < 1, or a method this machine cannot
+            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft).
     """
     _check(facts, plan, steps, warmup)
     started = time.perf_counter()
@@ -166,6 +188,12 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
         if plan.device == Device.CUDA and plan.num_gpus > local:
             raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")
     device = Device.CPU if facts.gpu is None else Device.CUDA
+    reason = method_unavailable(plan.method, device == Device.CUDA)
+    if reason is not None:
+        raise UsageError(reason)
+    if Method.of(plan.method).spec.quantized_base and plan.data_parallel_size > 1:
+        raise UsageError(f"distributed {plan.method} trials are not supported (FSDP needs the 4-bit weights stored "
+                         "in the compute dtype): validate the plan on one GPU")
     if plan.device != device:
         where = "no CUDA device here" if device == Device.CPU else "a GPU here"
         raise UsageError(f"the plan trains on {plan.device} but there is {where}: validate it where it runs")

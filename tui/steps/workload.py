@@ -1,5 +1,5 @@
-"""Step 3, workload: sequence length, global batch size, task head and objective, with the optional
-packages that widen the planner's choice."""
+"""Step 3, workload: sequence length, global batch size, task head, what to train (the fine-tuning method)
+and objective, with the optional packages that widen the planner's choice."""
 
 from __future__ import annotations
 
@@ -10,12 +10,17 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, TabPane
 
-from advisor.app.options import DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, OPTIONAL_PACKAGES
-from probes.vocabulary import Objective, Task, values
+from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, METHOD_CHOICES, OPTIONAL_PACKAGES,
+                                 MethodOptions)
+from probes.vocabulary import Method, Objective, Task, values
 from tui.fields import whole_number
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
 OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory"}
+AUTO_METHOD = MethodOptions.model_fields["method"].default  #: 'auto': the planner chooses
+#: The method list's labels (the values are ``recommend``'s ``--method`` choices, :data:`METHOD_CHOICES`).
+METHOD_LABELS = {AUTO_METHOD: "auto: full if it fits, else LoRA / QLoRA", Method.FULL: "full fine-tuning",
+                 Method.LORA: "LoRA adapters", Method.QLORA: "QLoRA (4-bit base)"}
 
 
 class WorkloadStep(TabPane):
@@ -24,10 +29,11 @@ class WorkloadStep(TabPane):
     STEP = "workload"
 
     def __init__(self, *, seq_len: int | None = None, global_batch_size: int | None = None,
-                 task: str | None = None, objective: str = Objective.SPEED) -> None:
+                 task: str | None = None, objective: str = Objective.SPEED, method: str = AUTO_METHOD) -> None:
         super().__init__("3 Workload", id=self.STEP)
         self._seq_len, self._global_batch_size, self._task_option = seq_len, global_batch_size, task
         self._objective = Objective.MEMORY if objective == Objective.MEMORY else Objective.SPEED
+        self._method = method
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
@@ -43,6 +49,10 @@ class WorkloadStep(TabPane):
                 yield Label("task head")
                 yield Select([(t, t) for t in values(Task)], value=self._task_option or NO_SELECTION,
                              prompt="from the config", id="task")
+            with Horizontal(classes="row"):
+                yield Label("what to train")
+                yield Select([(METHOD_LABELS[m], m) for m in METHOD_CHOICES], value=self._method, allow_blank=False,
+                             id="method")
             with RadioSet(id="objective"):
                 for objective, label in OBJECTIVE_LABELS.items():
                     yield RadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
@@ -54,13 +64,18 @@ class WorkloadStep(TabPane):
         value = self.query_one("#task", Select).value
         return value if isinstance(value, str) else None
 
+    def method_choice(self) -> str:
+        """The method chosen: one of ``recommend``'s ``--method`` choices ('auto' lets the planner choose)."""
+        value = self.query_one("#method", Select).value
+        return value if isinstance(value, str) else AUTO_METHOD
+
     def workload_choice(self) -> dict[str, Any]:
-        """The workload question: sequence length, global batch size, task, objective."""
+        """The workload question: sequence length, global batch size, task, objective and method."""
         memory = self.query_one(f"#objective-{Objective.MEMORY}", RadioButton).value
         objective = Objective.MEMORY if memory else Objective.SPEED
         return dict(seq_len=whole_number(self.query_one("#seq-len", Input).value, None),
                     global_batch_size=whole_number(self.query_one("#global-batch", Input).value, None),
-                    task=self.task_choice(), objective=objective.value)
+                    task=self.task_choice(), objective=objective.value, method=self.method_choice())
 
 
 def packages_text() -> str:

@@ -1,0 +1,96 @@
+"""What ``--emit hf`` writes beside ``training_args.json``: how the training script loads the model
+(``model_kwargs.json``: ``from_pretrained``'s dtype, attention and QLoRA's ``quantization_config``) and, for
+LoRA / QLoRA plans, PEFT's ``LoraConfig`` (``lora_config.json``); and the launch script's notes on both.
+
+Sources: ``from_pretrained``
+(https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel.from_pretrained: ``dtype``,
+``torch_dtype`` before transformers 4.56, ``attn_implementation``, ``quantization_config`` as a dict or a config);
+PEFT's ``LoraConfig`` (https://huggingface.co/docs/peft/package_reference/lora) and QLoRA's
+``BitsAndBytesConfig``: :mod:`probes.lora_config` (the choices and their sources). transformers 5 loads a model in
+its checkpoint's dtype unless told (``dtype="auto"``), so ``model_kwargs.json`` always names the planned dtype.
+
+No torch, transformers or peft import: emitting stays on the fast path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from advisor.engine.recommendation import Recommendation
+from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
+from probes.vocabulary import Attention, Method, Offload, Parallelism, WeightsDtype
+
+MODEL_KWARGS_FILE = "model_kwargs.json"  #: ``from_pretrained`` keyword arguments (with the ``hf`` target)
+LORA_CONFIG_FILE = "lora_config.json"  #: ``peft.LoraConfig`` keyword arguments (``hf`` target, adapter plans)
+#: Where ZeRO-Infinity keeps offloaded states: DeepSpeed's documented example path (config-json, "Optimizer
+#: offloading"); edit it to a folder on a local NVMe drive.
+NVME_PATH = "/local_nvme"
+DS_CONFIG_FILE = "ds_config.json"  #: the DeepSpeed config's name (``advisor.app.emit.FILE_NAMES``)
+
+
+def transformers_version() -> tuple[int, int]:
+    """The installed transformers' (major, minor) version ((4, 0) when it is not installed: the older names work
+    on every version)."""
+    from importlib import metadata  # ~45 ms of imports: only when a file is written, not for the CLI's parser
+
+    try:
+        major, minor = metadata.version("transformers").split(".")[:2]
+        return int(major), int(minor)
+    except (metadata.PackageNotFoundError, ValueError):
+        return 4, 0
+
+
+def _dtype_key() -> str:
+    """transformers 4.56 renamed ``from_pretrained``'s ``torch_dtype`` to ``dtype`` (the old name still loads, with a
+    deprecation warning); older versions know only ``torch_dtype``."""
+    return "dtype" if transformers_version() >= (4, 56) else "torch_dtype"
+
+
+def model_kwargs(rec: Recommendation) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments of the plan's model (load with
+    ``AutoModelFor...from_pretrained(model_id, **json.load(open("model_kwargs.json")))``).
+
+    The dtype the memory model priced (``bfloat16``: pure bf16, no fp32 master copy; ``float32``: AMP's fp32
+    weights), the attention the memory model assumes (:meth:`probes.vocabulary.Attention.default`: SDPA on CUDA,
+    eager on the CPU), and for QLoRA the ``quantization_config`` (``BitsAndBytesConfig`` keyword arguments,
+    :func:`probes.lora_config.bnb_config_kwargs`; ``from_pretrained`` takes the dict as it is). The 4-bit weights
+    are stored in the compute dtype when ZeRO-3 / FSDP shard them.
+    """
+    plan = rec.plan
+    kwargs: dict[str, Any] = {_dtype_key(): WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)],
+                              "attn_implementation": Attention.default(plan.device).value}
+    if Method.of(plan.method).spec.quantized_base:
+        sharded = Parallelism.of(plan.parallelism).stage >= 3
+        kwargs["quantization_config"] = bnb_config_kwargs(plan.precision, sharded_base=sharded)
+    return kwargs
+
+
+def lora_config(rec: Recommendation) -> dict[str, Any] | None:
+    """``peft.LoraConfig`` keyword arguments of a LoRA / QLoRA plan (None for full fine-tuning): the plan's rank
+    and targets, alpha 2·r, dropout 0 (:func:`probes.lora_config.lora_config_kwargs`).
+
+    Raises:
+        UsageError: attention-only adapters for a model type advisor has no projection names for.
+    """
+    plan = rec.plan
+    if not Method.of(plan.method).spec.adapters:
+        return None
+    return lora_config_kwargs(rec.model, plan.lora_rank, plan.lora_targets)
+
+
+def load_notes(rec: Recommendation) -> list[str]:
+    """Comment lines: how the training script loads the model (``model_kwargs.json``), wraps it in the adapters
+    (``lora_config.json``) and where ZeRO-Infinity offloads."""
+    plan = rec.plan
+    dtype = WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)]
+    lines = [f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
+             f"from_pretrained(model_id, **json.load(open(\"{MODEL_KWARGS_FILE}\"))), in {dtype}"
+             + (" (pure bf16: no fp32 master copy)" if plan.weights_dtype == WeightsDtype.BF16 else "")
+             + (", the base in 4-bit NF4 (bitsandbytes)" if Method.of(plan.method).spec.quantized_base else "") + "."]
+    if Method.of(plan.method).spec.adapters:
+        lines.append(f"# Then train {plan.method} adapters (rank {plan.lora_rank}, {plan.lora_targets}): model = "
+                     f"peft.get_peft_model(model, peft.LoraConfig(**json.load(open(\"{LORA_CONFIG_FILE}\")))).")
+    if Offload.of(plan.offload).nvme:
+        lines.append(f"# {DS_CONFIG_FILE} offloads to NVMe under {NVME_PATH}: edit nvme_path to a folder "
+                     "on a local NVMe drive.")
+    return lines
