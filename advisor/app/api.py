@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from advisor.app.links import interconnect_update
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption, TrialOptions,
                                  WorkloadOptions, parse)
@@ -34,10 +35,10 @@ from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
-from probes.hardware import GPULink, HardwareProfile
+from probes.hardware import HardwareProfile
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
-from probes.vocabulary import Device, Link, Method, Network, Offload, Parallelism, Precision, WeightsDtype, values
+from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan, Workload
 
 
@@ -53,34 +54,6 @@ def _options(*groups: type[BaseModel]) -> type[BaseModel]:
     """One model of several option groups, made on first use (pydantic builds each class it is asked to:
     the command line pays only for the groups of the command it runs)."""
     return create_model("Options", __base__=groups, __module__=__name__)
-
-
-def _interconnect_update(profile: HardwareProfile, interconnect: str | None) -> dict[str, Any]:
-    """The profile fields ``--interconnect LINKS`` changes (links inside a node, the network between nodes).
-
-    Raises:
-        UsageError: an unknown name, two links or two networks, NVLink on a GPU without it.
-    """
-    names = [n.strip().lower() for n in (interconnect or "").split(",") if n.strip()]
-    links = [n for n in names if n in values(Link)]
-    networks = [n for n in names if n in values(Network)]
-    unknown = [n for n in names if n not in links + networks]
-    if unknown:
-        raise UsageError(f"--interconnect {unknown[0]}: choose {' or '.join(Link)} (inside a node), "
-                         f"{' or '.join(Network)} (between nodes)")
-    if len(set(links)) > 1 or len(set(networks)) > 1:
-        raise UsageError(f"--interconnect {','.join(names)}: one link inside a node and one network between nodes")
-    update: dict[str, Any] = {}
-    if links:
-        nvlink = links[0] == Link.NVLINK
-        if nvlink and profile.gpu is not None and not profile.gpu.nvlink_bandwidth_gbps:
-            raise UsageError(f"--interconnect nvlink: {profile.gpu.name} has no NVLink")
-        update["links"] = [GPULink(a=link.a, b=link.b, nvlink_count=(link.nvlink_count or 12) if nvlink else 0,
-                                   pcie_relation=None if nvlink else "PHB") for link in profile.links]
-    if networks:
-        update["interconnect"] = networks[0]
-        update["inter_node_gbit_s"] = Network(networks[0]).gbit_s
-    return update
 
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
@@ -110,7 +83,7 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
         profile = probe_local()
         if opts.nodes > 1:
             profile = profile.model_copy(update={"nodes": opts.nodes})
-    update = _interconnect_update(profile, opts.interconnect)
+    update = interconnect_update(profile, opts.interconnect)
     if opts.inter_node_gbps is not None:
         update["inter_node_gbit_s"] = opts.inter_node_gbps
     if opts.host_memory_bytes is not None:

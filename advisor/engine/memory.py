@@ -42,8 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
-from probes.vocabulary import (PARALLELISM_SPECS, Attention, Device, Family, Method, Offload, Optimizer,
-                               Parallelism, Precision, Task, WeightsDtype)
+from probes.vocabulary import PARALLELISM_SPECS, Attention, Device, Family, Precision, Task
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
