@@ -68,7 +68,7 @@ async def test_opens_on_the_recommendation_when_the_options_define_the_question(
         assert kinds(app) == [HardwareProbed, ModelResolved, RecommendationReady]
         rec = app.recommendation
         assert rec.hardware.gpu.catalog_id == "a100-80gb" and rec.plan.precision == "bf16"
-        assert app.query_one(RecommendationStep).explained == "precision"
+        assert app.query_one(RecommendationStep).explained == "method"
         await pilot.press("down", "down")  # the highlighted row explains itself
         assert app.query_one(RecommendationStep).explained == list(rec.settings)[2]
 
@@ -168,7 +168,7 @@ async def test_method_option_of_advisor_tui_opens_on_its_plan() -> None:
 
 
 async def test_planning_failure_is_shown_not_raised() -> None:
-    app = RecordingApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=2048, hardware=CPU_HW)
+    app = RecordingApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=8192, hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: PlanningFailed in kinds(app))
         assert "would fit" in app.messages[-1].error and app.recommendation is None
