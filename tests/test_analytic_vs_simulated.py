@@ -4,6 +4,10 @@ Every catalog model × {fp32, bf16, fp16} × checkpointing {off, on} × {AdamW, 
 micro-batch alternates between 1 and 4 over that grid so each model is checked at both sizes
 (the full grid with both sizes for every row: benchmarks/analytic_vs_simulated.py and its results).
 The models in :data:`SKIPPED` are skipped, each for the reason given there.
+Then the fine-tuning methods (pure bf16 weights, LoRA) with the same target: every catalog model × each
+method row at one rotating (checkpointing, micro-batch); the rows the benchmark recorded as misses
+(benchmarks/results/analytic_vs_simulated_methods.md) are strict expected failures with the component that
+misses, so a fix of the memory model shows up as an unexpected pass.
 """
 
 from __future__ import annotations
@@ -37,4 +41,84 @@ CASES = [pytest.param(m, *g, 1 if (i + j) % 2 else 4, marks=[pytest.mark.skip(re
 @pytest.mark.parametrize("model_id, precision, ckpt, optimizer, micro", CASES)
 def test_analytic_peak_within_10_percent_of_simulated(model_id, precision, ckpt, optimizer, micro) -> None:
     analytic, simulated, _ = compare(model_id, precision, ckpt, optimizer, micro)
+    assert abs(analytic / simulated - 1) <= 0.10, f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+
+
+# -- the fine-tuning methods and pure 16-bit weights (issue 12), same target ----------------------------------
+
+from benchmarks.analytic_vs_simulated import METHOD_GRID, ROOT, compare_method  # noqa: E402
+
+_RECORDED = ROOT / "benchmarks" / "results" / "analytic_vs_simulated_methods.md"
+#: Why each kind of recorded miss misses (the memory model's owner fixes them; the benchmark shows the figures):
+_WHY = {
+    "step-temporaries": "transformers' Adafactor upcasts each bf16 parameter and gradient to fp32 for its update: "
+                        "the optimizer step's temporaries are about 16 B per element of the largest matrix, priced "
+                        "at 4",
+    "copies16": "autocast caches the 16-bit casts only of weights that require grad: over a frozen fp32 base under "
+                "checkpointing no copies are held through the forward, and the estimate holds 2 B/param",
+    "activations": "activations over bf16 weights are priced as under AMP's fp32 weights (fp32 residual stream and "
+                   "norm inputs), and frozen layers without adapters keep no input for a weight gradient",
+}
+
+
+def _kind(weights: str, ckpt: bool, error: float) -> str | None:
+    """Which component a recorded miss belongs to (the diagnosis in the results file); None: not understood."""
+    if error < 0 and weights == "bf16":
+        return "step-temporaries"
+    if error > 0 and weights == "fp32" and ckpt:
+        return "copies16"
+    if error > 0 and weights == "bf16" and not ckpt:
+        return "activations"
+    return None
+
+
+def _recorded_errors() -> dict[tuple[str, ...], float]:
+    """(model, method, weights, precision, checkpointing, optimizer, micro-batch) → the recorded error."""
+    out = {}
+    for line in _RECORDED.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if len(cells) == 11 and cells[0] != "model" and not cells[0].startswith("---"):
+            out[tuple(cells[:7])] = float(cells[9].rstrip("%")) / 100
+    return out
+
+
+#: the models whose method rows run as unit tests (seconds each); the benchmark runs every model
+_SMALL = {"gpt2", "gpt2-medium", "distilbert-base-uncased", "bert-base-uncased", "roberta-base", "t5-small", "t5-base",
+          "facebook/opt-125m", "bert-large-uncased"}
+
+
+def _method_cases() -> list:
+    """Every catalog model × every method row, with checkpointing and micro-batch rotating over the models (the
+    full grid: the benchmark); the rows the benchmark recorded beyond the target are strict expected failures."""
+    recorded = _recorded_errors()
+    benchmarked = {key[0] for key in recorded}
+    rows = sorted({row[:5] for row in METHOD_GRID}, key=[row[:5] for row in METHOD_GRID].index)
+    combos = [(False, 1), (True, 4), (False, 4), (True, 1)]
+    cases = []
+    for i, model_id in enumerate(catalog_ids()):
+        for j, (method, weights, precision, targets, optimizer) in enumerate(rows):
+            ckpt, micro = combos[(i + j) % len(combos)]
+            what = method if targets is None else f"{method} r=16 {targets}"
+            key = (model_id, what, weights, precision, "on" if ckpt else "off", optimizer, str(micro))
+            marks = []
+            if model_id in SKIPPED or model_id not in benchmarked or model_id not in _SMALL:
+                marks = [pytest.mark.skip(reason=SKIPPED.get(model_id, "the method grid's unit rows run the models "
+                                                              "under 500M parameters (CI time); the recorded run "
+                                                              "of benchmarks/analytic_vs_simulated.py --grid "
+                                                              "methods covers the rest"))]
+            error = recorded.get(key, 0.0)
+            kind = _kind(weights, ckpt, error)
+            if not marks and abs(error) > 0.10 and kind is not None:  # an unexplained miss stays a failure
+                marks = [pytest.mark.xfail(strict=True, reason=f"recorded {error:+.1%}: {_WHY[kind]}")]
+            cases.append(pytest.param(model_id, method, weights, precision, targets, optimizer, ckpt, micro, marks=marks,
+                                      id=f"{model_id}-{what.replace(' ', '-')}-{weights}-{precision}-"
+                                         f"{'ckpt' if ckpt else 'nockpt'}-{optimizer}-b{micro}"))
+    return cases
+
+
+@pytest.mark.parametrize("model_id, method, weights, precision, targets, optimizer, ckpt, micro", _method_cases())
+def test_methods_analytic_peak_within_10_percent_of_simulated(model_id, method, weights, precision, targets,
+                                                             optimizer, ckpt, micro) -> None:
+    pytest.importorskip("peft")
+    analytic, simulated, _ = compare_method(model_id, method, weights, precision, targets, optimizer, ckpt, micro)
     assert abs(analytic / simulated - 1) <= 0.10, f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"

@@ -304,3 +304,24 @@ def test_every_hf_file_follows_the_method(tmp_path) -> None:
     assert "quantization_config" in kw_after and "quantization_config" not in kw_before
     assert set(kw_before.values()) >= {"bfloat16"} and "float32" in kw_after.values()
     assert "4-bit NF4" in after["launch.sh"] and "rank 32" in after["launch.sh"]
+
+
+def test_emitting_adapter_configs_stays_on_the_fast_path(tmp_path) -> None:
+    """recommend --method qlora --emit all writes lora_config.json and the quantization config without importing
+    torch, transformers, peft, bitsandbytes or textual."""
+    import sys
+
+    from test_cli import ENV, ROOT
+
+    code = f"""
+import io, contextlib, sys
+from advisor.app.cli import run
+with contextlib.redirect_stdout(io.StringIO()):
+    assert run(["recommend", "--model", "{LLAMA}", "--gpu", "rtx-4090", "--method", "qlora", "--json",
+                "--emit", "all", "--out", {str(tmp_path)!r}]) == 0
+print("HEAVY:" + ",".join(m for m in ("torch", "transformers", "peft", "bitsandbytes", "textual") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
+    assert (tmp_path / LORA_CONFIG_FILE).exists() and "quantization_config" in (tmp_path / MODEL_KWARGS_FILE).read_text()
