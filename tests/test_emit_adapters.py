@@ -30,7 +30,7 @@ CASES = {  # name -> recommend() arguments
     "qlora on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.QLORA.value),
     "lora attention r=8 on a100-80gb": dict(model=LLAMA, gpu="a100-80gb", method=Method.LORA.value, lora_rank=8,
                                             lora_targets=LoraTargets.ATTENTION.value),
-    "full, ZeRO-3 CPU offload on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.FULL.value,
+    "full, ZeRO-2 CPU offload on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.FULL.value,
                                                  host_memory_bytes=256 * 2**30),
     "full, ZeRO-Infinity NVMe on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.FULL.value,
                                                  host_memory_bytes=64 * 2**30),
@@ -52,8 +52,8 @@ def _with(rec: Recommendation, **plan) -> Recommendation:
 def test_the_cases_plan_what_their_names_say() -> None:
     assert Method.of(_rec("lora (auto) on rtx-4090").plan.method).spec.adapters
     assert _rec("qlora on rtx-4090").plan.method == Method.QLORA
-    cpu = _rec("full, ZeRO-3 CPU offload on rtx-4090").plan
-    assert (cpu.parallelism, cpu.offload) == (Parallelism.ZERO_3, Offload.OPTIMIZER_PARAMETERS)
+    cpu = _rec("full, ZeRO-2 CPU offload on rtx-4090").plan
+    assert (cpu.parallelism, cpu.offload) == (Parallelism.ZERO_2, Offload.OPTIMIZER)
     assert _rec("full, ZeRO-Infinity NVMe on rtx-4090").plan.offload == Offload.NVME
 
 
@@ -79,7 +79,7 @@ def test_lora_config_builds_peft_loraconfig_with_the_plans_adapters(name, tmp_pa
 
 
 def test_full_fine_tuning_writes_no_lora_config() -> None:
-    files = render(_rec("full, ZeRO-3 CPU offload on rtx-4090"), ["hf"])
+    files = render(_rec("full, ZeRO-2 CPU offload on rtx-4090"), ["hf"])
     assert LORA_CONFIG_FILE not in files and MODEL_KWARGS_FILE in files
 
 
@@ -228,7 +228,7 @@ def _deepspeed_config(cfg: dict, world_size: int):
         return DeepSpeedConfig(cfg)
 
 
-@pytest.mark.parametrize("name", ["full, ZeRO-3 CPU offload on rtx-4090", "full, ZeRO-Infinity NVMe on rtx-4090"])
+@pytest.mark.parametrize("name", ["full, ZeRO-2 CPU offload on rtx-4090", "full, ZeRO-Infinity NVMe on rtx-4090"])
 def test_single_gpu_offload_passes_deepspeeds_validation(name) -> None:
     rec = _rec(name)
     plan = rec.plan
@@ -236,9 +236,11 @@ def test_single_gpu_offload_passes_deepspeeds_validation(name) -> None:
     ds = _deepspeed_config(cfg, plan.num_gpus)
     zero = ds.zero_config
     device = "nvme" if Offload.of(plan.offload).nvme else "cpu"
-    assert ds.zero_optimization_stage == Parallelism.of(plan.parallelism).stage == 3
-    assert zero.offload_optimizer.device == device and zero.offload_param.device == device  # enum values kept
-    assert zero.offload_optimizer.pin_memory and zero.offload_param.pin_memory
+    offload = Offload.of(plan.offload)
+    assert ds.zero_optimization_stage == Parallelism.of(plan.parallelism).stage == (3 if offload.parameters else 2)
+    assert zero.offload_optimizer.device == device and zero.offload_optimizer.pin_memory  # enum values kept
+    if offload.parameters:
+        assert zero.offload_param.device == device and zero.offload_param.pin_memory
     if device == "nvme":
         assert str(zero.offload_optimizer.nvme_path) == str(zero.offload_param.nvme_path) == NVME_PATH
     assert cfg["optimizer"]["type"] == "AdamW"  # DeepSpeed's CPU Adam steps the offloaded states
@@ -248,7 +250,7 @@ def test_single_gpu_offload_passes_deepspeeds_validation(name) -> None:
 def test_offload_sections_are_valid_for_their_zero_stage() -> None:
     """DeepSpeed (config-json, "Optimizer offloading" / "Parameter offloading"): offload_optimizer at stages
     1-3, offload_param only at stage 3, NVMe only at stage 3 (ZeRO-Infinity)."""
-    rec = _rec("full, ZeRO-3 CPU offload on rtx-4090")
+    rec = _rec("full, ZeRO-2 CPU offload on rtx-4090")
     for parallelism in (p for p in Parallelism if p.deepspeed):
         for offload in (Offload.of(o) for o in parallelism.spec.offloads):
             cfg = deepspeed_config(_with(rec, parallelism=parallelism.value, offload=offload.value))
@@ -266,7 +268,7 @@ def test_single_gpu_fsdp_offload_in_accelerate_and_the_trainer(tmp_path) -> None
 
     from test_emit import _build_training_arguments
 
-    rec = _with(_rec("full, ZeRO-3 CPU offload on rtx-4090"), parallelism=Parallelism.FSDP_FULL_SHARD.value)
+    rec = _with(_rec("full, ZeRO-2 CPU offload on rtx-4090"), parallelism=Parallelism.FSDP_FULL_SHARD.value)
     path = tmp_path / "accelerate_config.yaml"
     path.write_text(yaml.safe_dump(accelerate_config(rec)))
     cfg = ClusterConfig.from_yaml_file(str(path))
