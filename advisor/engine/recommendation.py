@@ -214,16 +214,31 @@ def _pinned_search(result: PlanningResult, method: str | None) -> PlanningResult
     return search(result.facts.model_copy(update={"workload": workload}))
 
 
+def _method_alternatives(result: PlanningResult, best: Candidate) -> list[AlternativeValue]:
+    """Every other fine-tuning method and why it lost (:func:`_method_alternative`); when the user chose the method,
+    the forbid that says so and, for comparison, what the other method would do (from one unpinned search)."""
+    value = best.plan.method
+    if result.facts.workload.method is None:
+        return [AlternativeValue(value=m, reason=_method_alternative(m, result, best))
+                for m in result.domains[Setting.METHOD] if m != value]
+    unpinned = _pinned_search(result, None)
+    out = []
+    for m in result.domains[Setting.METHOD]:
+        if m == value:
+            continue
+        forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(m)]
+        figures = _method_alternative(m, unpinned, best)
+        reason = f"{forbids[0].reason} [{forbids[0].rule_id}]; for comparison: {figures}" if forbids else figures
+        out.append(AlternativeValue(value=m, reason=reason))
+    return out
+
+
 def _method_alternative(method: str, result: PlanningResult, best: Candidate) -> str:
     """Why another fine-tuning method lost, with figures: its best plan's speed and memory (offload included),
     or what it would need; and, when its best plan offloads, what it needs without offloading."""
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(method)]
-    pinned = result.facts.workload.method is not None
-    if forbids and not pinned:
+    if forbids:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
-    if pinned:  # the user chose the method: still say what the others would do
-        figures = _method_alternative(method, _pinned_search(result, None), best)
-        return f"{forbids[0].reason} [{forbids[0].rule_id}]; for comparison: {figures}" if forbids else figures
     other = _pinned_search(result, method)
     if other.best is None:
         closest = min(other.candidates, key=lambda c: c.memory.device_bytes)
@@ -271,10 +286,9 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
             else:
                 reasons = [f"the value of the {_chosen(result, fits=True)}"]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
-    explain = _method_alternative if setting == Setting.METHOD else (
-        lambda v, r, b: _alternative_reason(setting, v, r, b))
-    alternatives = [AlternativeValue(value=v, reason=explain(v, result, best))
-                    for v in result.domains[setting] if v != value]
+    alternatives = (_method_alternatives(result, best) if setting == Setting.METHOD else
+                    [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
+                     for v in result.domains[setting] if v != value])
     return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
                            sources=_sources(rule_ids), alternatives=alternatives)
 
