@@ -69,3 +69,11 @@ def largest_block_matrix(model: ModelProfile) -> int:
     """Elements of the largest linear weight inside a block (the one a 4-bit layer dequantizes at a time)."""
     inner = model.num_attention_heads * model.head_dim
     return max(model.hidden_size * model.ffn_size, model.hidden_size * inner)
+
+
+def frozen_base_bytes(model: ModelProfile, quantized_base: bool, weight_bytes: int) -> int:
+    """Bytes of the frozen base weights of a LoRA / QLoRA plan: every parameter in the weights' dtype
+    (``weight_bytes`` per element), or under QLoRA the blocks' linear weights in NF4 (:data:`NF4_BYTES_PER_PARAM`)
+    and the rest in the weights' dtype."""
+    quantized = quantized_parameters(model) if quantized_base else 0
+    return int(quantized * NF4_BYTES_PER_PARAM) + (model.num_parameters - quantized) * weight_bytes

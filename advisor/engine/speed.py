@@ -23,7 +23,7 @@ from advisor.engine.memory import MemoryEstimate
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.adapters import NF4_BYTES_PER_PARAM, adapter_parameters, quantized_parameters
+from probes.adapters import adapter_parameters, frozen_base_bytes, quantized_parameters
 from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload,
                                Parallelism, Precision, WeightsDtype)
 from rules.facts import Plan
@@ -144,9 +144,8 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
 
 def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
     """Bytes of one model replica's frozen base weights (LoRA: the weights' dtype; QLoRA: 4-bit blocks)."""
-    width = WeightsDtype.of(plan.weights_dtype).bytes
-    quantized = quantized_parameters(model) if Method.of(plan.method).spec.quantized_base else 0
-    return (quantized * NF4_BYTES_PER_PARAM + (model.num_parameters - quantized) * width) / plan.model_parallel_size
+    base = frozen_base_bytes(model, Method.of(plan.method).spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes)
+    return base / plan.model_parallel_size
 
 
 def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probes.adapters import (NF4_BYTES_PER_PARAM, adapter_matrix_elements, adapter_parameters, largest_block_matrix,
+from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, largest_block_matrix,
                              quantized_parameters)
 from probes.model import ModelProfile
 from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
@@ -89,9 +89,8 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     the compute dtype one matrix at a time (twice: forward and backward)."""
     method = Method.of(plan.method)
     width = WeightsDtype.of(plan.weights_dtype).bytes
-    P = model.num_parameters // split
     quantized = quantized_parameters(model) // split if method.spec.quantized_base else 0
-    base = int(quantized * NF4_BYTES_PER_PARAM) + (P - quantized) * width
+    base = frozen_base_bytes(model, method.spec.quantized_base, width) // split
     mixed = plan.precision != Precision.FP32
     autocast = plan.weights_dtype == WeightsDtype.FP32 and mixed
     copies16 = 2 * (model.matmul_parameters // split - quantized) if autocast else 0
