@@ -272,6 +272,31 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     accumulation = _accumulation(case, opts, gpus)
     if accumulation:
         opts["gradient_accumulation_steps"] = accumulation
+    opts.update(stack_options(case))
+    return opts
+
+
+#: The sources' attention names → advisor's values (``probes.kernels.Attention``).
+ATTENTION = {"flash-attention": "flash-attention-2", "flash-attention-2": "flash-attention-2",
+             "flash_attention_2": "flash-attention-2", "fa2": "flash-attention-2", "flash-attention-3":
+             "flash-attention-3", "flash_attention_3": "flash-attention-3", "sdpa": "sdpa", "eager": "eager"}
+
+
+def stack_options(case: dict) -> dict:
+    """The stack the source states, as ``estimate`` keywords (unstated: ``estimate``'s defaults, the Trainer's
+    stack: SDPA, the standard loss, no compile, no packing, no fp8)."""
+    s = case["stack"]
+    opts: dict = {}
+    attention = ATTENTION.get((s.get("attention") or "").lower())
+    if attention:
+        opts["attention"] = attention
+    if s.get("fused_loss") in ("chunked", "liger"):
+        opts["loss_kernel"] = s["fused_loss"]
+    for key, option in (("compile", "torch_compile"), ("fp8", "fp8")):
+        if s.get(key) is not None:
+            opts[option] = bool(s[key])
+    if s.get("packing") and attention in ("flash-attention-2", "flash-attention-3"):
+        opts["packing"] = True
     return opts
 
 
@@ -300,24 +325,23 @@ def predicted_memory(quantity: str, est) -> int:
 
 
 def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
-    """What the source's stack does that advisor does not model (it assumes SDPA on CUDA, no fused loss,
-    no packing, no compile, transformers' modelling code)."""
+    """What the source's stack does that advisor does not model (its stack settings cover the attention kernel,
+    chunked / Liger losses, packing, compile and fp8; not Transformer Engine's or other fused kernels, nor model
+    code other than transformers')."""
     s, p = case["stack"], case["plan"]
     text = " ".join([case.get("notes") or "", case["source"].get("quote") or "", s.get("framework") or ""])
     out = []
     attention = (s.get("attention") or "").lower()
-    if "flash" in attention:
-        out.append(f"{s['attention']} (advisor: SDPA)")
-    elif attention == "eager":
-        out.append("eager attention keeps s² scores (advisor: SDPA)")
-    elif not attention:
+    if not attention:
         out.append("attention kernel not stated (advisor: SDPA)")
+    elif attention not in ATTENTION:
+        out.append(f"attention '{s['attention']}' (advisor: SDPA)")
     if "TE +" in text or "TE =" in text:
         out.append("Transformer Engine kernels")
-    if s.get("fused_loss") not in (None, "none"):
-        out.append("fused cross-entropy (advisor: fp32 logits)")
-    out += [label for key, label in (("packing", "packed sequences"), ("compile", "torch.compile"), ("fp8", "fp8"))
-            if s.get(key)]
+    if s.get("fused_loss") not in (None, "none", "chunked", "liger"):
+        out.append(f"loss kernel '{s['fused_loss']}' (advisor: the standard loss)")
+    if s.get("packing") and ATTENTION.get(attention) not in ("flash-attention-2", "flash-attention-3"):
+        out.append("packed sequences (advisor: padding-free packing needs FlashAttention)")
     if "padded per batch" in text or "padded to the longest" in text:
         out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
     if "INCLUDING the periodic evaluation" in text:

@@ -86,6 +86,13 @@ class GPUInfo(BaseModel):
         major, minor = self.compute_capability.split(".")
         return int(major), int(minor)
 
+    @property
+    def fp8(self) -> bool:
+        """fp8 tensor cores (Ada 8.9, Hopper 9.0 and newer), dense at twice the 16-bit rate (NVIDIA H100 Tensor Core
+        GPU Architecture whitepaper, "FP8", https://resources.nvidia.com/en-us-tensor-core; Ada Lovelace
+        architecture whitepaper, "Fourth-Gen Tensor Cores")."""
+        return self.cc >= (8, 9)
+
 
 class GPULink(BaseModel):
     """How two GPUs of one host are connected, as ``nvidia-smi topo -m`` shows it."""
@@ -133,6 +140,9 @@ class HardwareProfile(BaseModel):
     notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
     host_memory_bytes: int | None = Field(None, description="RAM of one node for offloaded states, bytes, as given "
                                                             "(--host-memory); None: the probed host's RAM")
+    cuda_context_bytes: int | None = Field(None, description="device memory the CUDA context and library workspaces "
+                                                             "take, bytes, as given (--cuda-context); None: "
+                                                             "advisor's default (500 MiB, CUDA 12 lazy loading)")
 
     @property
     def gpu(self) -> GPUInfo | None:

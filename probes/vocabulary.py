@@ -86,6 +86,10 @@ class Setting(Vocabulary):
     WEIGHTS_DTYPE = "weights_dtype"
     LORA_RANK = "lora_rank"
     LORA_TARGETS = "lora_targets"
+    ATTENTION = "attention"
+    LOSS_KERNEL = "loss_kernel"
+    PACKING = "packing"
+    FP8 = "fp8"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------
@@ -401,20 +405,6 @@ PARALLELISM_SPECS: dict[Parallelism, ParallelismSpec] = {
                                                    offloads=(Offload.NONE.value,
                                                              Offload.OPTIMIZER_PARAMETERS.value)),
 }
-
-
-# -- kernels ---------------------------------------------------------------------------------------
-
-class Attention(Vocabulary):
-    """The attention implementation (transformers' ``attn_implementation``)."""
-
-    EAGER = "eager"  #: the s x s probabilities materialised (and saved for backward)
-    SDPA = "sdpa"  #: torch scaled_dot_product_attention: flash / memory-efficient kernels on CUDA
-
-    @staticmethod
-    def default(device: str) -> Attention:
-        """transformers' default on CUDA (SDPA); eager on the CPU, what the memory model was fitted to there."""
-        return Attention.SDPA if device == Device.CUDA else Attention.EAGER
 
 
 # -- the question ----------------------------------------------------------------------------------

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from probes.hardware import GPUInfo, HardwareProfile
+from probes.kernels import Attention, LossKernel
 from probes.model import ModelProfile
 from probes.vocabulary import (Device, LoraTargets, Method, Objective, Offload, Optimizer, Parallelism, Precision,
                                WeightsDtype, literal)
@@ -18,6 +21,8 @@ DeviceName = literal(Device)
 MethodName = literal(Method)
 WeightsDtypeName = literal(WeightsDtype)
 LoraTargetsName = literal(LoraTargets)
+AttentionName = literal(Attention)
+LossKernelName = literal(LossKernel)
 
 #: LoRA's rank when the user does not say: 16, between PEFT's default 8 and the QLoRA paper's 64 (QLoRA,
 #: https://arxiv.org/abs/2305.14314 sec. 4: with adapters on every linear layer the rank barely matters;
@@ -43,6 +48,22 @@ class Workload(BaseModel):
                                                   "adapter methods are out")
     lora_rank: int = Field(DEFAULT_LORA_RANK, ge=1, description="rank r of the LoRA adapters, when a plan uses them")
     lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="the linear layers that get adapters")
+    mean_sample_len: int | None = Field(None, ge=1, description="average tokens per sample before padding (None: "
+                                                                "samples fill seq_len): what packing gains")
+    attention: AttentionName | None = Field(None, description="the attention kernel asked for (None: the planner's)")
+    loss_kernel: LossKernelName | None = Field(None, description="the loss kernel asked for (None: the planner's)")
+    packing: bool | None = Field(None, description="padding-free packing asked for or refused (None: the planner's)")
+    fp8: bool | None = Field(None, description="fp8 linear layers asked for or refused (None: the planner's)")
+    torch_compile: bool | None = Field(None, description="torch.compile asked for or refused (None: the planner's)")
+
+    def pinned(self) -> dict[str, Any]:
+        """The stack settings the user fixed (not None), by setting name."""
+        return {k: v for k in STACK_SETTINGS if (v := getattr(self, k)) is not None}
+
+
+#: The software-stack settings of a plan: decided per layout by the planner (the first value the rules allow
+#: that no rule refuses), asked for with ``Workload``'s fields of the same names.
+STACK_SETTINGS = ("attention", "loss_kernel", "torch_compile", "packing", "fp8")
 
 
 class Plan(BaseModel):
@@ -77,6 +98,25 @@ class Plan(BaseModel):
     lora_rank: int = Field(DEFAULT_LORA_RANK, description="rank r of the LoRA adapters (lora and qlora)")
     lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear "
                                                                             "or attention (q, k, v, o)")
+    attention: AttentionName = Field(Attention.SDPA.value, description="attention kernel (attn_implementation): "
+                                     "eager keeps the s x s scores; sdpa and flash-attention-2/3 do not (default: "
+                                     "sdpa on CUDA, eager on the CPU)")
+    loss_kernel: LossKernelName = Field(LossKernel.STANDARD.value, description="standard loss (fp32 logits), chunked "
+                                        "cross-entropy (16-bit logits) or liger (fused linear cross-entropy, RMSNorm, "
+                                        "SwiGLU, RoPE kernels)")
+    torch_compile: bool = Field(False, description="torch.compile the model (Inductor fuses elementwise ops)")
+    packing: bool = Field(False, description="padding-free packing of several samples per row (position ids, "
+                                             "DataCollatorWithFlattening)")
+    fp8: bool = Field(False, description="fp8 matmuls in the blocks' linear layers (torchao float8 / Transformer "
+                                         "Engine; Ada and Hopper)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_attention(cls, data: Any) -> Any:
+        """Without an attention kernel, the device's default (:meth:`Attention.default`: eager on the CPU)."""
+        if isinstance(data, dict) and data.get("attention") is None and "device" in data:
+            data = {**data, "attention": Attention.default(data["device"]).value}
+        return data
 
     @property
     def model_parallel_size(self) -> int:
@@ -109,6 +149,11 @@ class Plan(BaseModel):
             parts.append("checkpointing")
         if self.offload != Offload.NONE:
             parts.append(f"{self.parallelism} with {self.offload} offload")
+        if self.attention != Attention.default(self.device):
+            parts.append(self.attention)
+        parts += [label for label, on in ((f"{self.loss_kernel} loss", self.loss_kernel != LossKernel.STANDARD),
+                                          ("compile", self.torch_compile), ("packing", self.packing),
+                                          ("fp8", self.fp8)) if on]
         if data_parallel and self.data_parallel_size > 1:
             parts.append(f"{self.parallelism} × {self.data_parallel_size} {'GPUs' if self.num_gpus else 'processes'}")
         return ", ".join(parts)

@@ -129,3 +129,36 @@ BNB_8BIT_EMBEDDING = Source(title="transformers issue 14819: 8-bit Adam and embe
 BNB_PAGED = Source(title="bitsandbytes paged optimizers",
                    url="https://huggingface.co/docs/bitsandbytes/main/en/optimizers#paged-optimizers",
                    section="Paged optimizers")
+
+# -- the software stack (rules/stack.py) -------------------------------------------------------------
+FLASH_ATTENTION_2 = Source(title="Dao 2023, FlashAttention-2", url="https://arxiv.org/abs/2307.08691",
+                           section="sec. 4: 2x FlashAttention's speed, 50-73 % of A100 peak; O(s) memory")
+FLASH_ATTENTION_3 = Source(title="Shah et al. 2024, FlashAttention-3", url="https://arxiv.org/abs/2407.08608",
+                           section="sec. 4: Hopper only, 1.5-2x FlashAttention-2 on H100")
+HF_ATTENTION = Source(title="transformers docs, Attention backends",
+                      url="https://huggingface.co/docs/transformers/attention_interface",
+                      section="attn_implementation: eager, sdpa, flash_attention_2, flash_attention_3")
+TORCH_SDPA = Source(title="PyTorch docs, scaled_dot_product_attention",
+                    url="https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
+                    section="flash, memory-efficient and math backends")
+LIGER_KERNEL = Source(title="Hsu et al. 2024, Liger Kernel: Efficient Triton Kernels for LLM Training",
+                      url="https://arxiv.org/abs/2410.10989",
+                      section="sec. 3-4: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE; Trainer use_liger_kernel")
+TORCHTUNE_CHUNKED_CE = Source(title="torchtune, CEWithChunkedOutputLoss",
+                              url="https://pytorch.org/torchtune/stable/generated/torchtune.modules.loss."
+                                  "CEWithChunkedOutputLoss.html",
+                              section="cross-entropy over chunks, upcast per chunk")
+HF_PACKING_FA2 = Source(title="Hugging Face blog, Improving Hugging Face Training Efficiency Through Packing with "
+                              "Flash Attention 2", url="https://huggingface.co/blog/packing-with-FA2",
+                        section="DataCollatorWithFlattening: padding-free packing, up to 2x throughput")
+TORCHAO_FLOAT8 = Source(title="torchao float8 training", url="https://github.com/pytorch/ao/tree/main/torchao/float8",
+                        section="README: convert_to_float8_training, speed-ups on H100 for Llama 3 8B/70B")
+TE_FP8 = Source(title="NVIDIA Transformer Engine, Using FP8 with Transformer Engine",
+                url="https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html",
+                section="FP8 on Hopper and Ada: delayed scaling, which layers run in FP8")
+PT2_PAPER = Source(title="Ansel et al. 2024, PyTorch 2: Faster Machine Learning Through Dynamic Python Bytecode "
+                         "Transformation and Graph Compilation", url="https://pytorch.org/assets/pytorch2-2.pdf",
+                   section="sec. 4.3 (AOTAutograd min-cut recomputation), sec. 6 (1.41x training speed-up on A100)")
+HF_DEEPSPEED_COMPILE = Source(title="transformers issue 23095, torch.compile with DeepSpeed",
+                              url="https://github.com/huggingface/transformers/issues/23095",
+                              section="the Trainer does not compile a DeepSpeed engine")

@@ -19,7 +19,8 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Input, TabbedContent
 
-from advisor.app.options import WIZARD_OUT_DIR, HardwareOptions, MethodOptions, WorkloadOptions, parse
+from advisor.app.options import (WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions,
+                                 parse)
 from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 from probes.hardware import HardwareProfile
@@ -59,7 +60,8 @@ class AdvisorApp(App):
         super().__init__()
         declared = {**parse(HardwareOptions, _pick(HardwareOptions, options)).model_dump(),
                     **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump(),
-                    **parse(MethodOptions, _pick(MethodOptions, options)).model_dump()}
+                    **parse(MethodOptions, _pick(MethodOptions, options)).model_dump(),
+                    **parse(StackOptions, _pick(StackOptions, options)).model_dump()}
         unknown = set(options) - set(declared)
         if unknown:
             raise UsageError(f"unknown option '{sorted(unknown)[0]}'")
@@ -154,7 +156,8 @@ class AdvisorApp(App):
             workload["task"] in (None, self.profile.task)) else text
         network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
                                                        inter_node_gbps=self.options["inter_node_gbps"])
-        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options[k] is not None}
+        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets", "mean_sample_len",
+                                                 *StackOptions.model_fields) if self.options.get(k) is not None}
         step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters}, network=network)
 
     def action_validate(self) -> None:

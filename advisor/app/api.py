@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
-                                 OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption, TrialOptions,
-                                 WorkloadOptions, parse)
+                                 OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
+                                 StackOptions, TrialOptions, WorkloadOptions, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
@@ -40,11 +40,12 @@ from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan, Workload
+from rules.facts import STACK_SETTINGS
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
 _QUESTION = (HardwareOptions, WorkloadOptions)
-_RECOMMEND = (*_QUESTION, MethodOptions)
+_RECOMMEND = (*_QUESTION, MethodOptions, StackOptions)
 _ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption)
 _VALIDATE = (WorkloadOptions, PlanOptions, TrialOptions)
 
@@ -88,6 +89,8 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
         update["inter_node_gbit_s"] = opts.inter_node_gbps
     if opts.host_memory_bytes is not None:
         update["host_memory_bytes"] = opts.host_memory_bytes
+    if opts.cuda_context_bytes is not None:
+        update["cuda_context_bytes"] = opts.cuda_context_bytes
     return profile.model_copy(update=update) if update else profile
 
 
@@ -129,10 +132,29 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
     if opts.from_scratch and method and Method.of(method).spec.adapters:
         raise UsageError(f"--method {method} trains adapters over pretrained weights: it cannot pre-train "
                          "(--from-scratch)")
-    adapters = {k: getattr(opts, k) for k in ("lora_rank", "lora_targets") if getattr(opts, k, None) is not None}
+    given = {k: getattr(opts, k) for k in ("lora_rank", "lora_targets", "mean_sample_len", *STACK_SETTINGS)
+             if getattr(opts, k, None) is not None}
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
-                        objective=opts.objective, from_scratch=opts.from_scratch, method=method, **adapters)
-    return Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
+                        objective=opts.objective, from_scratch=opts.from_scratch, method=method, **given)
+    facts = Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
+    _require_runnable_pins(facts)
+    return facts
+
+
+def _require_runnable_pins(facts: Facts) -> None:
+    """Refuse a stack value the user asked for that cannot run here at all (a rule's hard forbid).
+
+    Raises:
+        UsageError: one line naming the flag, the reason and the rule id.
+    """
+    pins = facts.workload.pinned()
+    if not pins:
+        return
+    for e in planner.propose_effects(facts):
+        if e.kind == "forbid" and e.hard and e.setting in pins and e.matches(pins[e.setting]):
+            flag = "--" + str(e.setting).replace("_", "-")
+            raise UsageError(f"{flag if pins[e.setting] is True else f'{flag} {pins[e.setting]}'}: {e.reason} "
+                             f"[{e.rule_id}]")
 
 
 def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any
@@ -237,11 +259,12 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
-    from advisor.engine.memory import device_bytes
+    from advisor.engine.memory import device_bytes, persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
 
     result = run_simulation(facts.model, plan, facts.workload.seq_len)
-    return SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(result.peak_bytes, plan),
+    return SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(result.peak_bytes, plan, memory.components.cuda_context_bytes,
+                                                                  persistent_bytes(memory.components)),
                            peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
                            analytic_error=memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
 

@@ -14,10 +14,11 @@ import sys
 from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, MethodOptions,
-                                 ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
-                                 add_arguments, collect)
+                                 ModelOptions, PlanOptions, SimulateOption, StackOptions, TrialOptions,
+                                 WorkloadOptions, add_arguments, collect)
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
+from probes.kernels import LossKernel
 from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
@@ -90,7 +91,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
     try:
         rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
-                        **collect(args, MethodOptions))
+                        **collect(args, MethodOptions), **collect(args, StackOptions))
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -193,7 +194,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
-                   **collect(args, WorkloadOptions), **collect(args, MethodOptions))
+                   **collect(args, WorkloadOptions), **collect(args, MethodOptions), **collect(args, StackOptions))
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
@@ -232,7 +233,15 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
     add_arguments(p, WorkloadOptions, ("task",))
     add_arguments(p, HardwareOptions)
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
-                  + ("from_scratch",))
+                  + ("from_scratch", "mean_sample_len"))
+
+
+def _stack_args(p: argparse.ArgumentParser) -> None:
+    """The software-stack options of recommend and the wizard (values the planner must use), and --liger-kernel."""
+    group = p.add_argument_group("software stack (default: the planner's choice among what is installed)")
+    add_arguments(group, StackOptions)
+    group.add_argument("--liger-kernel", dest="loss_kernel", action="store_const", const=LossKernel.LIGER.value,
+                       help="same as --loss-kernel liger")
 
 
 def _add_estimate(sub) -> None:
@@ -293,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
     _workload_args(p)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
+    _stack_args(p)
     p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
@@ -309,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
     _workload_args(p, model_required=False)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
+    _stack_args(p)
     p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder")
     p.set_defaults(func=cmd_tui)
 

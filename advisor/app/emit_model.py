@@ -18,7 +18,8 @@ from typing import Any
 
 from advisor.engine.recommendation import Recommendation
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
-from probes.vocabulary import Attention, Method, Offload, Parallelism, WeightsDtype
+from probes.kernels import Attention
+from probes.vocabulary import Method, Offload, Parallelism, WeightsDtype
 
 MODEL_KWARGS_FILE = "model_kwargs.json"  #: ``from_pretrained`` keyword arguments (with the ``hf`` target)
 LORA_CONFIG_FILE = "lora_config.json"  #: ``peft.LoraConfig`` keyword arguments (``hf`` target, adapter plans)
@@ -51,14 +52,13 @@ def model_kwargs(rec: Recommendation) -> dict[str, Any]:
     ``AutoModelFor...from_pretrained(model_id, **json.load(open("model_kwargs.json")))``).
 
     The dtype the memory model priced (``bfloat16``: pure bf16, no fp32 master copy; ``float32``: AMP's fp32
-    weights), the attention the memory model assumes (:meth:`probes.vocabulary.Attention.default`: SDPA on CUDA,
-    eager on the CPU), and for QLoRA the ``quantization_config`` (``BitsAndBytesConfig`` keyword arguments,
+    weights), the plan's attention kernel (``attn_implementation``, :class:`probes.kernels.AttentionSpec`), and for QLoRA the ``quantization_config`` (``BitsAndBytesConfig`` keyword arguments,
     :func:`probes.lora_config.bnb_config_kwargs`; ``from_pretrained`` takes the dict as it is). The 4-bit weights
     are stored in the compute dtype when ZeRO-3 / FSDP shard them.
     """
     plan = rec.plan
     kwargs: dict[str, Any] = {_dtype_key(): WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)],
-                              "attn_implementation": Attention.default(plan.device).value}
+                              "attn_implementation": Attention.of(plan.attention).spec.implementation}
     if Method.of(plan.method).spec.quantized_base:
         sharded = Parallelism.of(plan.parallelism).stage >= 3
         kwargs["quantization_config"] = bnb_config_kwargs(plan.precision, sharded_base=sharded)

@@ -22,15 +22,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from probes.errors import UsageError
+from probes.kernels import STACK_PACKAGES
 from probes.units import GIB, KIB, MIB
 from probes.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
-from rules.facts import Plan
+from rules.facts import STACK_SETTINGS, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
 WIZARD_OUT_DIR = "advisor-config"  #: the wizard's export folder (``advisor tui --out``)
-#: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO).
-OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed", "peft")
+#: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO, adapters, kernels, fp8).
+OPTIONAL_PACKAGES = tuple(STACK_PACKAGES)
 
 
 def _flag(name: str) -> str:
@@ -59,6 +60,11 @@ class HardwareOptions(_Options):
                                                                   "and parameters, e.g. 256GB (default: this "
                                                                   "machine's RAM; unknown for --gpu)",
                                           json_schema_extra={"metavar": "SIZE", "flag": "--host-memory", "size": True})
+    cuda_context_bytes: int | None = Field(None, ge=1, description="device memory the CUDA context and libraries "
+                                                                   "take, e.g. 1343MiB (CUDA 11 without lazy "
+                                                                   "loading); default 500MiB",
+                                           json_schema_extra={"metavar": "SIZE", "flag": "--cuda-context",
+                                                              "size": True})
 
 
 class ModelOptions(_Options):
@@ -82,12 +88,15 @@ class WorkloadOptions(_Options):
                                                       "least device memory")
     from_scratch: bool = Field(False, description="pre-training from random weights (every weight trains: no LoRA / "
                                                   "QLoRA)")
+    mean_sample_len: int | None = Field(None, ge=1, description="average tokens per sample before padding (default: "
+                                                                "samples fill --seq-len); shorter samples make "
+                                                                "packing pay", json_schema_extra={"metavar": "L"})
 
 
 #: The plan settings ``estimate`` and ``validate`` take as flags (``Plan`` fields; their descriptions are the help).
 PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
               "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
-              "lora_rank", "lora_targets")
+              "lora_rank", "lora_targets", *STACK_SETTINGS)
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
 ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
@@ -134,6 +143,18 @@ class _MethodChoice(_Options):
 #: ``recommend``'s method options: the method to plan (or 'auto') and the adapters' shape, from ``Plan``'s fields.
 MethodOptions = create_model("MethodOptions", __base__=_MethodChoice, __module__=__name__,
                              **{name: _plan_setting(name) for name in ("lora_rank", "lora_targets")})
+
+
+def _stack_pin(name: str) -> tuple[Any, Any]:
+    field = Workload.model_fields[name]
+    return field.annotation, Field(None, description=Plan.model_fields[name].description + " (default: the planner's "
+                                   "choice among what is installed and supported)")
+
+
+#: ``recommend``'s software-stack options: a value the planner must use (None: its choice), from ``Workload``'s
+#: fields of the same names (:data:`rules.facts.STACK_SETTINGS`).
+StackOptions = create_model("StackOptions", __base__=_Options, __module__=__name__,
+                            **{name: _stack_pin(name) for name in STACK_SETTINGS})
 
 
 class SimulateOption(_Options):

@@ -25,8 +25,9 @@ ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org
 weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
 
 Known limitations:
-- the caching allocator's reserve is a flat 10 % over the peak and the CUDA context a flat 500 MiB
-  (CUDA 12 with lazy loading); neither is yet measured on a GPU by this project;
+- the caching allocator's reserve (:data:`TRANSIENT_RESERVE`) is fitted to one GPU's published table and the
+  CUDA context is 500 MiB (CUDA 12 with lazy loading) unless ``--cuda-context`` says otherwise; neither is yet
+  measured on a GPU by this project;
 - fp16 and bf16 are assumed to hold the same bytes (GradScaler's buffers are not modelled);
 - DDP's gradient buckets are counted as a second copy of the gradients (gradient_as_bucket_view=False).
 """
@@ -42,11 +43,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
-from probes.vocabulary import PARALLELISM_SPECS, Attention, Device, Family, Precision, Task
+from probes.kernels import Attention, LossKernel
+from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
-ALLOCATOR_OVERHEAD = 1.10  #: caching allocator reserve over the live-tensor peak
+#: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
+#: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of
+#: changing sizes fragment the cached blocks (PyTorch "CUDA semantics: memory management",
+#: https://pytorch.org/docs/stable/notes/cuda.html#memory-management). Fitted to the HF guide's nine V100
+#: bert-large rows (../shared/seeds/003, NVML used less the measured 1343 MiB context; two constants, nine rows:
+#: median |error| 1.7 %, worst 6.6 %), where a flat 10 % over the whole peak left big-activation rows 6-9 % low and
+#: state-dominated ones 5-7 % high.
+TRANSIENT_RESERVE = 1.25
+ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
 
 
 class MemoryComponents(BaseModel):
@@ -119,6 +129,44 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     return total
 
 
+def _logit_scale(plan: Plan) -> float:
+    """The share of the standard loss's logit bytes the plan's loss kernel keeps (:class:`LossKernelSpec`)."""
+    spec, standard = LossKernel.of(plan.loss_kernel).spec, LossKernel.STANDARD.spec
+    if plan.precision == Precision.FP32:
+        return spec.logit_bytes_fp32 / standard.logit_bytes_fp32
+    return spec.logit_bytes / standard.logit_bytes
+
+
+def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes: float) -> int:
+    """Bytes per transformer block that fused kernels do not keep for backward, at the plan's micro-batch.
+
+    ``mlp_bytes``: what the unfused MLP keeps per s·b·ffn element (the calibrated ``layer_f`` or the structural
+    formula's). Two stacks fuse:
+
+    - torch.compile: AOTAutograd's min-cut partitioner saves the matmuls' outputs and recomputes pointwise ops in
+      the backward (Ansel et al. 2024, "PyTorch 2", https://pytorch.org/assets/pytorch2-2.pdf sec. 4.3; the
+      partitioner's docs, https://dev-discuss.pytorch.org/t/min-cut-optimal-recomputation-i-e-activation-
+      checkpointing-with-aotautograd/467): the MLP keeps its first matmul's output(s) only (a·sbf, gated: 2a·sbf),
+      RMSNorm its input and the inverse norm, not the fp32 normalised copy (4·sbh per norm), and dropout masks
+      are regenerated from the RNG seed (Inductor's philox), not stored;
+    - Liger-Kernel (llama-style models): RMSNorm keeps its input and 1/rms, SwiGLU its two inputs, recomputing
+      silu (Hsu et al. 2024, https://arxiv.org/abs/2410.10989 sec. 3.1-3.3): 4·sbh per norm and a·sbf.
+
+    Not yet measured on a GPU: derived from which tensors each kernel saves.
+    """
+    liger = LossKernel.of(plan.loss_kernel).spec.fused_layers and model.gated_mlp
+    if not (plan.torch_compile or liger):
+        return 0
+    b, a = plan.micro_batch_size, _bytes_per_activation(plan)
+    sbh, sbf = seq_len * b * model.hidden_size, seq_len * b * model.ffn_size
+    norms = 2 * 4 * sbh if model.gated_mlp else 0  # two RMSNorms a block: the fp32 normalised copy
+    if plan.torch_compile:
+        kept = (2 if model.gated_mlp else 1) * a
+        masks = 3 * sbh if model.dropout else 0  # attention-output, MLP and residual dropout masks, 1 B each
+        return int(norms + max(mlp_bytes - kept, 0) * sbf + masks)
+    return int(norms + a * sbf)
+
+
 @lru_cache(maxsize=1)
 def _calibration() -> dict:
     """Per-family activation coefficients fitted to simulated steps (benchmarks/calibrate_activations.py)."""
@@ -134,13 +182,17 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     # the fit counts a T5 encoder + decoder layer pair as one layer
     layers = model.num_layers / 2 if model.family == Family.ENCODER_DECODER else model.num_layers
     full_layer = c["layer_h"] * sbh + c["layer_f"] * sbf + c["layer_s"] * b * nss
-    start_of_backward = c["backward_v"] * sbv + c["backward_h"] * sbh
+    full_layer -= fused_layer_savings(model, plan, seq_len, c["layer_f"])
+    loss = LossKernel.of(plan.loss_kernel).spec
+    logits = _logit_scale(plan) * c["head_v"] * sbv if c["head_v"] > 1 else c["head_v"] * sbv
+    grad_v = (lambda coefficient: coefficient * sbv if loss.grad_logits or coefficient < 1 else 0.0)
+    start_of_backward = grad_v(c["backward_v"]) + c["backward_h"] * sbh
     if eager and c["layer_s"] < 1:
         # the calibration ran CUDA's flash attention; the eager path keeps the s x s
         # probabilities (fp32), their dropout mask and output, and autocast's 16-bit copy
         per_score = 4 + (7 if model.dropout else 0) + (2 if (plan.precision != Precision.FP32) else 0)
         full_layer += per_score * b * nss
-    head = c["head_h"] * sbh + c["head_v"] * sbv + c["head_s"] * nss
+    head = c["head_h"] * sbh + logits + c["head_s"] * nss
     transient = full_layer
     if model.family == Family.ENCODER_DECODER:
         # checkpointing runs one block at a time; the largest is a decoder block: its self- and
@@ -151,7 +203,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
         # every block keeps its input; the forward peaks in one block's recomputable internals or
         # at the head's logits; the backward starts with the loss gradient
         forward = layers * c["ckpt_layer_h"] * sbh + max(transient, head)
-        extra = c["ckpt_backward_v"] * sbv + c["ckpt_backward_h"] * sbh
+        extra = grad_v(c["ckpt_backward_v"]) + c["ckpt_backward_h"] * sbh
     else:
         forward = layers * full_layer + head
         extra = start_of_backward
@@ -170,9 +222,10 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
         return _calibrated_activation_bytes(model, plan, seq_len, coefficients, eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
-    enc = layer_activation_bytes(model, plan, s, eager_attention=eager)
+    mlp = (4 if model.gated_mlp else 2) * a
+    enc = layer_activation_bytes(model, plan, s, eager_attention=eager) - fused_layer_savings(model, plan, s, mlp)
     dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == Family.ENCODER_DECODER,
-                                 eager_attention=eager)
+                                 eager_attention=eager) - fused_layer_savings(model, plan, s, mlp)
     per_layer = [enc] * model.encoder_layers + [dec] * model.decoder_layers
     if plan.gradient_checkpointing:
         # each block keeps only its input (fp32 residual stream); one block is recomputed at a time
@@ -183,8 +236,9 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     if Task.of(model.task).language_modeling:
         v = model.vocab_size
         head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
-        logits = (4 + 4 + (2 if (plan.precision != Precision.FP32) else 0)) * s * b * v  # 16-bit logits, fp32 copy, log_softmax
-        loss_grad = a * s * b * v
+        # the standard loss keeps 16-bit logits, their fp32 copy and log_softmax; chunked and fused kernels less
+        logits = _logit_scale(plan) * (4 + 4 + (2 if (plan.precision != Precision.FP32) else 0)) * s * b * v
+        loss_grad = a * s * b * v if LossKernel.of(plan.loss_kernel).spec.grad_logits else 0
     else:
         head_input = (a + 4) * b * h * s
         logits = 0
@@ -192,12 +246,20 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     return layers + embeddings + head_input + logits, loss_grad
 
 
-def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES) -> int:
-    """What the device shows in use for a live-tensor peak: the caching allocator's reserve plus
-    the CUDA context (on the CPU, the peak itself)."""
+def persistent_bytes(components: MemoryComponents) -> int:
+    """Bytes of the model states (weights and their 16-bit copies, gradients, optimizer states): what the caching
+    allocator holds at exact sizes (:data:`TRANSIENT_RESERVE`)."""
+    return components.weights_bytes + components.gradients_bytes + components.optimizer_states_bytes
+
+
+def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES, states_bytes: int = 0) -> int:
+    """What the device shows in use for a live-tensor peak of which ``states_bytes`` are model states
+    (:func:`persistent_bytes`): the caching allocator's reserve (the states, the rest × :data:`TRANSIENT_RESERVE`,
+    :data:`ALLOCATOR_SLACK_BYTES`) plus the CUDA context; on the CPU, the peak itself."""
     if plan.device != Device.CUDA:
         return peak_bytes
-    return int(peak_bytes * ALLOCATOR_OVERHEAD) + context_bytes
+    states = min(states_bytes, peak_bytes)
+    return int(states + (peak_bytes - states) * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES + context_bytes
 
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
@@ -212,8 +274,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         seq_len: tokens per sample.
         capacity_bytes: device memory (host RAM for a CPU plan), bytes.
         safety_margin: fraction of capacity kept free.
-        attention: 'sdpa' (flash / memory-efficient, CUDA's default) or 'eager'; default: sdpa on
-            CUDA, eager on the CPU (:meth:`probes.vocabulary.Attention.default`).
+        attention: overrides ``plan.attention`` (deprecated: set the plan's field).
         cuda_context_bytes: the CUDA context and library workspaces (older CUDA versions: more).
         nodes: nodes of the plan (FSDP HYBRID_SHARD shards over one node's GPUs).
         host_capacity_bytes: one node's RAM, bytes: an offloading plan fits only if its :func:`host_bytes`
@@ -221,7 +282,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``.
     """
-    eager = (attention or Attention.default(plan.device)) == Attention.EAGER
+    eager = Attention.of(attention or plan.attention).spec.keeps_scores
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     tp = max(plan.tensor_parallel, 1)
     if tp * max(plan.pipeline_parallel, 1) > 1:
@@ -244,13 +305,13 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     else:
         peak = s.weights + s.optimizer + max(backward_phase + s.buckets, grads_total + s.step_temp)
     context = cuda_context_bytes if plan.device == Device.CUDA else 0
-    device = device_bytes(int(peak), plan, context)
-    usable = int(capacity_bytes * (1 - safety_margin))
-    host = host_bytes(model, plan, nodes)
-    host_fits = host == 0 or host_capacity_bytes is None or host <= host_capacity_bytes * (1 - HOST_SAFETY_MARGIN)
     components = MemoryComponents(
         weights_bytes=s.weights + s.copies16, gradients_bytes=grads_total, optimizer_states_bytes=s.optimizer,
         activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
+    device = device_bytes(int(peak), plan, context, persistent_bytes(components))
+    usable = int(capacity_bytes * (1 - safety_margin))
+    host = host_bytes(model, plan, nodes)
+    host_fits = host == 0 or host_capacity_bytes is None or host <= host_capacity_bytes * (1 - HOST_SAFETY_MARGIN)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and host_fits, components=components,
                           host_bytes=host, host_capacity_bytes=host_capacity_bytes)

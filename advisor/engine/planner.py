@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.engine.memory import MemoryEstimate, estimate_memory
+from advisor.engine.memory import CUDA_CONTEXT_BYTES, MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
+from probes.kernels import Attention, LossKernel
 from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                Setting, WeightsDtype, searched, values)
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
+from rules.facts import STACK_SETTINGS
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
@@ -128,6 +130,12 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.OFFLOAD: list(values(Offload)),
         Setting.TENSOR_PARALLEL: [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
         Setting.PIPELINE_PARALLEL: [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
+        # the stack, best value first (:func:`_with_stack` takes the first one a layout can run)
+        Setting.ATTENTION: list(values(Attention)),
+        Setting.LOSS_KERNEL: [LossKernel.LIGER.value, LossKernel.CHUNKED.value, LossKernel.STANDARD.value],
+        Setting.TORCH_COMPILE: [True, False],
+        Setting.PACKING: [True, False],
+        Setting.FP8: [True, False],
     }
 
 
@@ -190,6 +198,7 @@ class Pricing:
 
     capacity_bytes: int
     host_capacity_bytes: int | None
+    cuda_context_bytes: int
     nvlink: bool
     inter_node_bytes_per_s: float
     fallbacks: tuple[Effect, ...]
@@ -198,6 +207,7 @@ class Pricing:
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
         return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
+                   cuda_context_bytes=facts.hardware.cuda_context_bytes or CUDA_CONTEXT_BYTES,
                    nvlink=facts.hardware.all_pairs_nvlink,
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
                    fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
@@ -213,9 +223,11 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
     margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
     hw = facts.hardware
     memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
-                             host_capacity_bytes=pricing.host_capacity_bytes)
+                             host_capacity_bytes=pricing.host_capacity_bytes,
+                             cuda_context_bytes=pricing.cuda_context_bytes)
     speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
-                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s)
+                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
+                           mean_sample_len=facts.workload.mean_sample_len)
     values = plan.__dict__
     fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
     prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
@@ -235,6 +247,26 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
     return [combo for combo in product(*choices)
             if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
+
+
+def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
+               ) -> Plan | None:
+    """``plan`` with each stack setting (:data:`rules.facts.STACK_SETTINGS`, in that order) at the first value the
+    rules allow that no rule refuses for its layout, or None when a setting has none.
+
+    The values are declared best first and a better kernel never costs memory or speed (FlashAttention before SDPA,
+    Liger before the standard loss, compile on, packing where samples are shorter), so one stack per layout stands
+    for every other: the recommendation prices the values not taken (:mod:`advisor.engine.recommendation`).
+    """
+    for setting in STACK_SETTINGS:
+        for value in allowed[setting]:
+            candidate = plan.model_copy(update={setting: value})
+            if refusal(facts, candidate, refusing) is None:
+                plan = candidate
+                break
+        else:
+            return None
+    return plan
 
 
 def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing) -> list[Candidate]:
@@ -303,7 +335,9 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                       pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
                       lora_targets=w.lora_targets)
         for combo in _layouts(facts, layout, allowed, strategies, refusing):
-            plan = layout.model_copy(update=dict(zip(LAYOUT, combo)))
+            plan = with_stack(facts, layout.model_copy(update=dict(zip(LAYOUT, combo))), allowed, refusing)
+            if plan is None:
+                continue
             penalty = _layout_penalty(pricing, plan.__dict__)
             if penalty < Penalty.ADAPTERS:
                 light.append((plan, micros, gbs // dp))

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.planner import SEARCHED, Candidate, PlanningResult, search
+from advisor.engine.planner import SEARCHED, Candidate, PlanningResult, evaluate, refusal, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
@@ -16,6 +16,7 @@ from probes.model import ModelProfile
 from probes.units import GIB
 from probes.vocabulary import Objective, Offload, Setting
 from rules import REGISTRY, Effect, Plan, Workload
+from rules.facts import STACK_SETTINGS
 
 
 
@@ -293,6 +294,58 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
                            sources=_sources(rule_ids), alternatives=alternatives)
 
 
+def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
+    """Why a stack value was not taken, with what it would change: the chosen plan priced with it (memory per device
+    and tokens/s), unless no rule lets it run here."""
+    facts = result.facts
+    forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
+    hard = [e for e in forbids if e.hard]
+    if hard:
+        return f"{hard[0].reason} [{hard[0].rule_id}]"
+    domain = result.domains[setting]
+    if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
+        # a better value the rules held back (not installed, not asked for): the best plan with it
+        other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}))
+        if other.best is not None:
+            alt = other.best
+            return (f"{forbids[0].reason} [{forbids[0].rule_id}]; with it: {_change(alt, best)}, best plan "
+                    f"{alt.plan.describe()}")
+    plan = best.plan.model_copy(update={setting: value})
+    refused = refusal(facts, plan)
+    if refused is not None:
+        return f"{refused.reason} [{refused.rule_id}]"
+    alt = evaluate(facts, plan, result.effects)
+    words = _change(alt, best)
+    return f"{forbids[0].reason} [{forbids[0].rule_id}]; with it: {words}" if forbids else f"with it: {words}"
+
+
+def _change(alt: Candidate, best: Candidate) -> str:
+    """What another plan changes against the chosen one: memory per device and tokens/s, in words."""
+    gib = (alt.memory.device_bytes - best.memory.device_bytes) / GIB
+    pace = alt.speed.tokens_per_s / best.speed.tokens_per_s - 1
+    words = (f"{abs(gib):.1f} GiB {'more' if gib > 0 else 'less'}" if abs(gib) >= 0.05 else "the same memory")
+    words += (f", {abs(pace) * 100:.0f} % {'faster' if pace > 0 else 'slower'}" if abs(pace) >= 0.005
+              else ", as fast")
+    if not alt.fits:
+        words += " (does not fit)"
+    return words
+
+
+def _decide_stack(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
+    """A stack setting of the chosen plan (:func:`advisor.engine.planner.with_stack`): why this value, and what each
+    other value would change."""
+    value = getattr(best.plan, setting)
+    touching = [e for e in result.effects + result.check_effects if e.setting == setting]
+    reasons = [e.reason for e in touching if e.kind == "set" and e.matches(value)]
+    if not reasons:
+        reasons = ["the best value the rules allow for this plan"]
+    rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
+    alternatives = [AlternativeValue(value=v, reason=_stack_alternative(setting, v, result, best))
+                    for v in result.domains[setting] if v != value]
+    return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
+                           sources=_sources(rule_ids), alternatives=alternatives)
+
+
 def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
     chosen = effects[-1]
     rule_ids = list(dict.fromkeys(e.rule_id for e in effects))
@@ -311,6 +364,8 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
         searched = [s for s in searched if s != Setting.TF32]
     for setting in searched:
         settings[setting] = _decide_searched(setting, result, best)
+    for setting in STACK_SETTINGS:
+        settings[setting] = _decide_stack(setting, result, best)
     accumulation = [e for e in result.check_effects
                     if e.kind == "set" and e.setting == Setting.GRADIENT_ACCUMULATION_STEPS]
     settings[Setting.GRADIENT_ACCUMULATION_STEPS] = _decide_set(Setting.GRADIENT_ACCUMULATION_STEPS, accumulation)

@@ -24,8 +24,9 @@ from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
 from probes.adapters import adapter_parameters, frozen_base_bytes, quantized_parameters
+from probes.kernels import Attention
 from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload,
-                               Parallelism, Precision, WeightsDtype)
+                               Parallelism, Precision, Task, WeightsDtype)
 from rules.facts import Plan
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
@@ -54,6 +55,16 @@ class SpeedEstimate(BaseModel):
     communication_s: float = Field(0.0, description="exposed communication per step, seconds")
 
 
+def attention_forward_flops(model: ModelProfile, micro_batch: int, seq_len: int, attended: float | None = None
+                            ) -> float:
+    """Forward FLOPs of the attention score and value matmuls of one micro-batch: 4·b·s·s'·(heads·head_dim) per
+    attention block, where s' is the keys each query attends (``attended``; default ``seq_len``; a packed row's
+    document length under padding-free packing)."""
+    inner = model.num_attention_heads * model.head_dim
+    blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
+    return 4.0 * micro_batch * seq_len * (attended or seq_len) * inner * blocks
+
+
 def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
     """Forward FLOPs of one micro-batch: 2·N·T plus self- (and cross-) attention score/value matmuls.
 
@@ -62,11 +73,8 @@ def forward_flops(model: ModelProfile, micro_batch: int, seq_len: int) -> float:
     et al. 2021, https://arxiv.org/abs/2101.03961 sec. 2). With an expert capacity factor C the experts run
     on buffers padded to C times their share of the tokens, so the routed experts' FLOPs scale by C (sec. 2.2).
     """
-    tokens = micro_batch * seq_len
-    inner = model.num_attention_heads * model.head_dim
-    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
     n = model.active_matmul_parameters + ((model.capacity_factor or 1.0) - 1.0) * model.routed_active_matmul_parameters
-    return 2.0 * n * tokens + 4.0 * micro_batch * seq_len**2 * inner * attention_blocks
+    return 2.0 * n * micro_batch * seq_len + attention_forward_flops(model, micro_batch, seq_len)
 
 
 def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tuple[float, float]:
@@ -258,29 +266,75 @@ def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float)
     return seconds + plan.gradient_accumulation_steps * exposed
 
 
+#: Achieved fp8 over bf16 matmul rate for the blocks' linear layers, dynamic scaling and casts included: fp8 tensor
+#: cores run at twice the bf16 rate (Hopper whitepaper), torchao's float8 microbenchmarks reach 1.3-1.8x on large
+#: GEMMs with its casts (https://github.com/pytorch/ao/tree/main/torchao/float8#performance). Checked, not fitted,
+#: against torchao's end-to-end figures: 1.25x on Llama 3 8B over 8 H100s, up to 1.5x at 405B.
+FP8_GEMM_SPEEDUP = 1.5
+
+
+def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_efficiency: float) -> float:
+    """Fraction of the 16-bit peak the plan's attention kernel reaches, forward + backward
+    (:class:`probes.kernels.AttentionSpec`), rising with the sequence (FlashAttention-2 fig. 4-7: about 3/4 of its
+    long-sequence rate at 512 tokens); the plan's matmul efficiency where the kernel has no figure (eager's batched
+    GEMMs, fp32, the CPU)."""
+    if gpu is None or plan.precision == Precision.FP32 or not gpu.tensor_cores:
+        return matmul_efficiency
+    table = dict(Attention.of(plan.attention).spec.efficiency)
+    if gpu.cc[0] not in table:
+        return matmul_efficiency
+    return table[gpu.cc[0]] * seq_len / (seq_len + 256)
+
+
+def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, peak: float,
+                     attended: float | None) -> tuple[float, float]:
+    """(matmul seconds of one micro-batch on one device, model FLOPs of that micro-batch).
+
+    Linear layers: 2·N·T forward, twice that backward (frozen LoRA layers: activations' gradients only, plus the
+    adapters' 6·A·T, Hu et al. sec. 4.2); fp8 runs the blocks' linear layers (not the LM head) at
+    :data:`FP8_GEMM_SPEEDUP`. Attention: forward + backward = 3x its forward at its kernel's efficiency.
+    Checkpointing recomputes one forward."""
+    b = plan.micro_batch_size
+    attention = attention_forward_flops(model, b, seq_len, attended)
+    linear = forward_flops(model, b, seq_len) - attention_forward_flops(model, b, seq_len)
+    if Method.of(plan.method).spec.adapters:
+        trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets)
+        model_linear = 2 * linear + 6.0 * trained * b * seq_len
+    else:
+        model_linear = 3 * linear
+    recompute = 1 if plan.gradient_checkpointing else 0
+    executed_linear = model_linear + recompute * linear
+    eff = _efficiency(plan, model, gpu, seq_len)
+    if plan.fp8:
+        head = 2.0 * model.vocab_size * model.hidden_size * b * seq_len if Task.of(model.task).language_modeling else 0
+        share = max(linear - head, 0.0) / linear if linear else 0.0
+        executed_linear *= (1 - share) + share / FP8_GEMM_SPEEDUP
+    seconds = executed_linear / (peak * eff)
+    seconds += (3 + recompute) * attention / (peak * _attention_efficiency(plan, gpu, seq_len, eff))
+    return seconds, model_linear + 3 * attention
+
+
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
                    host: HostInfo | None, nvlink: bool = False, nodes: int = 1,
-                   inter_node_bytes_per_s: float | None = None) -> SpeedEstimate:
+                   inter_node_bytes_per_s: float | None = None, mean_sample_len: int | None = None) -> SpeedEstimate:
     """Estimate one optimizer step of ``plan``.
 
     Args:
         memory: the plan's memory estimate (its activation bytes drive the memory-bound time).
         nvlink: all GPUs of a node are NVLink-joined; nodes: number of nodes;
         inter_node_bytes_per_s: network bandwidth between nodes per node (default: InfiniBand HDR).
+        mean_sample_len: average tokens per sample before padding (None: samples fill ``seq_len``). Unpacked rows
+            carry one sample and its padding; packed rows (``plan.packing``) are full, their attention runs within
+            documents of this length, and batch sizes count rows. ``tokens_per_s`` counts tokens, not padding.
     """
     peak, bandwidth = device_rates(plan, gpu, host)
-    fwd = forward_flops(model, plan.micro_batch_size, seq_len)
-    method = Method.of(plan.method)
-    model_flops_micro = 3 * fwd
-    trained = model.num_parameters
-    if method.spec.adapters:
-        # frozen weights get no weight gradients: the backward computes only the activations' gradients
-        # (one forward's worth of matmuls instead of two), plus the adapters' own 6·A·T (Hu et al. sec. 4.2)
-        trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets)
-        model_flops_micro = 2 * fwd + 6.0 * trained * plan.micro_batch_size * seq_len
-    executed = model_flops_micro + (fwd if plan.gradient_checkpointing else 0)
+    attended = mean_sample_len if plan.packing and mean_sample_len else None
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
-    compute = executed / (tp * pp) / (peak * _efficiency(plan, model, gpu, seq_len))
+    compute, model_flops_micro = _compute_seconds(model, plan, seq_len, gpu, peak, attended)
+    compute /= tp * pp
+    method = Method.of(plan.method)
+    trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
+        else model.num_parameters
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
@@ -296,10 +350,12 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
     step = (k + pp - 1) * micro_time + optimizer_time + comm
     comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline exchanges
-    samples = plan.global_batch_size
+    rows = plan.global_batch_size
+    useful = seq_len if plan.packing or not mean_sample_len else min(mean_sample_len, seq_len)
+    samples = rows * (seq_len / mean_sample_len if attended else 1)
     flops_step = model_flops_micro * k * plan.data_parallel_size
     devices = plan.data_parallel_size * tp * pp
     return SpeedEstimate(
-        step_time_s=step, samples_per_s=samples / step, tokens_per_s=samples * seq_len / step,
+        step_time_s=step, samples_per_s=samples / step, tokens_per_s=rows * useful / step,
         flops_per_step=flops_step, mfu=flops_step / (step * peak * devices),
         peak_flops_per_s=peak, communication_s=comm)

@@ -21,7 +21,7 @@ import statistics
 import threading
 
 from advisor.engine import planner
-from advisor.engine.memory import device_bytes
+from advisor.engine.memory import device_bytes, persistent_bytes
 from advisor.engine.planner import divisors
 from advisor.engine.speed import SpeedEstimate
 from advisor.measure.outcome import TrialOutcome
@@ -200,7 +200,8 @@ class Session:
         scale = confirmed.measured.peak_bytes / max(confirmed.predicted.memory.peak_bytes, 1)
         projected_peak = int(predicted.peak_bytes * scale)
         room = (projected_peak <= self.limit if self.limit else
-                device_bytes(projected_peak, larger) <= self.usable_bytes(confirmed))
+                device_bytes(projected_peak, larger, predicted.components.cuda_context_bytes,
+                             persistent_bytes(predicted.components)) <= self.usable_bytes(confirmed))
         if not room:
             return confirmed
         trial = self.run("larger-micro-batch",

@@ -1,0 +1,117 @@
+"""The software stack's vocabulary: attention kernels and loss kernels, with their facts.
+
+The values a plan's stack settings take (``Plan.attention``, ``Plan.loss_kernel``) and the optional
+packages whose presence the probes report, spelled once here beside :mod:`probes.vocabulary` (which keeps
+the other dimensions; this module follows its conventions: a :class:`~probes.vocabulary.Vocabulary`
+enum and a spec table). The rules that decide them are in ``rules/stack.py``; the memory and speed
+models read the specs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from probes.vocabulary import Device, Vocabulary
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What one attention implementation needs and keeps.
+
+    ``efficiency``: the fraction of the GPU's 16-bit tensor-core peak its forward + backward reach on long
+    sequences, by compute-capability major (missing: the plan's matmul efficiency, what eager's batched GEMMs
+    get). Sources: FlashAttention-2 (Dao 2023, https://arxiv.org/abs/2307.08691 sec. 4.1, fig. 4-7: forward +
+    backward 176-203 TFLOP/s on A100 = 0.56-0.65 of 312; on H100 about 335 of 989); FlashAttention-3 (Shah et
+    al. 2024, https://arxiv.org/abs/2407.08608 sec. 4.1: forward 740 TFLOP/s = 75 %, backward 1.5-1.75x
+    FlashAttention-2's, so forward + backward about 0.5 of 989). SDPA dispatches to FlashAttention-2 kernels for
+    fp16 / bf16 on compute capability 8.0 and newer, and to the memory-efficient (CUTLASS) kernel otherwise
+    (PyTorch, "torch.nn.functional.scaled_dot_product_attention", https://pytorch.org/docs/stable/generated/
+    torch.nn.functional.scaled_dot_product_attention.html).
+    """
+
+    implementation: str  #: transformers' ``attn_implementation``
+    package: str | None = None  #: the module that must import (None: in torch)
+    min_cc: tuple[int, int] = (0, 0)  #: least compute capability of the CUDA kernel
+    max_cc_major: int | None = None  #: FlashAttention-3 is built for Hopper (sm90) only
+    half_only: bool = False  #: fp16 / bf16 inputs only
+    keeps_scores: bool = False  #: the s x s probabilities are materialised and saved for backward
+    varlen: bool = False  #: attends within packed documents (position ids / cu_seqlens): padding-free packing
+    efficiency: tuple[tuple[int, float], ...] = ()  #: (cc major, fraction of 16-bit peak), forward + backward
+
+
+class Attention(Vocabulary):
+    """The attention implementation (transformers' ``attn_implementation``), fastest first."""
+
+    FLASH_ATTENTION_3 = "flash-attention-3"  #: FlashAttention-3 (Hopper): warp-specialised, asynchronous
+    FLASH_ATTENTION_2 = "flash-attention-2"  #: the flash-attn package's kernels (Ampere and newer)
+    SDPA = "sdpa"  #: torch scaled_dot_product_attention: flash / memory-efficient kernels on CUDA
+    EAGER = "eager"  #: the s x s probabilities materialised (and saved for backward)
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return ATTENTION_SPECS[self]
+
+    @staticmethod
+    def default(device: str) -> Attention:
+        """transformers' default on CUDA (SDPA); eager on the CPU, what the memory model was fitted to there."""
+        return Attention.SDPA if device == Device.CUDA else Attention.EAGER
+
+
+_FA2_EFFICIENCY = ((8, 0.58), (9, 0.34))
+ATTENTION_SPECS: dict[Attention, AttentionSpec] = {
+    Attention.FLASH_ATTENTION_3: AttentionSpec("flash_attention_3", "flash_attn_interface", (9, 0), 9, True,
+                                               varlen=True, efficiency=((9, 0.50),)),
+    Attention.FLASH_ATTENTION_2: AttentionSpec("flash_attention_2", "flash_attn", (8, 0), half_only=True,
+                                               varlen=True, efficiency=_FA2_EFFICIENCY),
+    Attention.SDPA: AttentionSpec("sdpa", efficiency=_FA2_EFFICIENCY + ((7, 0.30),)),
+    Attention.EAGER: AttentionSpec("eager", keeps_scores=True),
+}
+
+
+@dataclass(frozen=True)
+class LossKernelSpec:
+    """What one loss implementation keeps of the vocabulary-sized logits, and what it needs.
+
+    ``logit_bytes``: bytes per logit (tokens x vocabulary) held at the end of the forward pass: the Trainer's
+    loss keeps the 16-bit logits, their fp32 upcast and fp32 log-softmax (10 B under mixed precision);
+    chunked cross-entropy upcasts one chunk at a time and keeps the 16-bit logits (2 B; torchtune
+    ``CEWithChunkedOutputLoss``, https://pytorch.org/torchtune/stable/generated/torchtune.modules.loss.
+    CEWithChunkedOutputLoss.html); Liger's fused linear cross-entropy never materialises the logits: it computes
+    them, the loss and the hidden state's gradient chunk by chunk in the forward (Hsu et al. 2024,
+    https://arxiv.org/abs/2410.10989 sec. 3.2), about 0.
+    """
+
+    logit_bytes: float  #: bytes per logit kept to the end of the forward pass under mixed precision
+    logit_bytes_fp32: float  #: the same in fp32 (the standard loss: fp32 logits + log-softmax)
+    grad_logits: bool = True  #: the backward starts from a logits-sized gradient (not Liger: done in the forward)
+    package: str | None = None  #: the module that must import
+    fused_layers: bool = False  #: also RMSNorm, SwiGLU / GeGLU and RoPE kernels (Liger), not the loss alone
+
+
+class LossKernel(Vocabulary):
+    """How the language-modelling loss is computed."""
+
+    STANDARD = "standard"  #: the Trainer's: full logits, fp32 upcast and log-softmax
+    CHUNKED = "chunked"  #: chunked cross-entropy (torchtune, flash-attn's fused loss): 16-bit logits only
+    LIGER = "liger"  #: Liger-Kernel: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE (use_liger_kernel=True)
+
+    @property
+    def spec(self) -> LossKernelSpec:
+        return LOSS_KERNEL_SPECS[self]
+
+
+LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
+    LossKernel.STANDARD: LossKernelSpec(10.0, 8.0),
+    LossKernel.CHUNKED: LossKernelSpec(2.0, 4.0),
+    LossKernel.LIGER: LossKernelSpec(0.0, 0.0, grad_logits=False, package="liger_kernel", fused_layers=True),
+}
+
+#: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:
+#: https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/transformers/monkey_patch.py).
+LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "qwen2", "qwen2_moe",
+                               "qwen3", "qwen3_moe", "phi3", "granite", "olmo2", "mllama"})
+
+#: Optional packages the probes report (import name → pip name): what makes a plan value runnable here.
+STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3 (hopper/ build)",
+                  "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",
+                  "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft"}

@@ -1,0 +1,206 @@
+"""The software stack: attention kernel, loss kernel, padding-free packing and fp8 matmuls.
+
+The planner takes, for each layout, the first value of each stack setting that the rules allow and no rule
+refuses (``Plan.attention`` etc.; values declared fastest first in :mod:`probes.kernels`). A value whose package
+is not installed here (or, for catalog GPUs, not known to be installed where the plan runs) is forbidden softly:
+the plan runs with what transformers and torch give, and the recommendation prices the value it could not use
+("flash-attention-2: not installed ... would take X GiB less and be Y % faster").
+"""
+
+from __future__ import annotations
+
+from probes.kernels import LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel
+from probes.vocabulary import Precision, Setting, Task, values
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+
+def pinned(rule: Rule, facts: Facts, setting: Setting) -> list[Effect] | None:
+    """Forbid every value but the one the user asked for (``Workload``'s field), or None when nothing was asked."""
+    asked = getattr(facts.workload, setting)
+    if asked is None:
+        return None
+    choices = (True, False) if isinstance(asked, bool) else values(Attention if setting == Setting.ATTENTION
+                                                                   else LossKernel)
+    flag = "--" + str(setting).replace("_", "-")
+    said = flag if asked is True else f"--no-{flag[2:]}" if asked is False else f"{flag} {asked}"
+    return [rule.forbid(setting, v, f"{said} was asked for") for v in choices if v != asked]
+
+
+def package_missing(rule: Rule, facts: Facts, setting: Setting, value: str, package: str | None) -> Effect | None:
+    """A soft forbid of a value whose package is not installed here (or not known to be, for catalog GPUs)."""
+    if package is None or facts.packages.get(package):
+        return None
+    flag = "--" + str(setting).replace("_", "-")
+    where = "is not installed here" if facts.packages.get(package) is False else "is not known to be installed " \
+                                                                                 "where you train (--gpu)"
+    return rule.forbid(setting, value, f"needs {STACK_PACKAGES[package]}, which {where}: pip install "
+                                       f"{STACK_PACKAGES[package].split()[0]}, or say {flag} {value}")
+
+
+@register
+class AttentionKernel(Rule):
+    id = "stack.attention-kernel"
+    title = "the fastest attention kernel the GPU, the precision and the installed packages allow"
+    topic = "stack"
+    sources = [S.FLASH_ATTENTION_2, S.FLASH_ATTENTION_3, S.TORCH_SDPA, S.HF_ATTENTION]
+    rationale = ("Eager attention materialises the s x s probabilities of every head and keeps them for backward; "
+                 "fused kernels (FlashAttention, torch's SDPA) tile the computation in on-chip memory and keep "
+                 "O(s). SDPA is in torch and dispatches to FlashAttention-2 kernels for fp16 / bf16 on Ampere and "
+                 "newer (memory-efficient kernels otherwise); the flash-attn package's own kernels are a little "
+                 "faster and attend within packed documents; FlashAttention-3 uses Hopper's asynchronous tensor "
+                 "cores for 1.5-2x FlashAttention-2's speed on H100.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        asked = pinned(self, facts, Setting.ATTENTION)
+        gpu, effects = facts.gpu, asked or []
+        fa2, fa3 = Attention.FLASH_ATTENTION_2, Attention.FLASH_ATTENTION_3
+        if gpu is None:
+            effects += [self.forbid(Setting.ATTENTION, a, "a CUDA kernel: the CPU has none", hard=True) for a in (fa2, fa3)]
+            if not asked:
+                effects.append(self.forbid(Setting.ATTENTION, Attention.SDPA, "on the CPU advisor plans eager "
+                                           "attention, what its CPU memory model and trials were fitted to"))
+            return effects
+        for kernel in (fa3, fa2):
+            spec = kernel.spec
+            if gpu.cc < spec.min_cc or (spec.max_cc_major is not None and gpu.cc[0] > spec.max_cc_major):
+                effects.append(self.forbid(Setting.ATTENTION, kernel, f"{kernel} needs compute capability "
+                                           f"{spec.min_cc[0]}.{spec.min_cc[1]}"
+                                           + (" (Hopper only)" if spec.max_cc_major else " or newer")
+                                           + f"; this GPU has {gpu.compute_capability}", hard=True))
+            elif not asked and (missing := package_missing(self, facts, Setting.ATTENTION, kernel, spec.package)):
+                effects.append(missing)
+        if not asked:
+            effects.append(self.forbid(Setting.ATTENTION, Attention.EAGER, "keeps the s x s scores of every head: "
+                                       "more memory and slower than SDPA; only when asked for"))
+        return effects
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if Attention.of(plan.attention).spec.half_only and plan.precision == Precision.FP32:
+            return self.forbid(Setting.ATTENTION, plan.attention, "FlashAttention runs fp16 / bf16 only; this plan "
+                                                                  "computes in fp32", hard=True)
+        return None
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        reasons = {Attention.FLASH_ATTENTION_3: "Hopper's fastest kernel (FlashAttention-3): O(s) memory",
+                   Attention.FLASH_ATTENTION_2: "the flash-attn package's kernels: O(s) memory, packed documents",
+                   Attention.SDPA: "torch's fused attention (no extra package): O(s) memory; FlashAttention-2 "
+                                   "kernels for fp16 / bf16 on Ampere and newer",
+                   Attention.EAGER: "the plain implementation: keeps the s x s scores"}
+        return [self.set(Setting.ATTENTION, plan.attention, reasons[Attention.of(plan.attention)])]
+
+
+@register
+class LossKernelRule(Rule):
+    id = "stack.loss-kernel"
+    title = "Liger's fused kernels where installed and supported; the Trainer's loss otherwise"
+    topic = "stack"
+    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE]
+    rationale = ("A causal LM's loss materialises batch x sequence x vocabulary logits, upcast to fp32 with their "
+                 "log-softmax: for a 128k vocabulary that is more than all the layers' activations. Liger's fused "
+                 "linear cross-entropy computes logits, loss and gradient chunk by chunk and never holds them "
+                 "whole; its RMSNorm and SwiGLU kernels keep fewer tensors too (the paper: 60 % less memory and "
+                 "20 % more throughput on Llama 3 8B). torchtune's chunked cross-entropy keeps the 16-bit logits "
+                 "and upcasts one chunk at a time. The Trainer turns Liger on with use_liger_kernel=True.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        asked = pinned(self, facts, Setting.LOSS_KERNEL)
+        effects = asked or []
+        lm = Task.of(facts.model.task) == Task.CAUSAL_LM
+        if not lm:
+            effects += [self.forbid(Setting.LOSS_KERNEL, k, f"{k} fuses a causal LM's vocabulary-sized loss; this "
+                                    f"model's head is {facts.model.task}", hard=True)
+                        for k in (LossKernel.LIGER, LossKernel.CHUNKED)]
+            return effects
+        if facts.on_cpu:
+            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.LIGER, "Liger's kernels are Triton (CUDA) "
+                                                                             "kernels", hard=True))
+        elif facts.model.model_type not in LIGER_MODEL_TYPES:
+            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.LIGER, f"Liger does not patch "
+                                       f"'{facts.model.model_type}' models", hard=True))
+        elif not asked and (missing := package_missing(self, facts, Setting.LOSS_KERNEL, LossKernel.LIGER,
+                                                       LossKernel.LIGER.spec.package)):
+            effects.append(missing)
+        if not asked:
+            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.CHUNKED, "a torchtune / custom training loop's "
+                                       "loss, not the Trainer's: say --loss-kernel chunked if your stack has it"))
+        return effects
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        kernel = LossKernel.of(plan.loss_kernel)
+        if kernel == LossKernel.STANDARD:
+            return [self.set(Setting.LOSS_KERNEL, kernel, "the Trainer's loss: full logits, fp32 log-softmax")]
+        return [self.set(Setting.LOSS_KERNEL, kernel, "no vocabulary-sized fp32 logits: fused linear cross-entropy, "
+                                                      "RMSNorm, SwiGLU and RoPE kernels (use_liger_kernel=True)"
+                         if kernel == LossKernel.LIGER else "16-bit logits, upcast one chunk at a time")]
+
+
+@register
+class Packing(Rule):
+    id = "stack.packing"
+    title = "padding-free packing when samples are shorter than the sequence length"
+    topic = "stack"
+    sources = [S.HF_PACKING_FA2, S.FLASH_ATTENTION_2]
+    rationale = ("Padding every sample to seq_len spends compute and memory on pad tokens. Padding-free packing "
+                 "concatenates samples into full rows and passes position ids, so FlashAttention's variable-length "
+                 "kernels attend within each sample (DataCollatorWithFlattening; up to 2x throughput in the "
+                 "Hugging Face / IBM measurements) without cross-contamination. It needs FlashAttention (2 or 3); "
+                 "batch sizes then count packed rows.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        asked = pinned(self, facts, Setting.PACKING)
+        if asked is not None:
+            return asked
+        w = facts.workload
+        if w.mean_sample_len is None or w.mean_sample_len >= w.seq_len:
+            return [self.forbid(Setting.PACKING, True, "samples fill seq_len (say --mean-sample-len if they are "
+                                                       "shorter): nothing to pack")]
+        return []
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if plan.packing and not Attention.of(plan.attention).spec.varlen:
+            return self.forbid(Setting.PACKING, True, f"padding-free packing needs FlashAttention's variable-length "
+                                                      f"kernels; {plan.attention} would attend across samples",
+                               hard=True)
+        return None
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        m, s = facts.workload.mean_sample_len, facts.workload.seq_len
+        if not plan.packing:
+            return []
+        return [self.set(Setting.PACKING, True, f"samples of {m} tokens on average fill {s}-token rows: "
+                                                f"{s / m:.1f}x the useful tokens per row (DataCollatorWithFlattening)")]
+
+
+@register
+class Fp8(Rule):
+    id = "stack.fp8"
+    title = "fp8 matmuls only when asked for, on Ada and Hopper"
+    topic = "stack"
+    sources = [S.TORCHAO_FLOAT8, S.TE_FP8]
+    rationale = ("Ada and Hopper tensor cores run fp8 at twice the bf16 rate. torchao's float8 training and "
+                 "Transformer Engine cast the blocks' linear layers to fp8 with per-tensor scales (attention, "
+                 "norms and the LM head stay in bf16), for 1.2-1.5x end-to-end on large models. Scaling can "
+                 "diverge where bf16 would not, so advisor plans fp8 only when asked (--fp8) and names its gain.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        asked = pinned(self, facts, Setting.FP8)
+        gpu = facts.gpu
+        if gpu is None or not gpu.fp8:
+            where = "the CPU" if gpu is None else f"compute capability {gpu.compute_capability}"
+            return [self.forbid(Setting.FP8, True, f"fp8 tensor cores need Ada (8.9) or Hopper; {where} has none",
+                                hard=True)]
+        if asked is not None:
+            return asked
+        if facts.packages.get("torchao") is False and facts.packages.get("transformer_engine") is False:
+            return [self.forbid(Setting.FP8, True, "needs torchao or transformer-engine, neither installed here")]
+        return [self.forbid(Setting.FP8, True, "fp8 can diverge where bf16 does not: only when asked for (--fp8); "
+                                               "validate the loss")]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if plan.fp8 and (plan.precision != Precision.BF16 or plan.method == "qlora"):
+            return self.forbid(Setting.FP8, True, "fp8 training recipes run under bf16 autocast over 16-bit weights "
+                                                  "(not fp16, fp32 or a 4-bit base)", hard=True)
+        return None
+
