@@ -338,6 +338,8 @@ def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
         out.append("fused cross-entropy (advisor: fp32 logits)")
     out += [label for key, label in (("packing", "packed sequences"), ("compile", "torch.compile"), ("fp8", "fp8"))
             if s.get(key)]
+    if "no momentum" in (p.get("optimizer") or ""):
+        out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")
     if str(p.get("gradient_checkpointing")).startswith("selective"):
         out.append(f"{p['gradient_checkpointing']} activation checkpointing (advisor: priced as full)")
     if "padded per batch" in text or "padded to the longest" in text:
