@@ -63,6 +63,9 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "V100-16GB": ("v100-16gb", "V100 form factor not stated: SXM2 entry"),
     "V100-32GB": ("v100-32gb", "V100 form factor not stated: SXM2 entry"),
     "V100-SXM3-32GB": ("v100-32gb", "V100 SXM3 (DGX-2) as the catalog's SXM2 32GB: same memory"),
+    "H100-96GB-HBM2e-500W": ("h100-sxm", "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 80GB: "
+                             "16 GB more memory (fit not comparable), 2.4 vs 3.35 TB/s, lower power limit"),
+    "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
 }
 
 #: Hub ids whose architecture is another id's (the instruct / renamed variants of a base model).
@@ -70,6 +73,7 @@ MODEL_ALIASES = {
     "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Llama-3.1-70B",
+    "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B",  # same shapes; 3.1 adds rope scaling, 128k positions
 }
 
 #: Cases without a Hub id → their config folder under CONFIGS_DIR (shapes from the source's configs).
@@ -211,11 +215,14 @@ def _optimizer(name: str | None) -> str | None:
         return "adamw-8bit"
     if "adam" in text:
         return "adamw"
+    if text.startswith("sgd"):
+        return "sgd"
     raise Skip(f"optimizer '{name}' has no advisor counterpart")
 
 
 def _parallelism(name: str | None) -> dict:
-    """``parallelism`` (and ``tensor_parallel``) for the sources' names; FSDP2 is a full shard.
+    """``parallelism``, ``tensor_parallel`` and ``pipeline_parallel`` for the sources' names (``BASE+tpN+ppN``;
+    a name of ``tpN+ppN`` alone leaves the data-parallel strategy to advisor); FSDP2 is a full shard.
 
     Raises:
         Skip: context parallelism, which advisor cannot express.
@@ -225,12 +232,25 @@ def _parallelism(name: str | None) -> dict:
     text = name.lower()
     if text.startswith("none"):
         return {"parallelism": "none"}
-    if "+cp" in text:
+    if "+cp" in text or text.startswith("cp"):
         raise Skip(f"context parallelism ({name}) is not expressible in advisor's plan")
-    if text.startswith("fsdp2"):
-        tp = int(text.split("+tp")[1]) if "+tp" in text else 1
-        return {"parallelism": "fsdp-full-shard", **({"tensor_parallel": tp} if tp > 1 else {})}
-    return {"parallelism": text}
+    base, *extra = text.split("+")
+    if base.startswith(("tp", "pp")):
+        base, extra = "", [base, *extra]
+    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel"}
+    out = {degrees[e[:2]]: int(e[2:]) for e in extra if e[:2] in degrees and int(e[2:]) > 1}
+    if base:
+        out["parallelism"] = "fsdp-full-shard" if base == "fsdp2" else base
+    return out
+
+
+def _checkpointing(value: bool | str | None) -> bool | None:
+    """The sources' activation checkpointing as advisor's on / off: 'full' is on; selective (op- or layer-wise,
+    torchtitan) is priced as full, advisor's nearest setting that fits where the source's run fit (it recomputes
+    more and keeps less than selective does: named in the case's "why it may differ")."""
+    if isinstance(value, str):
+        return value == "full" or value.startswith("selective")
+    return value
 
 
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
@@ -254,12 +274,12 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     p, w = case["plan"], case["workload"]
     opts: dict = {"method": p.get("method") or "full", **_parallelism(p.get("parallelism"))}
     stated = {"precision": p.get("precision"), "optimizer": _optimizer(p.get("optimizer")),
-              "gradient_checkpointing": p.get("gradient_checkpointing"), "seq_len": w.get("seq_len"),
+              "gradient_checkpointing": _checkpointing(p.get("gradient_checkpointing")), "seq_len": w.get("seq_len"),
               "micro_batch_size": w.get("micro_batch_size"), "tf32": p.get("tf32"),
               "offload": p.get("offload"), "lora_rank": p.get("lora_rank")}
     opts.update({k: v for k, v in stated.items() if v is not None})
     unstated = [k for k in ("precision", "optimizer", "gradient_checkpointing", "seq_len") if stated[k] is None]
-    if p.get("parallelism") is None and gpus > 1:
+    if "parallelism" not in opts and gpus > 1:
         unstated.append("parallelism")
     if unstated:
         notes.append("not stated, advisor's default: " + ", ".join(unstated))
@@ -342,6 +362,10 @@ def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
         out.append(f"loss kernel '{s['fused_loss']}' (advisor: the standard loss)")
     if s.get("packing") and ATTENTION.get(attention) not in ("flash-attention-2", "flash-attention-3"):
         out.append("packed sequences (advisor: padding-free packing needs FlashAttention)")
+    if "no momentum" in (p.get("optimizer") or ""):
+        out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")
+    if str(p.get("gradient_checkpointing")).startswith("selective"):
+        out.append(f"{p['gradient_checkpointing']} activation checkpointing (advisor: priced as full)")
     if "padded per batch" in text or "padded to the longest" in text:
         out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
     if "INCLUDING the periodic evaluation" in text:
