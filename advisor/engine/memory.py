@@ -252,6 +252,16 @@ def persistent_bytes(components: MemoryComponents) -> int:
     return components.weights_bytes + components.gradients_bytes + components.optimizer_states_bytes
 
 
+def activation_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> int:
+    """Bytes of activations one micro-batch's forward produces (what every layer writes and its backward reads back),
+    checkpointed or not: the memory-bound work of a step scales with it, and fused kernels (compile, Liger) shrink
+    it as they shrink what is saved (:func:`fused_layer_savings`)."""
+    eager = Attention.of(plan.attention).spec.keeps_scores
+    if plan.gradient_checkpointing:
+        plan = plan.model_copy(update={"gradient_checkpointing": False})
+    return _activation_bytes(model, plan, seq_len, eager)[0]
+
+
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES, states_bytes: int = 0) -> int:
     """What the device shows in use for a live-tensor peak of which ``states_bytes`` are model states
     (:func:`persistent_bytes`): the caching allocator's reserve (the states, the rest × :data:`TRANSIENT_RESERVE`,

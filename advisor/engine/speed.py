@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from advisor.engine.memory import MemoryEstimate
+from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
@@ -103,6 +103,16 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
     return (rate or 1.0) * 1e12, bandwidth * 1e9
 
 
+#: The fraction of the 16-bit tensor-core peak large GEMMs approach (before the saturation in tokens and hidden size
+#: of :func:`_efficiency`: 0.69 at h = 4096). Fitted to the 36 published runs with a rate in
+#: ``benchmarks/published/*.jsonl`` (flash-attention, torchtitan A100 / H100 / H200, NeMo AutoModel, NeMo, DeepSpeed,
+#: lightning-thunder: 6 sources; median predicted / published 0.86 at 0.75, 0.64 at the former 0.50, which had been
+#: set from the seeds' V100 BERT runs alone). cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix
+#: Multiplication Background User's Guide", https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
+#: multiplication/index.html), so this is a plausible ceiling, not a free parameter.
+TENSOR16_TOP = 0.75
+
+
 def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: int) -> float:
     """Fraction of peak the matmuls reach: saturates with tokens per micro-batch and hidden size."""
     tokens = plan.micro_batch_size * seq_len
@@ -114,7 +124,7 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
     tensor16 = (plan.precision != Precision.FP32) and gpu.tensor_cores
     tf32 = plan.precision == Precision.FP32 and plan.tf32 and gpu.tf32
     if tensor16:
-        top, half = 0.50, 1.5e6 / h
+        top, half = TENSOR16_TOP, 1.5e6 / h
     elif tf32:
         top, half = 0.55, 0.75e6 / h
     else:
@@ -338,7 +348,9 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
-    act_traffic = memory.components.activations_bytes * (4.0 if plan.gradient_checkpointing else 3.0) / pp
+    act_traffic = activation_traffic_bytes(model, plan, seq_len) * (4.0 if plan.gradient_checkpointing else 3.0) / pp
+    if tp > 1:
+        act_traffic *= (10 + 24 / tp) / 34  # the share of a layer's activations tensor parallel splits (memory.py)
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
