@@ -103,14 +103,17 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
     return (rate or 1.0) * 1e12, bandwidth * 1e9
 
 
-#: The fraction of the 16-bit tensor-core peak large GEMMs approach (before the saturation in tokens and hidden size
-#: of :func:`_efficiency`: 0.69 at h = 4096). Fitted to the 36 published runs with a rate in
+#: The fraction of the 16-bit tensor-core peak large GEMMs approach on Ampere and newer (before the saturation in
+#: tokens and hidden size of :func:`_efficiency`: 0.69 at h = 4096). Fitted to the 36 published runs with a rate in
 #: ``benchmarks/published/*.jsonl`` (flash-attention, torchtitan A100 / H100 / H200, NeMo AutoModel, NeMo, DeepSpeed,
 #: lightning-thunder: 6 sources; median predicted / published 0.86 at 0.75, 0.64 at the former 0.50, which had been
 #: set from the seeds' V100 BERT runs alone). cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix
 #: Multiplication Background User's Guide", https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
 #: multiplication/index.html), so this is a plausible ceiling, not a free parameter.
 TENSOR16_TOP = 0.75
+#: The same on Volta and Turing (first- and second-generation tensor cores), fitted to the seeds' V100 BERT runs
+#: (HF guide, ../shared/seeds/003: fp16 "almost twice as fast" as fp32, checkpointing 20-30 % slower).
+TENSOR16_TOP_VOLTA = 0.50
 
 
 def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: int) -> float:
@@ -124,7 +127,7 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
     tensor16 = (plan.precision != Precision.FP32) and gpu.tensor_cores
     tf32 = plan.precision == Precision.FP32 and plan.tf32 and gpu.tf32
     if tensor16:
-        top, half = TENSOR16_TOP, 1.5e6 / h
+        top, half = TENSOR16_TOP if gpu.cc >= (8, 0) else TENSOR16_TOP_VOLTA, 1.5e6 / h
     elif tf32:
         top, half = 0.55, 0.75e6 / h
     else:
