@@ -122,6 +122,9 @@ class HostInfo(BaseModel):
     """CPU model name from /proc/cpuinfo"""
     cpu_flags: list[str] = Field(default_factory=list, description="CPU SIMD flags that matter for CPU training")
     cpu_mhz: float | None = Field(None, description="nominal CPU clock, MHz")
+    packages: dict[str, str | None] = Field(default_factory=dict, description="optional training packages by import "
+                                            "name (flash_attn, liger_kernel, ...): installed version, or None when "
+                                            "absent (:func:`probes.kernels.installed_packages`)")
 
 
 class HardwareProfile(BaseModel):
@@ -240,4 +243,7 @@ def read_host() -> HostInfo:
                     mhz = float(value)
     except (OSError, ValueError):
         pass
-    return HostInfo(cpu_cores=cores, ram_bytes=ram, cpu_model=model, cpu_flags=flags, cpu_mhz=mhz)
+    from probes.kernels import installed_packages
+
+    return HostInfo(cpu_cores=cores, ram_bytes=ram, cpu_model=model, cpu_flags=flags, cpu_mhz=mhz,
+                    packages=installed_packages())

@@ -9,6 +9,8 @@ models read the specs.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 from dataclasses import dataclass
 
 from probes.vocabulary import Device, Vocabulary
@@ -115,3 +117,22 @@ LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2",
 STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3 (hopper/ build)",
                   "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",
                   "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft"}
+
+
+def installed_packages() -> dict[str, str | None]:
+    """The :data:`STACK_PACKAGES` on this machine: import name → installed version ('?' when the distribution's
+    metadata is missing), None when the module cannot be found. Reads metadata only: imports nothing."""
+    out: dict[str, str | None] = {}
+    for name, dist in STACK_PACKAGES.items():
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out[name] = None
+            continue
+        try:
+            out[name] = importlib.metadata.version(dist.split()[0])
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "?"
+    return out

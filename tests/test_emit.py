@@ -20,8 +20,10 @@ transformers = pytest.importorskip("transformers")
 
 CASES = {  # name -> recommend() arguments
     "gpt2 on a100-80gb:8 (DDP)": dict(model="gpt2", gpu="a100-80gb:8"),
-    "Llama-2-7B on a100-80gb:8 (ZeRO)": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8"),
-    "Llama-2-7B on a100-40gb:2 x 4 nodes": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4),
+    # without torch.compile (which the Trainer does not apply to a DeepSpeed engine) ZeRO wins these
+    "Llama-2-7B on a100-80gb:8 (ZeRO)": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", torch_compile=False),
+    "Llama-2-7B on a100-40gb:2 x 4 nodes": dict(model="meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4,
+                                                torch_compile=False),
     "bert-large on v100-16gb (fp16)": dict(model="bert-large-uncased", gpu="v100-16gb", seq_len=512),
     "Llama-2-7B on one a100-80gb (Adafactor, checkpointing)": dict(model="meta-llama/Llama-2-7b-hf",
                                                                    gpu="a100-80gb", seq_len=2048),
@@ -193,7 +195,7 @@ def test_readme_api_example_holds() -> None:
     import advisor
 
     rec = advisor.recommend("gpt2", gpu="a100-80gb", seq_len=1024, global_batch_size=64)
-    assert (rec.plan.precision, rec.plan.micro_batch_size) == ("bf16", 32)
+    assert (rec.plan.precision, rec.plan.micro_batch_size) == ("bf16", 64)
     assert rec.settings["optimizer"].alternatives[0].reason
     assert type(advisor.estimate("gpt2", gpu="t4", micro_batch_size=8)).__name__ == "Estimate"
     assert advisor.profile_model("meta-llama/Llama-2-7b-hf").num_parameters == 6_738_415_616

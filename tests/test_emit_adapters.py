@@ -199,8 +199,10 @@ def test_model_kwargs_load_the_planned_dtype(tmp_path) -> None:
         net = transformers.GPT2LMHeadModel.from_pretrained(str(tmp_path), **kwargs)
         assert net.dtype == dtype
         assert net.config._attn_implementation == "sdpa"
-    cpu = _with(rec, device="cpu", num_gpus=0, weights_dtype=WeightsDtype.FP32.value)
-    assert model_kwargs(cpu)["attn_implementation"] == "eager"  # what the CPU memory model assumes
+    cpu = _with(rec, device="cpu", num_gpus=0, weights_dtype=WeightsDtype.FP32.value, attention="eager")
+    assert model_kwargs(cpu)["attn_implementation"] == "eager"  # the plan's kernel, what its memory was priced with
+    flash = _with(rec, attention="flash-attention-2")
+    assert model_kwargs(flash)["attn_implementation"] == "flash_attention_2"
 
 
 @pytest.mark.parametrize("optimizer", [o for o in Optimizer if o.spec.paged] + [Optimizer.ADAMW_8BIT])

@@ -16,7 +16,6 @@ Every function raises an :class:`probes.errors.AdvisorError` subclass on bad inp
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 from functools import cache
 from typing import Any
@@ -58,13 +57,15 @@ def _options(*groups: type[BaseModel]) -> type[BaseModel]:
 
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
-                   inter_node_gbps: float | None = None, host_memory_bytes: int | None = None) -> HardwareProfile:
+                   inter_node_gbps: float | None = None, host_memory_bytes: int | None = None,
+                   cuda_context_bytes: int | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
     'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
     ``inter_node_gbps``, in Gb/s, is given); a list or a comma-separated string. ``host_memory_bytes``: RAM per
-    node for offload (default: this machine's RAM; unknown for catalog GPUs).
+    node for offload (default: this machine's RAM; unknown for catalog GPUs). ``cuda_context_bytes``: the CUDA
+    context's device memory (default 500 MiB).
 
     Raises:
         UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
@@ -73,7 +74,8 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
         interconnect = ",".join(interconnect)
     return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
                                              "inter_node_gbps": inter_node_gbps,
-                                             "host_memory_bytes": host_memory_bytes}))
+                                             "host_memory_bytes": host_memory_bytes,
+                                             "cuda_context_bytes": cuda_context_bytes}))
 
 
 def _hardware(opts: BaseModel) -> HardwareProfile:
@@ -101,9 +103,9 @@ def profile_model(model: str, task: str | None = None) -> ModelProfile:
 
 def _packages(hardware: HardwareProfile) -> dict[str, bool]:
     """Optional packages found here; unknown (empty) when planning for other hardware."""
-    if hardware.source == "catalog":
+    if hardware.source == "catalog" or hardware.host is None:
         return {}
-    return {name: importlib.util.find_spec(name) is not None for name in OPTIONAL_PACKAGES}
+    return {name: hardware.host.packages.get(name) is not None for name in OPTIONAL_PACKAGES}
 
 
 def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any) -> Facts:

@@ -39,6 +39,7 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
+from probes.kernels import LossKernel
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
@@ -111,6 +112,10 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
 def training_args(rec: Recommendation) -> dict[str, Any]:
     """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``).
 
+    The stack: ``torch_compile``, ``use_liger_kernel`` (Liger's kernels), and for padding-free packing
+    ``remove_unused_columns=False`` (the collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are;
+    launch.sh's comments say so); the attention kernel is ``model_kwargs.json``'s ``attn_implementation``.
+
     Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
     ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant. ``optim`` is the
     optimizer spec's Trainer name (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they
@@ -128,8 +133,12 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "optim": optim_name(rec),
         "dataloader_num_workers": rec.value(Setting.DATALOADER_NUM_WORKERS),
         "dataloader_pin_memory": rec.value(Setting.DATALOADER_PIN_MEMORY),
-        "torch_compile": rec.value(Setting.TORCH_COMPILE),
+        "torch_compile": plan.torch_compile,
     }
+    if plan.loss_kernel == LossKernel.LIGER:
+        args["use_liger_kernel"] = True
+    if plan.packing:  # padding-free packing: TRL's SFTConfig(padding_free=True) or DataCollatorWithFlattening
+        args["remove_unused_columns"] = False
     if plan.gradient_checkpointing:
         args[f"{ckpt}_kwargs"] = {"use_reentrant": False}
     if plan.device == Device.CUDA:
@@ -230,7 +239,7 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
             "fsdp_sync_module_states": True,
             "fsdp_cpu_ram_efficient_loading": True,
         }
-    if rec.value(Setting.TORCH_COMPILE):
+    if rec.plan.torch_compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     return config
 

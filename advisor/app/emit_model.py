@@ -90,6 +90,15 @@ def load_notes(rec: Recommendation) -> list[str]:
     if Method.of(plan.method).spec.adapters:
         lines.append(f"# Then train {plan.method} adapters (rank {plan.lora_rank}, {plan.lora_targets}): model = "
                      f"peft.get_peft_model(model, peft.LoraConfig(**json.load(open(\"{LORA_CONFIG_FILE}\")))).")
+    if plan.packing:
+        lines.append("# Pack samples padding-free: data_collator=transformers.DataCollatorWithFlattening() (or TRL's "
+                     "SFTConfig(padding_free=True)); FlashAttention attends within each sample.")
+    if plan.fp8:
+        lines.append("# fp8 linear layers: torchao.float8.convert_to_float8_training(model) before training (or "
+                     "accelerate's mixed_precision='fp8' with Transformer Engine); validate the loss curve.")
+    if plan.loss_kernel == "chunked":
+        lines.append("# Chunked cross-entropy is a torchtune / custom-loop loss (CEWithChunkedOutputLoss); the "
+                     "Trainer has none.")
     if Offload.of(plan.offload).nvme:
         lines.append(f"# {DS_CONFIG_FILE} offloads to NVMe under {NVME_PATH}: edit nvme_path to a folder "
                      "on a local NVMe drive.")

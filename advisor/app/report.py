@@ -64,6 +64,11 @@ def hardware_table(hw: HardwareProfile) -> Group:
         parts.append(Text(f"Host: {h.cpu_cores} CPU cores, {gib(h.ram_bytes)} RAM"
                           + (f", {h.cpu_model}" if h.cpu_model else "")
                           + (f" ({', '.join(h.cpu_flags)})" if h.cpu_flags else "")))
+        if h.packages:
+            have = [f"{name} {version}" for name, version in h.packages.items() if version]
+            missing = [name for name, version in h.packages.items() if not version]
+            parts.append(Text("Packages: " + (", ".join(have) or "none of the optional ones")
+                              + (f"; not installed: {', '.join(missing)}" if missing else "")))
     for note in hw.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
