@@ -113,10 +113,13 @@ LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
 LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "qwen2", "qwen2_moe",
                                "qwen3", "qwen3_moe", "phi3", "granite", "olmo2", "mllama"})
 
-#: Optional packages the probes report (import name → pip name): what makes a plan value runnable here.
-STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3 (hopper/ build)",
+#: Optional packages the probes report (import name → distribution name): what makes a plan value runnable here.
+STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3",
                   "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",
                   "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft"}
+#: How to install a package that pip cannot (FlashAttention-3 is built from the flash-attention repository's hopper/
+#: folder: https://github.com/Dao-AILab/flash-attention#flashattention-3-beta-release).
+INSTALL = {"flash_attn_interface": "build flash-attention's hopper/ folder (python setup.py install)"}
 
 
 def installed_packages() -> dict[str, str | None]:
@@ -132,7 +135,7 @@ def installed_packages() -> dict[str, str | None]:
             out[name] = None
             continue
         try:
-            out[name] = importlib.metadata.version(dist.split()[0])
+            out[name] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             out[name] = "?"
     return out

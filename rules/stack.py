@@ -9,7 +9,7 @@ the plan runs with what transformers and torch give, and the recommendation pric
 
 from __future__ import annotations
 
-from probes.kernels import LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel
+from probes.kernels import INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel
 from probes.vocabulary import Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -35,8 +35,9 @@ def package_missing(rule: Rule, facts: Facts, setting: Setting, value: str, pack
     flag = "--" + str(setting).replace("_", "-")
     where = "is not installed here" if facts.packages.get(package) is False else "is not known to be installed " \
                                                                                  "where you train (--gpu)"
-    return rule.forbid(setting, value, f"needs {STACK_PACKAGES[package]}, which {where}: pip install "
-                                       f"{STACK_PACKAGES[package].split()[0]}, or say {flag} {value}")
+    install = INSTALL.get(package, f"pip install {STACK_PACKAGES[package]}")
+    return rule.forbid(setting, value, f"needs {STACK_PACKAGES[package]}, which {where}: {install}, or say "
+                                       f"{flag} {value}")
 
 
 @register

@@ -150,7 +150,6 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
                                                "parallelism": "zero-3"})
     settings = dict(rec.settings)
     settings["dataloader_num_workers"] = settings["dataloader_num_workers"].model_copy(update={"value": 7})
-    settings["torch_compile"] = settings["torch_compile"].model_copy(update={"value": False})
     changed = rec.model_copy(update={"plan": changed_plan, "settings": settings})
     before = {p.name: p.read_text() for p in emit(rec, ["all"], tmp_path / "a")}
     after = {p.name: p.read_text() for p in emit(changed, ["all"], tmp_path / "b")}
@@ -164,7 +163,11 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
             ds["zero_optimization"]["stage"], ds["fp16"]["enabled"]) == (2, 4, 64, 3, True)
     acc = yaml.safe_load(after["accelerate_config.yaml"])
     assert acc["mixed_precision"] == "fp16" and acc["deepspeed_config"]["zero3_init_flag"] is True
-    assert "dynamo_config" not in acc and "dynamo_config" in yaml.safe_load(before["accelerate_config.yaml"])
+    assert "dynamo_config" not in acc  # DeepSpeed plans do not compile (rules/compile.py)
+    compiled = rec.model_copy(update={"plan": rec.plan.model_copy(update={"parallelism": "fsdp-full-shard",
+                                                                          "torch_compile": True})})
+    assert accelerate_config(compiled)["dynamo_config"] == {"dynamo_backend": "INDUCTOR"}
+    assert training_args(compiled)["torch_compile"] is True
     assert "micro-batch 2 x 4" in after["launch.sh"] and "fp16" in after["launch.sh"]
     # model_kwargs.json carries the weights' dtype and the attention, which this change keeps (both fp32 weights on
     # CUDA); tests/test_emit_adapters.py changes them and sees it follow

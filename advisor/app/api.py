@@ -87,12 +87,10 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
         if opts.nodes > 1:
             profile = profile.model_copy(update={"nodes": opts.nodes})
     update = interconnect_update(profile, opts.interconnect)
-    if opts.inter_node_gbps is not None:
-        update["inter_node_gbit_s"] = opts.inter_node_gbps
-    if opts.host_memory_bytes is not None:
-        update["host_memory_bytes"] = opts.host_memory_bytes
-    if opts.cuda_context_bytes is not None:
-        update["cuda_context_bytes"] = opts.cuda_context_bytes
+    for option, field in (("inter_node_gbps", "inter_node_gbit_s"), ("host_memory_bytes", "host_memory_bytes"),
+                          ("cuda_context_bytes", "cuda_context_bytes")):
+        if getattr(opts, option) is not None:
+            update[field] = getattr(opts, option)
     return profile.model_copy(update=update) if update else profile
 
 

@@ -295,28 +295,30 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
 
 
 def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
-    """Why a stack value was not taken, with what it would change: the chosen plan priced with it (memory per device
-    and tokens/s), unless no rule lets it run here."""
+    """Why a stack value was not taken, with what it would change: for a better value the rules held back (not
+    installed, not asked for) the best plan with it; for another, the chosen plan priced with it (memory per device
+    and tokens/s); no figures when no rule lets it run here."""
     facts = result.facts
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
     hard = [e for e in forbids if e.hard]
     if hard:
         return f"{hard[0].reason} [{hard[0].rule_id}]"
     domain = result.domains[setting]
+    figures = None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
-        # a better value the rules held back (not installed, not asked for): the best plan with it
         other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}))
         if other.best is not None:
-            alt = other.best
-            return (f"{forbids[0].reason} [{forbids[0].rule_id}]; with it: {_change(alt, best)}, best plan "
-                    f"{alt.plan.describe()}")
-    plan = best.plan.model_copy(update={setting: value})
-    refused = refusal(facts, plan)
-    if refused is not None:
-        return f"{refused.reason} [{refused.rule_id}]"
-    alt = evaluate(facts, plan, result.effects)
-    words = _change(alt, best)
-    return f"{forbids[0].reason} [{forbids[0].rule_id}]; with it: {words}" if forbids else f"with it: {words}"
+            figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
+    else:
+        plan = best.plan.model_copy(update={setting: value})
+        refused = refusal(facts, plan)
+        if refused is not None and not forbids:
+            return f"{refused.reason} [{refused.rule_id}]"
+        if refused is None:
+            figures = _change(evaluate(facts, plan, result.effects), best)
+    if not forbids:
+        return f"with it: {figures}"
+    return f"{forbids[0].reason}" + (f"; with it: {figures}" if figures else "") + f" [{forbids[0].rule_id}]"
 
 
 def _change(alt: Candidate, best: Candidate) -> str:
