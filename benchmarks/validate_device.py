@@ -1,7 +1,7 @@
 """Measured against predicted on this machine's device: `advisor validate` over a small grid, and
 the matmul rates behind the CPU precision rule.
 
-Usage: .venv/bin/python benchmarks/validate_device.py [--steps N] [--out FILE] [--quick]
+Usage: .venv/bin/python benchmarks/validate_device.py [--steps N] [--out FILE] [--quick] [--stack]
 Writes benchmarks/results/validate_<device>.md (cpu, or the GPU's catalog id) with one row per
 trial: predicted and measured peak memory and step time, and their errors. On a GPU the grid is
 the issue's `gpt2 --compare` and `bert-large-uncased --seq-len 512 --compare` at their default
@@ -35,6 +35,15 @@ CPU_GRID = [  # (model, seq_len, global batch, settings)
     ("t5-small", 128, 8, {}),
 ]
 GPU_GRID = [("gpt2", None, None, {}), ("bert-large-uncased", 512, None, {})]
+#: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger (where installed), on a small
+#: decoder's LoRA fine-tuning at a fixed plan so only the stack moves; each row is one ``advisor validate`` with
+#: those plan flags (Llama-3.1-8B: Liger patches llama models).
+_FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16"}
+STACK_GRID = [("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
+    {"attention": "eager"}, {"attention": "sdpa"}, {"attention": "flash-attention-2"},
+    {"attention": "sdpa", "torch_compile": True}, {"attention": "sdpa", "loss_kernel": "liger"},
+    {"attention": "sdpa", "gradient_checkpointing": True}, {"attention": "sdpa", "torch_compile": True,
+                                                            "gradient_checkpointing": True})]
 
 
 def matmul_rates() -> dict[str, float]:
@@ -67,11 +76,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out")
     parser.add_argument("--quick", action="store_true", help="the first two rows only")
+    parser.add_argument("--stack", action="store_true", help="GPU only: also cross the software stack (STACK_GRID; "
+                                                             "rows whose package is missing are skipped)")
     args = parser.parse_args()
     import torch
 
     gpu = torch.cuda.is_available()
     grid = GPU_GRID if gpu else CPU_GRID
+    if gpu and args.stack:
+        installed = api.probe_hardware().host.packages
+        grid += [row for row in STACK_GRID if not (row[3].get("attention") == "flash-attention-2" and not
+                                                   installed.get("flash_attn")) and not (
+                     row[3].get("loss_kernel") == "liger" and not installed.get("liger_kernel"))]
     if args.quick:
         grid = grid[:2]
     rows, reports = [], []

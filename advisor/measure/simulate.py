@@ -178,7 +178,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     start = time.perf_counter()
     transformers.logging.set_verbosity_error()  # its config notes are not advisor's diagnostics
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
-    config = hf_config(model, plan, config, zero_attention_dropout=plan.device == Device.CUDA)
+    config = hf_config(model, plan, config, zero_attention_dropout=plan.device == Device.CUDA, simulated=True)
     dtype = autocast_dtype(plan.precision)
     tracker = live_bytes_mode()
     skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None

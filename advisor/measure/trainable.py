@@ -15,7 +15,8 @@ from typing import Any
 from probes.errors import UsageError
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from probes.model import ModelProfile, load_config
-from probes.vocabulary import Device, Method, Optimizer, Precision, Task, WeightsDtype
+from probes.kernels import Attention
+from probes.vocabulary import Method, Optimizer, Precision, Task, WeightsDtype
 from rules import Plan
 
 #: Config keys of attention-probability dropout.
@@ -27,11 +28,13 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 _MISSING_PACKAGE_NAMES = {Optimizer.ADAMW_8BIT: "8-bit Adam"}
 
 
-def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_attention_dropout: bool = False):
+def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_attention_dropout: bool = False,
+              simulated: bool = False):
     """The ``transformers`` config of ``model`` for ``plan``'s device.
 
-    Attention: SDPA on CUDA (transformers' default there), eager on the CPU (what the memory model
-    assumes). ``zero_attention_dropout`` sets the attention-dropout probability to 0 (the simulator
+    Attention: the plan's kernel (``attn_implementation``; eager on the CPU, what the memory model assumes there);
+    ``simulated`` runs FlashAttention plans with SDPA, whose flash kernel keeps the same tensors (fake tensors cannot
+    run the flash-attn package's CUDA kernels). ``zero_attention_dropout`` sets the attention-dropout probability to 0 (the simulator
     needs it to get the CPU's flash kernel). A decoder classifier without a pad token gets the EOS id,
     as users set it (it finds each row's last token by the padding id).
     """
@@ -44,7 +47,8 @@ def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_
     cfg.pop("torch_dtype", None)
     cfg.pop("dtype", None)
     config = transformers.AutoConfig.for_model(model_type, **cfg)
-    config._attn_implementation = "sdpa" if plan.device == Device.CUDA else "eager"
+    spec = Attention.of(plan.attention).spec
+    config._attn_implementation = "sdpa" if simulated and spec.package else spec.implementation
     if model.task == Task.SEQUENCE_CLASSIFICATION and getattr(config, "pad_token_id", None) is None:
         eos = getattr(config, "eos_token_id", None)
         config.pad_token_id = (eos[0] if isinstance(eos, list) else eos) or 0
