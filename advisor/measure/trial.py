@@ -42,6 +42,7 @@ from advisor.measure.outcome import RankOutcome, StepEvent, StepUpdate, TrialOut
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, build_quantized, enable_checkpointing,
                                        hf_config, local_weights_dir, make_optimizer, synthetic_batch)
 from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
+from probes.kernels import LossKernel
 from probes.model import ModelProfile
 from probes.vocabulary import Device, Method, Precision
 from rules import Plan
@@ -172,6 +173,10 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     else:
         net = build_model(model, config, weights=local_weights_dir(model), weights_dtype=plan.weights_dtype).to(device)
     net.train()
+    if plan.loss_kernel == LossKernel.LIGER:  # the Trainer's use_liger_kernel=True does the same
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=net)
     if plan.gradient_checkpointing:
         enable_checkpointing(net)
     net = apply_adapters(net, model, plan)  # LoRA / QLoRA: PEFT's adapters over the frozen base
