@@ -93,7 +93,8 @@ def test_accelerate_loads_the_config(name, tmp_path) -> None:
 DS_DOCUMENTED_KEYS = {  # https://www.deepspeed.ai/docs/config-json/
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "fp16", "bf16",
     "zero_optimization"}
-DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer", "offload_param"}
+DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer", "offload_param",
+                "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if "Llama-2-7B on a100" in n and "one" not in n])
@@ -111,6 +112,11 @@ def test_deepspeed_config_passes_deepspeeds_own_validation(name) -> None:
             mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus):
         ds = DeepSpeedConfig(cfg)
     assert ds.train_batch_size == plan.global_batch_size and ds.zero_optimization_stage == int(plan.parallelism[-1])
+    # the buckets the memory model priced (hidden_size², the Trainer's "auto"), as DeepSpeed reads them
+    zero = ds.zero_config
+    assert zero.reduce_bucket_size == rec.model.hidden_size**2 == 4096**2
+    assert (zero.prefetch_bucket_size == int(0.9 * 4096**2) if zero.stage == 3 else
+            zero.allgather_bucket_size == 4096**2)
     with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
             mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus), \
             pytest.raises(AssertionError):  # DeepSpeed's check bites: a wrong train_batch_size is refused

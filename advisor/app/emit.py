@@ -38,6 +38,7 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
                                     lora_config, model_kwargs, transformers_version)
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
+from advisor.engine.states import zero_bucket_elements
 from probes.errors import UsageError
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
@@ -159,12 +160,20 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
 
     ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
     With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto"); the
-    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3).
+    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3). The bucket sizes are
+    the ones the memory model priced (:func:`advisor.engine.states.zero_bucket_elements`: ``overlap_comm`` holds
+    about 4.5 × their 16-bit bytes).
     """
     if not uses_deepspeed(rec):
         return None
     plan = rec.plan
     zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
+    bucket = zero_bucket_elements(rec.model)  # the bucket sizes the memory figure priced (engine.states)
+    zero["reduce_bucket_size"] = bucket
+    if zero["stage"] >= 3:
+        zero["stage3_prefetch_bucket_size"] = int(0.9 * bucket)
+    else:
+        zero["allgather_bucket_size"] = bucket
     offload = Offload(plan.offload)
     if offload.optimizer:
         zero["offload_optimizer"] = _offload_section(offload)
