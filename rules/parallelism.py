@@ -137,11 +137,14 @@ class SlowLinksFavourDdp(Rule):
 
     def propose(self, facts: Facts) -> list[Effect]:
         hw = facts.hardware
-        if len(hw.gpus) <= 1 or hw.all_pairs_nvlink:
+        if len(hw.gpus) <= 1 or hw.nvlink_ring:
             return []
+        links = "bridged pairs, PCIe between them" if hw.nvlink_domain > 1 else "PCIe"
+        if hw.gpu is not None and not hw.gpu.peer_to_peer:
+            links = "PCIe without peer-to-peer (through host memory)"
         return [self.prefer(Setting.PARALLELISM, Parallelism.DDP, "no NVLink between the GPUs: sync as rarely as possible"),
-                self.warn("no NVLink between all GPUs: ZeRO-3 and tensor parallel exchange data every layer over "
-                          "PCIe; prefer plans that sync once per step")]
+                self.warn(f"no NVLink ring through the GPUs ({links}): ZeRO-3 and tensor parallel exchange data every "
+                          "layer over the slow links; prefer plans that sync once per step")]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         hw = facts.hardware
@@ -245,9 +248,10 @@ class ModelParallelLastResort(Rule):
             elif t > per_node:
                 effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, f"only {per_node} GPUs per node: tensor parallel "
                                                                  "stays inside a node", hard=True))
-            elif not hw.all_pairs_nvlink:
-                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, "no NVLink between the GPUs: tensor parallel "
-                                                                 "all-reduces activations 4 times per layer"))
+            elif t > hw.nvlink_domain:
+                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, f"NVLink joins at most {hw.nvlink_domain} of "
+                                                                 "the GPUs: tensor parallel all-reduces activations "
+                                                                 "4 times per layer"))
             else:
                 effects.append(self.fallback(Setting.TENSOR_PARALLEL, t, "splits every layer, with 4 all-reduces per "
                                                                    "layer: only when sharded data parallel does "

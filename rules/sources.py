@@ -10,6 +10,8 @@ HF_ANATOMY = Source(title="HF Performance and Scalability guide", url=f"{_HF_PER
                     section="Anatomy of Model's Memory")
 HF_FP16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#fp16", section="fp16")
 HF_BF16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#bf16", section="bf16")
+T5_FP16_OVERFLOW = Source(title="transformers issue 14189: T5 v1.1 loss goes to NaN with fp16",
+                          url="https://github.com/huggingface/transformers/issues/14189", section="description")
 HF_TF32 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#tf32", section="tf32")
 HF_GRAD_ACC = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#gradient-accumulation",
                      section="Gradient Accumulation")

@@ -62,6 +62,36 @@ def test_catalog_profile_with_count_and_links() -> None:
     assert not pcie.all_pairs_nvlink and pcie.links[0].label == "?"
 
 
+@pytest.mark.parametrize("spec, nvlinked, ring, domain", [
+    ("rtx-3090:4", {(0, 1), (2, 3)}, False, 2),            # GA102: 2-way NVLink bridge
+    ("a100-80gb-pcie:8", {(0, 1), (2, 3), (4, 5), (6, 7)}, False, 2),  # PCIe A100: bridged pairs
+    ("h100-pcie:4", {(0, 1), (2, 3)}, False, 2),
+    ("rtx-4090:4", set(), False, 1),                        # consumer Ada: no NVLink (and no peer-to-peer)
+    ("h100-sxm:8", {(a, b) for a in range(8) for b in range(a + 1, 8)}, True, 8),  # NVSwitch
+    ("v100-16gb:8", {(a, b) for a in range(8) for b in range(a + 1, 8) if a // 4 == b // 4 or b == a + 4},
+     True, 4),                                              # DGX-1 hybrid cube-mesh
+])
+def test_catalog_links_follow_the_board_type(spec, nvlinked, ring, domain) -> None:
+    """`advisor probe --gpu rtx-3090:4` must not draw NVLink between every pair (issue 14)."""
+    hw = profile_from_catalog(spec)
+    assert {(link.a, link.b) for link in hw.links if link.nvlink_count} == nvlinked
+    assert hw.nvlink_ring is ring and hw.nvlink_domain == domain
+    assert hw.gpu.peer_to_peer is (not spec.startswith("rtx-4090"))
+    assert any("links:" in note and "http" in note for note in hw.notes)  # the topology's source
+
+
+def test_nics_per_node_default_by_network() -> None:
+    """InfiniBand HGX / DGX nodes: one NIC per GPU; Ethernet: one NIC; --nics-per-node overrides."""
+    from advisor.app.api import probe_hardware
+
+    ib = probe_hardware("a100-80gb:8", nodes=2, interconnect="infiniband")
+    assert ib.nics == 8 and ib.inter_node_bytes_per_s == 8 * 200e9 / 8
+    eth = probe_hardware("a100-80gb:8", nodes=2, interconnect="ethernet")
+    assert eth.nics == 1 and eth.inter_node_bytes_per_s == 100e9 / 8
+    four = probe_hardware("a100-80gb:8", nodes=2, interconnect="ethernet", nics_per_node=4, inter_node_gbps=25)
+    assert four.nics == 4 and four.inter_node_bytes_per_s == 4 * 25e9 / 8
+
+
 @pytest.mark.parametrize("nvml_name, expected", [
     ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
     ("Tesla V100-SXM2-16GB", "v100-16gb"), ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 3090", "rtx-3090"),

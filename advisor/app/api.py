@@ -57,13 +57,15 @@ def _options(*groups: type[BaseModel]) -> type[BaseModel]:
 
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
-                   inter_node_gbps: float | None = None, host_memory_bytes: int | None = None) -> HardwareProfile:
+                   inter_node_gbps: float | None = None, host_memory_bytes: int | None = None,
+                   nics_per_node: int | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
     'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
-    ``inter_node_gbps``, in Gb/s, is given); a list or a comma-separated string. ``host_memory_bytes``: RAM per
-    node for offload (default: this machine's RAM; unknown for catalog GPUs).
+    ``inter_node_gbps``, in Gb/s per NIC, is given); a list or a comma-separated string. ``nics_per_node``: the
+    node's network adapters, which its GPUs share (default: 1 on Ethernet, one per GPU on InfiniBand).
+    ``host_memory_bytes``: RAM per node for offload (default: this machine's RAM; unknown for catalog GPUs).
 
     Raises:
         UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
@@ -71,7 +73,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     if isinstance(interconnect, list):
         interconnect = ",".join(interconnect)
     return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
-                                             "inter_node_gbps": inter_node_gbps,
+                                             "inter_node_gbps": inter_node_gbps, "nics_per_node": nics_per_node,
                                              "host_memory_bytes": host_memory_bytes}))
 
 
@@ -88,6 +90,8 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
         update["inter_node_gbit_s"] = opts.inter_node_gbps
     if opts.host_memory_bytes is not None:
         update["host_memory_bytes"] = opts.host_memory_bytes
+    if opts.nics_per_node is not None:
+        update["nics_per_node"] = opts.nics_per_node
     return profile.model_copy(update=update) if update else profile
 
 

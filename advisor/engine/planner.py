@@ -198,7 +198,7 @@ class Pricing:
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
         return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
-                   nvlink=facts.hardware.all_pairs_nvlink,
+                   nvlink=facts.hardware.nvlink_ring,
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
                    fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
                    preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))

@@ -190,11 +190,11 @@ def _communication(facts, best: Candidate) -> str:
     hw = facts.hardware
     if hw.nodes > 1:
         net = hw.interconnect or f"{hw.network.label} (assumed)"
-        link = f"{net} at {hw.network_gbit_s:g} Gb/s between {hw.nodes} nodes"
-    elif hw.all_pairs_nvlink:
+        link = f"{net} at {hw.nics} × {hw.network_gbit_s:g} Gb/s per node between {hw.nodes} nodes"
+    elif hw.nvlink_ring:
         link = "NVLink"
     else:
-        link = "PCIe"
+        link = "PCIe" if hw.gpu is None or hw.gpu.peer_to_peer else "PCIe through host memory (no peer-to-peer)"
     m, s = best.memory, best.speed
     return (f"per GPU {m.device_bytes / GIB:.1f} of {m.usable_bytes / GIB:.1f} GiB usable; est. communication "
             f"{s.communication_s:.2f} s of the {s.step_time_s:.2f} s step over {link}")

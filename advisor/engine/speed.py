@@ -129,7 +129,8 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
 
 
 def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
-    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe).
+    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe). ``nvlink``: a ring
+    through the node's GPUs runs over NVLink (``HardwareProfile.nvlink_ring``; bridged pairs do not).
 
     ``inter_node_bytes_per_s``: the network between nodes (``HardwareProfile.inter_node_bytes_per_s``;
     default: the catalog figure of :data:`probes.vocabulary.DEFAULT_NETWORK`).
@@ -139,7 +140,10 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
     if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
         return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
     gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
-    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0))
+    # without PCIe peer-to-peer NCCL stages through host memory (its SHM transport): every byte crosses PCIe twice
+    # (NCCL docs, NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
+    staged = 2 if gpu is not None and not gpu.peer_to_peer else 1
+    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0)) / staged
 
 
 def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
