@@ -228,7 +228,7 @@ def derive_capabilities(compute_capability: str, catalog_id: str | None = None) 
 
     Args:
         compute_capability: 'major.minor', e.g. '8.0'.
-        catalog_id: the catalog entry, used for A100's 64-element alignment.
+        catalog_id: the catalog entry, used for A100's and H100's 64-element alignment.
     Returns:
         dict with ``tensor_cores``, ``tensor_core_generation``, ``bf16``, ``tf32``, ``alignment_multiple``.
     """
@@ -238,13 +238,17 @@ def derive_capabilities(compute_capability: str, catalog_id: str | None = None) 
     if tensor_cores and generation is None:
         generation = max(g for (mj, _), g in _TENSOR_CORE_GENERATION.items() if mj <= major)
     ampere_or_newer = major >= 8
-    is_a100 = bool(catalog_id and catalog_id.startswith("a100")) or (major, minor) == (8, 0)
+    # A100 and H100 / H200 (the data-center parts, cc 8.0 and 9.0) run their largest tensor-core tiles on 128-byte
+    # aligned dimensions, 64 fp16 / bf16 elements (NVIDIA "Matrix Multiplication Background", Tensor Core
+    # Requirements: "multiples of 128 bytes" on A100 and later; the HF guide's 64 for A100); 8 elsewhere
+    data_center = bool(catalog_id and catalog_id.startswith(("a100", "h100", "h200"))) or (major, minor) in {(8, 0),
+                                                                                                            (9, 0)}
     return {
         "tensor_cores": tensor_cores,
         "tensor_core_generation": generation if tensor_cores else None,
         "bf16": ampere_or_newer,
         "tf32": ampere_or_newer,
-        "alignment_multiple": 64 if is_a100 else 8,
+        "alignment_multiple": 64 if data_center else 8,
     }
 
 

@@ -77,6 +77,8 @@ EIGHT_BIT_PAPER = Source(title="Dettmers et al. 2022, 8-bit Optimizers via Block
                          url="https://arxiv.org/abs/2110.02861")
 ZERO_PAPER = Source(title="Rajbhandari et al. 2020, ZeRO", url="https://arxiv.org/abs/1910.02054",
                     section="5 Deep dive into ZeRO-DP / 7 Communication analysis")
+SQRT_SCALING = Source(title="Malladi et al. 2022, On the SDEs and Scaling Rules for Adaptive Gradient Algorithms",
+                      url="https://arxiv.org/abs/2205.10287", section="Square-root scaling rule")
 LINEAR_SCALING = Source(title="Goyal et al. 2017, Accurate, Large Minibatch SGD",
                         url="https://arxiv.org/abs/1706.02677", section="2.1 Learning rates for large minibatches")
 LIGHTNING_MODEL_PARALLEL = Source(

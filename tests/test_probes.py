@@ -46,7 +46,7 @@ def test_unknown_gpu_lists_known_names() -> None:
 
 @pytest.mark.parametrize("cc, bf16, tc, gen, align", [
     ("7.0", False, True, 1, 8), ("7.5", False, True, 2, 8), ("8.0", True, True, 3, 64), ("8.6", True, True, 3, 8),
-    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 8), ("6.1", False, False, None, 8)])
+    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 64), ("6.1", False, False, None, 8)])
 def test_capabilities_from_compute_capability(cc, bf16, tc, gen, align) -> None:
     caps = derive_capabilities(cc)
     assert caps["bf16"] is bf16 and caps["tf32"] is bf16  # never torch's emulation-counting answer
