@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Optimizer, Precision, Setting
+from probes.vocabulary import Objective, Optimizer, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -51,8 +51,11 @@ class LargestMicroBatch(Rule):
                  "not 1 x 64. Fill the GPU's memory, then accumulate the rest.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        why = ("the micro-batch with the least memory within the memory objective's speed tolerance"
+               if facts.workload.objective == Objective.MEMORY else
+               "the micro-batch with the highest estimated throughput that fits")
         return [self.set(Setting.MICRO_BATCH_SIZE, plan.micro_batch_size,
-                         f"the micro-batch with the highest estimated throughput that fits; "
+                         f"{why}; "
                          f"{plan.micro_batch_size} x {plan.gradient_accumulation_steps} accumulation"
                          + (f" x {plan.data_parallel_size} GPUs" if plan.data_parallel_size > 1 else "")
                          + f" = global batch {plan.global_batch_size}")]

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.planner import SEARCHED, Candidate, PlanningResult, search
+from advisor.engine.planner import MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
@@ -164,7 +164,13 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         more = alt.memory.device_bytes - best.memory.device_bytes
         if more > 0:
             return (f"needs {more / GIB:.2f} GiB more ({alt.memory.device_bytes / GIB:.2f} vs "
-                    f"{best.memory.device_bytes / GIB:.2f} GiB): the objective is the least memory")
+                    f"{best.memory.device_bytes / GIB:.2f} GiB): the objective is the least memory within "
+                    f"{MEMORY_SPEED_TOLERANCE * 100:.0f} % of the fastest plan")
+        fastest = min(result.fitting, key=Candidate.key)
+        if alt.penalty <= fastest.penalty and more < 0:
+            return (f"saves {-more / GIB:.2f} GiB but runs at {alt.speed.tokens_per_s / fastest.speed.tokens_per_s:.0%}"
+                    f" of the fastest plan's tokens/s: beyond the memory objective's {MEMORY_SPEED_TOLERANCE * 100:.0f} % "
+                    "tolerance")
     own = [e for e in alt.fallbacks if e.setting == setting]
     if alt.penalty > best.penalty:
         others = [e for e in alt.fallbacks if e.setting != setting and e not in best.fallbacks]
@@ -203,7 +209,7 @@ def _communication(facts, best: Candidate) -> str:
 def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     """What the objective picks, as a noun phrase (``fits``: say that the fastest plan is one that fits)."""
     if result.facts.workload.objective == Objective.MEMORY:
-        return "least-memory plan"
+        return f"least-memory plan within {MEMORY_SPEED_TOLERANCE * 100:.0f} % of the fastest"
     return "fastest plan that fits" if fits else "fastest plan"
 
 
