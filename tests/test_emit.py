@@ -86,6 +86,7 @@ def test_accelerate_loads_the_config(name, tmp_path) -> None:
     assert cfg.mixed_precision == ("no" if rec.plan.precision == "fp32" else rec.plan.precision)
     assert cfg.use_cpu == (rec.plan.device == "cpu")
     expected = ("DEEPSPEED" if rec.plan.parallelism.startswith("zero") else
+                "FSDP" if rec.plan.parallelism.startswith("fsdp") else
                 "MULTI_GPU" if rec.plan.num_gpus > 1 else "NO")
     assert str(cfg.distributed_type).split(".")[-1] == expected
 
@@ -100,6 +101,8 @@ DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimi
 @pytest.mark.parametrize("name", [n for n in CASES if "Llama-2-7B on a100" in n and "one" not in n])
 def test_deepspeed_config_passes_deepspeeds_own_validation(name) -> None:
     rec = _rec(name)
+    if not rec.plan.parallelism.startswith("zero"):  # the planner chose FSDP here: check the ZeRO-3 config
+        rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"parallelism": "zero-3"})})
     cfg = deepspeed_config(rec)
     plan = rec.plan
     assert cfg["train_batch_size"] == plan.micro_batch_size * plan.gradient_accumulation_steps * plan.num_gpus
@@ -218,6 +221,10 @@ def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path
     assert "deepspeed" not in args and args["fsdp"]
     built = _build_training_arguments(args, rec)
     assert built.fsdp
+    # with accumulation every micro-batch reduce-scatters (the gradients stay sharded, as the memory figure assumed)
+    assert (rec.plan.gradient_accumulation_steps > 1) == bool(
+        built.accelerator_config.gradient_accumulation_kwargs
+        and built.accelerator_config.gradient_accumulation_kwargs["sync_each_batch"])
     path = tmp_path / "accelerate_config.yaml"
     path.write_text(yaml.safe_dump(accelerate_config(rec)))
     cfg = ClusterConfig.from_yaml_file(str(path))

@@ -32,7 +32,7 @@ from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
-from advisor.engine.suggestions import no_fit_error
+from advisor.engine.suggestions import faster_hardware, no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
@@ -153,7 +153,7 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
     result = planner.search(_facts(model, opts, hardware))
     if result.best is None:
         raise no_fit_error(result)
-    return build(result)
+    return build(result, suggestions=faster_hardware(result))
 
 
 class SimulatedMemory(BaseModel):

@@ -141,6 +141,10 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         args["deepspeed"] = FILE_NAMES["deepspeed"]
     if uses_fsdp(rec):
         args.update(_fsdp_args(rec))
+        if plan.gradient_accumulation_steps > 1:
+            # reduce-scatter every micro-batch: gradients stay sharded, as the memory figure assumed (the Trainer's
+            # default no_sync would keep full gradients; advisor.engine.speed.communication_seconds)
+            args["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
         if "fsdp_config" in args and plan.gradient_checkpointing:
             args[ckpt] = False  # the fsdp_config's activation checkpointing replaces it
             args.pop(f"{ckpt}_kwargs", None)

@@ -108,6 +108,8 @@ class Recommendation(BaseModel):
     speed: SpeedEstimate
     """the chosen plan's speed estimate"""
     warnings: list[Warning]
+    suggestions: list[str] = Field(default_factory=list, description="slow, consider: faster catalog hardware when "
+                                   "the plan offloads or needs risky fallbacks")
     """what the rules want the user to know"""
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
@@ -305,7 +307,7 @@ def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
     return SettingDecision(value=chosen.value, rule_ids=rule_ids, rationale=chosen.reason, sources=_sources(rule_ids))
 
 
-def build(result: PlanningResult, top: int = 5) -> Recommendation:
+def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = None) -> Recommendation:
     """Assemble the recommendation from a planning result whose ``best`` is not None."""
     best = result.best
     assert best is not None, "build() needs a plan that fits"
@@ -337,7 +339,7 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     runners = [c for c in result.fitting if c is not best][:top]
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
-        memory=best.memory, speed=best.speed, warnings=warnings,
+        memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,
                                        fallback_penalty=c.penalty) for c in runners])

@@ -176,8 +176,8 @@ def _sharded_seconds(parallelism: Parallelism, k: int, one_pass: float, grad_byt
     gathers = 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
     per_micro = gathers * one_pass * param_bytes
     reduce = one_pass * grad_bytes
-    if fsdp:  # no_sync: one reduce-scatter per step, beside the last backward
-        return k * _exposed(per_micro, compute_s) + _exposed(reduce, compute_s)
+    if fsdp:  # sync_each_batch: a reduce-scatter every micro-batch, beside its backward
+        return k * _exposed(per_micro + reduce, compute_s)
     if stage == 1:  # reduce at the boundary, then all-gather the updated partitions: both exposed
         return 2 * one_pass * grad_bytes
     seconds = k * _exposed(per_micro + reduce, compute_s)  # ZeRO-2 / 3: a reduce-scatter every micro-batch
@@ -204,15 +204,18 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
       (``overlap_comm``); the parameter all-gather after the step is not.
     - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward and reduce-scatters
       the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped.
-    - FSDP (what accelerate runs from the emitted config): the Trainer wraps all but the last micro-batch in
-      ``accelerator.no_sync`` (FSDP1 ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``), so the gradients
-      are reduce-scattered once per step and kept unsharded in between (:mod:`advisor.engine.states` counts them);
-      FULL_SHARD / HYBRID_SHARD all-gather forward and backward of every micro-batch, SHARD_GRAD_OP forward only
-      (FSDP2 reshards after backward). The all-gathers are prefetched; the reduce-scatter overlaps the last backward.
+    - FSDP: the emitted TrainingArguments set accelerate's ``sync_each_batch``
+      (``accelerator_config.gradient_accumulation_kwargs``), so every micro-batch reduce-scatters its gradients and
+      they stay sharded, as under ZeRO. The Trainer's default, ``no_sync`` on all but the last micro-batch (FSDP1
+      ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``), would reduce once per step but keep the full
+      gradients ("FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual
+      sync", PyTorch FSDP docs, ``FullyShardedDataParallel.no_sync``), undoing the sharding a plan needed.
+      FULL_SHARD / HYBRID_SHARD all-gather forward and backward, SHARD_GRAD_OP forward only (FSDP2 reshards after
+      backward); prefetched (``fsdp_backward_prefetch``), the reduce-scatter overlapped with the backward.
     - HYBRID_SHARD over nodes (PyTorch FSDP docs, ``ShardingStrategy.HYBRID_SHARD``): the sharded collectives run
-      inside a node over its links; between nodes each GPU all-reduces its 1/g shard with its replicas, and the
-      node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's: NICs × link speed), so
-      the node sends 2·(m−1)/m·S per step, as much as a DDP ring across the nodes.
+      inside a node over its links; between nodes each GPU all-reduces its 1/g shard with its replicas every
+      micro-batch, and the node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's:
+      NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
 
     Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
     compute, None: long enough); inter-node bandwidth: ``inter_node_bytes_per_s``, else 200 Gb/s InfiniBand HDR.
@@ -240,9 +243,9 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         seconds = _exposed(2 * one_pass * grad_bytes, compute_s_per_micro)  # one all-reduce (no_sync)
         return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)  # DP: scatter, replicate, gather
     seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro)
-    if hybrid:  # the node's GPUs share its network: the node sends a whole all-reduce's worth
+    if hybrid:  # the node's GPUs share its network: the node sends a whole all-reduce's worth per micro-batch
         between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
-        seconds += _exposed(between, compute_s_per_micro)
+        seconds += k * _exposed(between, compute_s_per_micro)
     return seconds
 
 

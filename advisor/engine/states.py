@@ -69,18 +69,15 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     ``stage3.py``; DeepSpeed's estimators count it: 16 B/param/n at stages 1-2, 18 at stage 3), and
     ``overlap_comm``'s buckets (:data:`OVERLAP_COMM_BYTES_PER_ELEMENT` × (reduce + all-gather bucket), at stage 3
     the reduce bucket only: the prefetched layers are the gathered parameters below).
-    FSDP with accumulation (``plan.gradient_accumulation_steps`` > 1) runs the micro-batches under ``no_sync``
-    (see :func:`advisor.engine.speed.communication_seconds`): the gradients stay unsharded until the step
-    (PyTorch FSDP docs, ``FullyShardedDataParallel.no_sync``: "FSDP will accumulate the full model gradients
-    (instead of gradient shards) until the eventual sync")."""
+    FSDP with accumulation runs with ``sync_each_batch`` (emitted; see
+    :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches."""
     mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
     parallelism = Parallelism.of(plan.parallelism)
     low = 2 if mixed else 4
     masters = 4 * P if mixed and plan.weights_dtype == WeightsDtype.FP32 else 0
     params = low * P // (n if stage >= 3 else 1)
-    no_sync = parallelism.fsdp and plan.gradient_accumulation_steps > 1
-    grads = low * P // (n if stage >= 2 and not no_sync else 1)
+    grads = low * P // (n if stage >= 2 else 1)
     states = (masters + states_full) // n
     buckets = 0
     if parallelism.deepspeed and mixed and masters:
