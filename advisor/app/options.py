@@ -83,7 +83,7 @@ class WorkloadOptions(_Options):
                                           json_schema_extra={"metavar": "B"})
     objective: literal(Objective) = Field(Objective.SPEED.value,
                                           description="what matters most: the fastest plan that fits (default) or the "
-                                                      "least device memory within 10 % of the fastest plan's speed")
+                                                      "least device memory within 10 percent of the fastest plan's speed")
     from_scratch: bool = Field(False, description="pre-training from random weights (every weight trains: no LoRA / "
                                                   "QLoRA)")
 

@@ -108,9 +108,9 @@ class Recommendation(BaseModel):
     speed: SpeedEstimate
     """the chosen plan's speed estimate"""
     warnings: list[Warning]
+    """what the rules want the user to know"""
     suggestions: list[str] = Field(default_factory=list, description="slow, consider: faster catalog hardware when "
                                    "the plan offloads or needs risky fallbacks")
-    """what the rules want the user to know"""
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
     def value(self, setting: Setting) -> Any:

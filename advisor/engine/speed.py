@@ -218,7 +218,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
       NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
 
     Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
-    compute, None: long enough); inter-node bandwidth: ``inter_node_bytes_per_s``, else 200 Gb/s InfiniBand HDR.
+    compute, None: long enough); inter-node bandwidth per node: ``inter_node_bytes_per_s``, else 200 Gb/s.
     """
     n = plan.data_parallel_size
     parallelism = Parallelism.of(plan.parallelism)
@@ -226,8 +226,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         return 0.0
     P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
     wide = parallelism.replicated or plan.precision == Precision.FP32
-    grad_bytes = (4 if wide else 2) * P
-    param_bytes = (4 if plan.precision == Precision.FP32 else 2) * P
+    grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
     adapters = Method.of(plan.method).spec.adapters
     if adapters:  # only the adapters have gradients (fp32); a sharded frozen base is gathered like parameters
         grad_bytes = 4 * adapter_parameters(model, plan.lora_rank, plan.lora_targets) // plan.model_parallel_size
