@@ -132,3 +132,12 @@ def test_memory_objective_stays_within_its_speed_tolerance() -> None:
     assert (lean.plan.precision, lean.plan.optimizer, lean.plan.gradient_checkpointing) == ("bf16", "adamw", False)
     assert "within 10 % of the fastest" in lean.settings["micro_batch_size"].rationale + " ".join(
         a.reason for s in lean.settings.values() for a in s.alternatives)
+
+
+def test_slow_plans_name_faster_hardware() -> None:
+    """"Slow, consider X" (issue 14): a plan that fits only with LoRA and checkpointing on an RTX 4090 names the
+    catalog GPU that runs the workload at least twice as fast; a plan without such fallbacks gets nothing."""
+    slow = recommend("meta-llama/Llama-2-7b-hf", gpu="rtx-4090")
+    assert len(slow.suggestions) == 1 and "--gpu h200:1" in slow.suggestions[0]
+    assert "method=lora" in slow.suggestions[0] and "x)" in slow.suggestions[0]
+    assert recommend("gpt2", gpu="a100-80gb").suggestions == []

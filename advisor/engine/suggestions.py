@@ -105,7 +105,9 @@ def faster_hardware(result: planner.PlanningResult) -> list[str]:
     found = _fits_with(facts, f"{other}:{count}", facts.hardware.nodes)
     if found is None or found.speed.tokens_per_s < FASTER_FACTOR * best.speed.tokens_per_s:
         return []
-    why = "offloads to the CPU" if offload else "needs " + ", ".join(dict.fromkeys(e.setting for e in best.fallbacks))
+    why = "offloads to the CPU" if offload else "falls back on " + ", ".join(dict.fromkeys(
+        f"{e.setting}={e.value if not isinstance(e.value, list) else getattr(best.plan, e.setting)}"
+        for e in best.fallbacks))
     return [f"slow: this plan {why} (est. {best.speed.tokens_per_s:,.0f} tokens/s); consider --gpu {other}:{count}"
             + (f" --nodes {facts.hardware.nodes}" if facts.hardware.nodes > 1 else "")
             + f": {found.plan.describe()}, est. {found.speed.tokens_per_s:,.0f} tokens/s "
