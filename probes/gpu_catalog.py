@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
+from typing import Literal
 from importlib import resources
 
 from pydantic import BaseModel, Field
@@ -31,6 +32,11 @@ class CatalogGPU(BaseModel):
     memory_bandwidth_gbps: float
     nvlink_bandwidth_gbps: float | None
     nvlink_links: int
+    nvlink_topology: Literal["nvswitch", "cube-mesh", "pairs", "none"] = Field(
+        description="how NVLink joins a node's GPUs: NVSwitch (every pair), DGX-1's hybrid cube-mesh, a bridge "
+                    "between two cards, or not at all")
+    topology_source: str = Field(description="where the topology is documented")
+    peer_to_peer: bool = Field(True, description="PCIe peer-to-peer between the cards (False: through host memory)")
     pcie_generation: int
     tdp_w: float
     source_url: str
@@ -79,29 +85,48 @@ def gpu_info_from_catalog(entry: CatalogGPU, index: int = 0) -> GPUInfo:
         peak_tflops=entry.peak_tflops,
         memory_bandwidth_gbps=entry.memory_bandwidth_gbps,
         nvlink_bandwidth_gbps=entry.nvlink_bandwidth_gbps,
+        peer_to_peer=entry.peer_to_peer,
         source_url=entry.source_url,
         **derive_capabilities(entry.compute_capability, entry.id),
     )
 
 
+def nvlinked(entry: CatalogGPU, a: int, b: int) -> bool:
+    """Whether the board type joins GPUs ``a`` < ``b`` of one node by NVLink (``entry.nvlink_topology``, sourced
+    in ``entry.topology_source``): NVSwitch every pair; a bridge the pairs (0, 1), (2, 3), …; DGX-1's hybrid
+    cube-mesh each quad fully and each GPU to its counterpart in the other quad."""
+    if not entry.nvlink_bandwidth_gbps:
+        return False
+    if entry.nvlink_topology == "nvswitch":
+        return True
+    if entry.nvlink_topology == "pairs":
+        return a // 2 == b // 2
+    if entry.nvlink_topology == "cube-mesh":
+        return a // 4 == b // 4 or b == a + 4
+    return False
+
+
 def profile_from_catalog(spec: str, nodes: int = 1) -> HardwareProfile:
     """Hardware profile for ``--gpu NAME[:COUNT]`` and ``--nodes N``.
 
-    GPU pairs are NVLink-joined when the GPU has NVLink (SXM boards and bridged PCIe pairs are
-    assumed connected), else their PCIe relation is unknown.
+    GPU pairs are NVLink-joined as the board type joins them (:func:`nvlinked`), else their PCIe relation is
+    unknown.
 
     Raises:
         UnknownGPUError: see :func:`parse_gpu_spec`.
     """
     entry, count = parse_gpu_spec(spec)
     gpus = [gpu_info_from_catalog(entry, i) for i in range(count)]
+    per_link = entry.nvlink_links if entry.nvlink_topology != "cube-mesh" else max(entry.nvlink_links // 4, 1)
     links = [
-        GPULink(a=i, b=j, nvlink_count=entry.nvlink_links if entry.nvlink_bandwidth_gbps else 0)
+        GPULink(a=i, b=j, nvlink_count=per_link if nvlinked(entry, i, j) else 0)
         for i in range(count) for j in range(i + 1, count)
     ]
     notes = [f"planned from the datasheet of {entry.name} ({entry.source_url}); no live readings"]
     if entry.note:
         notes.append(f"{entry.id}: {entry.note}")
+    if count > 1:
+        notes.append(f"{entry.id} links: {entry.nvlink_topology} ({entry.topology_source})")
     return HardwareProfile(source="catalog", host=None, gpus=gpus, links=links, nodes=nodes, notes=notes)
 
 

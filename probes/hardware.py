@@ -23,6 +23,7 @@ Sources:
 from __future__ import annotations
 
 import os
+from itertools import combinations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -78,6 +79,8 @@ class GPUInfo(BaseModel):
     peak_tflops: PeakTflops | None = Field(None, description="datasheet peak rates; None for a GPU not in the catalog")
     memory_bandwidth_gbps: float | None = Field(None, description="device memory bandwidth, GB/s")
     nvlink_bandwidth_gbps: float | None = Field(None, description="total NVLink bandwidth per GPU, GB/s")
+    peer_to_peer: bool = Field(True, description="PCIe peer-to-peer transfers between GPUs work (False: they go "
+                                                 "through host memory, as on GeForce RTX 4090 cards)")
     source_url: str | None = Field(None, description="where the datasheet figures come from")
 
     @property
@@ -139,7 +142,10 @@ class HardwareProfile(BaseModel):
     interconnect: literal(Network) | None = Field(
         None, description="the network between nodes (None: one node, or not said: InfiniBand HDR assumed)")
     inter_node_gbit_s: float | None = Field(
-        None, description="network bandwidth between nodes, per node and direction, Gb/s (gigabits)")
+        None, description="network bandwidth between nodes, per NIC and direction, Gb/s (gigabits)")
+    nics_per_node: int | None = Field(
+        None, ge=1, description="network adapters (NICs) per node, as given (--nics-per-node); None: 1 on Ethernet, "
+                                "one per GPU on InfiniBand (HGX / DGX-class nodes)")
     notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
     host_memory_bytes: int | None = Field(None, description="RAM of one node for offloaded states, bytes, as given "
                                                             "(--host-memory); None: the probed host's RAM")
@@ -159,13 +165,23 @@ class HardwareProfile(BaseModel):
 
     @property
     def network_gbit_s(self) -> float:
-        """Bandwidth between nodes per node, Gb/s: ``inter_node_gbit_s``, else the network's catalog figure."""
+        """Bandwidth of one NIC between nodes, Gb/s: ``inter_node_gbit_s``, else the network's catalog figure."""
         return self.inter_node_gbit_s or self.network.gbit_s
 
     @property
+    def nics(self) -> int:
+        """NICs per node: ``nics_per_node`` as given, else 1 on Ethernet and one per GPU on InfiniBand, as on
+        HGX / DGX-class nodes (DGX A100: eight 200 Gb/s HDR adapters for eight GPUs, DGX H100: eight 400 Gb/s NDR,
+        https://docs.nvidia.com/dgx/dgxa100-user-guide/introduction-to-dgxa100.html "Hardware Overview")."""
+        if self.nics_per_node:
+            return self.nics_per_node
+        return max(len(self.gpus), 1) if self.network == Network.INFINIBAND else 1
+
+    @property
     def inter_node_bytes_per_s(self) -> float:
-        """:attr:`network_gbit_s` in bytes/s."""
-        return gbit_to_bytes_per_s(self.network_gbit_s)
+        """The node's bandwidth to the other nodes, bytes/s: :attr:`nics` × :attr:`network_gbit_s`. The node's
+        GPUs share it: a collective between nodes is limited by what the whole node sends."""
+        return gbit_to_bytes_per_s(self.network_gbit_s) * self.nics
 
     @property
     def num_gpus(self) -> int:
@@ -185,6 +201,39 @@ class HardwareProfile(BaseModel):
         """True when every pair of GPUs of a node is joined by NVLink (False with fewer than 2 GPUs)."""
         return bool(self.links) and all(link.nvlink_count > 0 for link in self.links)
 
+    def _nvlink_pairs(self) -> set[tuple[int, int]]:
+        return {(min(link.a, link.b), max(link.a, link.b)) for link in self.links if link.nvlink_count > 0}
+
+    @property
+    def nvlink_ring(self) -> bool:
+        """True when a ring through all of a node's GPUs runs over NVLink alone (NVSwitch, DGX-1's cube-mesh; not
+        bridged pairs), so ring collectives (NCCL) run at NVLink speed; False with fewer than 2 GPUs."""
+        if self.all_pairs_nvlink:
+            return True
+        pairs, n = self._nvlink_pairs(), len(self.gpus)
+        if n < 2 or not pairs or n > 8:
+            return False
+
+        def extend(path: list[int]) -> bool:
+            if len(path) == n:
+                return (min(path[0], path[-1]), max(path[0], path[-1])) in pairs
+            return any(extend(path + [g]) for g in range(n)
+                       if g not in path and (min(path[-1], g), max(path[-1], g)) in pairs)
+        return extend([0])
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs in the largest group of a node whose every pair is NVLink-joined: how far tensor parallelism can
+        reach at NVLink speed (1: none)."""
+        if self.all_pairs_nvlink:
+            return len(self.gpus)
+        pairs, best = self._nvlink_pairs(), 1
+        for size in range(2, min(len(self.gpus), 8) + 1):
+            if any(all((a, b) in pairs for a, b in combinations(group, 2))
+                   for group in combinations(range(len(self.gpus)), size)):
+                best = size
+        return best
+
 
 
 def derive_capabilities(compute_capability: str, catalog_id: str | None = None) -> dict:
@@ -192,7 +241,7 @@ def derive_capabilities(compute_capability: str, catalog_id: str | None = None) 
 
     Args:
         compute_capability: 'major.minor', e.g. '8.0'.
-        catalog_id: the catalog entry, used for A100's 64-element alignment.
+        catalog_id: the catalog entry, used for A100's and H100's 64-element alignment.
     Returns:
         dict with ``tensor_cores``, ``tensor_core_generation``, ``bf16``, ``tf32``, ``alignment_multiple``.
     """
@@ -202,13 +251,17 @@ def derive_capabilities(compute_capability: str, catalog_id: str | None = None) 
     if tensor_cores and generation is None:
         generation = max(g for (mj, _), g in _TENSOR_CORE_GENERATION.items() if mj <= major)
     ampere_or_newer = major >= 8
-    is_a100 = bool(catalog_id and catalog_id.startswith("a100")) or (major, minor) == (8, 0)
+    # A100 and H100 / H200 (the data-center parts, cc 8.0 and 9.0) run their largest tensor-core tiles on 128-byte
+    # aligned dimensions, 64 fp16 / bf16 elements (NVIDIA "Matrix Multiplication Background", Tensor Core
+    # Requirements: "multiples of 128 bytes" on A100 and later; the HF guide's 64 for A100); 8 elsewhere
+    data_center = bool(catalog_id and catalog_id.startswith(("a100", "h100", "h200"))) or (major, minor) in {(8, 0),
+                                                                                                            (9, 0)}
     return {
         "tensor_cores": tensor_cores,
         "tensor_core_generation": generation if tensor_cores else None,
         "bf16": ampere_or_newer,
         "tf32": ampere_or_newer,
-        "alignment_multiple": 64 if is_a100 else 8,
+        "alignment_multiple": 64 if data_center else 8,
     }
 
 

@@ -44,6 +44,10 @@ _ARCH_SUFFIX_TASK: list[tuple[str, TaskName]] = [
 #: the HF performance guide ("bf16") warns such models overflow when fine-tuned in fp16:
 #: https://huggingface.co/docs/transformers/v4.18.0/en/performance#bf16
 _BF16_PRETRAINED_TYPES = {"t5", "mt5", "umt5", "switch_transformers", "byt5"}
+#: Families whose fp16 fine-tuning is documented to overflow (inf / NaN losses): T5's feed-forward outputs pass
+#: 65504 (https://github.com/huggingface/transformers/issues/5651, /14189; the T5 authors: "all of our experiments
+#: use bfloat16 activations", https://github.com/google-research/text-to-text-transfer-transformer/issues/539).
+FP16_OVERFLOW_TYPES = frozenset(_BF16_PRETRAINED_TYPES)
 
 _DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
                 "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}

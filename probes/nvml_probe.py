@@ -77,6 +77,7 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GPUInfo:
         peak_tflops=entry.peak_tflops if entry else None,
         memory_bandwidth_gbps=entry.memory_bandwidth_gbps if entry else None,
         nvlink_bandwidth_gbps=entry.nvlink_bandwidth_gbps if entry else None,
+        peer_to_peer=entry.peer_to_peer if entry else True,
         source_url=entry.source_url if entry else None,
         **derive_capabilities(cc, entry.id if entry else None),
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Precision, Setting
+from probes.vocabulary import Objective, Optimizer, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -11,30 +11,34 @@ from rules.facts import Facts, Plan
 @register
 class MicroBatchMultipleOf8(Rule):
     id = "batch.micro-batch-multiple-of-8"
-    title = "micro-batch a multiple of 8 under mixed precision"
+    title = "GEMM dimensions a multiple of 8 under mixed precision: the micro-batch only where tokens are not"
     topic = "batch"
     sources = [S.HF_BATCH, S.NV_FC_BATCH, S.NV_TC_REQ]
-    rationale = ("Tensor cores are used fully when GEMM dimensions, the batch among them, are multiples of 8 "
-                 "(fp16/bf16); the HF guide adds that A100 prefers 64.")
+    rationale = ("Tensor cores are used fully when GEMM dimensions are multiples of 8 (fp16/bf16). In a "
+                 "transformer the GEMMs' rows are the micro-batch's tokens (batch × sequence) and their columns the "
+                 "hidden size: a sequence length that is a multiple of 8 aligns the tokens whatever the micro-batch, "
+                 "so the micro-batch matters only when the sequence length is not aligned.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
-        if gpu is None or not gpu.tensor_cores:
+        if gpu is None or not gpu.tensor_cores or facts.workload.seq_len % 8 == 0:
             return []
         multiples = list(range(8, facts.workload.global_batch_size + 1, 8))
         if not multiples:
             return []
         return [self.prefer(Setting.MICRO_BATCH_SIZE, multiples,
-                            "a multiple of 8 keeps tensor-core GEMMs aligned"
-                            + (" (A100 prefers 64)" if gpu.alignment_multiple == 64 else ""))]
+                            f"sequence length {facts.workload.seq_len} is not a multiple of 8: a micro-batch that is "
+                            "keeps the tokens dimension of the tensor-core GEMMs aligned")]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         gpu = facts.gpu
-        if gpu is None or plan.precision == Precision.FP32 or plan.micro_batch_size % 8 == 0:
+        tokens = plan.micro_batch_size * facts.workload.seq_len
+        if gpu is None or plan.precision == Precision.FP32 or (tokens % 8 == 0 and facts.model.hidden_size % 8 == 0):
             return []
-        return [self.warn(f"micro-batch {plan.micro_batch_size} is not a multiple of 8: the next multiple does not "
-                          "fit (or does not divide the global batch); keep the sequence length a multiple of 8 so "
-                          "the tokens dimension stays aligned", setting=Setting.MICRO_BATCH_SIZE)]
+        what = (f"{plan.micro_batch_size} × {facts.workload.seq_len} = {tokens} tokens per micro-batch" if tokens % 8
+                else f"hidden size {facts.model.hidden_size}")
+        return [self.warn(f"{what} is not a multiple of 8: the GEMMs fall off the tensor-core fast path; pad the "
+                          "sequence length to a multiple of 8", setting=Setting.MICRO_BATCH_SIZE)]
 
 
 @register
@@ -47,8 +51,11 @@ class LargestMicroBatch(Rule):
                  "not 1 x 64. Fill the GPU's memory, then accumulate the rest.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        why = ("the micro-batch with the least memory within the memory objective's speed tolerance"
+               if facts.workload.objective == Objective.MEMORY else
+               "the micro-batch with the highest estimated throughput that fits")
         return [self.set(Setting.MICRO_BATCH_SIZE, plan.micro_batch_size,
-                         f"the micro-batch with the highest estimated throughput that fits; "
+                         f"{why}; "
                          f"{plan.micro_batch_size} x {plan.gradient_accumulation_steps} accumulation"
                          + (f" x {plan.data_parallel_size} GPUs" if plan.data_parallel_size > 1 else "")
                          + f" = global batch {plan.global_batch_size}")]
@@ -112,16 +119,22 @@ class PadToMultipleOf8(Rule):
 @register
 class LinearLearningRateScaling(Rule):
     id = "batch.linear-lr-scaling"
-    title = "scale the learning rate linearly with the global batch"
+    title = "scale the learning rate with the global batch: square root for Adam-type optimizers, linear for SGD"
     topic = "batch"
-    sources = [S.LINEAR_SCALING, S.HF_GRAD_ACC]
-    rationale = ("When the global batch is multiplied by k (more GPUs, more accumulation), multiply the learning "
-                 "rate by k and warm it up (Goyal et al. 2017); DDP keeps each device's batch, so the global "
-                 "batch grows with the number of GPUs.")
+    sources = [S.SQRT_SCALING, S.LINEAR_SCALING, S.HF_GRAD_ACC]
+    rationale = ("When the global batch is multiplied by k (more GPUs, more accumulation), SGD's learning rate is "
+                 "multiplied by k with a warm-up (the linear rule, Goyal et al. 2017); for Adam-type optimizers the "
+                 "matching rule is the square root, lr × √k (Malladi et al. 2022, the SDE scaling rule for adaptive "
+                 "methods). DDP keeps each device's batch, so the global batch grows with the number of GPUs.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if plan.data_parallel_size == 1 and plan.gradient_accumulation_steps == 1:
             return []
-        return [self.warn(f"global batch = {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x "
-                          f"{plan.data_parallel_size} = {plan.global_batch_size}: if your learning rate was tuned for "
-                          "another batch, scale it linearly (lr x new/old) with warm-up")]
+        batch = (f"global batch = {plan.micro_batch_size} x {plan.gradient_accumulation_steps} x "
+                 f"{plan.data_parallel_size} = {plan.global_batch_size}")
+        if Optimizer.of(plan.optimizer) == Optimizer.SGD:
+            rule = "scale it linearly (lr x new/old, Goyal et al. 2017) with warm-up"
+        else:
+            rule = (f"{plan.optimizer} is adaptive (Adam-type): scale it by the square root (lr x sqrt(new/old), Malladi et al. "
+                    "2022), not linearly (lr x new/old, Goyal et al. 2017: for SGD), with warm-up")
+        return [self.warn(f"{batch}: if your learning rate was tuned for another batch, {rule}")]

@@ -41,7 +41,7 @@ class Workload(BaseModel):
         description="samples per optimizer step = micro-batch size × gradient accumulation steps × data-parallel size")
     objective: ObjectiveName = Field(
         Objective.SPEED.value, description="what matters most: 'speed' (the fastest plan that fits) or 'memory' (the plan with "
-                             "the least device memory)")
+                             "the least device memory within 10 % of the fastest plan's tokens/s)")
     method: MethodName | None = Field(None, description="the fine-tuning method asked for: full, lora or qlora; "
                                                         "None: the planner chooses (auto)")
     from_scratch: bool = Field(False, description="pre-training from random weights: every weight must train, so "

@@ -135,21 +135,37 @@ class SlowLinksFavourDdp(Rule):
                  "every layer and need NVLink-class bandwidth (the HF guide: DDP 23 % slower without NVLink even "
                  "for gpt2).")
 
-    def propose(self, facts: Facts) -> list[Effect]:
+    @staticmethod
+    def _slow_links(facts: Facts) -> str | None:
+        """The node's links in words when no NVLink ring runs through its GPUs (None: one does, or one GPU)."""
         hw = facts.hardware
-        if len(hw.gpus) <= 1 or hw.all_pairs_nvlink:
+        if len(hw.gpus) <= 1 or hw.nvlink_ring:
+            return None
+        if hw.gpu is not None and not hw.gpu.peer_to_peer:
+            return "PCIe without peer-to-peer (through host memory)"
+        return "bridged pairs, PCIe between them" if hw.nvlink_domain > 1 else "PCIe"
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if self._slow_links(facts) is None:
             return []
-        return [self.prefer(Setting.PARALLELISM, Parallelism.DDP, "no NVLink between the GPUs: sync as rarely as possible"),
-                self.warn("no NVLink between all GPUs: ZeRO-3 and tensor parallel exchange data every layer over "
-                          "PCIe; prefer plans that sync once per step")]
+        return [self.prefer(Setting.PARALLELISM, Parallelism.DDP, "no NVLink between the GPUs: sync as rarely as possible")]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        hw = facts.hardware
-        if plan.parallelism not in (Parallelism.ZERO_3, Parallelism.FSDP_FULL_SHARD) or hw.nodes <= 1:
-            return []
-        return [self.warn(f"{plan.parallelism} across {hw.nodes} nodes gathers parameters over the inter-node network "
-                          "every layer: a fast interconnect (InfiniBand) matters; FSDP HYBRID_SHARD keeps that "
-                          "traffic inside each node")]
+        hw, links = facts.hardware, self._slow_links(facts)
+        per_layer = Parallelism.of(plan.parallelism).stage >= 3 or plan.tensor_parallel > 1
+        effects = []
+        if links is not None and per_layer:
+            effects.append(self.warn(f"no NVLink ring through the GPUs ({links}): {plan.parallelism}"
+                                     + (f" with tensor parallel {plan.tensor_parallel}" if plan.tensor_parallel > 1
+                                        else "")
+                                     + " exchanges data every layer over the slow links; the estimate counts that "
+                                       "traffic for every micro-batch and still ranks this plan first (it fits a "
+                                       "larger micro-batch or nothing lighter fits): `advisor validate` measures it"))
+        if plan.parallelism in (Parallelism.ZERO_3, Parallelism.FSDP_FULL_SHARD) and hw.nodes > 1:
+            effects.append(self.warn(f"{plan.parallelism} across {hw.nodes} nodes gathers parameters over the "
+                                     "inter-node network every layer: a fast interconnect (InfiniBand) matters; FSDP "
+                                     "HYBRID_SHARD keeps that traffic inside each node"))
+        return effects
 
 
 @register
@@ -245,9 +261,10 @@ class ModelParallelLastResort(Rule):
             elif t > per_node:
                 effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, f"only {per_node} GPUs per node: tensor parallel "
                                                                  "stays inside a node", hard=True))
-            elif not hw.all_pairs_nvlink:
-                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, "no NVLink between the GPUs: tensor parallel "
-                                                                 "all-reduces activations 4 times per layer"))
+            elif t > hw.nvlink_domain:
+                effects.append(self.forbid(Setting.TENSOR_PARALLEL, t, f"NVLink joins at most {hw.nvlink_domain} of "
+                                                                 "the GPUs: tensor parallel all-reduces activations "
+                                                                 "4 times per layer"))
             else:
                 effects.append(self.fallback(Setting.TENSOR_PARALLEL, t, "splits every layer, with 4 all-reduces per "
                                                                    "layer: only when sharded data parallel does "

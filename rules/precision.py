@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.model import FP16_OVERFLOW_TYPES
 from probes.vocabulary import Method, Penalty, Precision, Setting, WeightsDtype
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -155,23 +156,36 @@ class NoTf32BeforeAmpere(Rule):
 @register
 class Bf16PretrainedNoFp16(Rule):
     id = "precision.bf16-pretrained-no-fp16"
-    title = "never fp16 for a model pretrained in bf16"
+    title = "fp16 for a model pretrained in bf16 only as a fallback, validated; never for T5"
     topic = "precision"
-    sources = [S.HF_BF16]
-    rationale = ("A model pretrained in bf16 (T5, Llama 3, Mistral, ...) has activations beyond fp16's 65504 "
-                 "and overflows when fine-tuned in fp16; once on the bf16 path, stay on it.")
+    sources = [S.HF_BF16, S.T5_FP16_OVERFLOW]
+    rationale = ("A model pretrained in bf16 (T5, Llama 3, Mistral, ...) may have activations beyond fp16's 65504: "
+                 "the HF guide says it is likely to have overflow issues, not that it cannot train. fp16 is a "
+                 "fallback with a warning to validate (a non-finite loss shows it at once); where the overflow is "
+                 "documented (the T5 family: NaN losses under fp16) it is refused.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         model = facts.model
         if not model.pretrained_in_bf16:
             return []
-        effects = [self.forbid(Setting.PRECISION, Precision.FP16,
-                               f"{model.id} was pretrained in bf16: fp16 (max 65504) risks overflow")]
+        if model.model_type in FP16_OVERFLOW_TYPES:
+            effects = [self.forbid(Setting.PRECISION, Precision.FP16,
+                                   f"{model.id} ({model.model_type}) overflows in fp16: documented NaN losses")]
+        else:
+            effects = [self.fallback(Setting.PRECISION, Precision.FP16,
+                                     f"{model.id} was pretrained in bf16: fp16 (max 65504) may overflow; only when bf16 "
+                                     "is unavailable, and validated", penalty=Penalty.MUCH_SLOWER)]
         gpu = facts.gpu
         if gpu is not None and not gpu.bf16:
-            effects.append(self.warn(f"{model.id} was pretrained in bf16 and {gpu.name} has no bf16: fp32 is the safe "
-                                     "precision here; a GPU of compute capability >= 8.0 would allow bf16"))
+            effects.append(self.warn(f"{model.id} was pretrained in bf16 and {gpu.name} has no bf16: a GPU of compute "
+                                     "capability >= 8.0 would allow bf16"))
         return effects
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not facts.model.pretrained_in_bf16 or plan.precision != Precision.FP16:
+            return []
+        return [self.warn(f"fp16 on a model pretrained in bf16 may overflow: run `advisor validate` (it retries a "
+                          "non-finite loss) and watch the loss scale in the first steps", setting=Setting.PRECISION)]
 
 
 @register

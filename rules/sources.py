@@ -10,6 +10,8 @@ HF_ANATOMY = Source(title="HF Performance and Scalability guide", url=f"{_HF_PER
                     section="Anatomy of Model's Memory")
 HF_FP16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#fp16", section="fp16")
 HF_BF16 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#bf16", section="bf16")
+T5_FP16_OVERFLOW = Source(title="transformers issue 14189: T5 v1.1 loss goes to NaN with fp16",
+                          url="https://github.com/huggingface/transformers/issues/14189", section="description")
 HF_TF32 = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#tf32", section="tf32")
 HF_GRAD_ACC = Source(title="HF Performance and Scalability guide", url=f"{_HF_PERF}#gradient-accumulation",
                      section="Gradient Accumulation")
@@ -75,6 +77,8 @@ EIGHT_BIT_PAPER = Source(title="Dettmers et al. 2022, 8-bit Optimizers via Block
                          url="https://arxiv.org/abs/2110.02861")
 ZERO_PAPER = Source(title="Rajbhandari et al. 2020, ZeRO", url="https://arxiv.org/abs/1910.02054",
                     section="5 Deep dive into ZeRO-DP / 7 Communication analysis")
+SQRT_SCALING = Source(title="Malladi et al. 2022, On the SDEs and Scaling Rules for Adaptive Gradient Algorithms",
+                      url="https://arxiv.org/abs/2205.10287", section="Square-root scaling rule")
 LINEAR_SCALING = Source(title="Goyal et al. 2017, Accurate, Large Minibatch SGD",
                         url="https://arxiv.org/abs/1706.02677", section="2.1 Learning rates for large minibatches")
 LIGHTNING_MODEL_PARALLEL = Source(

@@ -88,6 +88,7 @@ def test_accelerate_loads_the_config(name, tmp_path) -> None:
     assert cfg.mixed_precision == ("no" if rec.plan.precision == "fp32" else rec.plan.precision)
     assert cfg.use_cpu == (rec.plan.device == "cpu")
     expected = ("DEEPSPEED" if rec.plan.parallelism.startswith("zero") else
+                "FSDP" if rec.plan.parallelism.startswith("fsdp") else
                 "MULTI_GPU" if rec.plan.num_gpus > 1 else "NO")
     assert str(cfg.distributed_type).split(".")[-1] == expected
 
@@ -95,12 +96,15 @@ def test_accelerate_loads_the_config(name, tmp_path) -> None:
 DS_DOCUMENTED_KEYS = {  # https://www.deepspeed.ai/docs/config-json/
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "fp16", "bf16",
     "zero_optimization"}
-DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer", "offload_param"}
+DS_ZERO_KEYS = {"stage", "overlap_comm", "contiguous_gradients", "offload_optimizer", "offload_param",
+                "reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}
 
 
 @pytest.mark.parametrize("name", [n for n in CASES if "Llama-2-7B on a100" in n and "one" not in n])
 def test_deepspeed_config_passes_deepspeeds_own_validation(name) -> None:
     rec = _rec(name)
+    if not rec.plan.parallelism.startswith("zero"):  # the planner chose FSDP here: check the ZeRO-3 config
+        rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"parallelism": "zero-3"})})
     cfg = deepspeed_config(rec)
     plan = rec.plan
     assert cfg["train_batch_size"] == plan.micro_batch_size * plan.gradient_accumulation_steps * plan.num_gpus
@@ -113,6 +117,11 @@ def test_deepspeed_config_passes_deepspeeds_own_validation(name) -> None:
             mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus):
         ds = DeepSpeedConfig(cfg)
     assert ds.train_batch_size == plan.global_batch_size and ds.zero_optimization_stage == int(plan.parallelism[-1])
+    # the buckets the memory model priced (hidden_size², the Trainer's "auto"), as DeepSpeed reads them
+    zero = ds.zero_config
+    assert zero.reduce_bucket_size == rec.model.hidden_size**2 == 4096**2
+    assert (zero.prefetch_bucket_size == int(0.9 * 4096**2) if zero.stage == 3 else
+            zero.allgather_bucket_size == 4096**2)
     with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
             mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus), \
             pytest.raises(AssertionError):  # DeepSpeed's check bites: a wrong train_batch_size is refused
@@ -217,6 +226,10 @@ def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path
     assert "deepspeed" not in args and args["fsdp"]
     built = _build_training_arguments(args, rec)
     assert built.fsdp
+    # with accumulation every micro-batch reduce-scatters (the gradients stay sharded, as the memory figure assumed)
+    assert (rec.plan.gradient_accumulation_steps > 1) == bool(
+        built.accelerator_config.gradient_accumulation_kwargs
+        and built.accelerator_config.gradient_accumulation_kwargs["sync_each_batch"])
     path = tmp_path / "accelerate_config.yaml"
     path.write_text(yaml.safe_dump(accelerate_config(rec)))
     cfg = ClusterConfig.from_yaml_file(str(path))

@@ -118,3 +118,27 @@ def test_model_parallel_replicas_set_the_data_parallel_size() -> None:
                 micro_batch_size=2, gradient_accumulation_steps=4, parallelism="ddp", num_gpus=16,
                 tensor_parallel=4, pipeline_parallel=2)
     assert (plan.model_parallel_size, plan.data_parallel_size, plan.global_batch_size) == (8, 2, 16)
+
+
+def test_memory_objective_stays_within_its_speed_tolerance() -> None:
+    """`--objective memory` (issue 14): the least memory among plans within 10 % of the fastest plan's tokens/s and
+    its fallbacks, not fp32 + Adafactor + checkpointing at 15 % MFU to save 0.15 GiB."""
+    from advisor.engine.planner import MEMORY_SPEED_TOLERANCE
+
+    fast = recommend("gpt2", gpu="a100-80gb")
+    lean = recommend("gpt2", gpu="a100-80gb", objective="memory")
+    assert MEMORY_SPEED_TOLERANCE == 0.10
+    assert lean.speed.tokens_per_s >= 0.9 * fast.speed.tokens_per_s
+    assert lean.memory.device_bytes < fast.memory.device_bytes
+    assert (lean.plan.precision, lean.plan.optimizer, lean.plan.gradient_checkpointing) == ("bf16", "adamw", False)
+    assert "within 10 % of the fastest" in lean.settings["micro_batch_size"].rationale + " ".join(
+        a.reason for s in lean.settings.values() for a in s.alternatives)
+
+
+def test_slow_plans_name_faster_hardware() -> None:
+    """"Slow, consider X" (issue 14): a plan that fits only with LoRA and checkpointing on an RTX 4090 names the
+    catalog GPU that runs the workload at least twice as fast; a plan without such fallbacks gets nothing."""
+    slow = recommend("meta-llama/Llama-2-7b-hf", gpu="rtx-4090")
+    assert len(slow.suggestions) == 1 and "--gpu h200:1" in slow.suggestions[0]
+    assert "method=lora" in slow.suggestions[0] and "x)" in slow.suggestions[0]
+    assert recommend("gpt2", gpu="a100-80gb").suggestions == []

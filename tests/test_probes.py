@@ -46,7 +46,7 @@ def test_unknown_gpu_lists_known_names() -> None:
 
 @pytest.mark.parametrize("cc, bf16, tc, gen, align", [
     ("7.0", False, True, 1, 8), ("7.5", False, True, 2, 8), ("8.0", True, True, 3, 64), ("8.6", True, True, 3, 8),
-    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 8), ("6.1", False, False, None, 8)])
+    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 64), ("6.1", False, False, None, 8)])
 def test_capabilities_from_compute_capability(cc, bf16, tc, gen, align) -> None:
     caps = derive_capabilities(cc)
     assert caps["bf16"] is bf16 and caps["tf32"] is bf16  # never torch's emulation-counting answer
@@ -60,6 +60,36 @@ def test_catalog_profile_with_count_and_links() -> None:
     assert len(hw.links) == 6 and hw.links[0].label == "NV12"
     pcie = profile_from_catalog("rtx-4090:2")
     assert not pcie.all_pairs_nvlink and pcie.links[0].label == "?"
+
+
+@pytest.mark.parametrize("spec, nvlinked, ring, domain", [
+    ("rtx-3090:4", {(0, 1), (2, 3)}, False, 2),            # GA102: 2-way NVLink bridge
+    ("a100-80gb-pcie:8", {(0, 1), (2, 3), (4, 5), (6, 7)}, False, 2),  # PCIe A100: bridged pairs
+    ("h100-pcie:4", {(0, 1), (2, 3)}, False, 2),
+    ("rtx-4090:4", set(), False, 1),                        # consumer Ada: no NVLink (and no peer-to-peer)
+    ("h100-sxm:8", {(a, b) for a in range(8) for b in range(a + 1, 8)}, True, 8),  # NVSwitch
+    ("v100-16gb:8", {(a, b) for a in range(8) for b in range(a + 1, 8) if a // 4 == b // 4 or b == a + 4},
+     True, 4),                                              # DGX-1 hybrid cube-mesh
+])
+def test_catalog_links_follow_the_board_type(spec, nvlinked, ring, domain) -> None:
+    """`advisor probe --gpu rtx-3090:4` must not draw NVLink between every pair (issue 14)."""
+    hw = profile_from_catalog(spec)
+    assert {(link.a, link.b) for link in hw.links if link.nvlink_count} == nvlinked
+    assert hw.nvlink_ring is ring and hw.nvlink_domain == domain
+    assert hw.gpu.peer_to_peer is (not spec.startswith("rtx-4090"))
+    assert any("links:" in note and "http" in note for note in hw.notes)  # the topology's source
+
+
+def test_nics_per_node_default_by_network() -> None:
+    """InfiniBand HGX / DGX nodes: one NIC per GPU; Ethernet: one NIC; --nics-per-node overrides."""
+    from advisor.app.api import probe_hardware
+
+    ib = probe_hardware("a100-80gb:8", nodes=2, interconnect="infiniband")
+    assert ib.nics == 8 and ib.inter_node_bytes_per_s == 8 * 200e9 / 8
+    eth = probe_hardware("a100-80gb:8", nodes=2, interconnect="ethernet")
+    assert eth.nics == 1 and eth.inter_node_bytes_per_s == 100e9 / 8
+    four = probe_hardware("a100-80gb:8", nodes=2, interconnect="ethernet", nics_per_node=4, inter_node_gbps=25)
+    assert four.nics == 4 and four.inter_node_bytes_per_s == 4 * 25e9 / 8
 
 
 @pytest.mark.parametrize("nvml_name, expected", [

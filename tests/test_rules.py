@@ -59,6 +59,8 @@ def test_rule_case(rule_id: str, case: dict) -> None:
             f"no effect matches {wanted}; got {[e.model_dump() for e in effects]}")
     for e in effects:
         assert e.rule_id == rule_id and e.reason
+    for text in case.get("message_contains", []):  # words an effect's reason must say
+        assert any(text in e.reason for e in effects), (text, [e.reason for e in effects])
 
 
 def test_every_rule_has_cases_that_fire_and_not() -> None:

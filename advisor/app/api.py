@@ -31,7 +31,7 @@ from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
-from advisor.engine.suggestions import no_fit_error
+from advisor.engine.suggestions import faster_hardware, no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
@@ -58,14 +58,15 @@ def _options(*groups: type[BaseModel]) -> type[BaseModel]:
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
                    inter_node_gbps: float | None = None, host_memory_bytes: int | None = None,
-                   cuda_context_bytes: int | None = None) -> HardwareProfile:
+                   nics_per_node: int | None = None, cuda_context_bytes: int | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
     'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
-    ``inter_node_gbps``, in Gb/s, is given); a list or a comma-separated string. ``host_memory_bytes``: RAM per
-    node for offload (default: this machine's RAM; unknown for catalog GPUs). ``cuda_context_bytes``: the CUDA
-    context's device memory (default 500 MiB).
+    ``inter_node_gbps``, in Gb/s per NIC, is given); a list or a comma-separated string. ``nics_per_node``: the
+    node's network adapters, which its GPUs share (default: 1 on Ethernet, one per GPU on InfiniBand).
+    ``host_memory_bytes``: RAM per node for offload (default: this machine's RAM; unknown for catalog GPUs).
+    ``cuda_context_bytes``: the CUDA context's device memory (default 500 MiB).
 
     Raises:
         UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
@@ -73,7 +74,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     if isinstance(interconnect, list):
         interconnect = ",".join(interconnect)
     return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
-                                             "inter_node_gbps": inter_node_gbps,
+                                             "inter_node_gbps": inter_node_gbps, "nics_per_node": nics_per_node,
                                              "host_memory_bytes": host_memory_bytes,
                                              "cuda_context_bytes": cuda_context_bytes}))
 
@@ -88,7 +89,7 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
             profile = profile.model_copy(update={"nodes": opts.nodes})
     update = interconnect_update(profile, opts.interconnect)
     for option, field in (("inter_node_gbps", "inter_node_gbit_s"), ("host_memory_bytes", "host_memory_bytes"),
-                          ("cuda_context_bytes", "cuda_context_bytes")):
+                          ("nics_per_node", "nics_per_node"), ("cuda_context_bytes", "cuda_context_bytes")):
         if getattr(opts, option) is not None:
             update[field] = getattr(opts, option)
     return profile.model_copy(update=update) if update else profile
@@ -171,7 +172,7 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
     result = planner.search(_facts(model, opts, hardware))
     if result.best is None:
         raise no_fit_error(result)
-    return build(result)
+    return build(result, suggestions=faster_hardware(result))
 
 
 class SimulatedMemory(BaseModel):

@@ -38,6 +38,7 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
                                     lora_config, model_kwargs, transformers_version)
 from advisor.app.files import write_atomic
 from advisor.engine.recommendation import Recommendation
+from advisor.engine.states import zero_bucket_elements
 from probes.errors import UsageError
 from probes.kernels import LossKernel
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
@@ -149,6 +150,10 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         args["deepspeed"] = FILE_NAMES["deepspeed"]
     if uses_fsdp(rec):
         args.update(_fsdp_args(rec))
+        if plan.gradient_accumulation_steps > 1:
+            # reduce-scatter every micro-batch: gradients stay sharded, as the memory figure assumed (the Trainer's
+            # default no_sync would keep full gradients; advisor.engine.speed.communication_seconds)
+            args["accelerator_config"] = {"gradient_accumulation_kwargs": {"sync_each_batch": True}}
         if "fsdp_config" in args and plan.gradient_checkpointing:
             args[ckpt] = False  # the fsdp_config's activation checkpointing replaces it
             args.pop(f"{ckpt}_kwargs", None)
@@ -168,12 +173,20 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
 
     ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
     With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto"); the
-    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3).
+    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3). The bucket sizes are
+    the ones the memory model priced (:func:`advisor.engine.states.zero_bucket_elements`: ``overlap_comm`` holds
+    about 4.5 × their 16-bit bytes).
     """
     if not uses_deepspeed(rec):
         return None
     plan = rec.plan
     zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
+    bucket = zero_bucket_elements(rec.model)  # the bucket sizes the memory figure priced (engine.states)
+    zero["reduce_bucket_size"] = bucket
+    if zero["stage"] >= 3:
+        zero["stage3_prefetch_bucket_size"] = int(0.9 * bucket)
+    else:
+        zero["allgather_bucket_size"] = bucket
     offload = Offload(plan.offload)
     if offload.optimizer:
         zero["offload_optimizer"] = _offload_section(offload)

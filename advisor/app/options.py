@@ -53,9 +53,13 @@ class HardwareOptions(_Options):
     interconnect: str | None = Field(
         None, description="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
                           "comma-separated, e.g. pcie,ethernet", json_schema_extra={"metavar": "LINKS"})
-    inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per node, "
+    inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per NIC, "
                                                                  "gigabits per second",
                                           json_schema_extra={"metavar": "Gb/s"})
+    nics_per_node: int | None = Field(None, ge=1, le=64, description="network adapters per node, shared by its "
+                                                                    "GPUs (default: 1 on ethernet, one per GPU on "
+                                                                    "infiniband, as on HGX / DGX nodes)",
+                                      json_schema_extra={"metavar": "N"})
     host_memory_bytes: int | None = Field(None, ge=1, description="CPU RAM per node for offloaded optimizer states "
                                                                   "and parameters, e.g. 256GB (default: this "
                                                                   "machine's RAM; unknown for --gpu)",
@@ -85,7 +89,7 @@ class WorkloadOptions(_Options):
                                           json_schema_extra={"metavar": "B"})
     objective: literal(Objective) = Field(Objective.SPEED.value,
                                           description="what matters most: the fastest plan that fits (default) or the "
-                                                      "least device memory")
+                                                      "least device memory within 10 percent of the fastest plan's speed")
     from_scratch: bool = Field(False, description="pre-training from random weights (every weight trains: no LoRA / "
                                                   "QLoRA)")
     mean_sample_len: int | None = Field(None, ge=1, description="average tokens per sample before padding (default: "

@@ -177,6 +177,8 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         for item in rec.warnings:
             w.add_row(item.rule_id, item.message)
         console.print(w)
+    for idea in rec.suggestions:
+        console.print(Text(idea, style="yellow"))
     sources = {s.url: s.title for setting in rec.settings.values() for s in setting.sources}
     console.print(Text("Sources: " + "; ".join(f"{title} <{url}>" for url, title in sources.items()), style="dim"))
 

@@ -5,7 +5,8 @@ the per-device batch, so gradient accumulation is a whole number) × parallelism
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
 the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
-most preferences met; the 'memory' objective ranks by least device memory first.
+most preferences met; the 'memory' objective takes the least device memory within :data:`MEMORY_SPEED_TOLERANCE`
+of the fastest plan.
 """
 
 from __future__ import annotations
@@ -53,13 +54,28 @@ class Candidate:
         return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
 
     def memory_key(self) -> tuple:
-        """Sort key for the 'memory' objective: least device memory first, then as ``key``."""
+        """Sort key among the plans the 'memory' objective may pick: least device memory first, then as ``key``."""
         return (self.memory.device_bytes, *self.key())
 
 
-def ranking(objective: str):
-    """The sort key of an objective ('speed' or 'memory')."""
-    return Candidate.memory_key if objective == Objective.MEMORY else Candidate.key
+#: The 'memory' objective's speed tolerance: it takes the least device memory among the plans that fit within 10 %
+#: of the fastest plan's tokens/s and pay no fallback the fastest plan does not pay (no checkpointing, Adafactor,
+#: adapters or offload that speed did not need). A stated trade, not a fit: memory saved below that costs more time
+#: than a user who asked for headroom, not for a slower run, would accept.
+MEMORY_SPEED_TOLERANCE = 0.10
+
+
+def order(fitting: list[Candidate], objective: str) -> list[Candidate]:
+    """The plans that fit, best first under ``objective``: 'speed' by :meth:`Candidate.key`; 'memory' the plans
+    within :data:`MEMORY_SPEED_TOLERANCE` of the fastest (at its penalty) by least memory, then the others."""
+    by_speed = sorted(fitting, key=Candidate.key)
+    if objective != Objective.MEMORY or not by_speed:
+        return by_speed
+    fastest = by_speed[0]
+    floor = (1 - MEMORY_SPEED_TOLERANCE) * fastest.speed.tokens_per_s
+    near = [c for c in by_speed if c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor]
+    rest = [c for c in by_speed if not (c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor)]
+    return sorted(near, key=Candidate.memory_key) + rest
 
 
 @dataclass
@@ -75,7 +91,7 @@ class PlanningResult:
 
     @property
     def fitting(self) -> list[Candidate]:
-        return sorted((c for c in self.candidates if c.fits), key=ranking(self.facts.workload.objective))
+        return order([c for c in self.candidates if c.fits], self.facts.workload.objective)
 
 
 def capacity_bytes(facts: Facts) -> int:
@@ -208,7 +224,7 @@ class Pricing:
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
         return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
                    cuda_context_bytes=facts.hardware.cuda_context_bytes or CUDA_CONTEXT_BYTES,
-                   nvlink=facts.hardware.all_pairs_nvlink,
+                   nvlink=facts.hardware.nvlink_ring,
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
                    fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
                    preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
@@ -376,16 +392,15 @@ def search(facts: Facts) -> PlanningResult:
     effects = propose_effects(facts)
     domain = domains(facts)
     allowed = _allowed(domain, effects)
-    rank = ranking(facts.workload.objective)
     candidates = _candidates(facts, allowed, effects, model_parallel=False)
-    fitting = sorted((c for c in candidates if c.fits), key=rank)
+    fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
                       and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
     mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
                                   bound=fitting[0].penalty if fitting else None)
-        fitting = sorted((c for c in candidates if c.fits), key=rank)
+        fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
     return PlanningResult(facts=facts, best=best, candidates=candidates, domains=domain, effects=effects,

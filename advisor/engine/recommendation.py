@@ -8,7 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.planner import SEARCHED, Candidate, PlanningResult, evaluate, refusal, search
+from advisor.engine.planner import (MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, evaluate, refusal,
+                                    search)
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
@@ -110,6 +111,8 @@ class Recommendation(BaseModel):
     """the chosen plan's speed estimate"""
     warnings: list[Warning]
     """what the rules want the user to know"""
+    suggestions: list[str] = Field(default_factory=list, description="slow, consider: faster catalog hardware when "
+                                   "the plan offloads or needs risky fallbacks")
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
     def value(self, setting: Setting) -> Any:
@@ -165,7 +168,13 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         more = alt.memory.device_bytes - best.memory.device_bytes
         if more > 0:
             return (f"needs {more / GIB:.2f} GiB more ({alt.memory.device_bytes / GIB:.2f} vs "
-                    f"{best.memory.device_bytes / GIB:.2f} GiB): the objective is the least memory")
+                    f"{best.memory.device_bytes / GIB:.2f} GiB): the objective is the least memory within "
+                    f"{MEMORY_SPEED_TOLERANCE * 100:.0f} % of the fastest plan")
+        fastest = min(result.fitting, key=Candidate.key)
+        if alt.penalty <= fastest.penalty and more < 0:
+            return (f"saves {-more / GIB:.2f} GiB but runs at {alt.speed.tokens_per_s / fastest.speed.tokens_per_s:.0%}"
+                    f" of the fastest plan's tokens/s: beyond the memory objective's {MEMORY_SPEED_TOLERANCE * 100:.0f} % "
+                    "tolerance")
     own = [e for e in alt.fallbacks if e.setting == setting]
     if alt.penalty > best.penalty:
         others = [e for e in alt.fallbacks if e.setting != setting and e not in best.fallbacks]
@@ -191,11 +200,11 @@ def _communication(facts, best: Candidate) -> str:
     hw = facts.hardware
     if hw.nodes > 1:
         net = hw.interconnect or f"{hw.network.label} (assumed)"
-        link = f"{net} at {hw.network_gbit_s:g} Gb/s between {hw.nodes} nodes"
-    elif hw.all_pairs_nvlink:
+        link = f"{net} at {hw.nics} × {hw.network_gbit_s:g} Gb/s per node between {hw.nodes} nodes"
+    elif hw.nvlink_ring:
         link = "NVLink"
     else:
-        link = "PCIe"
+        link = "PCIe" if hw.gpu is None or hw.gpu.peer_to_peer else "PCIe through host memory (no peer-to-peer)"
     m, s = best.memory, best.speed
     return (f"per GPU {m.device_bytes / GIB:.1f} of {m.usable_bytes / GIB:.1f} GiB usable; est. communication "
             f"{s.communication_s:.2f} s of the {s.step_time_s:.2f} s step over {link}")
@@ -204,7 +213,7 @@ def _communication(facts, best: Candidate) -> str:
 def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     """What the objective picks, as a noun phrase (``fits``: say that the fastest plan is one that fits)."""
     if result.facts.workload.objective == Objective.MEMORY:
-        return "least-memory plan"
+        return f"least-memory plan within {MEMORY_SPEED_TOLERANCE * 100:.0f} % of the fastest"
     return "fastest plan that fits" if fits else "fastest plan"
 
 
@@ -354,7 +363,7 @@ def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
     return SettingDecision(value=chosen.value, rule_ids=rule_ids, rationale=chosen.reason, sources=_sources(rule_ids))
 
 
-def build(result: PlanningResult, top: int = 5) -> Recommendation:
+def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = None) -> Recommendation:
     """Assemble the recommendation from a planning result whose ``best`` is not None."""
     best = result.best
     assert best is not None, "build() needs a plan that fits"
@@ -388,7 +397,7 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     runners = [c for c in result.fitting if c is not best][:top]
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
-        memory=best.memory, speed=best.speed, warnings=warnings,
+        memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,
                                        fallback_penalty=c.penalty) for c in runners])

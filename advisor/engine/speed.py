@@ -150,7 +150,8 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
 
 
 def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
-    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe).
+    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe). ``nvlink``: a ring
+    through the node's GPUs runs over NVLink (``HardwareProfile.nvlink_ring``; bridged pairs do not).
 
     ``inter_node_bytes_per_s``: the network between nodes (``HardwareProfile.inter_node_bytes_per_s``;
     default: the catalog figure of :data:`probes.vocabulary.DEFAULT_NETWORK`).
@@ -160,7 +161,10 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
     if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
         return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
     gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
-    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0))
+    # without PCIe peer-to-peer NCCL stages through host memory (its SHM transport): every byte crosses PCIe twice
+    # (NCCL docs, NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
+    staged = 2 if gpu is not None and not gpu.peer_to_peer else 1
+    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0)) / staged
 
 
 def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
@@ -169,48 +173,100 @@ def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
     return base / plan.model_parallel_size
 
 
-def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
-                          inter_node_bytes_per_s: float | None = None) -> float:
-    """Exposed communication per optimizer step (ZeRO paper sec. 7: DDP all-reduce 2Ψ, ZeRO-3 3Ψ).
+#: Fraction of an overlappable collective that can hide behind compute (DDP's gradient buckets all-reduce during
+#: the backward, Li et al. 2020, https://arxiv.org/abs/2006.15704 sec. 3.2.3; DeepSpeed's ``overlap_comm`` and
+#: ZeRO-3 prefetching, https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training; FSDP's
+#: backward / forward prefetch, Zhao et al. 2023, https://arxiv.org/abs/2304.11277 sec. 3.3.2). An assumption
+#: carried from the first calibration, not fitted: the first bucket of a backward and the last all-gather of a
+#: forward cannot overlap, and a collective hides at most behind the compute it runs beside.
+OVERLAP = 0.5
 
-    Ring all-reduce moves 2·(n−1)/n of the gradient bytes per device; about half of it overlaps
-    with the backward pass (DDP buckets); ZeRO-3 / FSDP FULL_SHARD also all-gather parameters every
-    micro-batch (1.5x). FSDP HYBRID_SHARD does that inside a node over its links and only
-    all-reduces each GPU's shard (1/GPUs-per-node of the gradients) between nodes (PyTorch FSDP
-    docs, ShardingStrategy.HYBRID_SHARD). Inter-node bandwidth: ``inter_node_bytes_per_s``
-    (``--interconnect`` / ``--inter-node-gbps``), else 200 Gb/s InfiniBand HDR.
+
+def _exposed(collective_s: float, compute_s: float | None) -> float:
+    """Seconds of an overlappable collective left exposed: at least (1 − :data:`OVERLAP`) of it, and whatever
+    does not fit beside ``compute_s`` (None: compute assumed long enough)."""
+    floor = (1 - OVERLAP) * collective_s
+    return floor if compute_s is None else max(floor, collective_s - compute_s)
+
+
+def _sharded_seconds(parallelism: Parallelism, k: int, one_pass: float, grad_bytes: float, param_bytes: float,
+                     compute_s: float | None) -> float:
+    """Exposed seconds of a sharded strategy's collectives per step inside its group (see
+    :func:`communication_seconds`); ``one_pass``: seconds per byte of one reduce-scatter or all-gather."""
+    stage, fsdp = parallelism.stage, parallelism.fsdp
+    gathers = 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
+    per_micro = gathers * one_pass * param_bytes
+    reduce = one_pass * grad_bytes
+    if fsdp:  # sync_each_batch: a reduce-scatter every micro-batch, beside its backward
+        return k * _exposed(per_micro + reduce, compute_s)
+    if stage == 1:  # reduce at the boundary, then all-gather the updated partitions: both exposed
+        return 2 * one_pass * grad_bytes
+    seconds = k * _exposed(per_micro + reduce, compute_s)  # ZeRO-2 / 3: a reduce-scatter every micro-batch
+    if stage == 2:
+        seconds += one_pass * param_bytes  # the updated partitions, all-gathered after the step
+    return seconds
+
+
+def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
+                          inter_node_bytes_per_s: float | None = None,
+                          compute_s_per_micro: float | None = None) -> float:
+    """Exposed data-parallel communication per optimizer step, seconds, for what the emitted config runs.
+
+    Ring collectives over n ranks move (n−1)/n of the buffer per device for a reduce-scatter or an all-gather and
+    2·(n−1)/n for an all-reduce (ZeRO paper, https://arxiv.org/abs/1910.02054 sec. 7: DDP 2Ψ, ZeRO-3 3Ψ). With
+    k micro-batches per step (S: gradient bytes, 16-bit under mixed precision; Ψ: 16-bit parameter bytes):
+
+    - DP / DDP: the Trainer runs every micro-batch but the last under ``no_sync`` (transformers ``Trainer``
+      ``_inner_training_loop``; DDP docs, ``no_sync``): one all-reduce per step, overlapped with the last backward.
+    - ZeRO-1 (DeepSpeed): gradients reduced at the accumulation boundary, after the backward, and the updated
+      parameter partitions all-gathered after the step: 2·(n−1)/n·S per step, not overlapped.
+    - ZeRO-2: DeepSpeed reduce-scatters the gradients after every micro-batch, the Trainer does not skip it
+      (DeepSpeed maintainers, https://github.com/deepspeedai/DeepSpeed/issues/2252), overlapped with the backward
+      (``overlap_comm``); the parameter all-gather after the step is not.
+    - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward and reduce-scatters
+      the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped.
+    - FSDP: the emitted TrainingArguments set accelerate's ``sync_each_batch``
+      (``accelerator_config.gradient_accumulation_kwargs``), so every micro-batch reduce-scatters its gradients and
+      they stay sharded, as under ZeRO. The Trainer's default, ``no_sync`` on all but the last micro-batch (FSDP1
+      ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``), would reduce once per step but keep the full
+      gradients ("FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual
+      sync", PyTorch FSDP docs, ``FullyShardedDataParallel.no_sync``), undoing the sharding a plan needed.
+      FULL_SHARD / HYBRID_SHARD all-gather forward and backward, SHARD_GRAD_OP forward only (FSDP2 reshards after
+      backward); prefetched (``fsdp_backward_prefetch``), the reduce-scatter overlapped with the backward.
+    - HYBRID_SHARD over nodes (PyTorch FSDP docs, ``ShardingStrategy.HYBRID_SHARD``): the sharded collectives run
+      inside a node over its links; between nodes each GPU all-reduces its 1/g shard with its replicas every
+      micro-batch, and the node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's:
+      NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
+
+    Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
+    compute, None: long enough); inter-node bandwidth per node: ``inter_node_bytes_per_s``, else 200 Gb/s.
     """
     n = plan.data_parallel_size
     parallelism = Parallelism.of(plan.parallelism)
     if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
     P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
-    grad_bytes = (4 if parallelism.replicated or plan.precision == Precision.FP32 else 2) * P
-    if Method.of(plan.method).spec.adapters:  # only the adapters have gradients (fp32)
+    wide = parallelism.replicated or plan.precision == Precision.FP32
+    grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
+    adapters = Method.of(plan.method).spec.adapters
+    if adapters:  # only the adapters have gradients (fp32); a sharded frozen base is gathered like parameters
         grad_bytes = 4 * adapter_parameters(model, plan.lora_rank, plan.lora_targets) // plan.model_parallel_size
+        param_bytes = _frozen_weight_bytes(model, plan)
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
-    if parallelism.spec.replicated_across_nodes and nodes > 1:
-        per_node = max(n // nodes, 1)
-        intra = _link_bandwidth(gpu, nvlink, 1)
-        ring_in = 2 * (per_node - 1) / per_node
-        seconds = 1.5 * ring_in * grad_bytes / intra + (k - 1) * ring_in / 2 * grad_bytes / intra
-        seconds += 2 * (nodes - 1) / nodes * grad_bytes / per_node / _link_bandwidth(gpu, nvlink, nodes,
-                                                                                    inter_node_bytes_per_s)
-    else:
-        bw = _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
-        ring = 2 * (n - 1) / n
-        seconds = ring * grad_bytes / bw
-        if parallelism == Parallelism.DP:
-            seconds *= 2.5  # scatter inputs, replicate the model, gather outputs: 5 exchanges per batch
-        if parallelism.stage == 3 and Method.of(plan.method).spec.adapters:
-            # frozen base shards are all-gathered for every micro-batch's forward and backward
-            seconds += k * 2 * (n - 1) / n * _frozen_weight_bytes(model, plan) / bw
-        elif parallelism.stage == 3:
-            seconds *= 1.5
-            seconds += (k - 1) * ring / 2 * grad_bytes / bw
-    return 0.5 * seconds
+    hybrid = parallelism.spec.replicated_across_nodes and nodes > 1
+    group = max(n // nodes, 1) if hybrid else n  # the ranks the sharded collectives run over
+    bw = _link_bandwidth(gpu, nvlink, 1 if hybrid else nodes, inter_node_bytes_per_s)
+    one_pass = (group - 1) / group / bw  # seconds per byte of one reduce-scatter or all-gather
+    if parallelism.replicated or (adapters and parallelism.stage < 3):
+        seconds = _exposed(2 * one_pass * grad_bytes, compute_s_per_micro)  # one all-reduce (no_sync)
+        return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)  # DP: scatter, replicate, gather
+    seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro)
+    if hybrid:  # the node's GPUs share its network: the node sends a whole all-reduce's worth per micro-batch
+        between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
+        seconds += k * _exposed(between, compute_s_per_micro)
+    return seconds
 
 
 def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,
@@ -372,7 +428,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
     if Offload.of(plan.offload).optimizer:
         optimizer_time = offload_seconds(model, plan, compute)
-    comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s)
+    comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s, compute)
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
     step = (k + pp - 1) * micro_time + optimizer_time + comm
     comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline exchanges

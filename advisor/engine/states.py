@@ -42,19 +42,47 @@ class ModelStates:
     step_temp: int
 
 
-def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int) -> ModelStates:
+#: Bytes DeepSpeed's ``overlap_comm`` holds per bucket element: about 4.5 buffers of the bucket sizes, 16-bit
+#: ("overlap_comm uses 4.5x the allgather_bucket_size and reduce_bucket_size values", the transformers DeepSpeed
+#: guide, https://huggingface.co/docs/transformers/deepspeed, ZeRO-2: 5e8 each → 9 GB).
+OVERLAP_COMM_BYTES_PER_ELEMENT = 4.5 * 2
+
+
+def zero_bucket_elements(model: ModelProfile) -> int:
+    """The bucket size, in elements, advisor emits for ``reduce_bucket_size`` and ``allgather_bucket_size`` (and
+    0.9 of it for ``stage3_prefetch_bucket_size``), and the memory model prices: hidden_size², the Trainer's
+    ``"auto"`` (transformers DeepSpeed guide, "ZeRO-3": ``reduce_bucket_size`` = hidden_size·hidden_size,
+    ``stage3_prefetch_bucket_size`` = 0.9·hidden_size·hidden_size), within DeepSpeed's default 5e8."""
+    return min(model.hidden_size**2, 500_000_000)
+
+
+def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int,
+                    bucket: int = 0) -> ModelStates:
     """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
     2 bytes/param/n of ZeRO's figure, so its strategies use their ZeRO counterpart's. Pure bf16 weights
-    (FSDP without a mixed-precision policy) keep no fp32 masters."""
+    (FSDP without a mixed-precision policy) keep no fp32 masters.
+
+    DeepSpeed's own buffers (mixed precision): the fp32 gradient partition the optimizer steps on, 4 B/param/n
+    (``single_partition_of_fp32_groups[i].grad`` in ``stage_1_and_2.py``, the fp32 partition's ``grad`` in
+    ``stage3.py``; DeepSpeed's estimators count it: 16 B/param/n at stages 1-2, 18 at stage 3), and
+    ``overlap_comm``'s buckets (:data:`OVERLAP_COMM_BYTES_PER_ELEMENT` × (reduce + all-gather bucket), at stage 3
+    the reduce bucket only: the prefetched layers are the gathered parameters below).
+    FSDP with accumulation runs with ``sync_each_batch`` (emitted; see
+    :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches."""
     mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
+    parallelism = Parallelism.of(plan.parallelism)
     low = 2 if mixed else 4
     masters = 4 * P if mixed and plan.weights_dtype == WeightsDtype.FP32 else 0
     params = low * P // (n if stage >= 3 else 1)
     grads = low * P // (n if stage >= 2 else 1)
     states = (masters + states_full) // n
+    buckets = 0
+    if parallelism.deepspeed and mixed and masters:
+        grads += 4 * P // n  # the fp32 gradient partition
+        buckets = int(OVERLAP_COMM_BYTES_PER_ELEMENT * bucket * (1 if stage >= 3 else 2))
     if offload.optimizer:
         # ZeRO-Offload copies each gradient bucket to the CPU as backward produces it (Ren et al. 2021 sec. 4.1;
         # DeepSpeed's estimator counts no gradients on the GPU): about two buckets of the largest tensor stay
@@ -64,7 +92,7 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
         params = 0
     if stage >= 3:
         params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
-    return ModelStates(weights=params, copies16=0, grads=grads, buckets=0, optimizer=states, step_temp=0)
+    return ModelStates(weights=params, copies16=0, grads=grads, buckets=buckets, optimizer=states, step_temp=0)
 
 
 def _replicated_states(plan: Plan, P: int, copies16: int, states_full: int, largest: int) -> ModelStates:
@@ -128,7 +156,8 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
     states_full = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) // split
     largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
     if parallelism.stage:
-        return _sharded_states(plan, parallelism.stage, n, P, states_full, largest)
+        return _sharded_states(plan, parallelism.stage, n, P, states_full, largest,
+                               zero_bucket_elements(model))
     return _replicated_states(plan, P, copies16, states_full, largest)
 
 

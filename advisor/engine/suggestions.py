@@ -1,5 +1,6 @@
 """When nothing fits: what would (a larger catalog GPU, more GPUs with sharding and offload), and the
-:class:`~probes.errors.NoFitError` that carries it."""
+:class:`~probes.errors.NoFitError` that carries it; when a plan fits but is slow (offload, or fallbacks up to a
+risky one): the catalog GPU that would run it much faster (:func:`faster_hardware`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from advisor.engine import planner
 from probes.errors import NoFitError
 from probes.gpu_catalog import catalog, profile_from_catalog
 from probes.units import GIB
-from probes.vocabulary import Method, Offload, Parallelism
+from probes.vocabulary import Method, Offload, Parallelism, Penalty
 from rules import Facts
 
 #: GPU counts tried for "more GPUs" (a node holds up to 8; more are whole nodes of 8).
@@ -80,6 +81,37 @@ def suggestions(facts: Facts) -> list[str]:
     if not found:
         found.append("a shorter --seq-len or a smaller model")
     return found
+
+
+#: How much faster a catalog GPU must run the workload before a fitting plan's suggestions name it.
+FASTER_FACTOR = 2.0
+#: The catalog GPU "slow, consider" compares with: the one with the most memory (fewest fallbacks needed), and
+#: the next when the plan already runs on it.
+FASTEST_GPUS = ("h200", "h100-sxm")
+
+
+def faster_hardware(result: planner.PlanningResult) -> list[str]:
+    """"Slow, consider X" for a plan that fits: when it offloads (every step crosses PCIe) or pays fallbacks up to
+    a risky one (tensor parallel, Adafactor, adapters), the same number of catalog GPUs of the largest kind, if
+    they run the workload at least :data:`FASTER_FACTOR` x faster. One search, so only for such plans."""
+    facts, best = result.facts, result.best
+    if best is None or facts.gpu is None:
+        return []
+    offload = Offload.of(best.plan.offload) != Offload.NONE
+    if not offload and best.penalty < Penalty.RISKY:
+        return []
+    other = next(g for g in FASTEST_GPUS if g != facts.gpu.catalog_id)
+    count = len(facts.hardware.gpus)
+    found = _fits_with(facts, f"{other}:{count}", facts.hardware.nodes)
+    if found is None or found.speed.tokens_per_s < FASTER_FACTOR * best.speed.tokens_per_s:
+        return []
+    why = "offloads to the CPU" if offload else "falls back on " + ", ".join(dict.fromkeys(
+        f"{e.setting}={e.value if not isinstance(e.value, list) else getattr(best.plan, e.setting)}"
+        for e in best.fallbacks))
+    return [f"slow: this plan {why} (est. {best.speed.tokens_per_s:,.0f} tokens/s); consider --gpu {other}:{count}"
+            + (f" --nodes {facts.hardware.nodes}" if facts.hardware.nodes > 1 else "")
+            + f": {found.plan.describe()}, est. {found.speed.tokens_per_s:,.0f} tokens/s "
+              f"({found.speed.tokens_per_s / best.speed.tokens_per_s:.1f}x)"]
 
 
 def no_fit_error(result: planner.PlanningResult) -> NoFitError:
