@@ -73,10 +73,9 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     """
     if isinstance(interconnect, list):
         interconnect = ",".join(interconnect)
-    return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
-                                             "inter_node_gbps": inter_node_gbps, "nics_per_node": nics_per_node,
-                                             "host_memory_bytes": host_memory_bytes,
-                                             "cuda_context_bytes": cuda_context_bytes}))
+    given = dict(gpu=gpu, nodes=nodes, interconnect=interconnect, inter_node_gbps=inter_node_gbps,
+                 nics_per_node=nics_per_node, host_memory_bytes=host_memory_bytes, cuda_context_bytes=cuda_context_bytes)
+    return _hardware(parse(HardwareOptions, given))
 
 
 def _hardware(opts: BaseModel) -> HardwareProfile:

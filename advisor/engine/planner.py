@@ -21,9 +21,12 @@ from probes.errors import UsageError
 from probes.kernels import Attention, LossKernel
 from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                Setting, WeightsDtype, searched, values)
-from rules import REGISTRY, Effect, Facts, Plan
+from rules import Effect, Facts, Plan
 from rules.base import Rule
-from rules.facts import STACK_SETTINGS
+
+# the legality checks, also reached as planner.check_plan / planner.require_legal by the app
+from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
+                                     refusal, require_legal, with_stack)
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
@@ -102,22 +105,6 @@ def capacity_bytes(facts: Facts) -> int:
     return host.ram_bytes if host and host.ram_bytes else 0
 
 
-def propose_effects(facts: Facts) -> list[Effect]:
-    """Run every rule's ``propose`` on the facts."""
-    effects: list[Effect] = []
-    for rule in REGISTRY.values():
-        effects.extend(rule.propose(facts))
-    return effects
-
-
-def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
-    """Run every rule's ``check`` on the chosen plan."""
-    effects: list[Effect] = []
-    for rule in REGISTRY.values():
-        effects.extend(rule.check(facts, plan))
-    return effects
-
-
 def divisors(n: int) -> list[int]:
     """Every whole divisor of ``n`` (n >= 1), ascending: the micro-batches that split a batch of ``n``."""
     return [d for d in range(1, n + 1) if n % d == 0]
@@ -161,50 +148,6 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
         allowed[setting] = [v for v in choices
                             if not any(e.kind == "forbid" and e.setting == setting and e.matches(v) for e in effects)]
     return allowed
-
-
-def _refusing_rules() -> list[Rule]:
-    """The rules that refuse combinations of settings (those overriding ``Rule.refuse``)."""
-    return [rule for rule in REGISTRY.values() if type(rule).refuse is not Rule.refuse]
-
-
-def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None) -> Effect | None:
-    """The first rule's hard ``forbid`` of a combination of the plan's settings, or None."""
-    for rule in rules if rules is not None else _refusing_rules():
-        effect = rule.refuse(facts, plan)
-        if effect is not None:
-            return effect
-    return None
-
-
-def check_plan(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Effect | None:
-    """Whether ``plan`` can run on the facts: the rule effect that refuses it, or None.
-
-    The one legality check of a given plan (``estimate``, ``validate``, ``emit``, the wizard): a hard
-    ``forbid`` of one of its values (fp16 on the CPU, ZeRO on one GPU, TF32 before Ampere), else a rule's
-    refusal of a combination (offload without sharding, tensor parallel beyond a node). Inadvisable
-    values (SGD, DataParallel) are the planner's business, not refused here.
-    """
-    effects = effects if effects is not None else propose_effects(facts)
-    values_ = plan.model_dump()
-    for e in effects:
-        if e.kind == "forbid" and e.hard and e.setting in values_ and e.matches(values_[e.setting]):
-            return e
-    return refusal(facts, plan)
-
-
-def require_legal(facts: Facts, plan: Plan) -> None:
-    """Raise when :func:`check_plan` refuses ``plan``.
-
-    Raises:
-        UsageError: one line naming the flag and value, the reason and the rule id.
-    """
-    effect = check_plan(facts, plan)
-    if effect is None:
-        return
-    flag = "--" + str(effect.setting).replace("_", "-")
-    shown = flag if effect.value is True else f"{flag} {effect.value}"
-    raise UsageError(f"{shown}: {effect.reason} [{effect.rule_id}]")
 
 
 @dataclass(frozen=True)
@@ -263,26 +206,6 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
     return [combo for combo in product(*choices)
             if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
-
-
-def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
-               ) -> Plan | None:
-    """``plan`` with each stack setting (:data:`rules.facts.STACK_SETTINGS`, in that order) at the first value the
-    rules allow that no rule refuses for its layout, or None when a setting has none.
-
-    The values are declared best first and a better kernel never costs memory or speed (FlashAttention before SDPA,
-    Liger before the standard loss, compile on, packing where samples are shorter), so one stack per layout stands
-    for every other: the recommendation prices the values not taken (:mod:`advisor.engine.recommendation`).
-    """
-    for setting in STACK_SETTINGS:
-        for value in allowed[setting]:
-            candidate = plan.model_copy(update={setting: value})
-            if refusal(facts, candidate, refusing) is None:
-                plan = candidate
-                break
-        else:
-            return None
-    return plan
 
 
 def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing) -> list[Candidate]:

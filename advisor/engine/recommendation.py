@@ -20,7 +20,6 @@ from rules import REGISTRY, Effect, Plan, Workload
 from rules.facts import STACK_SETTINGS
 
 
-
 class SourceRef(BaseModel):
     """A cited document."""
 
@@ -335,11 +334,8 @@ def _change(alt: Candidate, best: Candidate) -> str:
     gib = (alt.memory.device_bytes - best.memory.device_bytes) / GIB
     pace = alt.speed.tokens_per_s / best.speed.tokens_per_s - 1
     words = (f"{abs(gib):.1f} GiB {'more' if gib > 0 else 'less'}" if abs(gib) >= 0.05 else "the same memory")
-    words += (f", {abs(pace) * 100:.0f} % {'faster' if pace > 0 else 'slower'}" if abs(pace) >= 0.005
-              else ", as fast")
-    if not alt.fits:
-        words += " (does not fit)"
-    return words
+    words += f", {abs(pace) * 100:.0f} % {'faster' if pace > 0 else 'slower'}" if abs(pace) >= 0.005 else ", as fast"
+    return words + ("" if alt.fits else " (does not fit)")
 
 
 def _decide_stack(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:

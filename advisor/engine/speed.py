@@ -22,12 +22,13 @@ from pydantic import BaseModel, Field
 from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.adapters import adapter_parameters, frozen_base_bytes, quantized_parameters
+from probes.adapters import adapter_parameters, quantized_parameters
 from probes.kernels import Attention
-from probes.vocabulary import (DEFAULT_NETWORK, OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload,
-                               Parallelism, Precision, Task, WeightsDtype)
+from probes.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from rules.facts import Plan
+
+from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, communication_seconds,  # noqa: F401
+                                          model_parallel_seconds, offload_seconds)
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -40,7 +41,6 @@ _GENERIC_GPU = {
 #: Optimization Reference Manual, https://www.intel.com/content/www/us/en/developer/articles/technical/intel-sdm.html).
 _CPU_FLOP_PER_CYCLE = {"avx512f": 64, "avx2": 32, "avx": 16}
 CPU_BANDWIDTH_GBPS = 20.0  #: typical sustained DRAM bandwidth of a few server cores
-PCIE_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}  #: effective one-direction x16 bandwidth, GB/s
 
 
 class SpeedEstimate(BaseModel):
@@ -147,192 +147,6 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
     if plan.precision == Precision.FP16:
         traffic += 8.0  # GradScaler: unscale and inf-check every gradient
     return traffic + 4.0  # zero_grad / accumulation buffer
-
-
-def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
-    """Bus bandwidth for collectives, bytes/s: the slowest hop (inter-node, NVLink or PCIe). ``nvlink``: a ring
-    through the node's GPUs runs over NVLink (``HardwareProfile.nvlink_ring``; bridged pairs do not).
-
-    ``inter_node_bytes_per_s``: the network between nodes (``HardwareProfile.inter_node_bytes_per_s``;
-    default: the catalog figure of :data:`probes.vocabulary.DEFAULT_NETWORK`).
-    """
-    if nodes > 1:
-        return inter_node_bytes_per_s or gbit_to_bytes_per_s(DEFAULT_NETWORK.gbit_s)
-    if nvlink and gpu is not None and gpu.nvlink_bandwidth_gbps:
-        return gpu.nvlink_bandwidth_gbps / 2 * 1e9  # one direction
-    gen = gpu.pcie_generation if gpu is not None and gpu.pcie_generation else 4
-    # without PCIe peer-to-peer NCCL stages through host memory (its SHM transport): every byte crosses PCIe twice
-    # (NCCL docs, NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
-    staged = 2 if gpu is not None and not gpu.peer_to_peer else 1
-    return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0)) / staged
-
-
-def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
-    """Bytes of one model replica's frozen base weights (LoRA: the weights' dtype; QLoRA: 4-bit blocks)."""
-    base = frozen_base_bytes(model, Method.of(plan.method).spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes)
-    return base / plan.model_parallel_size
-
-
-#: Fraction of an overlappable collective that can hide behind compute (DDP's gradient buckets all-reduce during
-#: the backward, Li et al. 2020, https://arxiv.org/abs/2006.15704 sec. 3.2.3; DeepSpeed's ``overlap_comm`` and
-#: ZeRO-3 prefetching, https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training; FSDP's
-#: backward / forward prefetch, Zhao et al. 2023, https://arxiv.org/abs/2304.11277 sec. 3.3.2). An assumption
-#: carried from the first calibration, not fitted: the first bucket of a backward and the last all-gather of a
-#: forward cannot overlap, and a collective hides at most behind the compute it runs beside.
-OVERLAP = 0.5
-
-
-def _exposed(collective_s: float, compute_s: float | None) -> float:
-    """Seconds of an overlappable collective left exposed: at least (1 − :data:`OVERLAP`) of it, and whatever
-    does not fit beside ``compute_s`` (None: compute assumed long enough)."""
-    floor = (1 - OVERLAP) * collective_s
-    return floor if compute_s is None else max(floor, collective_s - compute_s)
-
-
-def _sharded_seconds(parallelism: Parallelism, k: int, one_pass: float, grad_bytes: float, param_bytes: float,
-                     compute_s: float | None) -> float:
-    """Exposed seconds of a sharded strategy's collectives per step inside its group (see
-    :func:`communication_seconds`); ``one_pass``: seconds per byte of one reduce-scatter or all-gather."""
-    stage, fsdp = parallelism.stage, parallelism.fsdp
-    gathers = 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
-    per_micro = gathers * one_pass * param_bytes
-    reduce = one_pass * grad_bytes
-    if fsdp:  # sync_each_batch: a reduce-scatter every micro-batch, beside its backward
-        return k * _exposed(per_micro + reduce, compute_s)
-    if stage == 1:  # reduce at the boundary, then all-gather the updated partitions: both exposed
-        return 2 * one_pass * grad_bytes
-    seconds = k * _exposed(per_micro + reduce, compute_s)  # ZeRO-2 / 3: a reduce-scatter every micro-batch
-    if stage == 2:
-        seconds += one_pass * param_bytes  # the updated partitions, all-gathered after the step
-    return seconds
-
-
-def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, nvlink: bool, nodes: int,
-                          inter_node_bytes_per_s: float | None = None,
-                          compute_s_per_micro: float | None = None) -> float:
-    """Exposed data-parallel communication per optimizer step, seconds, for what the emitted config runs.
-
-    Ring collectives over n ranks move (n−1)/n of the buffer per device for a reduce-scatter or an all-gather and
-    2·(n−1)/n for an all-reduce (ZeRO paper, https://arxiv.org/abs/1910.02054 sec. 7: DDP 2Ψ, ZeRO-3 3Ψ). With
-    k micro-batches per step (S: gradient bytes, 16-bit under mixed precision; Ψ: 16-bit parameter bytes):
-
-    - DP / DDP: the Trainer runs every micro-batch but the last under ``no_sync`` (transformers ``Trainer``
-      ``_inner_training_loop``; DDP docs, ``no_sync``): one all-reduce per step, overlapped with the last backward.
-    - ZeRO-1 (DeepSpeed): gradients reduced at the accumulation boundary, after the backward, and the updated
-      parameter partitions all-gathered after the step: 2·(n−1)/n·S per step, not overlapped.
-    - ZeRO-2: DeepSpeed reduce-scatters the gradients after every micro-batch, the Trainer does not skip it
-      (DeepSpeed maintainers, https://github.com/deepspeedai/DeepSpeed/issues/2252), overlapped with the backward
-      (``overlap_comm``); the parameter all-gather after the step is not.
-    - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward and reduce-scatters
-      the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped.
-    - FSDP: the emitted TrainingArguments set accelerate's ``sync_each_batch``
-      (``accelerator_config.gradient_accumulation_kwargs``), so every micro-batch reduce-scatters its gradients and
-      they stay sharded, as under ZeRO. The Trainer's default, ``no_sync`` on all but the last micro-batch (FSDP1
-      ``no_sync``, FSDP2 ``set_requires_gradient_sync(False)``), would reduce once per step but keep the full
-      gradients ("FSDP will accumulate the full model gradients (instead of gradient shards) until the eventual
-      sync", PyTorch FSDP docs, ``FullyShardedDataParallel.no_sync``), undoing the sharding a plan needed.
-      FULL_SHARD / HYBRID_SHARD all-gather forward and backward, SHARD_GRAD_OP forward only (FSDP2 reshards after
-      backward); prefetched (``fsdp_backward_prefetch``), the reduce-scatter overlapped with the backward.
-    - HYBRID_SHARD over nodes (PyTorch FSDP docs, ``ShardingStrategy.HYBRID_SHARD``): the sharded collectives run
-      inside a node over its links; between nodes each GPU all-reduces its 1/g shard with its replicas every
-      micro-batch, and the node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's:
-      NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
-
-    Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
-    compute, None: long enough); inter-node bandwidth per node: ``inter_node_bytes_per_s``, else 200 Gb/s.
-    """
-    n = plan.data_parallel_size
-    parallelism = Parallelism.of(plan.parallelism)
-    if n <= 1 or parallelism == Parallelism.NONE:
-        return 0.0
-    P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
-    wide = parallelism.replicated or plan.precision == Precision.FP32
-    grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
-    adapters = Method.of(plan.method).spec.adapters
-    if adapters:  # only the adapters have gradients (fp32); a sharded frozen base is gathered like parameters
-        grad_bytes = 4 * adapter_parameters(model, plan.lora_rank, plan.lora_targets) // plan.model_parallel_size
-        param_bytes = _frozen_weight_bytes(model, plan)
-    k = plan.gradient_accumulation_steps
-    if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
-        nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
-    hybrid = parallelism.spec.replicated_across_nodes and nodes > 1
-    group = max(n // nodes, 1) if hybrid else n  # the ranks the sharded collectives run over
-    bw = _link_bandwidth(gpu, nvlink, 1 if hybrid else nodes, inter_node_bytes_per_s)
-    one_pass = (group - 1) / group / bw  # seconds per byte of one reduce-scatter or all-gather
-    if parallelism.replicated or (adapters and parallelism.stage < 3):
-        seconds = _exposed(2 * one_pass * grad_bytes, compute_s_per_micro)  # one all-reduce (no_sync)
-        return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)  # DP: scatter, replicate, gather
-    seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro)
-    if hybrid:  # the node's GPUs share its network: the node sends a whole all-reduce's worth per micro-batch
-        between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
-        seconds += k * _exposed(between, compute_s_per_micro)
-    return seconds
-
-
-def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,
-                           nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
-    """Communication of tensor and pipeline parallelism per micro-batch and stage, seconds (not overlapped).
-
-    Tensor parallel: 4 all-reduces of the b·s·h activations per layer (2 forward, 2 backward; Megatron-LM,
-    Shoeybi et al. 2019, https://arxiv.org/abs/1909.08053 sec. 3) over the node's links. Pipeline
-    parallel: the activations forward and their gradients backward across each stage boundary
-    (Narayanan et al. 2021 sec. 3), over the network between nodes when the stages span nodes.
-    """
-    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
-    width = Precision.of(plan.precision).activation_bytes
-    bsh = plan.micro_batch_size * seq_len * model.hidden_size * width
-    seconds = 0.0
-    if tp > 1:
-        layers = (model.encoder_layers + model.decoder_layers) / pp
-        seconds += 4 * layers * 2 * (tp - 1) / tp * bsh / _link_bandwidth(gpu, nvlink, 1)
-    if pp > 1:
-        seconds += 2 * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1, inter_node_bytes_per_s)
-    return seconds
-
-
-#: Bytes/s a CPU sustains in an offloaded optimizer step. DeepSpeed's CPU-Adam is vectorised and bound by
-#: memory bandwidth (ZeRO-Offload, Ren et al. 2021, https://arxiv.org/abs/2101.06840 sec. 5.1); a server's
-#: DRAM sustains about 100 GB/s over its channels. An assumption, not yet measured by this project.
-HOST_OPTIMIZER_BYTES_PER_S = 100e9
-#: CPU-Adam's traffic per parameter: reads the fp32 master, gradient and two moments, writes the master, the
-#: moments and the 16-bit copy sent back to the GPU (4·4 + 3·4 + 2 B).
-HOST_OPTIMIZER_BYTES_PER_PARAM = 30.0
-#: NVMe bandwidth for ZeRO-Infinity, bytes/s: a PCIe 4 x4 SSD reads ~7 GB/s and writes ~5 GB/s sequentially;
-#: ZeRO-Infinity (Rajbhandari et al. 2021, https://arxiv.org/abs/2104.07857 sec. 6) reaches that with large
-#: asynchronous transfers; 5 GB/s for reads and writes together.
-NVME_BYTES_PER_S = 5e9
-#: Memory traffic of dequantizing one NF4 weight and using it: read 0.5 B, write the 16-bit weight, read it
-#: back in the matmul (bitsandbytes dequantizes a layer's weight before each matmul, QLoRA sec. 3). As a check,
-#: not a fit: Raschka's LoRA experiments measured QLoRA 39 % slower than LoRA on a 7B model
-#: (https://magazine.sebastianraschka.com/p/practical-tips-for-finetuning-llms, "QLoRA Compute-Memory Trade-offs").
-DEQUANT_BYTES_PER_PARAM = 4.5
-
-
-def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float) -> float:
-    """Time offloading adds to one optimizer step, seconds.
-
-    Optimizer offload (ZeRO-Offload, Ren et al. 2021 sec. 4): the 16-bit gradients go to the CPU and the updated
-    16-bit parameters come back over PCIe (2 + 2 B/param of this GPU's shard), and the CPU runs the step
-    (:data:`HOST_OPTIMIZER_BYTES_PER_S`). Parameter offload (ZeRO-3 / FSDP CPUOffload): every micro-batch fetches
-    the parameters for the forward and again for the backward (2 x 2 B/param), half of it hidden behind compute
-    by prefetching. NVMe (ZeRO-Infinity): the states are read and written once per step and the parameters
-    read per micro-batch at :data:`NVME_BYTES_PER_S`.
-    """
-    offload = Offload.of(plan.offload)
-    if not offload.optimizer:
-        return 0.0
-    P = model.num_parameters / plan.model_parallel_size / max(plan.data_parallel_size, 1)
-    pcie = PCIE_GBPS[4] * 1e9
-    seconds = 4 * P / pcie + P * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S
-    per_micro = 0.0
-    if offload.parameters:
-        per_micro = 2 * 2 * P / pcie  # this GPU's shard, up for the forward and again for the backward
-    if offload.nvme:
-        state_bytes = (4 + 4 + (OPTIMIZER_SPECS[plan.optimizer].state_bytes_per_param or 4)) * P
-        seconds += 2 * state_bytes / NVME_BYTES_PER_S
-        per_micro = max(per_micro, 2 * 2 * P / NVME_BYTES_PER_S)
-    exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
-    return seconds + plan.gradient_accumulation_steps * exposed
 
 
 #: Achieved fp8 over bf16 matmul rate for the blocks' linear layers, dynamic scaling and casts included: fp8 tensor

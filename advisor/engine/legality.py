@@ -1,0 +1,92 @@
+"""What may run: the rules' effects on the facts, the one legality check of a given plan, and the stack a layout
+runs with. The planner (:mod:`advisor.engine.planner`) searches within it; ``estimate``, ``validate``, ``emit`` and
+the wizard check a given plan with :func:`check_plan`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from probes.errors import UsageError
+from rules import REGISTRY, Effect, Facts, Plan
+from rules.base import Rule
+from rules.facts import STACK_SETTINGS
+
+
+def propose_effects(facts: Facts) -> list[Effect]:
+    """Run every rule's ``propose`` on the facts."""
+    effects: list[Effect] = []
+    for rule in REGISTRY.values():
+        effects.extend(rule.propose(facts))
+    return effects
+
+
+def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
+    """Run every rule's ``check`` on the chosen plan."""
+    effects: list[Effect] = []
+    for rule in REGISTRY.values():
+        effects.extend(rule.check(facts, plan))
+    return effects
+
+
+def _refusing_rules() -> list[Rule]:
+    """The rules that refuse combinations of settings (those overriding ``Rule.refuse``)."""
+    return [rule for rule in REGISTRY.values() if type(rule).refuse is not Rule.refuse]
+
+
+def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None) -> Effect | None:
+    """The first rule's hard ``forbid`` of a combination of the plan's settings, or None."""
+    for rule in rules if rules is not None else _refusing_rules():
+        effect = rule.refuse(facts, plan)
+        if effect is not None:
+            return effect
+    return None
+
+
+def check_plan(facts: Facts, plan: Plan, effects: list[Effect] | None = None) -> Effect | None:
+    """Whether ``plan`` can run on the facts: the rule effect that refuses it, or None.
+
+    The one legality check of a given plan (``estimate``, ``validate``, ``emit``, the wizard): a hard
+    ``forbid`` of one of its values (fp16 on the CPU, ZeRO on one GPU, TF32 before Ampere), else a rule's
+    refusal of a combination (offload without sharding, tensor parallel beyond a node). Inadvisable
+    values (SGD, DataParallel) are the planner's business, not refused here.
+    """
+    effects = effects if effects is not None else propose_effects(facts)
+    values_ = plan.model_dump()
+    for e in effects:
+        if e.kind == "forbid" and e.hard and e.setting in values_ and e.matches(values_[e.setting]):
+            return e
+    return refusal(facts, plan)
+
+
+def require_legal(facts: Facts, plan: Plan) -> None:
+    """Raise when :func:`check_plan` refuses ``plan``.
+
+    Raises:
+        UsageError: one line naming the flag and value, the reason and the rule id.
+    """
+    effect = check_plan(facts, plan)
+    if effect is None:
+        return
+    flag = "--" + str(effect.setting).replace("_", "-")
+    shown = flag if effect.value is True else f"{flag} {effect.value}"
+    raise UsageError(f"{shown}: {effect.reason} [{effect.rule_id}]")
+
+
+def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
+               ) -> Plan | None:
+    """``plan`` with each stack setting (:data:`rules.facts.STACK_SETTINGS`, in that order) at the first value the
+    rules allow that no rule refuses for its layout, or None when a setting has none.
+
+    The values are declared best first and a better kernel never costs memory or speed (FlashAttention before SDPA,
+    Liger before the standard loss, compile on, packing where samples are shorter), so one stack per layout stands
+    for every other: the recommendation prices the values not taken (:mod:`advisor.engine.recommendation`).
+    """
+    for setting in STACK_SETTINGS:
+        for value in allowed[setting]:
+            candidate = plan.model_copy(update={setting: value})
+            if refusal(facts, candidate, refusing) is None:
+                plan = candidate
+                break
+        else:
+            return None
+    return plan
