@@ -77,11 +77,22 @@ class Plan(BaseModel):
     lora_rank: int = Field(DEFAULT_LORA_RANK, description="rank r of the LoRA adapters (lora and qlora)")
     lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear "
                                                                             "or attention (q, k, v, o)")
+    optimizer_in_backward: bool = Field(False, description="run each parameter's optimizer step as soon as its "
+                                                           "gradient is ready and free the gradient (torchtune "
+                                                           "optimizer_in_bwd): no accumulation, no clipping")
+    expert_parallel: int = Field(1, description="expert parallel degree: GPUs of a data-parallel group that split a "
+                                                "mixture of experts' routed experts (all-to-all token exchange); "
+                                                "1: none")
 
     @property
     def model_parallel_size(self) -> int:
         """GPUs one model replica spans: tensor × pipeline parallel."""
         return max(self.tensor_parallel, 1) * max(self.pipeline_parallel, 1)
+
+    @property
+    def expert_parallel_size(self) -> int:
+        """GPUs the routed experts are split over (1: every data-parallel rank holds every expert)."""
+        return max(self.expert_parallel, 1)
 
     @property
     def data_parallel_size(self) -> int:
@@ -107,6 +118,10 @@ class Plan(BaseModel):
             parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
             parts.append("checkpointing")
+        if self.optimizer_in_backward:
+            parts.append("optimizer step in backward")
+        if self.expert_parallel > 1:
+            parts.append(f"expert parallel {self.expert_parallel}")
         if self.offload != Offload.NONE:
             parts.append(f"{self.parallelism} with {self.offload} offload")
         if data_parallel and self.data_parallel_size > 1:

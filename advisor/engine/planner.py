@@ -21,6 +21,7 @@ from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Pa
                                Setting, WeightsDtype, searched, values)
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
+from rules.experts import expert_parallel_degrees
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
@@ -28,7 +29,7 @@ SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline 
 #: The settings the planner searches (the rest are set by rules).
 SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
             Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
-            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
+            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL)
 
 
 @dataclass
@@ -128,6 +129,8 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.OFFLOAD: list(values(Offload)),
         Setting.TENSOR_PARALLEL: [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
         Setting.PIPELINE_PARALLEL: [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
+        Setting.OPTIMIZER_IN_BACKWARD: [False, True],
+        Setting.EXPERT_PARALLEL: [1] + expert_parallel_degrees(facts.model, gpus),
     }
 
 
@@ -223,16 +226,19 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
                      preferences=prefs, fallbacks=fallbacks)
 
 
-#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs).
-LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.PARALLELISM, Setting.OFFLOAD)
+#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs; the
+#: step in backward also needs accumulation 1, which :func:`_micro_batches` keeps to).
+LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTIMIZER_IN_BACKWARD,
+          Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule]
              ) -> list[tuple[Any, ...]]:
-    """The (method, precision, weights dtype, parallelism, offload) tuples no rule refuses for ``plan``'s tensor /
-    pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, so one plan per tuple stands for all its
-    candidates)."""
+    """The (method, precision, weights dtype, step in backward, expert parallel, parallelism, offload) tuples no rule
+    refuses for ``plan``'s tensor / pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, at
+    accumulation 1, so one plan per tuple stands for all its candidates)."""
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
+    plan = plan.model_copy(update={Setting.GRADIENT_ACCUMULATION_STEPS: 1})
     return [combo for combo in product(*choices)
             if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
 
@@ -248,7 +254,7 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
     overflow = False
     for micro in micros:
         steps = per_replica // micro
-        if overflow and steps > 1:
+        if (overflow or plan.optimizer_in_backward) and steps > 1:  # the step in backward cannot accumulate
             continue
         candidate = evaluate(facts, plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro,
                                                             Setting.GRADIENT_ACCUMULATION_STEPS: steps}),

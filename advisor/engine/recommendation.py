@@ -305,8 +305,9 @@ def build(result: PlanningResult, top: int = 5) -> Recommendation:
     assert best is not None, "build() needs a plan that fits"
     facts = result.facts
     settings: dict[str, SettingDecision] = {}
-    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
-    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)]
+    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.EXPERT_PARALLEL)
+    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)
+                and not (s == Setting.EXPERT_PARALLEL and not facts.model.num_experts)]
     if facts.gpu is None:
         searched = [s for s in searched if s != Setting.TF32]
     for setting in searched:
