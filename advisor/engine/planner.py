@@ -1,7 +1,8 @@
 """The planner: enumerate candidate plans, keep what the rules allow and memory admits, rank.
 
-Search space: precision × tf32 × optimizer × activation checkpointing × micro-batch (divisors of
-the per-device batch, so gradient accumulation is a whole number) × parallelism × offload.
+Search space: method × precision × weights dtype × tf32 × optimizer × activation checkpointing × micro-batch
+(divisors of the per-device batch, so gradient accumulation is a whole number) × parallelism × offload ×
+tensor / pipeline / expert parallel × the optimizer step in backward (at accumulation 1 only).
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
 the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
