@@ -120,3 +120,10 @@ def test_emit_refuses_an_expert_parallel_plan_in_one_line() -> None:
     rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"expert_parallel": 8})})
     with pytest.raises(UsageError, match="expert-model-parallel-size 8"):
         render(rec, ["hf"])
+
+
+def test_validate_refuses_what_its_trials_cannot_run_in_one_line() -> None:
+    from advisor.app.api import validate
+
+    with pytest.raises(UsageError, match="optimizer step in backward"):
+        validate("gpt2", seq_len=64, global_batch_size=2, micro_batch_size=2, optimizer_in_backward=True)
