@@ -3,7 +3,7 @@ backward."""
 
 from __future__ import annotations
 
-from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Setting
+from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -100,9 +100,9 @@ class OptimizerInBackward(Rule):
                  "its gradient is ready and frees the gradient, so no full set of gradients is ever held (about "
                  "one layer's): it saves the gradients' bytes at no cost in speed. The step happens inside "
                  "backward, so gradients cannot accumulate over micro-batches and cannot be clipped by their "
-                 "global norm (which needs every gradient first). torchtune runs it on one GPU and with FSDP "
-                 "(optimizer_in_bwd: True); DDP's bucketed all-reduce and DeepSpeed's engine own the step, and "
-                 "the HF Trainer has no such option.")
+                 "global norm (which needs every gradient first), nor skipped by fp16's loss scaler. torchtune runs "
+                 "it on one GPU and with FSDP (optimizer_in_bwd: True); DDP's bucketed all-reduce and DeepSpeed's "
+                 "engine own the step, and the HF Trainer has no such option.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         return [self.fallback(Setting.OPTIMIZER_IN_BACKWARD, True, "steps each parameter in backward and frees its "
@@ -131,4 +131,7 @@ class OptimizerInBackward(Rule):
             why = "the adapters' gradients are a few MB: there is nothing to save (torchtune: full fine-tuning only)"
         elif plan.offload != Offload.NONE:
             why = "with offload the optimizer step runs on the CPU already"
+        elif plan.precision == Precision.FP16:
+            why = ("fp16's GradScaler checks every gradient for inf / NaN before it lets the step run; a step taken "
+                   "in backward cannot be skipped: use bf16")
         return self.forbid(Setting.OPTIMIZER_IN_BACKWARD, True, why, hard=True) if why else None
