@@ -11,10 +11,14 @@ rank 16 over bf16 weights under bf16 × targets {all-linear, attention}; LoRA ov
 {off, on} × micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_methods.md. QLoRA cannot be
 simulated (bitsandbytes' 4-bit kernels do not run on fake tensors).
 
-Target (issue 3, the same for both grids): every row within 10 %.
+Grid (``--grid step-in-backward``, issue 12): the optimizer step fused into backward (one AdamW per parameter,
+stepped by its post-accumulate-grad hook) under bf16 over fp32 or bf16 weights × checkpointing {off, on} ×
+micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_step_in_backward.md.
+
+Target (issue 3, the same for every grid): every row within 10 %.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/analytic_vs_simulated.py [--grid precision|methods]
-       [--models gpt2 t5-small ...] [--update]
+       [--models gpt2 t5-small ...] [--update]   (--grid step-in-backward too)
 """
 
 from __future__ import annotations
@@ -103,11 +107,28 @@ def _method_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
     return rows
 
 
+#: (weights dtype, checkpointing, micro-batch) of the step-in-backward grid, under bf16 with AdamW
+BACKWARD_GRID = [(w, ckpt, micro) for w in (WeightsDtype.FP32.value, WeightsDtype.BF16.value)
+                 for ckpt in (False, True) for micro in (1, 4)]
+
+
+def _backward_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
+    """(key cells, analytic bytes, simulated bytes, seconds) of every row of :data:`BACKWARD_GRID` for one model."""
+    rows = []
+    for weights, ckpt, micro in BACKWARD_GRID:
+        analytic, simulated, wall = compare(model_id, _BF16, ckpt, Optimizer.ADAMW.value, micro, weights_dtype=weights,
+                                            optimizer_in_backward=True)
+        rows.append(([model_id, weights, "on" if ckpt else "off", str(micro)], analytic, simulated, wall))
+    return rows
+
+
 GRIDS = {  # name -> (results file, row maker, key columns)
     "precision": ("analytic_vs_simulated.md", _precision_rows,
                   "| model | precision | checkpointing | optimizer | micro-batch |"),
     "methods": ("analytic_vs_simulated_methods.md", _method_rows,
                 "| model | method | weights | precision | checkpointing | optimizer | micro-batch |"),
+    "step-in-backward": ("analytic_vs_simulated_step_in_backward.md", _backward_rows,
+                         "| model | weights | checkpointing | micro-batch |"),
 }
 
 

@@ -35,6 +35,11 @@ def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]
     elif targets == LoraTargets.ALL_LINEAR:
         f = model.ffn_size
         out += [(h, f, (2 if model.gated_mlp else 1) * model.num_layers), (f, h, model.num_layers)]
+    if targets == LoraTargets.ALL_LINEAR and model.family == Family.ENCODER_ONLY and model.task == Task.MASKED_LM:
+        # PEFT's all-linear skips only the output embedding: a masked-LM head's h x h transform before it gets an
+        # adapter too (BERT cls.predictions.transform.dense, RoBERTa lm_head.dense, DistilBERT vocab_transform;
+        # PEFT tuners_utils._maybe_include_all_linear_layers)
+        out.append((h, h, 1))
     return out
 
 

@@ -146,6 +146,15 @@ class ModelProfile(BaseModel):
             return 0
         return (self.matmul_parameters - self.active_matmul_parameters) * k // (experts - k)
 
+    @property
+    def routed_parameters(self) -> int:
+        """Parameters of every routed expert of every MoE block (0 for a dense model): what expert parallelism
+        splits over its ranks; the attention, the shared experts, the routers and the embeddings stay whole."""
+        k, experts = self.experts_per_token, self.num_experts
+        if not experts or k >= experts:
+            return 0
+        return (self.matmul_parameters - self.active_matmul_parameters) * experts // (experts - k)
+
 
 # Cached by the shapes themselves (not on the instance: model_copy would carry a stale value along).
 @lru_cache(maxsize=64)

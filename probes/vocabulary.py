@@ -90,6 +90,8 @@ class Setting(Vocabulary):
     LOSS_KERNEL = "loss_kernel"
     PACKING = "packing"
     FP8 = "fp8"
+    OPTIMIZER_IN_BACKWARD = "optimizer_in_backward"
+    EXPERT_PARALLEL = "expert_parallel"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------
@@ -522,8 +524,9 @@ class Penalty(IntEnum):
     NONE = 0
     SLOWER = 1  #: a bounded slowdown: activation checkpointing (~20-30 %); ZeRO-1/2 on a model DDP could hold
     MUCH_SLOWER = 2  #: fp32 on tensor cores; 8-bit optimizer states; bf16 weights without fp32 masters; ZeRO-3 /
-    #: FULL_SHARD on a model DDP could hold
-    RISKY = 3  #: convergence may suffer (Adafactor), or a framework beyond the Trainer (tensor / pipeline parallel)
+    #: FULL_SHARD on a model DDP could hold; the optimizer step in backward (no accumulation, no clipping)
+    RISKY = 3  #: convergence may suffer (Adafactor), or a framework beyond the Trainer (tensor / pipeline / expert
+    #: parallel)
     ADAPTERS = 6  #: trains low-rank adapters, not the model: above any sum of the light full fine-tuning fallbacks
     QUANTIZED_ADAPTERS = 7  #: adapters over a 4-bit base: quantization error and dequantization time besides
     OFFLOAD_OPTIMIZER = 8  #: optimizer states in CPU RAM: every step crosses PCIe

@@ -98,6 +98,12 @@ class Plan(BaseModel):
     lora_rank: int = Field(DEFAULT_LORA_RANK, description="rank r of the LoRA adapters (lora and qlora)")
     lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear "
                                                                             "or attention (q, k, v, o)")
+    optimizer_in_backward: bool = Field(False, description="run each parameter's optimizer step as soon as its "
+                                                           "gradient is ready and free the gradient (torchtune "
+                                                           "optimizer_in_bwd): no accumulation, no clipping")
+    expert_parallel: int = Field(1, description="expert parallel degree: GPUs of a data-parallel group that split a "
+                                                "mixture of experts' routed experts (all-to-all token exchange); "
+                                                "1: none")
     attention: AttentionName = Field(Attention.SDPA.value, description="attention kernel (attn_implementation): "
                                      "eager keeps the s x s scores; sdpa and flash-attention-2/3 do not (default: "
                                      "sdpa on CUDA, eager on the CPU)")
@@ -124,6 +130,11 @@ class Plan(BaseModel):
         return max(self.tensor_parallel, 1) * max(self.pipeline_parallel, 1)
 
     @property
+    def expert_parallel_size(self) -> int:
+        """GPUs the routed experts are split over (1: every data-parallel rank holds every expert)."""
+        return max(self.expert_parallel, 1)
+
+    @property
     def data_parallel_size(self) -> int:
         """Model replicas (GPUs / model-parallel size), or the CPU's processes: the factor between
         micro-batch × accumulation and the global batch."""
@@ -147,6 +158,10 @@ class Plan(BaseModel):
             parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
             parts.append("checkpointing")
+        if self.optimizer_in_backward:
+            parts.append("optimizer step in backward")
+        if self.expert_parallel > 1:
+            parts.append(f"expert parallel {self.expert_parallel}")
         if self.offload != Offload.NONE:
             parts.append(f"{self.parallelism} with {self.offload} offload")
         if self.attention != Attention.default(self.device):

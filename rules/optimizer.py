@@ -1,8 +1,9 @@
-"""Optimizer: AdamW by default, low-memory optimizers only when the states do not fit, fast kernels."""
+"""Optimizer: AdamW by default, low-memory optimizers only when the states do not fit, fast kernels, the step in
+backward."""
 
 from __future__ import annotations
 
-from probes.vocabulary import Optimizer, Penalty, Setting
+from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -87,3 +88,50 @@ class FusedOptimizer(Rule):
         else:
             why = f"the {impl} implementation of {plan.optimizer}"
         return [self.set(Setting.OPTIMIZER_IMPLEMENTATION, impl, why)]
+
+
+@register
+class OptimizerInBackward(Rule):
+    id = "optimizer.step-in-backward"
+    title = "the optimizer step fused into backward when the gradients do not fit (one GPU or FSDP; no accumulation)"
+    topic = "optimizer"
+    sources = [S.TORCH_OPT_IN_BWD, S.TORCHTUNE_OPT_IN_BWD]
+    rationale = ("With a post-accumulate-grad hook on every parameter the optimizer steps each parameter as soon as "
+                 "its gradient is ready and frees the gradient, so no full set of gradients is ever held (about "
+                 "one layer's): it saves the gradients' bytes at no cost in speed. The step happens inside "
+                 "backward, so gradients cannot accumulate over micro-batches and cannot be clipped by their "
+                 "global norm (which needs every gradient first), nor skipped by fp16's loss scaler. torchtune runs "
+                 "it on one GPU and with FSDP (optimizer_in_bwd: True); DDP's bucketed all-reduce and DeepSpeed's "
+                 "engine own the step, and the HF Trainer has no such option.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        return [self.fallback(Setting.OPTIMIZER_IN_BACKWARD, True, "steps each parameter in backward and frees its "
+                              "gradient: no gradient accumulation and no clipping by global norm, so only when the "
+                              "gradients are what does not fit", penalty=Penalty.MUCH_SLOWER)]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not plan.optimizer_in_backward:
+            return []
+        return [self.warn("optimizer step in backward: no gradient accumulation and no gradient clipping by global "
+                          "norm (set torchtune's clip_grad_norm: null); the HF Trainer has no such option: use "
+                          "torchtune (optimizer_in_bwd: True) or register_post_accumulate_grad_hook in your own "
+                          "loop", setting=Setting.OPTIMIZER_IN_BACKWARD)]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if not plan.optimizer_in_backward:
+            return None
+        parallelism = Parallelism.of(plan.parallelism)
+        why = None
+        if plan.gradient_accumulation_steps > 1:
+            why = (f"the step runs inside each backward: {plan.gradient_accumulation_steps} accumulation steps "
+                   "cannot accumulate gradients; use accumulation 1")
+        elif parallelism.replicated or parallelism.deepspeed:
+            why = f"{plan.parallelism} owns the gradient sync and the step: only on one device or with FSDP"
+        elif Method.of(plan.method).spec.adapters:
+            why = "the adapters' gradients are a few MB: there is nothing to save (torchtune: full fine-tuning only)"
+        elif plan.offload != Offload.NONE:
+            why = "with offload the optimizer step runs on the CPU already"
+        elif plan.precision == Precision.FP16:
+            why = ("fp16's GradScaler checks every gradient for inf / NaN before it lets the step run; a step taken "
+                   "in backward cannot be skipped: use bf16")
+        return self.forbid(Setting.OPTIMIZER_IN_BACKWARD, True, why, hard=True) if why else None

@@ -184,7 +184,7 @@ class Bf16PretrainedNoFp16(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not facts.model.pretrained_in_bf16 or plan.precision != Precision.FP16:
             return []
-        return [self.warn(f"fp16 on a model pretrained in bf16 may overflow: run `advisor validate` (it retries a "
+        return [self.warn("fp16 on a model pretrained in bf16 may overflow: run `advisor validate` (it retries a "
                           "non-finite loss) and watch the loss scale in the first steps", setting=Setting.PRECISION)]
 
 

@@ -166,3 +166,16 @@ PT2_PAPER = Source(title="Ansel et al. 2024, PyTorch 2: Faster Machine Learning 
 HF_DEEPSPEED_COMPILE = Source(title="transformers issue 23095, torch.compile with DeepSpeed",
                               url="https://github.com/huggingface/transformers/issues/23095",
                               section="the Trainer does not compile a DeepSpeed engine")
+TORCH_OPT_IN_BWD = Source(title="PyTorch tutorial: How to save memory by fusing the optimizer step into the backward pass",
+                          url="https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html",
+                          section="register_post_accumulate_grad_hook; caveats (no accumulation, no clipping)")
+TORCHTUNE_OPT_IN_BWD = Source(title="torchtune: memory optimization overview",
+                              url="https://pytorch.org/torchtune/stable/tutorials/memory_optimizations.html"
+                                  "#fusing-optimizer-step-into-backward-pass",
+                              section="Fusing Optimizer Step into Backward Pass (optimizer_in_bwd)")
+GSHARD = Source(title="Lepikhin et al. 2020, GShard: Scaling Giant Models with Conditional Computation",
+                url="https://arxiv.org/abs/2006.16668", section="sec. 2.2 (experts sharded, all-to-all dispatch/combine)")
+DEEPSPEED_MOE = Source(title="Rajbhandari et al. 2022, DeepSpeed-MoE", url="https://arxiv.org/abs/2201.05596",
+                       section="sec. 5 (expert + data parallelism); DeepSpeed MoE tutorial: ep_size")
+MEGATRON_MOE = Source(title="Megatron-Core MoE", section="Expert parallelism (--expert-model-parallel-size)",
+                      url="https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html")

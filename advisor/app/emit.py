@@ -311,13 +311,18 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     writes ``training_args.json``, ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``.
 
     Raises:
-        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline
-            parallel plan, or attention-only adapters on a model type without known projection names.
+        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline /
+            expert parallel plan, or attention-only adapters on a model type without known projection names.
     """
     if rec.plan.model_parallel_size > 1:
         raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
                          f"{rec.plan.pipeline_parallel}, which the Trainer, accelerate and DeepSpeed's ZeRO configs "
                          "cannot express; configure Megatron-LM or DeepSpeed's pipeline engine from the plan")
+    if rec.plan.expert_parallel > 1:
+        e = rec.plan.expert_parallel
+        raise UsageError(f"--emit: the plan uses expert parallel {e}, which the Trainer and accelerate cannot run; "
+                         f"configure Megatron-Core (--expert-model-parallel-size {e}) or DeepSpeed-MoE "
+                         f"(deepspeed.moe.layer.MoE(..., ep_size={e})) from the plan")
     wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown:

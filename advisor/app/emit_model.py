@@ -80,7 +80,8 @@ def lora_config(rec: Recommendation) -> dict[str, Any] | None:
 
 def load_notes(rec: Recommendation) -> list[str]:
     """Comment lines: how the training script loads the model (``model_kwargs.json``), wraps it in the adapters
-    (``lora_config.json``) and where ZeRO-Infinity offloads."""
+    (``lora_config.json``), where ZeRO-Infinity offloads, and how to run the optimizer step in backward (torchtune's
+    ``optimizer_in_bwd``; the Trainer has none)."""
     plan = rec.plan
     dtype = WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)]
     lines = [f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
@@ -102,4 +103,11 @@ def load_notes(rec: Recommendation) -> list[str]:
     if Offload.of(plan.offload).nvme:
         lines.append(f"# {DS_CONFIG_FILE} offloads to NVMe under {NVME_PATH}: edit nvme_path to a folder "
                      "on a local NVMe drive.")
+    if plan.optimizer_in_backward:
+        lines += ["# The plan runs the optimizer step in backward, which the HF Trainer has no option for: use torchtune's "
+                  "full fine-tuning recipe with",
+                  "#   optimizer_in_bwd: True, gradient_accumulation_steps: 1, clip_grad_norm: null",
+                  "# or in your own loop one optimizer per parameter stepped by "
+                  "param.register_post_accumulate_grad_hook",
+                  "# (https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html)."]
     return lines

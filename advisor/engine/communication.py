@@ -4,6 +4,7 @@ pipeline parallel exchanges, and offloading to CPU RAM or NVMe. :mod:`advisor.en
 
 from __future__ import annotations
 
+from advisor.engine.states import local_parameters
 from probes.adapters import adapter_parameters, frozen_base_bytes
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
@@ -110,7 +111,9 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     parallelism = Parallelism.of(plan.parallelism)
     if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
-    P = model.num_parameters // plan.model_parallel_size  # each GPU syncs its own slice of the model
+    # each GPU syncs its own slice of the model; under expert parallelism its experts only within their
+    # expert-data-parallel group: about 1/e of the routed experts' bytes per GPU (DeepSpeed-MoE sec. 5)
+    P = local_parameters(model, plan)
     wide = parallelism.replicated or plan.precision == Precision.FP32
     grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
     adapters = Method.of(plan.method).spec.adapters
@@ -152,7 +155,32 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
         seconds += 4 * layers * 2 * (tp - 1) / tp * bsh / _link_bandwidth(gpu, nvlink, 1)
     if pp > 1:
         seconds += 2 * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1, inter_node_bytes_per_s)
-    return seconds
+    return seconds + all_to_all_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
+
+
+def all_to_all_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,
+                       nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
+    """Expert parallelism's token exchange per micro-batch and stage, seconds (not overlapped).
+
+    Each MoE block sends every token's hidden state to its k experts' ranks and back: an all-to-all dispatch and
+    an all-to-all combine in the forward, two more in the backward for their gradients, and two more when
+    checkpointing recomputes the forward (GShard, Lepikhin et al. 2020, https://arxiv.org/abs/2006.16668 sec. 2.2;
+    DeepSpeed-MoE, https://arxiv.org/abs/2201.05596 sec. 5; Megatron-Core MoE, "Expert parallelism",
+    https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html). Each moves b·s·k·h elements
+    (padded by the capacity factor) of which (e − 1)/e leave the GPU, over NVLink when the expert-parallel group
+    fits in a node, else over the network. Assumption: all-to-all reaches the link's one-direction bandwidth, as
+    the ring collectives do here; load imbalance between experts is not modelled.
+    """
+    ep = plan.expert_parallel_size
+    if ep <= 1 or not model.moe_layers:
+        return 0.0
+    width = Precision.of(plan.precision).activation_bytes
+    tokens = plan.micro_batch_size * seq_len * max(model.experts_per_token, 1) * (model.capacity_factor or 1.0)
+    exchanges = 6 if plan.gradient_checkpointing else 4
+    per_node = max(plan.num_gpus // max(nodes, 1), 1)
+    bw = _link_bandwidth(gpu, nvlink, 1 if ep <= per_node else nodes, inter_node_bytes_per_s)
+    layers = model.moe_layers / max(plan.pipeline_parallel, 1)
+    return exchanges * layers * (ep - 1) / ep * tokens * model.hidden_size * width / bw
 
 
 #: Bytes/s a CPU sustains in an offloaded optimizer step. DeepSpeed's CPU-Adam is vectorised and bound by

@@ -1,7 +1,8 @@
 """The planner: enumerate candidate plans, keep what the rules allow and memory admits, rank.
 
-Search space: precision × tf32 × optimizer × activation checkpointing × micro-batch (divisors of
-the per-device batch, so gradient accumulation is a whole number) × parallelism × offload.
+Search space: method × precision × weights dtype × tf32 × optimizer × activation checkpointing × micro-batch
+(divisors of the per-device batch, so gradient accumulation is a whole number) × parallelism × offload ×
+tensor / pipeline / expert parallel × the optimizer step in backward (at accumulation 1 only).
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
 the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
@@ -23,6 +24,7 @@ from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Pa
                                Setting, WeightsDtype, searched, values)
 from rules import Effect, Facts, Plan
 from rules.base import Rule
+from rules.experts import expert_parallel_degrees
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
 from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
@@ -34,7 +36,7 @@ SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline 
 #: The settings the planner searches (the rest are set by rules).
 SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
             Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
-            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
+            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL)
 
 
 @dataclass
@@ -139,6 +141,8 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.TORCH_COMPILE: [True, False],
         Setting.PACKING: [True, False],
         Setting.FP8: [True, False],
+        Setting.OPTIMIZER_IN_BACKWARD: [False, True],
+        Setting.EXPERT_PARALLEL: [1] + expert_parallel_degrees(facts.model, gpus),
     }
 
 
@@ -194,16 +198,19 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
                      preferences=prefs, fallbacks=fallbacks)
 
 
-#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs).
-LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.PARALLELISM, Setting.OFFLOAD)
+#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs; the
+#: step in backward also needs accumulation 1, which :func:`_micro_batches` keeps to).
+LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTIMIZER_IN_BACKWARD,
+          Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule]
              ) -> list[tuple[Any, ...]]:
-    """The (method, precision, weights dtype, parallelism, offload) tuples no rule refuses for ``plan``'s tensor /
-    pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, so one plan per tuple stands for all its
-    candidates)."""
+    """The (method, precision, weights dtype, step in backward, expert parallel, parallelism, offload) tuples no rule
+    refuses for ``plan``'s tensor / pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, at
+    accumulation 1, so one plan per tuple stands for all its candidates)."""
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
+    plan = plan.model_copy(update={Setting.GRADIENT_ACCUMULATION_STEPS: 1})
     return [combo for combo in product(*choices)
             if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
 
@@ -219,7 +226,7 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
     overflow = False
     for micro in micros:
         steps = per_replica // micro
-        if overflow and steps > 1:
+        if (overflow or plan.optimizer_in_backward) and steps > 1:  # the step in backward cannot accumulate
             continue
         candidate = evaluate(facts, plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro,
                                                             Setting.GRADIENT_ACCUMULATION_STEPS: steps}),

@@ -8,9 +8,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.planner import (MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, evaluate, refusal,
-                                    search)
+from advisor.engine.planner import (MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, evaluate, order,
+                                    refusal, search)
 from advisor.engine.schema import SCHEMA_VERSION
+from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
@@ -209,6 +210,29 @@ def _communication(facts, best: Candidate) -> str:
             f"{s.communication_s:.2f} s of the {s.step_time_s:.2f} s step over {link}")
 
 
+def _experts(result: PlanningResult, best: Candidate) -> str:
+    """Expert parallelism against the chosen plan, in figures: the best plan that fits on each side, its memory,
+    its communication (the all-to-all's share) and tokens/s."""
+    facts = result.facts
+    hw = facts.hardware
+    other = [c for c in result.fitting if (c.plan.expert_parallel > 1) != (best.plan.expert_parallel > 1)]
+    if not other:
+        return "no plan with the other choice fits"
+    runner = order(other, facts.workload.objective)[0]
+
+    def words(c: Candidate) -> str:
+        p = c.plan
+        a2a = (p.gradient_accumulation_steps + p.pipeline_parallel - 1) * all_to_all_seconds(
+            facts.model, p, facts.workload.seq_len, facts.gpu, hw.nvlink_ring, hw.nodes,
+            hw.inter_node_bytes_per_s)
+        share = f", all-to-all {a2a:.2f} s" if a2a else ""
+        return (f"expert parallel {p.expert_parallel} with {p.parallelism}: {c.memory.device_bytes / GIB:.1f} GiB per "
+                f"GPU, communication {c.speed.communication_s:.2f} s of the {c.speed.step_time_s:.2f} s step{share}, "
+                f"est. {c.speed.tokens_per_s:,.0f} tokens/s")
+
+    return f"chosen {words(best)}; best other: {words(runner)}"
+
+
 def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     """What the objective picks, as a noun phrase (``fits``: say that the fastest plan is one that fits)."""
     if result.facts.workload.objective == Objective.MEMORY:
@@ -365,8 +389,9 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     assert best is not None, "build() needs a plan that fits"
     facts = result.facts
     settings: dict[str, SettingDecision] = {}
-    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)
-    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)]
+    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.EXPERT_PARALLEL)
+    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)
+                and not (s == Setting.EXPERT_PARALLEL and not facts.model.num_experts)]
     if facts.gpu is None:
         searched = [s for s in searched if s != Setting.TF32]
     for setting in searched:
@@ -379,6 +404,8 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     gpus = facts.hardware.num_gpus
     if gpus > 1 and Setting.PARALLELISM in settings:
         settings[Setting.PARALLELISM].rationale += "; " + _communication(facts, best)
+    if Setting.EXPERT_PARALLEL in settings:
+        settings[Setting.EXPERT_PARALLEL].rationale += "; " + _experts(result, best)
     settings[Setting.NUM_GPUS] = SettingDecision(
         value=gpus, rule_ids=[], sources=[],
         rationale="training on the CPU: no GPU found" if gpus == 0 else f"all {gpus} GPU(s) of the hardware")

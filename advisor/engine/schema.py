@@ -11,7 +11,8 @@ model change without a new version fails the tests.
 (active_parameters, active_matmul_parameters, num_experts, experts_per_token, shared_experts, moe_layers,
 capacity_factor). 1.7: the software stack: plan.attention, loss_kernel, torch_compile, packing, fp8; the same as
 workload pins, workload.mean_sample_len; hardware.cuda_context_bytes, host.packages; hardware.nics_per_node,
-gpus[].peer_to_peer; recommendation.suggestions (slow, consider); inter_node_gbit_s per NIC.
+gpus[].peer_to_peer; recommendation.suggestions (slow, consider); inter_node_gbit_s per NIC;
+plan.optimizer_in_backward, plan.expert_parallel; model.routed_parameters.
 """
 
 SCHEMA_VERSION = "1.7"

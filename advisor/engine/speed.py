@@ -20,6 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
+from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.adapters import adapter_parameters, quantized_parameters
@@ -238,14 +239,17 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     k = plan.gradient_accumulation_steps
-    params_here = trained / (tp * pp) / (plan.data_parallel_size if PARALLELISM_SPECS[plan.parallelism].stage else 1)
+    sharded = PARALLELISM_SPECS[plan.parallelism].stage
+    params_here = trained / (tp * pp) / (plan.data_parallel_size if sharded else 1)
+    if plan.expert_parallel_size > 1 and not sharded and not method.spec.adapters:
+        params_here = local_parameters(model, plan)  # each replica steps its own experts only
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
     if Offload.of(plan.offload).optimizer:
         optimizer_time = offload_seconds(model, plan, compute)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s, compute)
     # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
     step = (k + pp - 1) * micro_time + optimizer_time + comm
-    comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline exchanges
+    comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline / expert exchanges
     rows = plan.global_batch_size
     useful = seq_len if plan.packing or not mean_sample_len else min(mean_sample_len, seq_len)
     samples = rows * (seq_len / mean_sample_len if attended else 1)

@@ -4,12 +4,14 @@ fine-tuning (fp32 AMP masters or pure bf16), LoRA / QLoRA adapters, ZeRO / FSDP 
 ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054):
 16-bit parameters and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master
 weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
-Offloaded states move to the host's RAM (:func:`host_bytes`).
+Offloaded states move to the host's RAM (:func:`host_bytes`). Expert parallelism splits a mixture of
+experts' routed experts over its ranks (:func:`local_parameters`); the optimizer step in backward keeps about
+one layer's gradients (:func:`_optimizer_in_backward`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, largest_block_matrix,
                              quantized_parameters)
@@ -56,8 +58,36 @@ def zero_bucket_elements(model: ModelProfile) -> int:
     return min(model.hidden_size**2, 500_000_000)
 
 
+def local_parameters(model: ModelProfile, plan: Plan) -> int:
+    """Parameters one device holds unsharded, after the tensor / pipeline split: with expert parallelism e each
+    rank of an expert-parallel group keeps 1/e of the routed experts and every other parameter whole (GShard,
+    Lepikhin et al. 2020, https://arxiv.org/abs/2006.16668 sec. 2.2; DeepSpeed-MoE, Rajbhandari et al. 2022,
+    https://arxiv.org/abs/2201.05596 sec. 5: expert + data parallelism). Sharded states (ZeRO / FSDP) divide by
+    the data-parallel size either way: an expert's shards spread over its n/e expert-data-parallel ranks."""
+    split = plan.model_parallel_size
+    P = model.num_parameters // split
+    ep = plan.expert_parallel_size
+    if ep <= 1:
+        return P
+    routed = model.routed_parameters // split
+    return P - routed + routed // ep
+
+
+def _optimizer_in_backward(states: ModelStates, plan: Plan, model: ModelProfile, P: int, largest: int) -> ModelStates:
+    """The optimizer step fused into backward: each parameter steps in its post-accumulate-grad hook and its gradient
+    is freed, so no full set of gradients (nor DDP's buckets) is ever held, only about one block's (torchtune
+    ``optimizer_in_bwd``; PyTorch tutorial "How to save memory by fusing the optimizer step into the backward pass",
+    https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html). Each step runs on one
+    tensor, so the foreach temporaries are one tensor's."""
+    width = 2 if plan.precision != Precision.FP32 and Parallelism.of(plan.parallelism).stage else (
+        WeightsDtype.of(plan.weights_dtype).bytes)
+    layer = max(P // max(model.num_layers, 1), largest)
+    step_temp = Optimizer.of(plan.optimizer).step_temporary_bytes(plan.device, largest, largest)
+    return replace(states, grads=min(states.grads, width * layer), buckets=0, step_temp=step_temp)
+
+
 def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int,
-                    bucket: int = 0) -> ModelStates:
+                    bucket: int = 0, local: int | None = None) -> ModelStates:
     """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
@@ -70,14 +100,17 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     ``overlap_comm``'s buckets (:data:`OVERLAP_COMM_BYTES_PER_ELEMENT` × (reduce + all-gather bucket), at stage 3
     the reduce bucket only: the prefetched layers are the gathered parameters below).
     FSDP with accumulation runs with ``sync_each_batch`` (emitted; see
-    :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches."""
+    :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches.
+    ``local``: the parameters a device holds unsharded (expert parallelism: :func:`local_parameters`; default
+    ``P``)."""
+    local = P if local is None else local
     mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
     parallelism = Parallelism.of(plan.parallelism)
     low = 2 if mixed else 4
     masters = 4 * P if mixed and plan.weights_dtype == WeightsDtype.FP32 else 0
-    params = low * P // (n if stage >= 3 else 1)
-    grads = low * P // (n if stage >= 2 else 1)
+    params = low * P // n if stage >= 3 else low * local
+    grads = low * P // n if stage >= 2 else low * local
     states = (masters + states_full) // n
     buckets = 0
     if parallelism.deepspeed and mixed and masters:
@@ -151,14 +184,19 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
         return _adapter_states(model, plan, split, parallelism.stage, n)
     weights = WeightsDtype.of(plan.weights_dtype)
     P = model.num_parameters // split
+    local = local_parameters(model, plan)
     autocast = (plan.precision != Precision.FP32) and weights == WeightsDtype.FP32
-    copies16 = (2 * model.matmul_parameters if autocast else 0) // split
+    copies16 = (2 * model.matmul_parameters // split - 2 * (P - local)) if autocast else 0
     states_full = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) // split
     largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
+    if local < P:  # the fused expert tensors split too; the embedding may then be the largest
+        largest = max(largest // plan.expert_parallel_size, model.vocab_size * model.hidden_size // split)
     if parallelism.stage:
-        return _sharded_states(plan, parallelism.stage, n, P, states_full, largest,
-                               zero_bucket_elements(model))
-    return _replicated_states(plan, P, copies16, states_full, largest)
+        states = _sharded_states(plan, parallelism.stage, n, P, states_full, largest, zero_bucket_elements(model),
+                                 local)
+    else:
+        states = _replicated_states(plan, local, copies16, states_full * local // max(P, 1), largest)
+    return _optimizer_in_backward(states, plan, model, P, largest) if plan.optimizer_in_backward else states
 
 
 #: CPU RAM DeepSpeed's ZeRO-Offload needs per parameter it offloads: fp32 master weights, Adam's two moments

@@ -46,6 +46,8 @@ def _more_gpus(facts: Facts, base: str) -> str | None:
             how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
             how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
             how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
+            how += [f"expert parallel {p.expert_parallel}"] if p.expert_parallel > 1 else []
+            how += ["the optimizer step in backward"] if p.optimizer_in_backward else []
             how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
             return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
     return None

@@ -155,6 +155,25 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     return None
 
 
+def _optimizer(net, plan: Plan):
+    """The plan's optimizer over the trainable parameters, or, for the step in backward, one optimizer per parameter
+    stepped by its post-accumulate-grad hook, which frees the gradient at once (PyTorch tutorial "How to save memory
+    by fusing the optimizer step into the backward pass",
+    https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html); then None."""
+    params = [p for p in net.parameters() if p.requires_grad]
+    if not plan.optimizer_in_backward:
+        return make_optimizer(params, plan)
+    per_param = {p: make_optimizer([p], plan) for p in params}
+
+    def step(param) -> None:
+        per_param[param].step()
+        per_param[param].zero_grad(set_to_none=True)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    return None
+
+
 def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
              config: dict | None = None) -> SimulationResult:
     """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
@@ -190,7 +209,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
             if plan.gradient_checkpointing:
                 enable_checkpointing(net)
         net.train()
-        optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
+        optimizer = _optimizer(net, plan)
         batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
         micro_steps = min(plan.gradient_accumulation_steps, 2)
         for _ in range(steps):
@@ -202,8 +221,9 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
                 loss.backward()
                 del loss
             tracker.phase = "optimizer"
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            if optimizer is not None:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
     peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
     phase = max(peaks, key=peaks.get)
     return SimulationResult(peak_bytes=peaks[phase], peak_phase=phase, phase_peaks=peaks,

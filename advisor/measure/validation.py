@@ -176,6 +176,12 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.model_parallel_size > 1:
         raise UsageError("trials of tensor / pipeline parallel plans are not supported (they need Megatron-LM, "
                          "DeepSpeed's pipeline engine or torch.distributed pipelining): validate a data-parallel plan")
+    if plan.expert_parallel > 1:
+        raise UsageError("trials of expert-parallel plans are not supported (they need DeepSpeed-MoE or Megatron-Core): "
+                         "validate a plan with --expert-parallel 1")
+    if plan.optimizer_in_backward:
+        raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
+                         "the plan without --optimizer-in-backward")
     if plan.data_parallel_size > 1:
         from advisor.measure.dist_worker import KINDS
 
