@@ -89,7 +89,7 @@ class AccumulationOnlyWhenNeeded(Rule):
 @register
 class PadToMultipleOf8(Rule):
     id = "batch.pad-to-multiple-of-8"
-    title = "pad sequence length and vocabulary to multiples of 8 (64 on A100)"
+    title = "pad sequence length and vocabulary to multiples of 8 (64 on A100 and H100 / H200)"
     topic = "batch"
     sources = [S.HF_FP16, S.HF_BATCH, S.NV_TC_REQ]
     rationale = ("fp16/bf16 speed-ups need every GEMM dimension a multiple of 8: pad sequences "

@@ -294,3 +294,29 @@ def test_hybrid_shard_shares_the_nodes_network_by_hand() -> None:
     # the network part does not shrink with the GPUs per node (it did: the node's link counted once per GPU)
     four = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=8)
     assert four - 0.5 * 3 * 3 / 4 * S / nv == pytest.approx(hybrid - 0.5 * 3 * 7 / 8 * S / nv)
+
+
+def test_zero_figures_against_deepspeeds_printed_all_cold_tables(capsys) -> None:
+    """The tables ``estimate_zero2/3_model_states_mem_needs_all_cold`` print (GiB per GPU, no offload), for
+    Llama-2-7B over 4 nodes × 2 GPUs (the issue's command): ZeRO-2 26.67 GiB; ZeRO-3 14.61 GiB, to which advisor
+    adds the 16-bit gradient partition the stage-3 estimator leaves out (2Ψ/N)."""
+    ds2 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
+    ds3 = pytest.importorskip("deepspeed.runtime.zero.stage3")
+    import re
+
+    llama = profile_model("meta-llama/Llama-2-7b-hf")
+    P, largest = llama.num_parameters, llama.largest_parameter_elements
+
+    def printed(fn, *args) -> float:
+        fn(*args, num_gpus_per_node=2, num_nodes=4)
+        rows = [line for line in capsys.readouterr().out.splitlines() if line.rstrip().endswith(
+            ("offload_optimizer=none", "offload_optimizer=none, zero_init=1"))]
+        return float(re.findall(r"\|\s+([\d.]+)GB\s+\|", rows[0])[0])
+
+    zero2, zero3 = printed(ds2.estimate_zero2_model_states_mem_needs_all_cold, P), \
+        printed(ds3.estimate_zero3_model_states_mem_needs_all_cold, P, largest)
+    ours2, _ = _states(llama, parallelism="zero-2", num_gpus=8)
+    ours3, _ = _states(llama, parallelism="zero-3", num_gpus=8)
+    assert (zero2, zero3) == (26.67, 14.61)
+    assert ours2 / GIB == pytest.approx(zero2, abs=0.01)
+    assert (ours3 - 2 * P // 8) / GIB == pytest.approx(zero3, abs=0.01)

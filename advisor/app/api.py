@@ -159,7 +159,8 @@ def _require_runnable_pins(facts: Facts) -> None:
 
 def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any
               ) -> Recommendation:
-    """Recommend the fastest plan that fits (``objective='memory'``: the plan with the least device memory).
+    """Recommend the fastest plan that fits (``objective='memory'``: the least device memory within
+    :data:`advisor.engine.planner.MEMORY_SPEED_TOLERANCE` of the fastest plan).
 
     ``options``: hardware and workload options (module docstring); ``hardware`` replaces the probe.
 

@@ -16,7 +16,7 @@ from probes.vocabulary import Method, Objective, Task, values
 from tui.fields import whole_number
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
-OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory"}
+OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory within 10 % of the fastest"}
 AUTO_METHOD = MethodOptions.model_fields["method"].default  #: 'auto': the planner chooses
 #: The method list's labels (the values are ``recommend``'s ``--method`` choices, :data:`METHOD_CHOICES`).
 METHOD_LABELS = {AUTO_METHOD: "auto: full if it fits, else LoRA / QLoRA", Method.FULL: "full fine-tuning",
