@@ -7,7 +7,7 @@ import pytest
 
 from advisor.app.api import estimate, recommend
 from advisor.app.emit import render
-from advisor.engine.speed import all_to_all_seconds
+from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.states import local_parameters, model_states
 from probes.errors import UsageError
 from probes.model import profile_model

@@ -250,7 +250,7 @@ def test_llama2_7b_zero2_model_states_by_hand() -> None:
 
 
 def _comm(model, compute=None, nodes=1, inter=None, nvlink=True, gpu="a100-80gb", **kw) -> float:
-    from advisor.engine.speed import communication_seconds
+    from advisor.engine.communication import communication_seconds
     from probes.gpu_catalog import catalog, gpu_info_from_catalog
 
     return communication_seconds(model, _plan(**kw), gpu_info_from_catalog(catalog()[gpu]), nvlink, nodes, inter,

@@ -395,7 +395,6 @@ def _sign(function, groups: tuple[type[BaseModel], ...]) -> None:
     function.__signature__ = signature.replace(parameters=fixed + extra)
 
 
-_sign(make_facts, _QUESTION)
-_sign(recommend, _RECOMMEND)
-_sign(estimate, _ESTIMATE)
-_sign(validate, _VALIDATE)
+for _function, _groups in ((make_facts, _QUESTION), (recommend, _RECOMMEND), (estimate, _ESTIMATE),
+                          (validate, _VALIDATE)):
+    _sign(_function, _groups)

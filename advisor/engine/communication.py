@@ -111,9 +111,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     parallelism = Parallelism.of(plan.parallelism)
     if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
-    # each GPU syncs its own slice of the model; under expert parallelism its experts only within their
-    # expert-data-parallel group: about 1/e of the routed experts' bytes per GPU (DeepSpeed-MoE sec. 5)
-    P = local_parameters(model, plan)
+    P = local_parameters(model, plan)  # its own slice; expert parallel: 1/e of the experts (DeepSpeed-MoE sec. 5)
     wide = parallelism.replicated or plan.precision == Precision.FP32
     grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
     adapters = Method.of(plan.method).spec.adapters

@@ -79,12 +79,16 @@ def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing
 
     The values are declared best first and a better kernel never costs memory or speed (FlashAttention before SDPA,
     Liger before the standard loss, compile on, packing where samples are shorter), so one stack per layout stands
-    for every other: the recommendation prices the values not taken (:mod:`advisor.engine.recommendation`).
+    for every other: the recommendation prices the values not taken (:mod:`advisor.engine.decisions`).
     """
+    rules = refusing if refusing is not None else _refusing_rules()
     for setting in STACK_SETTINGS:
         for value in allowed[setting]:
             candidate = plan.model_copy(update={setting: value})
-            if refusal(facts, candidate, refusing) is None:
+            # only refusals of a stack value count here: the layout's own were settled before (its accumulation,
+            # say, is the first micro-batch's, not the one a candidate will run with)
+            if not any((e := rule.refuse(facts, candidate)) is not None and e.setting in STACK_SETTINGS
+                       for rule in rules):
                 plan = candidate
                 break
         else:

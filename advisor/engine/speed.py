@@ -28,7 +28,7 @@ from probes.kernels import Attention
 from probes.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from rules.facts import Plan
 
-from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, communication_seconds,  # noqa: F401
+from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, communication_seconds,
                                           model_parallel_seconds, offload_seconds)
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
