@@ -113,7 +113,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     else:
         from advisor.app.report import print_recommendation
 
-        print_recommendation(rec, _console())
+        print_recommendation(rec, _console(), explain=args.explain)
     return ExitCode.OK
 
 
@@ -293,7 +293,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
     _workload_args(p)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
-    p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.add_argument("--json", action="store_true", help="print the recommendation as JSON (default: off)")
+    p.add_argument("--explain", action="store_true",
+                   help="the full report: every setting's reasons, rule ids, numbered sources and every alternative "
+                        "that lost (default: off: a plan card that fits 80 x 24)")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
                                           "lora_config.json for LoRA / QLoRA), accelerate "

@@ -8,10 +8,13 @@ import sys
 
 
 def console(stderr: bool = False):
-    """A rich console: stdout (or stderr), 160 columns when not a terminal so piped output is stable."""
+    """A rich console: stdout (or stderr), as wide as the terminal, or as ``COLUMNS`` says, else 160 columns when
+    not a terminal so that piped output is stable."""
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 160)
+    return Console(stderr=stderr, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def read_plan(path: str):
