@@ -52,9 +52,12 @@ def test_explain_has_every_reason_and_source_once(case: str, model: str, options
     urls = {s.url for d in rec.settings.values() for s in d.sources}
     for url in urls:  # numbered references, each printed once
         assert flat.count(f"<{url}>") == 1, url
-    for name, d in rec.settings.items():
+    wide = render(model, options, 400, explain=True)  # a table cell's lines interleave with its row's others
+    for d in rec.settings.values():
         for rule in d.rule_ids:
-            assert rule in flat, rule
+            assert rule in wide, rule
+        for alt in d.alternatives:  # every alternative that lost, none cut
+            assert alt.reason in wide, alt.reason
     assert f"[{len(urls)}] " in text and f"[{len(urls) + 1}] " not in text
     assert text == (SNAPSHOTS / _name(case, width, True)).read_text(encoding="utf-8")
 
