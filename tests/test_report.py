@@ -52,7 +52,7 @@ def test_explain_has_every_reason_and_source_once(case: str, model: str, options
     urls = {s.url for d in rec.settings.values() for s in d.sources}
     for url in urls:  # numbered references, each printed once
         assert flat.count(f"<{url}>") == 1, url
-    wide = render(model, options, 400, explain=True)  # a table cell's lines interleave with its row's others
+    wide = render(model, options, 1000, explain=True)  # a table cell's lines interleave with its row's others
     for d in rec.settings.values():
         for rule in d.rule_ids:
             assert rule in wide, rule
