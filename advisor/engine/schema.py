@@ -9,7 +9,7 @@ model change without a new version fails the tests.
 (distributed trials). 1.4: FSDP strategies in plan.parallelism; hardware.interconnect, inter_node_gbit_s.
 1.5: plan.tensor_parallel, plan.pipeline_parallel. 1.6: the model's mixture-of-experts facts
 (active_parameters, active_matmul_parameters, num_experts, experts_per_token, shared_experts, moe_layers,
-capacity_factor).
+capacity_factor). 1.7: Comparison (``advisor compare --json``).
 """
 
-SCHEMA_VERSION = "1.6"
+SCHEMA_VERSION = "1.7"
