@@ -207,24 +207,72 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
-    shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
-    if not _hub_offline():
-        if _hub_reachable():
-            try:
-                from huggingface_hub import hf_hub_download
+    shipped_id = RENAMED_IDS.get(model.lower(), model)
+    shipped = _catalog_dir().joinpath(shipped_id.replace("/", "--") + ".json")
+    if _hub_offline():
+        hub = "skipped (offline: HF_HUB_OFFLINE=1)"
+    elif _hub_reachable():
+        try:
+            from huggingface_hub import hf_hub_download
 
-                downloaded = hf_hub_download(model, "config.json")
-                return _read_json(Path(downloaded)), "hub", downloaded, notes
-            except Exception as exc:
-                notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
-        else:
-            notes.append("the Hugging Face Hub is unreachable; using local sources only")
+            downloaded = hf_hub_download(model, "config.json")
+            return _read_json(Path(downloaded)), "hub", downloaded, notes
+        except Exception as exc:
+            notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
+            hub = f"asked, no config.json ({type(exc).__name__})"
+    else:
+        notes.append("the Hugging Face Hub is unreachable; using local sources only")
+        hub = "skipped (unreachable within 2 s)"
     if shipped.is_file():
+        if shipped_id != model:
+            notes.append(f"'{model}' is the Hub's id of the shipped '{shipped_id}'")
         return json.loads(shipped.read_text(encoding="utf-8")), "catalog", None, notes
-    where = "offline (HF_HUB_OFFLINE=1)" if _hub_offline() else "not in the cache, not on the Hub"
+    near = near_matches(model)
     raise ModelNotFoundError(
-        f"model '{model}' not found: {where}, not in the shipped catalog; "
-        f"pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+        f"model '{model}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
+        "the shipped catalog: not there" + (f"; near matches: {', '.join(near)}" if near else "")
+        + "; pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+
+
+#: The Hub's current ids of shipped configs whose repositories moved into organisations in 2024 (each old id now
+#: redirects to the new one: e.g. https://huggingface.co/openai-community/gpt2,
+#: https://huggingface.co/google-bert/bert-base-uncased, https://huggingface.co/FacebookAI/roberta-base): the same
+#: config.json, so the shipped file answers for both.
+RENAMED_IDS = {f"{org}/{name}".lower(): name for org, names in (
+    ("openai-community", ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")),
+    ("google-bert", ("bert-base-uncased", "bert-large-uncased")),
+    ("distilbert", ("distilbert-base-uncased",)),
+    ("FacebookAI", ("roberta-base",)),
+    ("google-t5", ("t5-small", "t5-base"))) for name in names}
+
+
+def _cached_ids() -> list[str]:
+    """Model ids with a folder in the Hugging Face cache (``models--{org}--{name}``)."""
+    from huggingface_hub import constants
+
+    try:
+        folders = list(Path(constants.HF_HUB_CACHE).iterdir())
+    except OSError:
+        return []
+    prefix = "models" + constants.REPO_ID_SEPARATOR
+    return [f.name[len(prefix):].replace(constants.REPO_ID_SEPARATOR, "/") for f in folders
+            if f.name.startswith(prefix)]
+
+
+def near_matches(model: str, n: int = 5) -> list[str]:
+    """Ids of the shipped catalog and the cache closest to ``model`` (difflib's ratio, case-insensitive; the
+    name after the organisation is compared too, so 'Qwen/Qwen2.5-0.5B' finds 'Qwen/Qwen2.5-7B')."""
+    import difflib
+
+    known = sorted(set(catalog_ids()) | set(_cached_ids()))
+    scores = []
+    for candidate in known:
+        a, b = model.lower(), candidate.lower()
+        ratio = max(difflib.SequenceMatcher(None, a, b).ratio(),
+                    difflib.SequenceMatcher(None, a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]).ratio())
+        if ratio >= 0.6:
+            scores.append((-ratio, candidate))
+    return [c for _, c in sorted(scores)[:n]]
 
 
 def _from_hf_cache(model: str) -> str | None:
