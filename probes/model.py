@@ -207,6 +207,8 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
+    from probes.model_ids import RENAMED_IDS, near_matches
+
     shipped_id = RENAMED_IDS.get(model.lower(), model)
     shipped = _catalog_dir().joinpath(shipped_id.replace("/", "--") + ".json")
     if _hub_offline():
@@ -232,47 +234,6 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
         f"model '{model}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
         "the shipped catalog: not there" + (f"; near matches: {', '.join(near)}" if near else "")
         + "; pass a local folder or config.json path, e.g. --model ./my-model/config.json")
-
-
-#: The Hub's current ids of shipped configs whose repositories moved into organisations in 2024 (each old id now
-#: redirects to the new one: e.g. https://huggingface.co/openai-community/gpt2,
-#: https://huggingface.co/google-bert/bert-base-uncased, https://huggingface.co/FacebookAI/roberta-base): the same
-#: config.json, so the shipped file answers for both.
-RENAMED_IDS = {f"{org}/{name}".lower(): name for org, names in (
-    ("openai-community", ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")),
-    ("google-bert", ("bert-base-uncased", "bert-large-uncased")),
-    ("distilbert", ("distilbert-base-uncased",)),
-    ("FacebookAI", ("roberta-base",)),
-    ("google-t5", ("t5-small", "t5-base"))) for name in names}
-
-
-def _cached_ids() -> list[str]:
-    """Model ids with a folder in the Hugging Face cache (``models--{org}--{name}``)."""
-    from huggingface_hub import constants
-
-    try:
-        folders = list(Path(constants.HF_HUB_CACHE).iterdir())
-    except OSError:
-        return []
-    prefix = "models" + constants.REPO_ID_SEPARATOR
-    return [f.name[len(prefix):].replace(constants.REPO_ID_SEPARATOR, "/") for f in folders
-            if f.name.startswith(prefix)]
-
-
-def near_matches(model: str, n: int = 5) -> list[str]:
-    """Ids of the shipped catalog and the cache closest to ``model`` (difflib's ratio, case-insensitive; the
-    name after the organisation is compared too, so 'Qwen/Qwen2.5-0.5B' finds 'Qwen/Qwen2.5-7B')."""
-    import difflib
-
-    known = sorted(set(catalog_ids()) | set(_cached_ids()))
-    scores = []
-    for candidate in known:
-        a, b = model.lower(), candidate.lower()
-        ratio = max(difflib.SequenceMatcher(None, a, b).ratio(),
-                    difflib.SequenceMatcher(None, a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]).ratio())
-        if ratio >= 0.6:
-            scores.append((-ratio, candidate))
-    return [c for _, c in sorted(scores)[:n]]
 
 
 def _from_hf_cache(model: str) -> str | None:

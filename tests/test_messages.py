@@ -8,7 +8,8 @@ import pytest
 
 from advisor.app.cli import build_parser
 from probes.errors import ExitCode, ModelNotFoundError
-from probes.model import RENAMED_IDS, catalog_ids, near_matches, profile_model
+from probes.model import catalog_ids, profile_model
+from probes.model_ids import RENAMED_IDS, near_matches
 from test_cli import advisor
 
 

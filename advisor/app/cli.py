@@ -117,55 +117,6 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from advisor.app.compare import compare, comparison_table, parse_prices, stderr_progress
-
-    options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions)}
-    options.pop("gpu", None)
-    result = compare(args.model, gpus=args.gpu, tokens=args.tokens, prices=parse_prices(args.price_per_hour),
-                     sort=args.sort, progress=stderr_progress(), **options)
-    if args.json:
-        _print_json(result)
-    else:
-        _console().print(comparison_table(result))
-    return ExitCode.OK
-
-
-def _tokens(text: str) -> int:
-    """``--tokens``: an integer or a float such as 1e9."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 1 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return int(value)
-
-
-def _add_compare(sub) -> None:
-    """``advisor compare``: the workload and method flags, several GPUs, the tokens, prices and order."""
-    from advisor.app.compare import DEFAULT_TOKENS, SORT_KEYS
-
-    p = sub.add_parser("compare", help="which GPU? the best plan per GPU, time and cost for N tokens",
-                       epilog=EXIT_CODES_HELP)
-    add_arguments(p, ModelOptions, required=("model",))
-    add_arguments(p, WorkloadOptions, ("task",))
-    p.add_argument("--gpu", action="append", metavar="NAME[:COUNT]",
-                   help="a catalog GPU to compare, repeatable (default: one of every GPU in `advisor probe --gpu list`)")
-    add_arguments(p, HardwareOptions, ("nodes", "interconnect", "inter_node_gbps", "host_memory_bytes"))
-    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch"))
-    add_arguments(p.add_argument_group("what to train"), MethodOptions)
-    p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
-                   help="training tokens the time column is for (default 1e9 tokens)")
-    p.add_argument("--price-per-hour", action="append", metavar="NAME=USD",
-                   help="the price of one NAME GPU for an hour, US dollars, e.g. a100-80gb=1.79; repeatable (default: "
-                        "none, no cost column: advisor ships no price list)")
-    p.add_argument("--sort", choices=SORT_KEYS, default="time",
-                   help="order: shortest time first, or cheapest per billion tokens (needs prices) (default time)")
-    p.add_argument("--json", action="store_true", help="print the comparison as JSON (default: off)")
-    p.set_defaults(func=cmd_compare)
-
-
 def cmd_estimate(args: argparse.Namespace) -> int:
     from advisor.app.api import estimate
 
@@ -357,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
     p.set_defaults(func=cmd_recommend)
 
-    _add_compare(sub)
+    from advisor.app.compare import add_parser as add_compare
+
+    add_compare(sub, EXIT_CODES_HELP)
     _add_estimate(sub)
     _add_validate(sub)
 

@@ -9,6 +9,7 @@ change by the month. No torch, transformers or textual.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Any, Callable, Literal
 
@@ -218,3 +219,55 @@ def stderr_progress() -> Callable[[int, int, str], None] | None:
         sys.stderr.flush()
 
     return show
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``advisor compare``: the table, or the JSON."""
+    from advisor.app.options import HardwareOptions, MethodOptions, WorkloadOptions, collect
+    from advisor.app.progress import console
+    from probes.errors import ExitCode
+
+    options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions)}
+    options.pop("gpu", None)
+    result = compare(args.model, gpus=args.gpu, tokens=args.tokens, prices=parse_prices(args.price_per_hour),
+                     sort=args.sort, progress=stderr_progress(), **options)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        console().print(comparison_table(result))
+    return ExitCode.OK
+
+
+def _tokens(text: str) -> int:
+    """``--tokens``: an integer or a float such as 1e9."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 1 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return int(value)
+
+
+def add_parser(sub, epilog: str) -> None:
+    """``advisor compare``'s flags: the workload and method flags, several GPUs, the tokens, prices and order."""
+    from advisor.app.options import HardwareOptions, MethodOptions, ModelOptions, WorkloadOptions, add_arguments
+
+    p = sub.add_parser("compare", help="which GPU? the best plan per GPU, time and cost for N tokens",
+                       epilog=epilog)
+    add_arguments(p, ModelOptions, required=("model",))
+    add_arguments(p, WorkloadOptions, ("task",))
+    p.add_argument("--gpu", action="append", metavar="NAME[:COUNT]",
+                   help="a catalog GPU to compare, repeatable (default: one of every GPU in `advisor probe --gpu list`)")
+    add_arguments(p, HardwareOptions, ("nodes", "interconnect", "inter_node_gbps", "host_memory_bytes"))
+    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch"))
+    add_arguments(p.add_argument_group("what to train"), MethodOptions)
+    p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
+                   help="training tokens the time column is for (default 1e9 tokens)")
+    p.add_argument("--price-per-hour", action="append", metavar="NAME=USD",
+                   help="the price of one NAME GPU for an hour, US dollars, e.g. a100-80gb=1.79; repeatable (default: "
+                        "none, no cost column: advisor ships no price list)")
+    p.add_argument("--sort", choices=SORT_KEYS, default="time",
+                   help="order: shortest time first, or cheapest per billion tokens (needs prices) (default time)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (default: off)")
+    p.set_defaults(func=cmd_compare)
