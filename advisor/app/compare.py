@@ -184,28 +184,41 @@ def count(n: int) -> str:
     return f"{n:,}"
 
 
-def comparison_table(c: Comparison):
-    """The comparison as one rich table."""
+def comparison_table(c: Comparison, width: int = 160):
+    """The comparison as one rich table; from 120 columns up with the memory and the plan in it, narrower with
+    each GPU's plan on a line below the table."""
+    from rich import box
+    from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     priced = any(r.price_per_gpu_hour_usd is not None for r in c.rows)
+    wide = width >= 120
     t = Table(title=f"{c.model}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
-                    f"per GPU, sorted by {c.sort}", title_justify="left")
-    for col in ("GPU", "plan", "memory", "step", "tokens/s", f"time for {count(c.tokens)} tokens"):
-        t.add_column(col, justify="right" if col not in ("GPU", "plan") else "left")
-    if priced:
-        t.add_column("$/GPU-h", justify="right")
-        t.add_column("$ per 1B tokens", justify="right")
+                    f"per GPU, by {c.sort}", title_justify="left", box=box.SIMPLE_HEAD)
+    columns = ["GPU", "tokens/s", "step", f"{count(c.tokens)} tokens"] + (["$/GPU-h", "$ per 1B"] if priced else [])
+    for col in columns + (["memory"] if wide else []):
+        t.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
+    if wide:
+        t.add_column("plan", overflow="fold")
     for r in c.rows:
         price = [f"{r.price_per_gpu_hour_usd:.2f}" if r.price_per_gpu_hour_usd is not None else "—",
                  f"{r.cost_per_billion_tokens_usd:,.0f}" if r.cost_per_billion_tokens_usd is not None else "—"]
-        memory = f"{r.device_bytes / GIB:.1f}/{r.usable_bytes / GIB:.1f} GiB"
+        memory = [f"{r.device_bytes / GIB:.1f}/{r.usable_bytes / GIB:.1f} GiB"] if wide else []
         if not r.fits:
-            t.add_row(r.gpu, "[red]no plan fits[/]", memory, "—", "—", "—", *(price if priced else []))
+            t.add_row(r.gpu, "—", "—", "—", *(price if priced else []), *memory, *(["no plan fits"] if wide else []))
             continue
-        t.add_row(r.gpu, r.plan.describe(), memory, f"{r.step_time_s:.2f} s", f"{r.tokens_per_s:,.0f}",
-                  duration(r.time_s), *(price if priced else []))
-    return t
+        t.add_row(r.gpu, f"{r.tokens_per_s:,.0f}", f"{r.step_time_s:.2f} s", duration(r.time_s),
+                  *(price if priced else []), *memory, *([r.plan.describe()] if wide else []))
+    if wide:
+        return t
+    plans = Table.grid(padding=(0, 2))
+    plans.add_column(no_wrap=True)
+    plans.add_column()
+    for r in c.rows:
+        plans.add_row(r.gpu, r.plan.describe() if r.fits else f"no plan fits: the smallest needs "
+                      f"{r.device_bytes / GIB:.1f} GiB of {r.usable_bytes / GIB:.1f} GiB usable")
+    return Group(t, Text("plans:", style="bold"), plans)
 
 
 def stderr_progress() -> Callable[[int, int, str], None] | None:
@@ -234,7 +247,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
-        console().print(comparison_table(result))
+        out = console()
+        out.print(comparison_table(result, out.width))
     return ExitCode.OK
 
 
