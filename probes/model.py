@@ -233,7 +233,7 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     raise ModelNotFoundError(
         f"model '{model}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
         "the shipped catalog: not there" + (f"; near matches: {', '.join(near)}" if near else "")
-        + "; pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+        + "; give a local folder with a config.json, or a config.json path, e.g. ./my-model/config.json")
 
 
 def _from_hf_cache(model: str) -> str | None:

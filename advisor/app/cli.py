@@ -120,8 +120,13 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     from advisor.app.api import estimate
 
-    est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
-                   **collect(args, WorkloadOptions), **collect(args, PlanOptions))
+    from contextlib import nullcontext
+
+    waiting = (_console(stderr=True).status("advisor: simulating a training step on fake tensors (seconds)…")
+               if args.simulate and sys.stderr.isatty() else nullcontext())
+    with waiting:  # a progress line on stderr while the simulation runs, when stderr is a terminal
+        est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
+                       **collect(args, WorkloadOptions), **collect(args, PlanOptions))
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
