@@ -145,7 +145,8 @@ def test_fast_path_imports_no_torch_transformers_textual() -> None:
     argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
                   ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],
                   ["profile", "--model", "mistralai/Mixtral-8x7B-v0.1"], ["profile", "--model", "Qwen/Qwen1.5-MoE-A2.7B"],
-                  ["probe"], ["probe", "--gpu", "a100-80gb:8"]])[1:-1] + ","
+                  ["probe"], ["probe", "--gpu", "a100-80gb:8"], ["recommend", "--model", "gpt2", "--explain"],
+                  ["compare", "--model", "gpt2", "--gpu", "t4", "--gpu", "h100-sxm:2"]])[1:-1] + ","
     out = subprocess.run([sys.executable, "-c", FAST_PATH.format(argvs=argvs)], capture_output=True, text=True,
                          env=ENV, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
