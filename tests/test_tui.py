@@ -17,7 +17,8 @@ from textual import on  # noqa: E402
 from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
 from test_cli import ENV, ROOT  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
-from tui.messages import (Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
+from probes.gpu_catalog import catalog  # noqa: E402
+from tui.messages import (ComparisonReady, Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
                           RecommendationReady, ValidationDone, ValidationProgress, WizardMessage)
 from tui.confirm import Confirm  # noqa: E402
 from tui.steps import HardwareStep, RecommendationStep, WorkloadStep  # noqa: E402
@@ -279,6 +280,24 @@ async def test_next_best_plans_show_every_setting_that_differs() -> None:
             differing = {k for k, v in alt.plan.model_dump().items() if rec.plan.model_dump()[k] != v}
             assert {part.split("=")[0] for part in row.split(", ")} == differing
         assert len(set(rows)) == len(rows)  # no two rows that look the same
+
+
+async def test_the_hardware_step_compares_the_catalog_for_the_model() -> None:
+    app = RecordingApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        await pilot.press("ctrl+g")
+        assert app.step == "hardware"
+        await wait_for(pilot, lambda: ComparisonReady in kinds(app))
+        done = next(m for m in app.messages if isinstance(m, ComparisonReady))
+        assert done.error is None and done.comparison.model == "gpt2"
+        assert len(done.comparison.rows) == len(catalog())
+        from rich.console import Console
+
+        console = Console(width=76, record=True, file=__import__("io").StringIO())
+        console.print(app.query_one("#comparison").content)
+        shown = console.export_text()
+        assert "tokens/s" in shown and "h100-sxm" in shown and "plans:" in shown  # the table of `advisor compare`
 
 
 async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:

@@ -47,6 +47,7 @@ class AdvisorApp(App):
         Binding("ctrl+r", "recommend", "Recommend", priority=True),
         Binding("ctrl+t", "validate", "Validate", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+g", "compare", "Compare GPUs", show=False, priority=True),
         Binding("escape", "cancel", "Cancel / leave field", show=False),
     ]
 
@@ -215,6 +216,18 @@ class AdvisorApp(App):
         self.step = ValidateStep.STEP
         step.cancel()
         self.notify("Stopping the trial at the end of its current step, then quitting…", timeout=600)
+
+    def action_compare(self) -> None:
+        """The model's best plan on every catalog GPU, on the Hardware step (``ctrl+g``; ``advisor compare``)."""
+        text = self._model_or_warn()
+        if text is None:
+            return
+        workload = self.query_one(WorkloadStep).workload_choice()
+        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options[k] is not None}
+        step = self.query_one(HardwareStep)
+        self.step = HardwareStep.STEP
+        step.comparing()
+        step.compare(text, {**workload, **adapters})
 
     def action_cancel(self) -> None:
         """Stop a running validation, else leave the text field (``escape``)."""
