@@ -189,7 +189,7 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
     fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
     if fixed:
-        lines.append(Text.assemble(("also   ", "bold"), ", ".join(fixed)))
+        lines.append(_folded(fixed, width))
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
     fits = ("fits", "green") if mem.fits else ("does not fit", "red")
     lines.append(_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
@@ -209,6 +209,16 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if len(shown) < len(rec.warnings):
         lines.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
     return Group(*lines, *footer)
+
+
+def _folded(items: list[str], width: int, most: int = 2) -> Text:
+    """The card's ``also`` row: the settings without a decision, on at most ``most`` lines (the rest: --explain)."""
+    for n in range(len(items), 0, -1):
+        rest = f", … {len(items) - n} more (--explain)" if n < len(items) else ""
+        row = Text.assemble(("also   ", "bold"), ", ".join(items[:n]) + rest)
+        if _height(row, width) <= most:
+            return row
+    return row
 
 
 def _height(renderable, width: int) -> int:
