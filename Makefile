@@ -1,26 +1,35 @@
 # One command sets up and runs the advisor; one runs the tests.
-#   make run    -> creates .venv, installs advisor, prints a recommendation for gpt2 on this machine
-#   make test   -> the test suite (offline, no GPU needed)
+#   make run    -> creates .venv, installs advisor and what it needs to run (no development extras),
+#                  prints a recommendation for gpt2 on this machine
+#   make test   -> adds the development extras (pytest, hypothesis, accelerate, deepspeed, peft, the wizard's
+#                  snapshot plugin), then runs the test suite (offline, no GPU needed)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup run test clean
+.PHONY: setup setup-dev run test clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	# the CPU build of torch 2.13.0 is on disk here; an unpinned torch would pull CUDA packages.
 	# A machine that already has torch (e.g. a CUDA build) keeps it: pyproject only asks for torch>=2.1.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(DEV_STAMP)
+
 setup: $(STAMP)
+
+setup-dev: $(DEV_STAMP)
 
 run: setup
 	$(VENV)/bin/advisor recommend --model gpt2
 
-test: setup
+test: setup-dev
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto
 
 clean:

@@ -220,24 +220,33 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
-    shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
-    if not _hub_offline():
-        if _hub_reachable():
-            try:
-                from huggingface_hub import hf_hub_download
+    from probes.model_ids import RENAMED_IDS, near_matches
 
-                downloaded = hf_hub_download(model, "config.json")
-                return _read_json(Path(downloaded)), "hub", downloaded, notes
-            except Exception as exc:
-                notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
-        else:
-            notes.append("the Hugging Face Hub is unreachable; using local sources only")
+    shipped_id = RENAMED_IDS.get(model.lower(), model)
+    shipped = _catalog_dir().joinpath(shipped_id.replace("/", "--") + ".json")
+    if _hub_offline():
+        hub = "skipped (offline: HF_HUB_OFFLINE=1)"
+    elif _hub_reachable():
+        try:
+            from huggingface_hub import hf_hub_download
+
+            downloaded = hf_hub_download(model, "config.json")
+            return _read_json(Path(downloaded)), "hub", downloaded, notes
+        except Exception as exc:
+            notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
+            hub = f"asked, no config.json ({type(exc).__name__})"
+    else:
+        notes.append("the Hugging Face Hub is unreachable; using local sources only")
+        hub = "skipped (unreachable within 2 s)"
     if shipped.is_file():
+        if shipped_id != model:
+            notes.append(f"'{model}' is the Hub's id of the shipped '{shipped_id}'")
         return json.loads(shipped.read_text(encoding="utf-8")), "catalog", None, notes
-    where = "offline (HF_HUB_OFFLINE=1)" if _hub_offline() else "not in the cache, not on the Hub"
+    near = near_matches(model)
     raise ModelNotFoundError(
-        f"model '{model}' not found: {where}, not in the shipped catalog; "
-        f"pass a local folder or config.json path, e.g. --model ./my-model/config.json")
+        f"model '{model}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
+        "the shipped catalog: not there" + (f"; near matches: {', '.join(near)}" if near else "")
+        + "; give a local folder with a config.json, or a config.json path, e.g. ./my-model/config.json")
 
 
 def _from_hf_cache(model: str) -> str | None:

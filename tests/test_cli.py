@@ -23,10 +23,14 @@ def advisor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_recommend_gpt2_here() -> None:
-    out = advisor("recommend", "--model", "gpt2")
+    out = advisor("recommend", "--model", "gpt2", env={**ENV, "COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
-    assert "Settings and why" in out.stdout and "precision" in out.stdout and "Memory per device" in out.stdout
-    assert "tokens/s" in out.stdout
+    lines = out.stdout.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, out.stdout  # the plan card fits 80 x 24
+    assert "plan " in out.stdout and "memory " in out.stdout and "tokens/s" in out.stdout
+    full = advisor("recommend", "--model", "gpt2", "--explain")
+    assert full.returncode == 0, full.stderr
+    assert "Settings and why" in full.stdout and "Memory per device" in full.stdout and "[1] " in full.stdout
 
 
 def test_recommend_json_follows_the_contract() -> None:
@@ -141,7 +145,8 @@ def test_fast_path_imports_no_torch_transformers_textual() -> None:
     argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
                   ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],
                   ["profile", "--model", "mistralai/Mixtral-8x7B-v0.1"], ["profile", "--model", "Qwen/Qwen1.5-MoE-A2.7B"],
-                  ["probe"], ["probe", "--gpu", "a100-80gb:8"]])[1:-1] + ","
+                  ["probe"], ["probe", "--gpu", "a100-80gb:8"], ["recommend", "--model", "gpt2", "--explain"],
+                  ["compare", "--model", "gpt2", "--gpu", "t4", "--gpu", "h100-sxm:2"]])[1:-1] + ","
     out = subprocess.run([sys.executable, "-c", FAST_PATH.format(argvs=argvs)], capture_output=True, text=True,
                          env=ENV, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ from test_cli import ROOT, advisor
 
 COPY = ROOT / "schema" / "advisor.schema.json"
 VERSIONS = ROOT / "schema" / "versions.json"
-MODELS = {"Recommendation", "Estimate", "ValidationReport", "HardwareProfile", "ModelProfile"}
+MODELS = {"Recommendation", "Estimate", "ValidationReport", "HardwareProfile", "ModelProfile", "Comparison"}
 
 
 def _digest(schemas: dict) -> str:

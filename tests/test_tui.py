@@ -17,9 +17,12 @@ from textual import on  # noqa: E402
 from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
 from test_cli import ENV, ROOT  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
-from tui.messages import (Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
+from probes.gpu_catalog import catalog  # noqa: E402
+from tui.messages import (ComparisonReady, Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
                           RecommendationReady, ValidationDone, ValidationProgress, WizardMessage)
+from tui.confirm import Confirm  # noqa: E402
 from tui.steps import HardwareStep, RecommendationStep, WorkloadStep  # noqa: E402
+from tui.widgets import plan_differences  # noqa: E402
 
 pytestmark = pytest.mark.anyio  # the Pilot tests are coroutines, run by anyio's pytest plugin on asyncio
 
@@ -206,13 +209,95 @@ async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_repor
         app.query_one("#trial-steps").value = "100000"
         app.messages.clear()
         await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, Confirm))  # that long a trial asks first
+        await pilot.press("y")
         await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 4,
                        timeout=120)
         await pilot.press("escape")
+        await pilot.pause()
+        assert "Stopping…" in str(app.query_one("#validate-live").render()) or ValidationDone in kinds(app)
         await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
         report = app.messages[-1].report
         assert report.interrupted and report.trials[0].status == "interrupted"
         assert app.report is report and not app.query_one("#validate-start").disabled
+
+
+async def test_q_during_validation_stops_at_the_step_then_quits(tmp_path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(TINY))
+    app = RecordingApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = str(path)
+        app.query_one("#seq-len").value = "32"
+        app.query_one("#global-batch").value = "4"
+        app.query_one("#trial-steps").value = "2000"
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 3,
+                       timeout=120)
+        app.set_focus(None)
+        await pilot.press("q")
+        assert app.quitting
+        await wait_for(pilot, lambda: not app.is_running, timeout=120)
+    done = [m for m in app.messages if isinstance(m, ValidationDone)]
+    # the app left only once the worker had stopped, at a step boundary, long before the 2000 steps
+    assert done and done[-1].report.interrupted and done[-1].report.trials[0].status == "interrupted"
+
+
+async def test_a_plan_for_another_gpu_or_a_long_trial_asks_before_validating() -> None:
+    app = RecordingApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        await pilot.press("ctrl+t")
+        await wait_for(pilot, lambda: isinstance(app.screen, Confirm))
+        question = str(app.screen.query_one("#confirm-question").render())
+        assert "NVIDIA A100" in question and "this machine has no NVIDIA GPU" in question
+        assert "the plan for this machine instead" in question and "s per step" in question
+        await pilot.press("n")
+        await wait_for(pilot, lambda: not isinstance(app.screen, Confirm), timeout=5)
+        assert not app.query_one("ValidateStep").running
+        assert "Not started." in str(app.query_one("#validate-live").render())
+
+
+@pytest.mark.parametrize("step, focused", [("model", "model-input"), ("workload", "seq-len"),
+                                           ("validate", "validate-start"), ("export", "out-dir")])
+async def test_entering_a_step_focuses_its_first_field(step: str, focused: str) -> None:
+    app = RecordingApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("TabbedContent").active = step
+        await pilot.pause()
+        assert app.focused is not None and app.focused.id == focused
+
+
+async def test_next_best_plans_show_every_setting_that_differs() -> None:
+    app = RecordingApp(model="gpt2", gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        rec = app.recommendation
+        rows = [plan_differences(alt.plan, rec.plan) for alt in rec.alternative_plans]
+        assert rows and "same settings" not in rows
+        for alt, row in zip(rec.alternative_plans, rows):
+            differing = {k for k, v in alt.plan.model_dump().items() if rec.plan.model_dump()[k] != v}
+            assert {part.split("=")[0] for part in row.split(", ")} == differing
+        assert len(set(rows)) == len(rows)  # no two rows that look the same
+
+
+async def test_the_hardware_step_compares_the_catalog_for_the_model() -> None:
+    app = RecordingApp(hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        await pilot.press("ctrl+g")
+        assert app.step == "hardware"
+        await wait_for(pilot, lambda: ComparisonReady in kinds(app))
+        done = next(m for m in app.messages if isinstance(m, ComparisonReady))
+        assert done.error is None and done.comparison.model == "gpt2"
+        assert len(done.comparison.rows) == len(catalog())
+        from rich.console import Console
+
+        console = Console(width=76, record=True, file=__import__("io").StringIO())
+        console.print(app.query_one("#comparison").content)
+        shown = console.export_text()
+        assert "tokens/s" in shown and "h100-sxm" in shown and "plans:" in shown  # the table of `advisor compare`
 
 
 async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:

@@ -17,7 +17,8 @@ from typing import Any
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Input, TabbedContent
+from textual.containers import VerticalScroll
+from textual.widgets import Button, Footer, Input, Static, TabbedContent
 
 from advisor.app.options import (WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions,
                                  parse)
@@ -25,6 +26,7 @@ from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
+from tui.confirm import Confirm
 from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed, RecommendationReady, \
     ValidationDone
 from tui.steps import (STEPS, ExportStep, HardwareStep, ModelStep, RecommendationStep, ValidateStep,
@@ -46,6 +48,7 @@ class AdvisorApp(App):
         Binding("ctrl+r", "recommend", "Recommend", priority=True),
         Binding("ctrl+t", "validate", "Validate", priority=True),
         Binding("ctrl+s", "save", "Save", priority=True),
+        Binding("ctrl+g", "compare", "Compare GPUs", show=False, priority=True),
         Binding("escape", "cancel", "Cancel / leave field", show=False),
     ]
 
@@ -71,6 +74,7 @@ class AdvisorApp(App):
         self.recommendation: Recommendation | None = None
         self.report = None
         self.saved: list[Path] = []
+        self.quitting = False  #: q was pressed during a validation: quit once it has stopped
 
     def compose(self) -> ComposeResult:
         o = self.options
@@ -118,9 +122,28 @@ class AdvisorApp(App):
         self.recommendation = None
 
     def on_validation_done(self, message: ValidationDone) -> None:
-        """Keep the report (saved beside the recommendation)."""
+        """Keep the report (saved beside the recommendation); quit if q asked to."""
         if not message.error:
             self.report = message.report
+        if self.quitting:
+            self.exit()
+
+    @on(TabbedContent.TabActivated)
+    def _focus_step(self, event: TabbedContent.TabActivated) -> None:
+        """Entering a step focuses its first field (the Validate step: its Start or Cancel button, so that q and
+        escape keep their meaning), so that typing goes somewhere."""
+        if event.pane is not None:
+            self.call_after_refresh(self._focus_first, event.pane)
+
+    def _focus_first(self, pane) -> None:
+        """Focus the first field of a step shown (see :meth:`_focus_step`)."""
+        if pane.id == ValidateStep.STEP:
+            first = next((b for b in pane.query(Button) if not b.disabled), None)
+        else:
+            first = next((w for w in pane.screen.focus_chain
+                          if pane in w.ancestors and not isinstance(w, VerticalScroll)), None)
+        if first is not None:
+            pane.screen.set_focus(first, scroll_visible=False)  # its own screen: a dialog above keeps the keys
 
     def on_exported(self, message: Exported) -> None:
         """Keep the paths written."""
@@ -173,7 +196,41 @@ class AdvisorApp(App):
         workload.pop("objective")
         if workload["method"] == AUTO_METHOD:  # the trial takes this machine's plan as the planner chooses it
             workload.pop("method")
-        step.start(text, workload)
+        question = trial_question(self.recommendation, self.local_hardware, text, workload, step.trial_steps())
+        if question is None:
+            step.start(text, workload)
+            return
+
+        def answer(start: bool | None) -> None:
+            if start:
+                step.start(text, workload)
+            else:
+                step.query_one("#validate-live", Static).update("Not started.")
+
+        self.push_screen(Confirm(question), answer)
+
+    async def action_quit(self) -> None:
+        """Quit (``q``); during a validation, stop it at the end of its current step first, saying so."""
+        step = self.query_one(ValidateStep)
+        if not step.running:
+            self.exit()
+            return
+        self.quitting = True
+        self.step = ValidateStep.STEP
+        step.cancel()
+        self.notify("Stopping the trial at the end of its current step, then quitting…", timeout=600)
+
+    def action_compare(self) -> None:
+        """The model's best plan on every catalog GPU, on the Hardware step (``ctrl+g``; ``advisor compare``)."""
+        text = self._model_or_warn()
+        if text is None:
+            return
+        workload = self.query_one(WorkloadStep).workload_choice()
+        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options[k] is not None}
+        step = self.query_one(HardwareStep)
+        self.step = HardwareStep.STEP
+        step.comparing()
+        step.compare(text, {**workload, **adapters})
 
     def action_cancel(self) -> None:
         """Stop a running validation, else leave the text field (``escape``)."""
@@ -214,6 +271,38 @@ class AdvisorApp(App):
     def action_previous_step(self) -> None:
         """The previous step (``ctrl+b``)."""
         self._go(-1)
+
+
+def trial_question(rec: Recommendation | None, here: HardwareProfile | None, model: str, workload: dict[str, Any],
+                   steps: int) -> str | None:
+    """What to ask before a trial, or None: the recommendation shown is for other hardware (the trial validates
+    this machine's own plan), or the trial is predicted to take longer than
+    :data:`advisor.app.progress.LONG_TRIAL_S` (the command line warns of the same)."""
+    from advisor.app import api
+    from advisor.app.compare import duration
+    from advisor.app.options import TrialOptions
+    from advisor.app.progress import LONG_TRIAL_S
+    from probes.errors import AdvisorError
+
+    def where(hw: HardwareProfile) -> str:
+        return f"{hw.num_gpus} × {hw.gpu.name}" if hw.gpu else "no NVIDIA GPU (the CPU)"
+
+    lines = []
+    if rec is not None and here is not None and rec.hardware.source == "catalog" and (
+            (rec.hardware.gpu and rec.hardware.gpu.name) != (here.gpu and here.gpu.name)):
+        lines.append(f"The recommendation is for {where(rec.hardware)}; this machine has {where(here)}. The trial "
+                     "validates the plan for this machine instead.")
+    try:
+        local = api.recommend(model, hardware=here, **workload)
+    except AdvisorError:
+        local = None  # the validation says why, in its own words
+    if local is not None:
+        total = local.speed.step_time_s * (steps + TrialOptions.model_fields["warmup"].default)
+        if total > LONG_TRIAL_S:
+            lines.append(f"This machine's plan ({local.plan.describe()}) is predicted at "
+                         f"{local.speed.step_time_s:.3g} s per step: about {duration(total)} in all. Fewer timed "
+                         "steps here, or a shorter sequence or a smaller batch on step 3, make it shorter.")
+    return "\n\n".join(lines + ["Start the trial?"]) if lines else None
 
 
 def _pick(group, options: dict[str, Any]) -> dict[str, Any]:

@@ -82,3 +82,11 @@ class Exported(WizardMessage):
     def __init__(self, paths: list[Path]) -> None:
         super().__init__()
         self.paths = paths
+
+
+class ComparisonReady(WizardMessage):
+    """The model's best plan on every catalog GPU (``advisor compare``), or an error line."""
+
+    def __init__(self, comparison: Any = None, error: str | None = None) -> None:
+        super().__init__()
+        self.comparison, self.error = comparison, error

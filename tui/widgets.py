@@ -105,14 +105,18 @@ def plan_line(rec: Recommendation) -> Text:
                          f"est. {s.step_time_s:.3f} s/step, {s.tokens_per_s:,.0f} tokens/s, MFU {s.mfu:.0%}")
 
 
+def plan_differences(plan, chosen) -> str:
+    """Every setting in which ``plan`` differs from the chosen plan, as ``name=value`` (none: "same settings")."""
+    theirs, ours = plan.model_dump(), chosen.model_dump()
+    return ", ".join(f"{k}={value_text(v)}" for k, v in theirs.items() if ours.get(k) != v) or "same settings"
+
+
 def alternatives_table(rec: Recommendation) -> Table:
-    """The next best plans with their estimated memory and speed."""
-    t = Table(box=None, pad_edge=False, title="Next best plans", title_justify="left")
-    for col in ("plan", "memory", "tokens/s", "fallbacks"):
+    """The next best plans: every setting that differs from the chosen plan, their memory and speed."""
+    t = Table(box=None, pad_edge=False, title="Next best plans (what differs from the plan)", title_justify="left")
+    for col in ("differs in", "memory", "tokens/s", "fallbacks"):
         t.add_column(col)
     for alt in rec.alternative_plans:
-        p = alt.plan
-        t.add_row(f"{p.precision}, {p.optimizer}, {p.micro_batch_size}×{p.gradient_accumulation_steps}"
-                  f"{', ckpt' if p.gradient_checkpointing else ''}, {p.parallelism}",
-                  f"{alt.device_bytes / GIB:.1f} GiB", f"{alt.tokens_per_s:,.0f}", str(alt.fallback_penalty))
+        t.add_row(plan_differences(alt.plan, rec.plan), f"{alt.device_bytes / GIB:.1f} GiB",
+                  f"{alt.tokens_per_s:,.0f}", str(alt.fallback_penalty))
     return t

@@ -114,15 +114,20 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     else:
         from advisor.app.report import print_recommendation
 
-        print_recommendation(rec, _console())
+        print_recommendation(rec, _console(), explain=args.explain)
     return ExitCode.OK
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     from advisor.app.api import estimate
 
-    est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
-                   **collect(args, WorkloadOptions), **collect(args, PlanOptions))
+    from contextlib import nullcontext
+
+    waiting = (_console(stderr=True).status("advisor: simulating a training step on fake tensors (seconds)…")
+               if args.simulate and sys.stderr.isatty() else nullcontext())
+    with waiting:  # a progress line on stderr while the simulation runs, when stderr is a terminal
+        est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
+                       **collect(args, WorkloadOptions), **collect(args, PlanOptions))
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -212,6 +217,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 def cmd_schema(args: argparse.Namespace) -> int:
     from advisor.app.api import Estimate
+    from advisor.app.compare import Comparison
     from advisor.engine.recommendation import Recommendation
     from advisor.engine.schema import SCHEMA_VERSION
     from advisor.measure.validation import ValidationReport
@@ -220,7 +226,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     schemas = {name: model.model_json_schema() for name, model in
                (("Recommendation", Recommendation), ("Estimate", Estimate), ("ValidationReport", ValidationReport),
-                ("HardwareProfile", HardwareProfile), ("ModelProfile", ModelProfile))}
+                ("HardwareProfile", HardwareProfile), ("ModelProfile", ModelProfile), ("Comparison", Comparison))}
     sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, "schemas": schemas}, indent=2) + "\n")
     return ExitCode.OK
 
@@ -249,9 +255,10 @@ def _add_estimate(sub) -> None:
     p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
     _workload_args(p, objective=False)
     add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
-                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS)
+                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS,
+                  unset="chosen for the hardware")
     add_arguments(p, SimulateOption)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_estimate)
 
 
@@ -265,15 +272,16 @@ def _add_validate(sub) -> None:
     add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
     add_arguments(p, WorkloadOptions, ("seq_len",), helps={
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
-    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file")
+    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file "
+                                                  "(default: none, this machine's recommendation)")
     add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
                   ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
                    "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
-                                        "(FULL_SHARD)"})
+                                        "(FULL_SHARD)"}, unset="this machine's recommendation")
     add_arguments(p, TrialOptions)
-    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically) (default: none)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (default: off)")
     p.set_defaults(func=cmd_validate)
 
 
@@ -290,28 +298,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe", help="the hardware: GPUs (NVML), links, host", epilog=EXIT_CODES_HELP)
     add_arguments(p, HardwareOptions)
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_probe)
 
     p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
     add_arguments(p, ModelOptions, required=("model",))
     add_arguments(p, WorkloadOptions, ("task",))
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("recommend", help="the fastest training plan that fits, explained", epilog=EXIT_CODES_HELP)
     _workload_args(p)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     _stack_args(p)
-    p.add_argument("--json", action="store_true", help="print the recommendation as JSON")
+    p.add_argument("--json", action="store_true", help="print the recommendation as JSON (default: off)")
+    p.add_argument("--explain", action="store_true",
+                   help="the full report: every setting's reasons, rule ids, numbered sources and every alternative "
+                        "that lost (default: off: a plan card that fits 80 x 24)")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
                    metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
                                           "lora_config.json for LoRA / QLoRA), accelerate "
                                           "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
-                                          "torchrun (launch.sh) or all; repeatable")
+                                          "torchrun (launch.sh) or all; repeatable (default: none)")
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
     p.set_defaults(func=cmd_recommend)
 
+    from advisor.app.compare import add_parser as add_compare
+
+    add_compare(sub, EXIT_CODES_HELP)
     _add_estimate(sub)
     _add_validate(sub)
 
@@ -320,11 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(p, model_required=False)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     _stack_args(p)
-    p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder")
+    p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder (default: %(default)s)")
     p.set_defaults(func=cmd_tui)
 
     p = sub.add_parser("rules", help="the knowledge base: every rule and its sources")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_rules)
 
     p = sub.add_parser("schema", help="JSON Schema of the machine-readable outputs")

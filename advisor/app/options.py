@@ -48,13 +48,15 @@ class HardwareOptions(_Options):
     """What to plan for: this machine, or catalog GPUs over nodes and links."""
 
     gpu: str | None = Field(None, description="plan for catalog GPUs instead of this machine's (`advisor probe "
-                                              "--gpu list` lists them)", json_schema_extra={"metavar": "NAME[:COUNT]"})
+                                              "--gpu list` lists them) (default: this machine's GPUs)", json_schema_extra={"metavar": "NAME[:COUNT]"})
     nodes: int = Field(1, ge=1, description="identical nodes (default 1)", json_schema_extra={"metavar": "N"})
     interconnect: str | None = Field(
         None, description="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
-                          "comma-separated, e.g. pcie,ethernet", json_schema_extra={"metavar": "LINKS"})
+                          "comma-separated, e.g. pcie,ethernet (default: the catalog's or the probed links; "
+                          "infiniband between nodes)", json_schema_extra={"metavar": "LINKS"})
     inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per NIC, "
-                                                                 "gigabits per second",
+                                                                 "gigabits per second (default: the "
+                                                                 "--interconnect's figure)",
                                           json_schema_extra={"metavar": "Gb/s"})
     nics_per_node: int | None = Field(None, ge=1, le=64, description="network adapters per node, shared by its "
                                                                     "GPUs (default: 1 on ethernet, one per GPU on "
@@ -124,7 +126,9 @@ def _plan_setting(name: str) -> tuple[Any, Any]:
     """A :class:`rules.facts.Plan` field as an optional option: its type and help; counts are >= 1."""
     field = Plan.model_fields[name]
     bounds = {"ge": 1} if field.annotation is int else {}
-    extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else None
+    extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else {}
+    if name in ("lora_rank", "lora_targets"):  # the adapters' shape defaults to Plan's whatever the command
+        extra["unset"] = field.default
     return field.annotation | None, Field(None, description=field.description, json_schema_extra=extra, **bounds)
 
 
@@ -141,7 +145,7 @@ METHOD_CHOICES = ("auto", *values(Method))
 class _MethodChoice(_Options):
     method: Literal[METHOD_CHOICES] = Field("auto", description="what to train: auto (full fine-tuning when it fits "  # type: ignore[valid-type]
                                                                 "without a heavy fallback, else LoRA, then QLoRA), "
-                                                                "full, lora or qlora")
+                                                                "full, lora or qlora (default auto)")
 
 
 #: ``recommend``'s method options: the method to plan (or 'auto') and the adapters' shape, from ``Plan``'s fields.
@@ -164,7 +168,8 @@ StackOptions = create_model("StackOptions", __base__=_Options, __module__=__name
 class SimulateOption(_Options):
     """``estimate``'s check of the analytic memory model on fake tensors."""
 
-    simulate: bool = Field(False, description="also run a real training step on fake tensors (imports torch; seconds)")
+    simulate: bool = Field(False, description="also run a real training step on fake tensors (imports torch; seconds; "
+                                              "default: off)")
 
 
 class TrialOptions(_Options):
@@ -175,12 +180,13 @@ class TrialOptions(_Options):
                         json_schema_extra={"metavar": "N"})
     compare: bool = Field(False, description="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
     memory_limit_bytes: int | None = Field(None, ge=1, description="hold the trials to less memory than the device "
-                                                                   "has, e.g. 8GiB", json_schema_extra={
+                                                                   "has, e.g. 8GiB (default: no limit)", json_schema_extra={
                                                "metavar": "SIZE", "flag": "--memory-limit", "size": True})
     max_trials: int = Field(6, ge=1, description="most trials, corrections included (default 6; the baseline has "
                                                  "its own)", json_schema_extra={"metavar": "N"})
     nproc: int | None = Field(None, ge=1, description="CPU only: a distributed trial over N processes (torchrun, "
-                                                      "gloo); the global batch is split",
+                                                      "gloo); the global batch is split (default: one process, or "
+                                                      "the plan's)",
                               json_schema_extra={"metavar": "N"})
 
 
@@ -257,11 +263,13 @@ def _unwrap(annotation) -> tuple[Any, bool]:
 
 def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], names: tuple[str, ...] | None = None,
                   *, defaults: dict[str, Any] | None = None, required: tuple[str, ...] = (),
-                  helps: dict[str, str] | None = None) -> None:
+                  helps: dict[str, str] | None = None, unset: str | None = None) -> None:
     """Add one flag per field of ``model`` (or of ``names``) to ``parser``.
 
-    ``defaults`` replaces a field's default for this command (shown in the help), ``required`` makes
-    flags mandatory, ``helps`` replaces a field's help for this command.
+    ``defaults`` replaces a field's default for this command, ``required`` makes flags mandatory, ``helps``
+    replaces a field's help for this command. A help that does not say its default gets ``(default: …)``: the
+    value, ``off`` for a switch, and for an unset option the field's ``unset`` extra, else ``unset`` (what the
+    command decides, e.g. "chosen for the hardware"), else "none".
     """
     for name in names or tuple(model.model_fields):
         field = model.model_fields[name]
@@ -269,6 +277,14 @@ def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], na
         kind, optional = _unwrap(field.annotation)
         default = (defaults or {}).get(name, field.default)
         help_text = (helps or {}).get(name, field.description)
+        if help_text and "default" not in help_text and name not in required:
+            if kind is bool and not (optional and default is None):
+                shown = "off"
+            elif default is None:
+                shown = extra.get("unset") or unset or "none"
+            else:
+                shown = default
+            help_text += f" (default: {_value(shown)})"
         kwargs: dict[str, Any] = {"dest": name, "help": help_text, "default": default}
         flag = extra.get("flag", _flag(name))
         if kind is bool:
@@ -287,6 +303,10 @@ def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], na
             kwargs["required"] = True
             kwargs.pop("default")
         parser.add_argument(flag, **kwargs)
+
+
+def _value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def collect(args: argparse.Namespace, model: type[BaseModel]) -> dict[str, Any]:

@@ -7,11 +7,19 @@ import json
 import sys
 
 
+#: A trial longer than this (seconds, warm-up and timed steps together) is "long": the CLI says how to shorten it
+#: and the wizard asks before it starts. Our threshold for an interactive check (five minutes), from no source.
+LONG_TRIAL_S = 300
+
+
 def console(stderr: bool = False):
-    """A rich console: stdout (or stderr), 160 columns when not a terminal so piped output is stable."""
+    """A rich console: stdout (or stderr), as wide as the terminal, or as ``COLUMNS`` says, else 160 columns when
+    not a terminal so that piped output is stable."""
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr, width=None if sys.stdout.isatty() else 160)
+    return Console(stderr=stderr, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
 def read_plan(path: str):
@@ -72,7 +80,7 @@ class Progress:
             self.console.print(f"advisor: trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
                                f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
                                f"{event.total_steps} steps", highlight=False)
-            if about > 300 and event.index == 1:
+            if about > LONG_TRIAL_S and event.index == 1:
                 self.console.print("advisor: that is long for a trial: --steps, --seq-len or --global-batch-size "
                                    "make it shorter", highlight=False)
             self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")

@@ -144,28 +144,127 @@ def speed_table(speed: SpeedEstimate) -> Table:
     return t
 
 
-def print_recommendation(rec: Recommendation, console: Console) -> None:
-    """The full human report of a recommendation."""
+#: The height of the terminal the plan card is made for (rows): the card fits 80 x 24.
+CARD_LINES = 24
+#: Words in an alternative's reason that say it was weighed (figures, a tie) rather than refused by a rule.
+_WEIGHED = ("tokens/s", "GiB", "as fast")
+
+
+def _where(rec: Recommendation) -> str:
     hw = rec.hardware
-    where = (f"{hw.num_gpus} x {hw.gpu.name}" if hw.gpu else "the CPU (no NVIDIA GPU found)")
+    nodes = f" × {hw.nodes} nodes" if hw.nodes > 1 else ""
+    return f"{hw.num_gpus // max(hw.nodes, 1)} × {hw.gpu.name}{nodes}" if hw.gpu else "the CPU (no NVIDIA GPU found)"
+
+
+def _decided(decision) -> bool:
+    """Whether a setting's row carries a decision: some alternative was weighed (figures or a tie); a setting
+    whose alternatives the rules all refused has one allowed value, and folds into the card's last row."""
+    return any(any(w in a.reason for w in _WEIGHED) for a in decision.alternatives)
+
+
+def _bar(used: float, width: int, style: str) -> Text:
+    filled = max(0, min(width, round(used * width)))
+    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
+
+
+#: Settings the plan line already shows (by value, or by its absence): not repeated in the card's folded row.
+_IN_PLAN_LINE = ("method", "precision", "weights_dtype", "tf32", "optimizer", "micro_batch_size",
+                 "gradient_accumulation_steps", "gradient_checkpointing", "num_gpus")
+
+
+def _line(*parts) -> Text:
+    """One card line: cut with an ellipsis at the console's width rather than wrapped."""
+    return Text.assemble(*parts, no_wrap=True, overflow="ellipsis")
+
+
+def plan_card(rec: Recommendation, width: int) -> Group:
+    """The recommendation at a glance, for an 80 × 24 terminal: the plan on one line, each decided setting as
+    ``name = value — reason`` on one line, the settings the rules left one value folded into one row, memory
+    with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
+    :func:`print_recommendation`'s full report."""
+    m, sp, mem = rec.model, rec.speed, rec.memory
+    lines: list[Text] = [Text.assemble((m.id, "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
+                                       (_where(rec) if rec.hardware.gpu else "the CPU", "bold"),
+                                       f", seq-len {rec.workload.seq_len} × batch {rec.workload.global_batch_size}")]
+    lines += [_line((f"note: {note}", "dim")) for note in m.notes]
+    lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
+    decided = {n: d for n, d in rec.settings.items() if _decided(d)}
+    pad = max((len(n) for n in decided), default=0)
+    for name, d in decided.items():
+        lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
+    fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
+    if fixed:
+        lines.append(_folded(fixed, width))
+    share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
+    fits = ("fits", "green") if mem.fits else ("does not fit", "red")
+    lines.append(_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
+                       f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits))
+    lines.append(Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"))
+    comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
+    lines.append(_line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step · {sp.tokens_per_s:,.0f} tokens/s · "
+                       f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}"))
+    footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
+    if rec.hardware.gpu is None:
+        footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",
+                                "yellow")))
+    used = sum(_height(part, width) for part in (*lines, *footer))
+    room = max(1, CARD_LINES - used)
+    shown = rec.warnings if len(rec.warnings) <= room else rec.warnings[:room - 1]
+    lines += [_line(("! ", "yellow"), w.message) for w in shown]
+    if len(shown) < len(rec.warnings):
+        lines.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
+    return Group(*lines, *footer)
+
+
+def _folded(items: list[str], width: int, most: int = 2) -> Text:
+    """The card's ``also`` row: the settings without a decision, on at most ``most`` lines (the rest: --explain)."""
+    for n in range(len(items), 0, -1):
+        rest = f", … {len(items) - n} more (--explain)" if n < len(items) else ""
+        row = Text.assemble(("also   ", "bold"), ", ".join(items[:n]) + rest)
+        if _height(row, width) <= most:
+            return row
+    return row
+
+
+def _height(renderable, width: int) -> int:
+    """Lines a renderable takes at ``width`` columns."""
+    console = Console(width=width, color_system=None)
+    return len(console.render_lines(renderable, console.options, pad=False))
+
+
+def print_recommendation(rec: Recommendation, console: Console, *, explain: bool = False) -> None:
+    """The recommendation: the plan card (:func:`plan_card`), or with ``explain`` the full report: every setting
+    with its reasons, rule ids, numbered sources and every alternative that lost, the memory components, the
+    speed, every warning and the sources, each printed once."""
+    if not explain:
+        console.print(plan_card(rec, console.width), highlight=False)
+        return
+    hw = rec.hardware
     console.print(Panel.fit(f"[bold]{rec.model.id}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
-                            f"{rec.model.task}) on [bold]{where}[/]\nseq-len {rec.workload.seq_len}, "
+                            f"{rec.model.task}) on [bold]{_where(rec)}[/]\nseq-len {rec.workload.seq_len}, "
                             f"global batch {rec.workload.global_batch_size}", title="advisor recommend"))
     for note in rec.model.notes:
         console.print(f"[dim]note: {note}[/]")
     if hw.gpu is None:
         console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")
+    numbers: dict[str, int] = {}
+    titles: dict[str, str] = {}
+    for setting in rec.settings.values():
+        for s in setting.sources:
+            numbers.setdefault(s.url, len(numbers) + 1)
+            titles.setdefault(s.url, s.title)
     t = Table(title="Settings and why", title_justify="left", show_lines=True)
     t.add_column("setting", style="bold")
     t.add_column("value", style="cyan")
     t.add_column("why")
     t.add_column("alternatives that lost")
     for name, s in rec.settings.items():
-        why = s.rationale + (f"\n[dim]{', '.join(s.rule_ids)}[/]" if s.rule_ids else "")
-        alts = "\n".join(f"{_value(a.value)}: {a.reason}" for a in s.alternatives[:6])
-        if len(s.alternatives) > 6:
-            alts += f"\n… {len(s.alternatives) - 6} more (see --json)"
+        refs = "".join(f"[{numbers[src.url]}]" for src in s.sources)
+        why = Text(s.rationale, overflow="fold")
+        if s.rule_ids or refs:
+            why.append(f"\n{', '.join(s.rule_ids)} {refs}".rstrip(), style="dim")
+        alts = Text("\n".join(f"{_value(a.value)}: {a.reason}" for a in s.alternatives), overflow="fold")
         t.add_row(name, _value(s.value), why, alts)
     console.print(t)
     console.print(memory_table(rec.memory))
@@ -179,8 +278,9 @@ def print_recommendation(rec: Recommendation, console: Console) -> None:
         console.print(w)
     for idea in rec.suggestions:
         console.print(Text(idea, style="yellow"))
-    sources = {s.url: s.title for setting in rec.settings.values() for s in setting.sources}
-    console.print(Text("Sources: " + "; ".join(f"{title} <{url}>" for url, title in sources.items()), style="dim"))
+    console.print(Text("Sources", style="bold"))
+    for url, n in numbers.items():
+        console.print(Text(f"[{n}] {titles[url]} <{url}>", style="dim"))
 
 
 def rules_table(rules: list[RuleInfo]) -> Table:

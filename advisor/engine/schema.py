@@ -12,7 +12,8 @@ model change without a new version fails the tests.
 capacity_factor). 1.7: the software stack: plan.attention, loss_kernel, torch_compile, packing, fp8; the same as
 workload pins, workload.mean_sample_len; hardware.cuda_context_bytes, host.packages; hardware.nics_per_node,
 gpus[].peer_to_peer; recommendation.suggestions (slow, consider); inter_node_gbit_s per NIC;
-plan.optimizer_in_backward, plan.expert_parallel; model.routed_parameters.
+plan.optimizer_in_backward, plan.expert_parallel; model.routed_parameters; Comparison
+(``advisor compare --json``).
 """
 
 SCHEMA_VERSION = "1.7"

@@ -6,7 +6,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.suggester import SuggestFromList
-from textual.widgets import Input, Label, OptionList, RadioButton, RadioSet, Static, TabPane
+from textual.widgets import Button, Input, Label, OptionList, RadioButton, RadioSet, Static, TabPane
 from textual.widgets.option_list import Option
 
 from advisor.app import api
@@ -14,7 +14,8 @@ from probes.gpu_catalog import catalog
 from probes.hardware import HardwareProfile
 from tui import widgets
 from tui.fields import whole_number
-from tui.messages import HardwareProbed
+from probes.errors import AdvisorError
+from tui.messages import ComparisonReady, HardwareProbed
 
 
 class HardwareStep(TabPane):
@@ -43,11 +44,36 @@ class HardwareStep(TabPane):
                 yield Input(value=self._count or "1", type="integer", id="gpu-count")
                 yield Label("nodes")
                 yield Input(value=str(self._node_count), type="integer", id="nodes")
+            yield Button("Which GPU? Compare the catalog for the model (ctrl+g)", id="compare",
+                         action="app.compare")
+            yield Static("", id="comparison")
 
     @work(thread=True, exclusive=True, group="probe")
     def probe(self) -> None:
         """Probe this machine in a worker; posts :class:`HardwareProbed`."""
         self.post_message(HardwareProbed(api.probe_hardware()))
+
+    @work(thread=True, exclusive=True, group="compare")
+    def compare(self, model: str, workload: dict) -> None:
+        """The model's best plan on every catalog GPU (``advisor compare``) in a worker; posts
+        :class:`ComparisonReady`."""
+        from advisor.app.compare import compare
+
+        try:
+            self.post_message(ComparisonReady(compare(model, **workload)))
+        except AdvisorError as err:
+            self.post_message(ComparisonReady(error=str(err)))
+
+    def comparing(self) -> None:
+        """Say that the comparison is on its way."""
+        self.query_one("#comparison", Static).update("Planning on every catalog GPU…")
+
+    def on_comparison_ready(self, message: ComparisonReady) -> None:
+        """Show the comparison table (the message goes on to the app)."""
+        from advisor.app.compare import comparison_table
+
+        box = self.query_one("#comparison", Static)
+        box.update(f"✗ {message.error}" if message.error else comparison_table(message.comparison, width=76))
 
     def on_hardware_probed(self, message: HardwareProbed) -> None:
         """Show the probed machine (the message goes on to the app)."""

@@ -45,6 +45,10 @@ class ValidateStep(TabPane):
             yield Static("", id="validate-live")
             yield Static("", id="validate-result")
 
+    def trial_steps(self) -> int:
+        """The timed steps asked for."""
+        return whole_number(self.query_one("#trial-steps", Input).value, DEFAULT_TRIAL_STEPS)
+
     def start(self, text: str, workload: dict[str, Any]) -> None:
         """Validate model ``text`` with ``workload`` (seq_len, global_batch_size, task) and this step's settings."""
         self.running = True
@@ -53,14 +57,12 @@ class ValidateStep(TabPane):
         self.query_one("#validate-cancel", Button).disabled = False
         self.query_one("#validate-result", Static).update("")
         self.query_one("#validate-live", Static).update("Building the model…")
-        self.run_validation(text, workload,
-                            whole_number(self.query_one("#trial-steps", Input).value, DEFAULT_TRIAL_STEPS),
-                            self.query_one("#compare", Checkbox).value)
+        self.run_validation(text, workload, self.trial_steps(), self.query_one("#compare", Checkbox).value)
 
     def cancel(self) -> None:
         """Ask the running validation to stop at the next step boundary."""
         self._stop.set()
-        self.query_one("#validate-live", Static).update("Stopping at the next step boundary…")
+        self.query_one("#validate-live", Static).update("Stopping… (at the end of the current step)")
 
     @work(thread=True, exclusive=True, group="validate")
     def run_validation(self, text: str, workload: dict[str, Any], steps: int, compare: bool) -> None:
@@ -92,6 +94,8 @@ class ValidateStep(TabPane):
             live.update(event.describe())
         elif isinstance(event, Trial):
             live.update(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
+        if self._stop.is_set():  # the stopping state stays in view until the report comes
+            live.update("Stopping… (at the end of the current step)")
 
     def on_validation_done(self, message: ValidationDone) -> None:
         """Show the report (or the error line) and re-arm the buttons."""

@@ -1,0 +1,287 @@
+"""``advisor compare``: the best plan of one workload on each of several GPUs (default: the whole catalog),
+with the time to train on a number of tokens and, given prices, the cost. "Which GPU should I use?"
+
+The planner runs once per GPU, without the explanation of every alternative that ``recommend`` builds (the
+table needs the best plan and its estimates only). Prices are the user's (``--price-per-hour NAME=USD``, per GPU
+per hour): no price list is shipped, since on-demand prices differ several times over between providers and
+change by the month. No torch, transformers or textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor.engine.schema import SCHEMA_VERSION
+from probes.errors import UsageError
+from probes.units import GIB
+from rules import Plan, Workload
+
+#: ``--tokens``' default: a billion tokens, the unit of the cost column.
+DEFAULT_TOKENS = 1_000_000_000
+SORT_KEYS = ("time", "cost")
+
+
+class CompareRow(BaseModel):
+    """One GPU (× count) of the comparison and its best plan."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    gpu: str
+    """the catalog id as asked, NAME[:COUNT]"""
+    gpu_name: str
+    """the GPU's full name"""
+    num_gpus: int
+    """GPUs in all (count × nodes)"""
+    fits: bool
+    """some plan fits"""
+    plan: Plan | None = None
+    """the best plan (None when nothing fits)"""
+    device_bytes: int
+    """the best plan's device memory per GPU, or the smallest plan's when nothing fits, bytes"""
+    usable_bytes: int
+    """the memory a plan may use per GPU, bytes"""
+    step_time_s: float | None = None
+    """estimated seconds per optimizer step"""
+    tokens_per_s: float | None = None
+    """estimated tokens per second, all GPUs"""
+    time_s: float | None = None
+    """estimated seconds to train on the comparison's tokens"""
+    price_per_gpu_hour_usd: float | None = None
+    """the price given for one of these GPUs for an hour, US dollars"""
+    cost_per_billion_tokens_usd: float | None = None
+    """estimated cost of a billion tokens at that price, all GPUs, US dollars"""
+
+
+class Comparison(BaseModel):
+    """What ``advisor compare --json`` prints."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    schema_version: str = SCHEMA_VERSION
+    """MAJOR.MINOR of this JSON's schema"""
+    model: str
+    """the model's id"""
+    workload: Workload
+    """sequence length and global batch size (the same on every GPU)"""
+    tokens: int
+    """the tokens the time column is for"""
+    sort: Literal["time", "cost"]
+    """the rows' order: shortest time first, or cheapest first (rows without a price after, by time)"""
+    rows: list[CompareRow] = Field(description="one row per GPU (× count), best first; rows where nothing fits last")
+
+
+def parse_prices(items: list[str] | None) -> dict[str, float]:
+    """``NAME=USD`` items as {catalog id: USD per GPU hour}.
+
+    Raises:
+        UsageError: not NAME=USD, a negative or non-numeric price, or an unknown GPU.
+    """
+    from probes.gpu_catalog import catalog
+
+    prices: dict[str, float] = {}
+    for item in items or []:
+        name, sep, usd = item.partition("=")
+        name = name.strip().lower()
+        try:
+            value = float(usd)
+        except ValueError:
+            value = -1.0
+        if not sep or value < 0:
+            raise UsageError(f"--price-per-hour {item!r}: expected NAME=USD, e.g. a100-80gb=1.79 (US dollars per GPU "
+                             "per hour)")
+        if name not in catalog():
+            raise UsageError(f"--price-per-hour {item!r}: unknown GPU {name!r} (advisor probe --gpu list)")
+        prices[name] = value
+    return prices
+
+
+def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str, float]) -> tuple[CompareRow, Workload]:
+    from advisor.app import api
+    from advisor.engine import planner
+
+    facts = api._facts(profile, api.parse(api._options(*api._RECOMMEND), {**opts, "gpu": spec}), None)
+    result = planner.search(facts)
+    hw = facts.hardware
+    name = spec.partition(":")[0].strip().lower()
+    price = prices.get(name)
+    best = result.best
+    if best is None:
+        closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
+        return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=False,
+                          device_bytes=closest.memory.device_bytes, usable_bytes=closest.memory.usable_bytes,
+                          price_per_gpu_hour_usd=price), facts.workload
+    tps = best.speed.tokens_per_s
+    cost = price * hw.num_gpus * DEFAULT_TOKENS / tps / 3600 if price is not None else None
+    return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=True, plan=best.plan,
+                      device_bytes=best.memory.device_bytes, usable_bytes=best.memory.usable_bytes,
+                      step_time_s=best.speed.step_time_s, tokens_per_s=tps, time_s=tokens / tps,
+                      price_per_gpu_hour_usd=price, cost_per_billion_tokens_usd=cost), facts.workload
+
+
+def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_TOKENS,
+            prices: dict[str, float] | None = None, sort: str = "time",
+            progress: Callable[[int, int, str], None] | None = None, **options: Any) -> Comparison:
+    """The best plan of ``model`` on each of ``gpus`` (``NAME[:COUNT]``; default: one of every catalog GPU).
+
+    ``options``: the workload and method options of :func:`advisor.app.api.recommend` and ``nodes`` /
+    ``interconnect`` / ``inter_node_gbps`` / ``host_memory_bytes``; ``prices``: USD per GPU hour by catalog id;
+    ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
+
+    Raises:
+        UsageError: tokens < 1, an unknown sort, a bad option. UnknownGPUError: an unknown GPU. ModelNotFoundError,
+        BadConfigError: from the model's profile.
+    """
+    from advisor.app.api import profile_model
+    from probes.gpu_catalog import catalog
+
+    if tokens < 1:
+        raise UsageError(f"--tokens {tokens}: must be at least 1")
+    if sort not in SORT_KEYS:
+        raise UsageError(f"--sort {sort}: expected one of {', '.join(SORT_KEYS)}")
+    if sort == "cost" and not prices:
+        raise UsageError("--sort cost needs prices: --price-per-hour NAME=USD (US dollars per GPU per hour), "
+                         "repeatable")
+    specs = gpus or list(catalog())
+    profile = profile_model(model, options.get("task"))
+    rows: list[CompareRow] = []
+    workload = None
+    for i, spec in enumerate(specs):
+        if progress:
+            progress(i, len(specs), spec)
+        row, workload = _row(profile, spec, options, tokens, prices or {})
+        rows.append(row)
+    if progress:
+        progress(len(specs), len(specs), "")
+
+    def key(r: CompareRow) -> tuple:
+        time = r.time_s if r.time_s is not None else float("inf")
+        if sort == "cost":
+            cost = r.cost_per_billion_tokens_usd
+            return (not r.fits, cost is None, cost or 0.0, time)
+        return (not r.fits, time, r.device_bytes)
+
+    rows.sort(key=key)
+    return Comparison(model=profile.id, workload=workload, tokens=tokens, sort=sort, rows=rows)
+
+
+def duration(seconds: float) -> str:
+    """Seconds as the largest sensible unit: 45 s, 12.5 min, 3.2 h, 4.1 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def count(n: int) -> str:
+    """A token count the short way: 1B, 500M, 12,345."""
+    for unit, size in (("B", 10**9), ("M", 10**6)):
+        if n >= size and n % (size // 10) == 0:
+            return f"{n / size:g}{unit}"
+    return f"{n:,}"
+
+
+def comparison_table(c: Comparison, width: int = 160):
+    """The comparison as one rich table; from 120 columns up with the memory and the plan in it, narrower with
+    each GPU's plan on a line below the table."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    priced = any(r.price_per_gpu_hour_usd is not None for r in c.rows)
+    wide = width >= 120
+    t = Table(title=f"{c.model}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
+                    f"per GPU, by {c.sort}", title_justify="left", box=box.SIMPLE_HEAD)
+    columns = ["GPU", "tokens/s", "step", f"{count(c.tokens)} tokens"] + (["$/GPU-h", "$ per 1B"] if priced else [])
+    for col in columns + (["memory"] if wide else []):
+        t.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
+    if wide:
+        t.add_column("plan", overflow="fold")
+    for r in c.rows:
+        price = [f"{r.price_per_gpu_hour_usd:.2f}" if r.price_per_gpu_hour_usd is not None else "—",
+                 f"{r.cost_per_billion_tokens_usd:,.0f}" if r.cost_per_billion_tokens_usd is not None else "—"]
+        memory = [f"{r.device_bytes / GIB:.1f}/{r.usable_bytes / GIB:.1f} GiB"] if wide else []
+        if not r.fits:
+            t.add_row(r.gpu, "—", "—", "—", *(price if priced else []), *memory, *(["no plan fits"] if wide else []))
+            continue
+        t.add_row(r.gpu, f"{r.tokens_per_s:,.0f}", f"{r.step_time_s:.2f} s", duration(r.time_s),
+                  *(price if priced else []), *memory, *([r.plan.describe()] if wide else []))
+    if wide:
+        return t
+    plans = Table.grid(padding=(0, 2))
+    plans.add_column(no_wrap=True)
+    plans.add_column()
+    for r in c.rows:
+        plans.add_row(r.gpu, r.plan.describe() if r.fits else f"no plan fits: the smallest needs "
+                      f"{r.device_bytes / GIB:.1f} GiB of {r.usable_bytes / GIB:.1f} GiB usable")
+    return Group(t, Text("plans:", style="bold"), plans)
+
+
+def stderr_progress() -> Callable[[int, int, str], None] | None:
+    """A progress line on stderr (rewritten in place) when stderr is a terminal; None otherwise."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int, gpu: str) -> None:
+        line = f"advisor: planning on {gpu} ({done + 1} of {total})" if done < total else ""
+        sys.stderr.write(f"\r{line:<60}" + ("\r" if done == total else ""))
+        sys.stderr.flush()
+
+    return show
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``advisor compare``: the table, or the JSON."""
+    from advisor.app.options import HardwareOptions, MethodOptions, WorkloadOptions, collect
+    from advisor.app.progress import console
+    from probes.errors import ExitCode
+
+    options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions)}
+    options.pop("gpu", None)
+    result = compare(args.model, gpus=args.gpu, tokens=args.tokens, prices=parse_prices(args.price_per_hour),
+                     sort=args.sort, progress=stderr_progress(), **options)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        out = console()
+        out.print(comparison_table(result, out.width))
+    return ExitCode.OK
+
+
+def _tokens(text: str) -> int:
+    """``--tokens``: an integer or a float such as 1e9."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 1 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    return int(value)
+
+
+def add_parser(sub, epilog: str) -> None:
+    """``advisor compare``'s flags: the workload and method flags, several GPUs, the tokens, prices and order."""
+    from advisor.app.options import HardwareOptions, MethodOptions, ModelOptions, WorkloadOptions, add_arguments
+
+    p = sub.add_parser("compare", help="which GPU? the best plan per GPU, time and cost for N tokens",
+                       epilog=epilog)
+    add_arguments(p, ModelOptions, required=("model",))
+    add_arguments(p, WorkloadOptions, ("task",))
+    p.add_argument("--gpu", action="append", metavar="NAME[:COUNT]",
+                   help="a catalog GPU to compare, repeatable (default: one of every GPU in `advisor probe --gpu list`)")
+    add_arguments(p, HardwareOptions, ("nodes", "interconnect", "inter_node_gbps", "host_memory_bytes"))
+    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch"))
+    add_arguments(p.add_argument_group("what to train"), MethodOptions)
+    p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
+                   help="training tokens the time column is for (default 1e9 tokens)")
+    p.add_argument("--price-per-hour", action="append", metavar="NAME=USD",
+                   help="the price of one NAME GPU for an hour, US dollars, e.g. a100-80gb=1.79; repeatable (default: "
+                        "none, no cost column: advisor ships no price list)")
+    p.add_argument("--sort", choices=SORT_KEYS, default="time",
+                   help="order: shortest time first, or cheapest per billion tokens (needs prices) (default time)")
+    p.add_argument("--json", action="store_true", help="print the comparison as JSON (default: off)")
+    p.set_defaults(func=cmd_compare)

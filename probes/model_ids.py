@@ -1,0 +1,48 @@
+"""Model ids beside the exact one asked for: the Hub's renamed ids of the shipped configs, and the near matches
+a not-found message offers (from the shipped catalog and the Hugging Face cache)."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from probes.model import catalog_ids
+
+
+#: The Hub's current ids of shipped configs whose repositories moved into organisations in 2024 (each old id now
+#: redirects to the new one: e.g. https://huggingface.co/openai-community/gpt2,
+#: https://huggingface.co/google-bert/bert-base-uncased, https://huggingface.co/FacebookAI/roberta-base): the same
+#: config.json, so the shipped file answers for both.
+RENAMED_IDS = {f"{org}/{name}".lower(): name for org, names in (
+    ("openai-community", ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")),
+    ("google-bert", ("bert-base-uncased", "bert-large-uncased")),
+    ("distilbert", ("distilbert-base-uncased",)),
+    ("FacebookAI", ("roberta-base",)),
+    ("google-t5", ("t5-small", "t5-base"))) for name in names}
+
+
+def _cached_ids() -> list[str]:
+    """Model ids with a folder in the Hugging Face cache (``models--{org}--{name}``)."""
+    from huggingface_hub import constants
+
+    try:
+        folders = list(Path(constants.HF_HUB_CACHE).iterdir())
+    except OSError:
+        return []
+    prefix = "models" + constants.REPO_ID_SEPARATOR
+    return [f.name[len(prefix):].replace(constants.REPO_ID_SEPARATOR, "/") for f in folders
+            if f.name.startswith(prefix)]
+
+
+def near_matches(model: str, n: int = 5) -> list[str]:
+    """Ids of the shipped catalog and the cache closest to ``model`` (difflib's ratio, case-insensitive; the
+    name after the organisation is compared too, so 'Qwen/Qwen2.5-0.5B' finds 'Qwen/Qwen2.5-7B')."""
+    known = sorted(set(catalog_ids()) | set(_cached_ids()))
+    scores = []
+    for candidate in known:
+        a, b = model.lower(), candidate.lower()
+        ratio = max(difflib.SequenceMatcher(None, a, b).ratio(),
+                    difflib.SequenceMatcher(None, a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]).ratio())
+        if ratio >= 0.6:
+            scores.append((-ratio, candidate))
+    return [c for _, c in sorted(scores)[:n]]
