@@ -107,8 +107,8 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 #: The fraction of the 16-bit tensor-core peak large GEMMs approach on Ampere and newer (before the saturation in
 #: tokens and hidden size of :func:`_efficiency`: 0.69 at h = 4096). Fitted to the 36 published runs with a rate in
 #: ``benchmarks/published/*.jsonl`` (flash-attention, torchtitan A100 / H100 / H200, NeMo AutoModel, NeMo, DeepSpeed,
-#: lightning-thunder: 6 sources; median predicted / published 0.86 at 0.75, 0.64 at the former 0.50, which had been
-#: set from the seeds' V100 BERT runs alone). cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix
+#: lightning-thunder: 6 sources; median predicted / published 0.94 at 0.75 with 27 of 36 within 1.25x, 0.90 at 0.70
+#: with 24, 0.64 at the former 0.50, which had been set from the seeds' V100 BERT runs alone). cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix
 #: Multiplication Background User's Guide", https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
 #: multiplication/index.html), so this is a plausible ceiling, not a free parameter.
 TENSOR16_TOP = 0.75
