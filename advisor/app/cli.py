@@ -247,7 +247,7 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("software stack (default: the planner's choice among what is installed)")
     add_arguments(group, StackOptions)
     group.add_argument("--liger-kernel", dest="loss_kernel", action="store_const", const=LossKernel.LIGER.value,
-                       help="same as --loss-kernel liger")
+                       help="same as --loss-kernel liger (default: off)")
 
 
 def _add_estimate(sub) -> None:
