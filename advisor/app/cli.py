@@ -15,7 +15,7 @@ from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, MethodOptions,
                                  ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
-                                 add_arguments, collect)
+                                 add_arguments, collect, join_negative_values)
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.units import GIB
@@ -323,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], int] | None = None) -> int:
     """Parse and run; return the exit code (errors become one stderr line)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return int((handler or args.func)(args))
     except AdvisorError as err:
