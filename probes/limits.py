@@ -54,3 +54,24 @@ MAX_JSON_DEPTH = 32
 #: https://man7.org/linux/man-pages/man3/realpath.3.html "PATH_MAX"); a Hub id is at most 96 characters per part
 #: (huggingface_hub ``validate_repo_id``).
 MAX_MODEL_ID = 4096
+
+
+def divisors(n: int) -> list[int]:
+    """Every whole divisor of ``n`` (n >= 1), ascending: the micro-batches that split a batch of ``n``.
+
+    From the prime factorisation (trial division while d² ≤ what is left, each factor divided out), so the
+    cost is that of the factorisation and the divisor count, not of ``n``: a few divisions for a batch of
+    2¹⁵·5¹⁵, at most 4,096 for the largest batch :data:`MAX_GLOBAL_BATCH_SIZE` allows (2²⁴).
+    """
+    out = [1]
+    rest, d = n, 2
+    while d * d <= rest:
+        power = 0
+        while rest % d == 0:
+            rest //= d
+            power += 1
+        out = [x * d**k for x in out for k in range(power + 1)]
+        d += 1
+    if rest > 1:
+        out += [x * rest for x in out]
+    return sorted(out)

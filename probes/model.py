@@ -27,8 +27,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES
+from probes.config_check import check_config
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+from probes.limits import MAX_JSON_BYTES, MAX_MODEL_ID
 from probes.vocabulary import Family, Task, values
 
 TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
@@ -181,7 +183,7 @@ def _hub_reachable(timeout_s: float = 2.0) -> bool:
     try:
         with socket.create_connection((hostname, int(port or 443)), timeout=timeout_s):
             return True
-    except OSError:
+    except (OSError, ValueError, OverflowError):  # no answer, or HF_ENDPOINT has no valid port: unreachable
         return False
 
 
@@ -195,6 +197,21 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
         BadConfigError: the file is not valid JSON or not a JSON object.
     """
     notes: list[str] = []
+    if not isinstance(model, str) or not model.strip():
+        raise UsageError(f"--model must be a Hub id or a path, got {model!r}")
+    if len(model) > MAX_MODEL_ID or "\0" in model:
+        shown = f"{model[:40]}…" if len(model) > 40 else model
+        raise UsageError(f"--model '{shown}' ({len(model)} characters) is not a Hub id or a path: at most "
+                         f"{MAX_MODEL_ID} characters, no NUL")
+    try:
+        return _load_config(model, notes)
+    except (OSError, RuntimeError) as exc:  # a name too long for the file system, '~nosuchuser', an unreadable folder
+        raise ModelNotFoundError(f"model '{model[:80]}' cannot be looked up here: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, list[str]]:
+    """:func:`load_config` of a checked id (OSError and RuntimeError from the file system pass through)."""
     path = Path(model).expanduser()
     if path.exists():
         file = path / "config.json" if path.is_dir() else path
@@ -249,14 +266,32 @@ def _from_hf_cache(model: str) -> str | None:
 
 def _read_json(file: Path) -> dict:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadConfigError(f"cannot read '{file}': {exc}") from None
+        data = json.loads(read_bounded(file))
     except json.JSONDecodeError as exc:
         raise BadConfigError(f"'{file}' is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, larger than a config
+        raise BadConfigError(f"cannot read '{file}': {getattr(exc, 'strerror', None) or exc}") from None
+    except RecursionError:
+        raise BadConfigError(f"'{file}' nests too deeply to be a transformers config") from None
     if not isinstance(data, dict):
         raise BadConfigError(f"'{file}' is not a JSON object")
     return data
+
+
+def read_bounded(file: Path, limit: int = MAX_JSON_BYTES) -> str:
+    """The UTF-8 text of ``file``, read to at most ``limit`` bytes (``/dev/zero`` is refused, not read forever).
+
+    Raises:
+        OSError: the file cannot be read. ValueError: larger than ``limit`` (or not UTF-8: UnicodeDecodeError).
+    """
+    with open(file, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
 
 
 def default_task(config: dict, family: FamilyName) -> TaskName:
@@ -299,6 +334,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise BadConfigError(f"'{path or model_id}' is not a transformers config: it has no 'model_type'")
+    check_config(config, path or model_id)
     builder = BUILDERS.get(model_type)
     if builder is not None:
         family = FAMILIES[model_type]

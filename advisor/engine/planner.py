@@ -17,6 +17,7 @@ from typing import Any
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
+from probes.limits import divisors
 from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                Setting, WeightsDtype, searched, values)
 from rules import REGISTRY, Effect, Facts, Plan
@@ -98,27 +99,6 @@ def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
     for rule in REGISTRY.values():
         effects.extend(rule.check(facts, plan))
     return effects
-
-
-def divisors(n: int) -> list[int]:
-    """Every whole divisor of ``n`` (n >= 1), ascending: the micro-batches that split a batch of ``n``.
-
-    From the prime factorisation (trial division while d² ≤ what is left, each factor divided out), so the
-    cost is that of the factorisation and the divisor count, not of ``n``: a few divisions for a batch of
-    2¹⁵·5¹⁵, at most 4,096 for the largest batch :data:`probes.limits.MAX_GLOBAL_BATCH_SIZE` allows (2²⁴).
-    """
-    out = [1]
-    rest, d = n, 2
-    while d * d <= rest:
-        power = 0
-        while rest % d == 0:
-            rest //= d
-            power += 1
-        out = [x * d**k for x in out for k in range(power + 1)]
-        d += 1
-    if rest > 1:
-        out += [x * rest for x in out]
-    return sorted(out)
 
 
 def domains(facts: Facts) -> dict[str, list[Any]]:
