@@ -266,7 +266,7 @@ def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
     """A micro-batch alone keeps the global batch by changing the accumulation, and the other way round.
 
     Raises:
-        UsageError: the given value does not divide the global batch.
+        UsageError: the given value does not divide the global batch, or micro-batch × accumulation is not it.
     """
     for given, derived in (("micro_batch_size", "gradient_accumulation_steps"),
                            ("gradient_accumulation_steps", "micro_batch_size")):
@@ -275,6 +275,10 @@ def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
                 raise UsageError(f"--{given.replace('_', '-')} {overrides[given]} does not divide the global "
                                  f"batch {gbs}")
             return {**overrides, derived: gbs // overrides[given]}
+    micro, steps = overrides.get("micro_batch_size"), overrides.get("gradient_accumulation_steps")
+    if micro is not None and steps is not None and micro * steps != gbs:
+        raise UsageError(f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps} = {micro * steps} "
+                         f"samples, not the global batch {gbs}: give two of the three, or three that agree")
     return overrides
 
 
