@@ -7,6 +7,7 @@ This module imports neither torch, transformers nor textual.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import json
 import os
@@ -17,7 +18,7 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
 from advisor.app.progress import console as _console
-from probes.errors import AdvisorError, ExitCode, NoFitError
+from probes.errors import AdvisorError, ExitCode, NoFitError, OutputError
 from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
@@ -88,6 +89,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     from advisor.app.api import recommend
 
+    if args.emit:
+        from advisor.app.emit import check_targets
+
+        check_targets(args.emit, args.out)
     try:
         rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
                         **collect(args, MethodOptions))
@@ -150,9 +155,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import threading
 
     from advisor.app.api import validate
-    from advisor.app.files import write_atomic
+    from advisor.app.files import check_target, write_atomic
     from advisor.app.progress import Progress, read_plan
 
+    if args.output:
+        check_target(args.output)  # before the trials, not after them
     plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
     stop = threading.Event()
 
@@ -171,15 +178,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
     text = report.model_dump_json(indent=2) + "\n"
+    failed_write = None
     if args.output:
-        write_atomic(args.output, text)
-        sys.stderr.write(f"advisor: wrote {args.output}\n")
+        try:
+            write_atomic(args.output, text)
+            sys.stderr.write(f"advisor: wrote {args.output}\n")
+        except OutputError as err:  # the report still goes to stdout
+            failed_write = err
     if args.json:
         sys.stdout.write(text)
     else:
         from advisor.app.report import validation_tables
 
         _console().print(validation_tables(report))
+    if failed_write is not None:
+        raise failed_write
     if report.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
@@ -321,12 +334,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}
+
+
 def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], int] | None = None) -> int:
     """Parse and run; return the exit code (errors become one stderr line)."""
     parser = build_parser()
     args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return int((handler or args.func)(args))
+        code = int((handler or args.func)(args))
+        sys.stdout.flush()  # a full or closed stdout fails here, not at exit
+        return code
     except AdvisorError as err:
         sys.stderr.write(f"advisor: error: {err}\n")
         return int(err.exit_code)
@@ -334,13 +353,34 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
         sys.stderr.write("advisor: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
+        _silence_stdout()
         return int(ExitCode.OK)
+    except OSError as err:
+        if err.errno not in _WRITE_ERRNOS:
+            return _internal(err)
+        _silence_stdout()
+        sys.stderr.write(f"advisor: error: cannot write the output: {err.strerror}\n")
+        return int(ExitCode.OUTPUT)
     except Exception as err:  # a bug: one line, the traceback only on request
-        if os.environ.get("ADVISOR_DEBUG"):
-            raise
-        sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
-                         "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
-        return int(ExitCode.INTERNAL)
+        return _internal(err)
+
+
+def _internal(err: Exception) -> int:
+    if os.environ.get("ADVISOR_DEBUG"):
+        raise err
+    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
+                     "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
+    return int(ExitCode.INTERNAL)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout has no file descriptor (captured in a test): nothing flushes at exit
+        pass
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
