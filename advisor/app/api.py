@@ -11,7 +11,10 @@ flags are made from the same declarations): ``gpu``, ``nodes``, ``interconnect``
 (:class:`~advisor.app.options.PlanOptions`); the trial settings (:class:`~advisor.app.options.TrialOptions`).
 A bad value raises the same one-line :class:`~probes.errors.UsageError` the CLI prints.
 
-Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input.
+Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input, and only those: a value of
+the wrong type (``gpu=8``, ``nodes=2.5``, ``global_batch_size=True``, ``model=None``, ``hardware="x"``), NaN or
+infinity, or a count beyond its limit (:mod:`probes.limits`) is a :class:`~probes.errors.UsageError` with the
+CLI's words, never a pydantic ``ValidationError``, ``TypeError`` or ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -66,9 +69,13 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     node for offload (default: this machine's RAM; unknown for catalog GPUs).
 
     Raises:
-        UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
+        UnknownGPUError: unknown catalog name or a GPU count beyond 1..:data:`probes.limits.MAX_GPUS_PER_NODE`.
+        UsageError: nodes outside 1..:data:`probes.limits.MAX_NODES`, a value of the wrong type, NaN or infinity,
+            an unknown or contradictory interconnect.
     """
-    if isinstance(interconnect, list):
+    if isinstance(interconnect, (list, tuple)):
+        if not all(isinstance(name, str) for name in interconnect):
+            raise UsageError(f"--interconnect {interconnect!r}: give link names (nvlink, pcie, infiniband, ethernet)")
         interconnect = ",".join(interconnect)
     return _hardware(parse(HardwareOptions, {"gpu": gpu, "nodes": nodes, "interconnect": interconnect,
                                              "inter_node_gbps": inter_node_gbps,
@@ -92,7 +99,13 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
 
 
 def profile_model(model: str, task: str | None = None) -> ModelProfile:
-    """Resolve and profile a model (see :func:`probes.model.profile_model`)."""
+    """Resolve and profile a model (see :func:`probes.model.profile_model`).
+
+    Raises:
+        UsageError: ``model`` not a non-empty string of at most :data:`probes.limits.MAX_MODEL_ID` characters, a
+            task the model's family has no head for. ModelNotFoundError: no config.json. BadConfigError: a
+            config.json that is not JSON or whose sizes the profile cannot use (:mod:`probes.config_check`).
+    """
     return _profile_model(model, task)
 
 
@@ -113,9 +126,22 @@ def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = 
     return _facts(model, parse(_options(*_QUESTION), options), hardware)
 
 
+def _check_given(hardware: object = None, plan: object = None) -> None:
+    """Refuse a ``hardware`` or ``plan`` argument of the wrong type as one line (not an AttributeError later).
+
+    Raises:
+        UsageError: ``hardware`` is not a HardwareProfile, or ``plan`` not a Plan.
+    """
+    if hardware is not None and not isinstance(hardware, HardwareProfile):
+        raise UsageError(f"hardware must be a HardwareProfile (from probe_hardware), got {type(hardware).__name__}")
+    if plan is not None and not isinstance(plan, Plan):
+        raise UsageError(f"plan must be a Plan (a recommendation's .plan), got {type(plan).__name__}")
+
+
 def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile | None) -> Facts:
     """The facts of validated options with the workload's fields (and, without ``hardware``, the hardware
     options): see :func:`make_facts`."""
+    _check_given(hardware)
     profile = model if isinstance(model, ModelProfile) else profile_model(model, opts.task)
     hw = hardware or _hardware(opts)
     limit = profile.max_position_embeddings
@@ -143,7 +169,8 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
 
     Raises:
         NoFitError: nothing fits; ``str(err)`` says what would (also on ``err.suggestions``).
-        UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
+        UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input (a value of the wrong type or
+            beyond its limit, ``hardware`` not a HardwareProfile: UsageError).
     """
     opts = parse(_options(*_RECOMMEND), options)
     result = planner.search(_facts(model, opts, hardware))
@@ -219,8 +246,9 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     ``simulate`` (also run a training step on fake tensors; imports torch).
 
     Raises:
-        UsageError: a value outside its range (batch <= 0, ...) or a plan the rules refuse (ZeRO on one GPU,
-            offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
+        UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, or a plan the rules refuse
+            (ZeRO on one GPU, offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
+        ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
     opts = parse(_options(*_ESTIMATE), options)
     settings = _given_settings(opts)
@@ -326,13 +354,16 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     Returns:
         ValidationReport (``verdict``, ``trials``, ``confirmed_plan``; ``comparison`` with ``compare``).
     Raises:
-        UsageError: inconsistent settings, a plan the rules refuse here, a CUDA-less torch on a GPU machine.
+        UsageError: inconsistent settings (micro-batch × accumulation not the global batch), a value of the wrong
+            type or beyond its limit, ``plan`` / ``hardware`` of the wrong type, a plan the rules refuse here, a
+            CUDA-less torch on a GPU machine.
         NoFitError: nothing fits and no setting was given to try anyway.
         ModelNotFoundError, BadConfigError: from the model probe.
     """
     from advisor.measure.validation import validate as run_validation
 
     opts = parse(_options(*_VALIDATE), options)
+    _check_given(hardware, plan)
     hw = hardware or _local_hardware_for_trials()
     if opts.nproc and opts.nproc > 1 and hw.gpu is not None:
         raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
 from probes.errors import UsageError
 from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
@@ -44,9 +44,18 @@ def _flag(name: str) -> str:
 
 
 class _Options(BaseModel):
-    """Base of the option groups: unknown keywords are refused, values validated on assignment."""
+    """Base of the option groups: unknown keywords are refused, values validated on assignment, and a bool is not
+    taken for a number (pydantic's lax mode would read ``global_batch_size=True`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        kind, _ = _unwrap(cls.model_fields[info.field_name].annotation)
+        if isinstance(value, bool) and kind in (int, float):
+            raise ValueError(f"expected a {'whole ' if kind is int else ''}number, not {str(value).lower()}")
+        return value
 
 
 class HardwareOptions(_Options):
@@ -177,12 +186,17 @@ def parse(model: type[_Options], values: dict[str, Any]) -> _Options:
     try:
         return model.model_validate(values)
     except ValidationError as err:
-        raise UsageError(_message(err)) from None
+        raise UsageError(_message(err, model)) from None
 
 
-def _message(err: ValidationError) -> str:
+def _message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
     first = err.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
+    field = (model.model_fields.get(name) if model is not None else None)
+    extra = field.json_schema_extra if field is not None and isinstance(field.json_schema_extra, dict) else {}
+    flag = extra.get("flag")
+    if flag:  # the flag's own spelling (--memory-limit for memory_limit_bytes)
+        name = flag[2:].replace("-", "_")
     given = first.get("input")
     ctx = first.get("ctx") or {}
     kind = first["type"]
@@ -197,6 +211,8 @@ def _message(err: ValidationError) -> str:
         return f"{_flag(name)} must be a finite number, got {given}"
     if kind in ("literal_error", "enum"):
         return f"{_flag(name)} {given}: choose from {ctx.get('expected', '')}"
+    if kind == "value_error":
+        return f"{_flag(name)} {given!r}: {first['msg'].removeprefix('Value error, ')}"
     if kind == "extra_forbidden":
         return f"unknown option '{name}'"
     return f"{_flag(name)} {given!r}: {first['msg']}"
