@@ -164,19 +164,24 @@ def cmd_validate(args: argparse.Namespace) -> int:
     stop = threading.Event()
 
     def on_sigint(signum, frame) -> None:
-        if stop.is_set():  # a second Ctrl-C: stop now
+        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
             raise KeyboardInterrupt
         stop.set()
-        sys.stderr.write("advisor: stopping at the next step boundary (Ctrl-C again to stop now)\n")
+        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # SIGTERM (kill, a scheduler's time limit) and SIGHUP (the terminal closed) end a validation like Ctrl-C: at
+    # the next step boundary, with the partial report printed and written, exit 130
+    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
     try:
         with Progress() as progress:
             workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
             report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
                               **collect(args, PlanOptions), **collect(args, TrialOptions))
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     text = report.model_dump_json(indent=2) + "\n"
     failed_write = None
     if args.output:

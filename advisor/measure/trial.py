@@ -118,7 +118,7 @@ def run_spec(spec: TrialSpec, *, on_step: Callable[[StepUpdate], None] | None = 
         outcome.message = f"out of memory: {str(err).splitlines()[0][:300]}"
     except (_Stopped, KeyboardInterrupt):
         outcome.status = "interrupted"
-        outcome.message = "stopped at a step boundary (Ctrl-C)"
+        outcome.message = "stopped at a step boundary (Ctrl-C, SIGTERM or SIGHUP)"
     except Exception as err:  # a trial that cannot run is a finding, reported with the plan
         outcome.status = "error"
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
