@@ -5,8 +5,9 @@ Resolution order for ``--model ID_OR_PATH`` (weights are never downloaded):
 1. a local folder holding ``config.json``, or a path to a config file;
 2. the Hugging Face cache (``huggingface_hub.try_to_load_from_cache``);
 3. the Hub (``huggingface_hub.hf_hub_download`` of config.json alone), only when not offline
-   (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, so an offline machine
-   never waits for the client's ~25 s of retries;
+   (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, the whole look-up held to one
+   deadline (:data:`HUB_TIMEOUT_S`, ``--hub-timeout``) with the library's retry warnings silenced, so an
+   offline machine or a Hub that never answers costs seconds, not the client's minutes of retries;
 4. the shipped catalog (``probes/configs``).
 
 Parameter counts for the catalog families are closed-form (:mod:`probes.architectures`); other
@@ -16,9 +17,13 @@ architectures are instantiated by transformers on ``torch.device("meta")`` (:mod
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import socket
+import threading
+import time
+import warnings
 from importlib import resources
 from functools import lru_cache
 from pathlib import Path
@@ -187,6 +192,67 @@ def _hub_reachable(timeout_s: float = 2.0) -> bool:
         return False
 
 
+#: Seconds the whole Hub look-up (connection check and config.json download, retries included) may take before
+#: advisor falls back to the cache and the shipped catalog with one note. huggingface_hub's own defaults wait 10 s
+#: per request and retry (``HF_HUB_ETAG_TIMEOUT``, huggingface_hub "Environment variables"); a planning question
+#: should not. ``--hub-timeout S`` or ``ADVISOR_HUB_TIMEOUT`` changes it.
+HUB_TIMEOUT_S = 3.0
+
+
+def hub_timeout_s() -> float:
+    """The Hub look-up's deadline: ``ADVISOR_HUB_TIMEOUT`` (set by ``--hub-timeout``) or :data:`HUB_TIMEOUT_S`.
+
+    Raises:
+        UsageError: not a positive finite number of seconds.
+    """
+    text = os.environ.get("ADVISOR_HUB_TIMEOUT", "").strip()
+    if not text:
+        return HUB_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 600):
+        raise UsageError(f"--hub-timeout / ADVISOR_HUB_TIMEOUT must be seconds from 0 to 600, got {text!r}")
+    return value
+
+
+def _download_config(model: str, deadline: float, notes: list[str]) -> str | None:
+    """config.json of ``model`` from the Hub by ``deadline`` (a daemon thread: a Hub that accepts the connection
+    and never answers is left behind, not waited for), the library's retry warnings silenced; None with one note
+    when it fails or is late."""
+    result: dict[str, object] = {}
+
+    def fetch() -> None:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            result["path"] = hf_hub_download(model, "config.json", etag_timeout=max(deadline - time.monotonic(), 0.1))
+        except Exception as exc:  # noqa: BLE001 - any failure of the Hub is a fallback, named in the note
+            result["error"] = exc
+
+    quiet = [logging.getLogger(name) for name in ("huggingface_hub", "urllib3", "httpx")]
+    levels = [logger.level for logger in quiet]
+    for logger in quiet:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            worker = threading.Thread(target=fetch, name="advisor-hub", daemon=True)
+            worker.start()
+            worker.join(max(deadline - time.monotonic(), 0.0))
+    finally:
+        for logger, level in zip(quiet, levels):
+            logger.setLevel(level)
+    if isinstance(result.get("path"), str):
+        return str(result["path"])
+    if "error" in result:
+        notes.append(f"the Hub gave no config.json for '{model}': {type(result['error']).__name__}")
+    else:
+        notes.append(f"the Hub did not answer within {hub_timeout_s():g} s (--hub-timeout); using local sources only")
+    return None
+
+
 def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     """Find and read config.json for an id or path.
 
@@ -226,14 +292,11 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
         return _read_json(Path(cached)), "cache", cached, notes
     shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
     if not _hub_offline():
-        if _hub_reachable():
-            try:
-                from huggingface_hub import hf_hub_download
-
-                downloaded = hf_hub_download(model, "config.json")
+        deadline = time.monotonic() + hub_timeout_s()
+        if _hub_reachable(min(2.0, hub_timeout_s())):
+            downloaded = _download_config(model, deadline, notes)
+            if downloaded is not None:
                 return _read_json(Path(downloaded)), "hub", downloaded, notes
-            except Exception as exc:
-                notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
         else:
             notes.append("the Hugging Face Hub is unreachable; using local sources only")
     if shipped.is_file():

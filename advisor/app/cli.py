@@ -14,7 +14,8 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, MethodOptions,
+from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, HubOptions,
+                                 MethodOptions,
                                  ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
 from advisor.app.progress import console as _console
@@ -247,6 +248,7 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
     """--model, --task, the hardware flags and the workload flags."""
     add_arguments(p, ModelOptions, required=("model",) if model_required else (),
                   helps={"model": model_help} if model_help else None)
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task",))
     add_arguments(p, HardwareOptions)
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
@@ -271,6 +273,7 @@ def _add_validate(sub) -> None:
     add_arguments(p, ModelOptions, required=("model",),
                   helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
                                   "or a config.json path"})
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
     add_arguments(p, WorkloadOptions, ("seq_len",), helps={
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
@@ -304,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
     add_arguments(p, ModelOptions, required=("model",))
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task",))
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_profile)
@@ -348,6 +352,10 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
     parser = build_parser()
     args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
+        if getattr(args, "hub_timeout_s", None) is not None:  # the probe reads it (the API's users set it too)
+            from advisor.app.options import parse
+
+            os.environ["ADVISOR_HUB_TIMEOUT"] = repr(parse(HubOptions, collect(args, HubOptions)).hub_timeout_s)
         code = int((handler or args.func)(args))
         sys.stdout.flush()  # a full or closed stdout fails here, not at exit
         return code

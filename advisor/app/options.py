@@ -83,6 +83,15 @@ class ModelOptions(_Options):
                        json_schema_extra={"metavar": "ID_OR_PATH"})
 
 
+class HubOptions(_Options):
+    """How long the model look-up may wait for the Hugging Face Hub (the CLI's; the API reads ADVISOR_HUB_TIMEOUT)."""
+
+    hub_timeout_s: float | None = Field(None, gt=0, le=600, allow_inf_nan=False,
+                                        description="seconds the Hub look-up of --model may take before the cache and "
+                                                    "the shipped catalog are used (default 3)",
+                                        json_schema_extra={"metavar": "S", "flag": "--hub-timeout"})
+
+
 class WorkloadOptions(_Options):
     """The question: the task head, sequence length, global batch and what matters most."""
 
