@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from probes.errors import BadConfigError
-from probes.limits import MAX_EXPERTS, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from probes.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {
@@ -48,6 +49,22 @@ _SPLITS = (("n_embd", "n_head"), ("hidden_size", "num_attention_heads"), ("dim",
            ("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads"))
 #: Nested configurations of multimodal and composite models that hold a language model's sizes.
 _SUB_CONFIGS = ("text_config", "language_config", "llm_config", "encoder", "decoder")
+
+
+def read_bounded(file: Path, limit: int = MAX_JSON_BYTES) -> str:
+    """The UTF-8 text of ``file``, read to at most ``limit`` bytes (``/dev/zero`` is refused, not read forever).
+
+    Raises:
+        OSError: the file cannot be read. ValueError: larger than ``limit`` (or not UTF-8: UnicodeDecodeError).
+    """
+    with open(file, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
 
 
 def depth(value: Any) -> int:

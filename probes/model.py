@@ -6,7 +6,7 @@ Resolution order for ``--model ID_OR_PATH`` (weights are never downloaded):
 2. the Hugging Face cache (``huggingface_hub.try_to_load_from_cache``);
 3. the Hub (``huggingface_hub.hf_hub_download`` of config.json alone), only when not offline
    (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, the whole look-up held to one
-   deadline (:data:`HUB_TIMEOUT_S`, ``--hub-timeout``) with the library's retry warnings silenced, so an
+   deadline (:data:`probes.hub.HUB_TIMEOUT_S`, ``--hub-timeout``) with the library's retry warnings silenced, so an
    offline machine or a Hub that never answers costs seconds, not the client's minutes of retries;
 4. the shipped catalog (``probes/configs``).
 
@@ -17,13 +17,9 @@ architectures are instantiated by transformers on ``torch.device("meta")`` (:mod
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
-import socket
-import threading
 import time
-import warnings
 from importlib import resources
 from functools import lru_cache
 from pathlib import Path
@@ -32,10 +28,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES
-from probes.config_check import check_config
+from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
-from probes.limits import MAX_JSON_BYTES, MAX_MODEL_ID
+from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
+from probes.limits import MAX_MODEL_ID
 from probes.vocabulary import Family, Task, values
 
 TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
@@ -173,86 +170,6 @@ def catalog_ids() -> list[str]:
     return sorted(p.name[:-5].replace("--", "/") for p in _catalog_dir().iterdir() if p.name.endswith(".json"))
 
 
-def _hub_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
-    return value in {"1", "true", "yes", "on"}
-
-
-def _hub_reachable(timeout_s: float = 2.0) -> bool:
-    """A TCP connection to the Hub endpoint within ``timeout_s`` (skipped behind a proxy)."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = endpoint.split("://", 1)[-1].split("/", 1)[0]
-    hostname, _, port = host.partition(":")
-    try:
-        with socket.create_connection((hostname, int(port or 443)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError, OverflowError):  # no answer, or HF_ENDPOINT has no valid port: unreachable
-        return False
-
-
-#: Seconds the whole Hub look-up (connection check and config.json download, retries included) may take before
-#: advisor falls back to the cache and the shipped catalog with one note. huggingface_hub's own defaults wait 10 s
-#: per request and retry (``HF_HUB_ETAG_TIMEOUT``, huggingface_hub "Environment variables"); a planning question
-#: should not. ``--hub-timeout S`` or ``ADVISOR_HUB_TIMEOUT`` changes it.
-HUB_TIMEOUT_S = 3.0
-
-
-def hub_timeout_s() -> float:
-    """The Hub look-up's deadline: ``ADVISOR_HUB_TIMEOUT`` (set by ``--hub-timeout``) or :data:`HUB_TIMEOUT_S`.
-
-    Raises:
-        UsageError: not a positive finite number of seconds.
-    """
-    text = os.environ.get("ADVISOR_HUB_TIMEOUT", "").strip()
-    if not text:
-        return HUB_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 600):
-        raise UsageError(f"--hub-timeout / ADVISOR_HUB_TIMEOUT must be seconds from 0 to 600, got {text!r}")
-    return value
-
-
-def _download_config(model: str, deadline: float, notes: list[str]) -> str | None:
-    """config.json of ``model`` from the Hub by ``deadline`` (a daemon thread: a Hub that accepts the connection
-    and never answers is left behind, not waited for), the library's retry warnings silenced; None with one note
-    when it fails or is late."""
-    result: dict[str, object] = {}
-
-    def fetch() -> None:
-        try:
-            from huggingface_hub import hf_hub_download
-
-            result["path"] = hf_hub_download(model, "config.json", etag_timeout=max(deadline - time.monotonic(), 0.1))
-        except Exception as exc:  # noqa: BLE001 - any failure of the Hub is a fallback, named in the note
-            result["error"] = exc
-
-    quiet = [logging.getLogger(name) for name in ("huggingface_hub", "urllib3", "httpx")]
-    levels = [logger.level for logger in quiet]
-    for logger in quiet:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            worker = threading.Thread(target=fetch, name="advisor-hub", daemon=True)
-            worker.start()
-            worker.join(max(deadline - time.monotonic(), 0.0))
-    finally:
-        for logger, level in zip(quiet, levels):
-            logger.setLevel(level)
-    if isinstance(result.get("path"), str):
-        return str(result["path"])
-    if "error" in result:
-        notes.append(f"the Hub gave no config.json for '{model}': {type(result['error']).__name__}")
-    else:
-        notes.append(f"the Hub did not answer within {hub_timeout_s():g} s (--hub-timeout); using local sources only")
-    return None
-
-
 def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     """Find and read config.json for an id or path.
 
@@ -291,17 +208,17 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
     shipped = _catalog_dir().joinpath(model.replace("/", "--") + ".json")
-    if not _hub_offline():
+    if not hub_offline():
         deadline = time.monotonic() + hub_timeout_s()
-        if _hub_reachable(min(2.0, hub_timeout_s())):
-            downloaded = _download_config(model, deadline, notes)
+        if hub_reachable(min(2.0, hub_timeout_s())):
+            downloaded = download_config(model, deadline, notes)
             if downloaded is not None:
                 return _read_json(Path(downloaded)), "hub", downloaded, notes
         else:
             notes.append("the Hugging Face Hub is unreachable; using local sources only")
     if shipped.is_file():
         return json.loads(shipped.read_text(encoding="utf-8")), "catalog", None, notes
-    where = "offline (HF_HUB_OFFLINE=1)" if _hub_offline() else "not in the cache, not on the Hub"
+    where = "offline (HF_HUB_OFFLINE=1)" if hub_offline() else "not in the cache, not on the Hub"
     raise ModelNotFoundError(
         f"model '{model}' not found: {where}, not in the shipped catalog; "
         f"pass a local folder or config.json path, e.g. --model ./my-model/config.json")
@@ -339,22 +256,6 @@ def _read_json(file: Path) -> dict:
     if not isinstance(data, dict):
         raise BadConfigError(f"'{file}' is not a JSON object")
     return data
-
-
-def read_bounded(file: Path, limit: int = MAX_JSON_BYTES) -> str:
-    """The UTF-8 text of ``file``, read to at most ``limit`` bytes (``/dev/zero`` is refused, not read forever).
-
-    Raises:
-        OSError: the file cannot be read. ValueError: larger than ``limit`` (or not UTF-8: UnicodeDecodeError).
-    """
-    with open(file, "rb") as fh:
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit // 2**20} MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
 
 
 def default_task(config: dict, family: FamilyName) -> TaskName:

@@ -214,12 +214,12 @@ def test_a_full_stdout_is_exit_7(folder: Path) -> None:
 
 
 def test_a_bad_hf_endpoint_port_is_unreachable_not_an_error(monkeypatch) -> None:
-    from probes.model import _hub_reachable
+    from probes.hub import hub_reachable
 
     monkeypatch.setenv("HF_ENDPOINT", "https://huggingface.co:notaport")
     monkeypatch.delenv("HTTPS_PROXY", raising=False)
     monkeypatch.delenv("https_proxy", raising=False)
-    assert _hub_reachable(0.1) is False
+    assert hub_reachable(0.1) is False
 
 
 def test_every_exit_code_is_in_the_readme_table() -> None:
@@ -445,3 +445,64 @@ def test_emit_never_replaces_what_is_not_a_file(folder: Path, kind: str, target:
     else:
         assert code == ExitCode.OK and path.read_text() != "old"
         assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+# -- the Hub's deadline and signals ----------------------------------------------------------------------------
+
+
+def test_a_hub_that_never_answers_costs_the_deadline_not_minutes(monkeypatch, tmp_path: Path) -> None:
+    """A server that accepts the connection and never answers: the look-up gives up at --hub-timeout."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+
+    def hold() -> None:  # accept, never answer
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=hold, daemon=True).start()
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("ADVISOR_HUB_TIMEOUT", "1")  # what --hub-timeout 1 sets
+    from probes.model import load_config
+
+    start = time.perf_counter()
+    _, source, _, notes = load_config("gpt2")
+    assert time.perf_counter() - start < 5
+    assert source == "catalog" and any("did not answer within 1 s" in n for n in notes)
+    server.close()
+
+
+def test_hub_timeout_flag_is_checked() -> None:
+    for value, words in (("nan", "finite"), ("0", "> 0"), ("601", "<= 600")):
+        code, _, err, _ = cli("profile", "--model", "gpt2", "--hub-timeout", value)
+        assert code == ExitCode.USAGE and "--hub-timeout" in err and words in err
+
+
+def test_sigterm_stops_validate_like_ctrl_c(tmp_path: Path) -> None:
+    """SIGTERM: the step finishes, the partial report is printed and written, exit 130 (it was -15, nothing)."""
+    import signal
+    import subprocess
+    import sys
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    report = tmp_path / "partial.json"
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "32",
+                             "--steps", "10000", "--warmup", "1", "--output", str(report), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait for the first timed step
+        if " step " in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.INTERRUPTED, err
+    assert json.loads(out)["interrupted"] is True and json.loads(report.read_text())["interrupted"] is True

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from advisor.app.links import interconnect_update
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption, TrialOptions,
-                                 WorkloadOptions, parse)
+                                 WorkloadOptions, check_given, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
@@ -126,22 +126,10 @@ def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = 
     return _facts(model, parse(_options(*_QUESTION), options), hardware)
 
 
-def _check_given(hardware: object = None, plan: object = None) -> None:
-    """Refuse a ``hardware`` or ``plan`` argument of the wrong type as one line (not an AttributeError later).
-
-    Raises:
-        UsageError: ``hardware`` is not a HardwareProfile, or ``plan`` not a Plan.
-    """
-    if hardware is not None and not isinstance(hardware, HardwareProfile):
-        raise UsageError(f"hardware must be a HardwareProfile (from probe_hardware), got {type(hardware).__name__}")
-    if plan is not None and not isinstance(plan, Plan):
-        raise UsageError(f"plan must be a Plan (a recommendation's .plan), got {type(plan).__name__}")
-
-
 def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile | None) -> Facts:
     """The facts of validated options with the workload's fields (and, without ``hardware``, the hardware
     options): see :func:`make_facts`."""
-    _check_given(hardware)
+    check_given(hardware)
     profile = model if isinstance(model, ModelProfile) else profile_model(model, opts.task)
     hw = hardware or _hardware(opts)
     limit = profile.max_position_embeddings
@@ -363,7 +351,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     from advisor.measure.validation import validate as run_validation
 
     opts = parse(_options(*_VALIDATE), options)
-    _check_given(hardware, plan)
+    check_given(hardware, plan)
     hw = hardware or _local_hardware_for_trials()
     if opts.nproc and opts.nproc > 1 and hw.gpu is not None:
         raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")

@@ -7,7 +7,6 @@ This module imports neither torch, transformers nor textual.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib.util
 import json
 import os
@@ -18,6 +17,7 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  MethodOptions,
                                  ModelOptions, PlanOptions, SimulateOption, TrialOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
+from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError, OutputError
 from probes.units import GIB
@@ -343,10 +343,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}
-
-
 def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], int] | None = None) -> int:
     """Parse and run; return the exit code (errors become one stderr line)."""
     parser = build_parser()
@@ -366,12 +362,12 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
         sys.stderr.write("advisor: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return int(ExitCode.OK)
     except OSError as err:
-        if err.errno not in _WRITE_ERRNOS:
+        if err.errno not in WRITE_ERRNOS:
             return _internal(err)
-        _silence_stdout()
+        silence_stdout()
         sys.stderr.write(f"advisor: error: cannot write the output: {err.strerror}\n")
         return int(ExitCode.OUTPUT)
     except Exception as err:  # a bug: one line, the traceback only on request
@@ -384,16 +380,6 @@ def _internal(err: Exception) -> int:
     sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
                      "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
     return int(ExitCode.INTERNAL)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush at exit does not fail a second time."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout has no file descriptor (captured in a test): nothing flushes at exit
-        pass
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
 from probes.errors import OutputError
+
+#: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null after it failed, so that the interpreter's last flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout has no file descriptor (captured in a test): nothing flushes at exit
+        pass
 
 
 def check_target(path: str | Path) -> Path:

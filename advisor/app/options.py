@@ -227,6 +227,20 @@ def _message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
     return f"{_flag(name)} {given!r}: {first['msg']}"
 
 
+def check_given(hardware: object = None, plan: object = None) -> None:
+    """Refuse a ``hardware`` or ``plan`` argument of the wrong type as one line (not an AttributeError later).
+
+    Raises:
+        UsageError: ``hardware`` is not a HardwareProfile, or ``plan`` not a Plan.
+    """
+    from probes.hardware import HardwareProfile
+
+    if hardware is not None and not isinstance(hardware, HardwareProfile):
+        raise UsageError(f"hardware must be a HardwareProfile (from probe_hardware), got {type(hardware).__name__}")
+    if plan is not None and not isinstance(plan, Plan):
+        raise UsageError(f"plan must be a Plan (a recommendation's .plan), got {type(plan).__name__}")
+
+
 # -- the command line ----------------------------------------------------------------------------------
 
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": KIB, "mib": MIB,

@@ -33,7 +33,7 @@ def read_plan(path: str):
     from pydantic import ValidationError
 
     from probes.errors import UsageError
-    from probes.model import read_bounded
+    from probes.config_check import read_bounded
     from rules import Plan
 
     try:
