@@ -510,3 +510,24 @@ def test_sigterm_stops_validate_like_ctrl_c(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert json.loads(out)["interrupted"] is True and json.loads(report.read_text())["interrupted"] is True
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_wizard_needs_a_terminal_and_a_good_model(monkeypatch) -> None:
+    """Without a terminal the wizard never exited; a bad --model showed only on a tab the app did not open on."""
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO())
+    code, _, err, _ = cli("tui", "--model", "gpt2")
+    assert code == ExitCode.USAGE and "needs a terminal" in err
+    monkeypatch.setattr(sys, "stdin", _Terminal())
+    out, err_io = _Terminal(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_io):
+        code = run(["tui", "--model", "/nonexistent/config.json"])
+    assert code == ExitCode.MODEL_NOT_FOUND and len(err_io.getvalue().splitlines()) == 1
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_io):
+        assert run(["tui", "--seq-len", "0"]) == ExitCode.USAGE

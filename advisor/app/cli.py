@@ -209,6 +209,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from probes.errors import UsageError
 
         raise UsageError("the wizard needs the textual package: pip install textual")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):  # it would wait for keys that never come
+        from probes.errors import UsageError
+
+        raise UsageError("the wizard needs a terminal (stdin and stdout); without one, use advisor recommend")
+    if args.model:  # a bad --model is one line here, as in recommend, not an error on a tab the app does not show
+        from advisor.app.api import profile_model
+
+        profile_model(args.model, args.task)
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
