@@ -531,3 +531,34 @@ def test_the_wizard_needs_a_terminal_and_a_good_model(monkeypatch) -> None:
     assert code == ExitCode.MODEL_NOT_FOUND and len(err_io.getvalue().splitlines()) == 1
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_io):
         assert run(["tui", "--seq-len", "0"]) == ExitCode.USAGE
+
+
+def test_a_second_sigterm_ends_torchrun_and_its_ranks(tmp_path: Path) -> None:
+    """validate --nproc 2, SIGTERM twice: exit 130, no rank left running, no /tmp/advisor-trial-* left behind."""
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    trials = os.path.join(tempfile.gettempdir(), "advisor-trial-*")
+    before = set(glob.glob(trials))
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "32",
+                             "--nproc", "2", "--steps", "10000", "--warmup", "1"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if " step " in line:
+            break
+    mine = set(glob.glob(trials)) - before
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED
+    assert not [path for path in mine if os.path.exists(path)]
+    workers = subprocess.run(["pgrep", "-f", f"dist_worker {next(iter(mine), 'none')}"], capture_output=True, text=True)
+    assert workers.stdout.strip() == ""
