@@ -292,6 +292,14 @@ _FLAGS = {"recommend": ["--seq-len", "--global-batch-size", "--nodes", "--inter-
                        "--tensor-parallel", "--pipeline-parallel", "--nodes", "--gpu", "--precision", "--optimizer",
                        "--offload", "--parallelism"],
           "probe": ["--gpu", "--nodes", "--interconnect", "--inter-node-gbps", "--host-memory"]}
+#: Values each flag takes (half the draws), so that the hostile ones meet plans that run, not only refusals.
+_VALID = {"--seq-len": ["16", "32", "64"], "--global-batch-size": ["1", "8", "64"], "--nodes": ["1", "2"],
+          "--inter-node-gbps": ["100", "400"], "--lora-rank": ["8"], "--host-memory": ["64GiB"],
+          "--method": ["auto", "lora", "full"], "--objective": ["speed", "memory"],
+          "--interconnect": ["pcie", "nvlink,infiniband"], "--micro-batch-size": ["1", "2"],
+          "--gradient-accumulation-steps": ["1", "4"], "--tensor-parallel": ["1", "2"], "--pipeline-parallel": ["1"],
+          "--precision": ["bf16", "fp32"], "--optimizer": ["adamw", "adafactor"], "--offload": ["none", "optimizer"],
+          "--parallelism": ["ddp", "zero-2", "none"], "--gpu": ["a100-80gb", "a100-80gb:8", "t4:2"]}
 _GPUS = st.sampled_from(["a100-80gb", "a100-80gb:8", "t4:2", "h100-sxm:129", "nosuch", "a100-80gb:0", "a100-80gb:²"])
 
 
@@ -300,7 +308,8 @@ def flag_lines(draw) -> list[str]:
     command = draw(st.sampled_from(sorted(_FLAGS)))
     argv = [command] + ([] if command == "probe" else ["--model", "TINY"])
     for flag in draw(st.lists(st.sampled_from(_FLAGS[command]), max_size=4, unique=True)):
-        value = draw(_GPUS) if flag == "--gpu" else draw(st.one_of(_NUMBERS, st.text(max_size=4)))
+        hostile = draw(_GPUS) if flag == "--gpu" else draw(st.one_of(_NUMBERS, st.text(max_size=4)))
+        value = draw(st.sampled_from(_VALID[flag])) if draw(st.booleans()) else hostile
         argv += [flag, value]
     return argv
 
