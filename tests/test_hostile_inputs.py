@@ -571,3 +571,9 @@ def test_a_second_sigterm_ends_torchrun_and_its_ranks(tmp_path: Path) -> None:
     assert not [path for path in mine if os.path.exists(path)]
     workers = subprocess.run(["pgrep", "-f", f"dist_worker {next(iter(mine), 'none')}"], capture_output=True, text=True)
     assert workers.stdout.strip() == ""
+
+
+def test_the_largest_board_is_probed_fast_and_its_links_in_one_line() -> None:
+    code, out, err, seconds = cli("probe", "--gpu", f"a100-80gb:{MAX_GPUS_PER_NODE}")
+    assert code == ExitCode.OK, err
+    assert f"every pair of the {MAX_GPUS_PER_NODE} GPUs is NV12" in out and seconds < SLOW_S
