@@ -50,7 +50,7 @@ def read_plan(path: str):
     if not isinstance(raw, dict):
         raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")
     try:
-        plan = Plan.model_validate(raw, strict=True)
+        plan = Plan.model_validate_json(json.dumps(raw), strict=True)  # JSON mode: enum values as strings
     except ValidationError as err:
         first = err.errors()[0]
         raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
