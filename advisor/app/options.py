@@ -33,8 +33,8 @@ WIZARD_OUT_DIR = "advisor-config"  #: the wizard's export folder (``advisor tui 
 #: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO).
 OPTIONAL_PACKAGES = ("bitsandbytes", "deepspeed", "peft")
 #: Most timed or warm-up steps of one ``validate`` trial: a trial is a seconds-long check (README "Validate"),
-#: ten steps by default; 10,000 is a thousand defaults.
-MAX_TRIAL_STEPS = 10_000
+#: ten steps by default; a million allows a soak test stopped with Ctrl-C, and refuses only typos beyond it.
+MAX_TRIAL_STEPS = 1_000_000
 #: Most ``validate`` trials (six by default: the plan and up to five corrections).
 MAX_TRIALS = 100
 
