@@ -349,17 +349,23 @@ def test_any_plan_file_is_a_plan_or_one_usage_line(folder: Path, fields: dict, w
     assert plan.micro_batch_size >= 1 and plan.gradient_accumulation_steps >= 1 and plan.num_gpus >= 0
 
 
+_API_KEYS = {"recommend": ["gpu", "nodes", "seq_len", "global_batch_size", "inter_node_gbps", "interconnect",
+                           "objective", "method", "lora_rank", "task", "hardware", "host_memory_bytes", "from_scratch"],
+             "estimate": ["gpu", "seq_len", "micro_batch_size", "gradient_accumulation_steps", "precision", "optimizer",
+                          "parallelism", "offload", "tensor_parallel", "weights_dtype", "tf32", "method", "hardware"]}
+
+
 @FEW
-@given(kwargs=st.dictionaries(st.sampled_from(["gpu", "nodes", "seq_len", "global_batch_size", "inter_node_gbps",
-                                               "interconnect", "objective", "method", "lora_rank", "task",
-                                               "hardware", "host_memory_bytes", "from_scratch"]),
-                              st.one_of(_HOSTILE_VALUES, _GPUS), max_size=3),
+@given(data=st.data(), function=st.sampled_from(sorted(_API_KEYS)),
        model=st.one_of(st.just("TINY"), st.none(), st.integers(), st.text(max_size=3)))
-def test_the_api_raises_only_advisor_errors(folder: Path, kwargs: dict, model) -> None:
-    """Invariant 7: ``recommend`` with random keyword values of any type."""
+def test_the_api_raises_only_advisor_errors(folder: Path, data, function: str, model) -> None:
+    """Invariant 7: ``recommend`` and ``estimate`` with random keyword values of any type."""
+    words = st.sampled_from(["bf16", "fp16", "zero-3", "ddp", "optimizer", "lora", "qlora", "all-linear"])
+    kwargs = data.draw(st.dictionaries(st.sampled_from(_API_KEYS[function]), st.one_of(_HOSTILE_VALUES, _GPUS, words),
+                                       max_size=4))
     model = str(folder / "tiny.json") if model == "TINY" else model
     try:
-        api.recommend(model, **kwargs)
+        getattr(api, function)(model, **kwargs)
     except AdvisorError as err:
         assert "\n" not in str(err).split(" (")[0]
 
