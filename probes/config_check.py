@@ -23,8 +23,9 @@ from probes.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYER
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {
-    **{k: (1, MAX_LAYERS) for k in ("n_layer", "num_hidden_layers", "n_layers", "num_layers", "num_decoder_layers",
-                                    "encoder_layers", "decoder_layers")},
+    **{k: (1, MAX_LAYERS) for k in ("n_layer", "num_hidden_layers", "n_layers", "num_layers")},
+    # a composite model may leave one stack empty
+    **{k: (0, MAX_LAYERS) for k in ("num_decoder_layers", "encoder_layers", "decoder_layers")},
     **{k: (1, MAX_WIDTH) for k in ("n_embd", "hidden_size", "dim", "d_model", "n_inner", "intermediate_size",
                                    "hidden_dim", "d_ff", "ffn_dim", "word_embed_proj_dim", "head_dim", "d_kv",
                                    "moe_intermediate_size", "n_head", "num_attention_heads", "n_heads", "num_heads",
