@@ -307,7 +307,7 @@ def test_write_atomic_replaces_whole_files_or_nothing(tmp_path) -> None:
     target.write_text("old")
     write_atomic(target, "new")
     assert target.read_text() == "new" and os.listdir(tmp_path) == ["r.json"]
-    with pytest.raises(OutputError, match="does not exist")  # exit 7: an output that cannot be written:
+    with pytest.raises(OutputError, match="does not exist"):  # exit 7: an output that cannot be written
         write_atomic(tmp_path / "missing" / "r.json", "x")
 
 
