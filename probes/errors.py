@@ -23,6 +23,8 @@ class ExitCode(IntEnum):
     BAD_CONFIG = 4  #: a config.json that is malformed or not a transformers config
     NO_FIT = 5  #: no plan fits the hardware's memory
     VALIDATION_FAILED = 6  #: ``advisor validate``: no trial ran cleanly (out of memory, non-finite loss, error)
+    OUTPUT = 7  #: an output could not be written: a missing or read-only folder, a target that is not a regular
+    #: file (a directory, a device), a full disk, a closed or full stdout; nothing was half-written
     INTERRUPTED = 130  #: Ctrl-C
 
 
@@ -40,6 +42,12 @@ class UsageError(AdvisorError):
 
 class UnknownGPUError(UsageError):
     """``--gpu NAME`` names no GPU of the shipped catalog."""
+
+
+class OutputError(AdvisorError):
+    """An output target advisor refuses or fails to write (checked before the work starts where it can be)."""
+
+    exit_code = ExitCode.OUTPUT
 
 
 class ModelNotFoundError(AdvisorError):

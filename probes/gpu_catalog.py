@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from probes.errors import UnknownGPUError
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
+from probes.limits import MAX_GPUS_PER_NODE
 from probes.units import GIB
 
 
@@ -63,9 +64,11 @@ def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
         raise UnknownGPUError(f"unknown GPU '{name}'; known: {', '.join(entries)}")
     count = 1
     if count_text:
-        if not count_text.isdigit() or int(count_text) < 1:
-            raise UnknownGPUError(f"bad GPU count '{count_text}' in '{spec}': give a whole number >= 1")
-        count = int(count_text)
+        digits = count_text.strip()
+        if not (digits.isascii() and digits.isdigit()) or not 1 <= int(digits) <= MAX_GPUS_PER_NODE:
+            raise UnknownGPUError(f"bad GPU count '{count_text}' in '{spec}': give a whole number from 1 to "
+                                  f"{MAX_GPUS_PER_NODE} (GPUs per node; --nodes for more)")
+        count = int(digits)
     return entries[key], count
 
 

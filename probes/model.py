@@ -5,8 +5,9 @@ Resolution order for ``--model ID_OR_PATH`` (weights are never downloaded):
 1. a local folder holding ``config.json``, or a path to a config file;
 2. the Hugging Face cache (``huggingface_hub.try_to_load_from_cache``);
 3. the Hub (``huggingface_hub.hf_hub_download`` of config.json alone), only when not offline
-   (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, so an offline machine
-   never waits for the client's ~25 s of retries;
+   (``HF_HUB_OFFLINE``) and the Hub answers a 2-second connection check, the whole look-up held to one
+   deadline (:data:`probes.hub.HUB_TIMEOUT_S`, ``--hub-timeout``) with the library's retry warnings silenced, so an
+   offline machine or a Hub that never answers costs seconds, not the client's minutes of retries;
 4. the shipped catalog (``probes/configs``).
 
 Parameter counts for the catalog families are closed-form (:mod:`probes.architectures`); other
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
+import time
 from importlib import resources
 from functools import lru_cache
 from pathlib import Path
@@ -27,8 +28,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES
+from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
+from probes.limits import MAX_MODEL_ID
 from probes.vocabulary import Family, Task, values
 
 TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
@@ -179,25 +183,6 @@ def catalog_ids() -> list[str]:
     return sorted(p.name[:-5].replace("--", "/") for p in _catalog_dir().iterdir() if p.name.endswith(".json"))
 
 
-def _hub_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
-    return value in {"1", "true", "yes", "on"}
-
-
-def _hub_reachable(timeout_s: float = 2.0) -> bool:
-    """A TCP connection to the Hub endpoint within ``timeout_s`` (skipped behind a proxy)."""
-    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = endpoint.split("://", 1)[-1].split("/", 1)[0]
-    hostname, _, port = host.partition(":")
-    try:
-        with socket.create_connection((hostname, int(port or 443)), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
 def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     """Find and read config.json for an id or path.
 
@@ -208,6 +193,21 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
         BadConfigError: the file is not valid JSON or not a JSON object.
     """
     notes: list[str] = []
+    if not isinstance(model, str) or not model.strip():
+        raise UsageError(f"--model must be a Hub id or a path, got {model!r}")
+    if len(model) > MAX_MODEL_ID or "\0" in model:
+        shown = f"{model[:40]}…" if len(model) > 40 else model
+        raise UsageError(f"--model '{shown}' ({len(model)} characters) is not a Hub id or a path: at most "
+                         f"{MAX_MODEL_ID} characters, no NUL")
+    try:
+        return _load_config(model, notes)
+    except (OSError, RuntimeError) as exc:  # a name too long for the file system, '~nosuchuser', an unreadable folder
+        raise ModelNotFoundError(f"model '{model[:80]}' cannot be looked up here: "
+                                 f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, list[str]]:
+    """:func:`load_config` of a checked id (OSError and RuntimeError from the file system pass through)."""
     path = Path(model).expanduser()
     if path.exists():
         file = path / "config.json" if path.is_dir() else path
@@ -224,20 +224,18 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
 
     shipped_id = RENAMED_IDS.get(model.lower(), model)
     shipped = _catalog_dir().joinpath(shipped_id.replace("/", "--") + ".json")
-    if _hub_offline():
+    if hub_offline():
         hub = "skipped (offline: HF_HUB_OFFLINE=1)"
-    elif _hub_reachable():
-        try:
-            from huggingface_hub import hf_hub_download
-
-            downloaded = hf_hub_download(model, "config.json")
-            return _read_json(Path(downloaded)), "hub", downloaded, notes
-        except Exception as exc:
-            notes.append(f"the Hub gave no config.json for '{model}': {type(exc).__name__}")
-            hub = f"asked, no config.json ({type(exc).__name__})"
     else:
-        notes.append("the Hugging Face Hub is unreachable; using local sources only")
-        hub = "skipped (unreachable within 2 s)"
+        deadline = time.monotonic() + hub_timeout_s()
+        if hub_reachable(min(2.0, hub_timeout_s())):
+            downloaded = download_config(model, deadline, notes)
+            if downloaded is not None:
+                return _read_json(Path(downloaded)), "hub", downloaded, notes
+            hub = "asked, no config.json"
+        else:
+            notes.append("the Hugging Face Hub is unreachable; using local sources only")
+            hub = f"skipped (unreachable within {min(2.0, hub_timeout_s()):g} s)"
     if shipped.is_file():
         if shipped_id != model:
             notes.append(f"'{model}' is the Hub's id of the shipped '{shipped_id}'")
@@ -271,11 +269,13 @@ def _from_hf_cache(model: str) -> str | None:
 
 def _read_json(file: Path) -> dict:
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadConfigError(f"cannot read '{file}': {exc}") from None
+        data = json.loads(read_bounded(file))
     except json.JSONDecodeError as exc:
         raise BadConfigError(f"'{file}' is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, larger than a config
+        raise BadConfigError(f"cannot read '{file}': {getattr(exc, 'strerror', None) or exc}") from None
+    except RecursionError:
+        raise BadConfigError(f"'{file}' nests too deeply to be a transformers config") from None
     if not isinstance(data, dict):
         raise BadConfigError(f"'{file}' is not a JSON object")
     return data
@@ -321,6 +321,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         raise BadConfigError(f"'{path or model_id}' is not a transformers config: it has no 'model_type'")
+    check_config(config, path or model_id)
     builder = BUILDERS.get(model_type)
     if builder is not None:
         family = FAMILIES[model_type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from probes.limits import divisors
 from probes.vocabulary import Objective, Optimizer, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -23,7 +24,8 @@ class MicroBatchMultipleOf8(Rule):
         gpu = facts.gpu
         if gpu is None or not gpu.tensor_cores or facts.workload.seq_len % 8 == 0:
             return []
-        multiples = list(range(8, facts.workload.global_batch_size + 1, 8))
+        # the micro-batches that can occur divide the global batch: its divisors, not every multiple up to it
+        multiples = [d for d in divisors(facts.workload.global_batch_size) if d % 8 == 0]
         if not multiples:
             return []
         return [self.prefer(Setting.MICRO_BATCH_SIZE, multiples,

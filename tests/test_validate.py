@@ -25,7 +25,7 @@ from advisor.app.files import write_atomic  # noqa: E402
 from advisor.measure.trial import StepUpdate  # noqa: E402
 from advisor.measure.session import Session, larger_micro_batch, smaller_micro_batch  # noqa: E402
 from advisor.measure.validation import ValidationReport, baseline_plan  # noqa: E402
-from probes.errors import ExitCode, UsageError  # noqa: E402
+from probes.errors import ExitCode, OutputError, UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from rules import Plan  # noqa: E402
 
@@ -307,7 +307,7 @@ def test_write_atomic_replaces_whole_files_or_nothing(tmp_path) -> None:
     target.write_text("old")
     write_atomic(target, "new")
     assert target.read_text() == "new" and os.listdir(tmp_path) == ["r.json"]
-    with pytest.raises(UsageError, match="does not exist"):
+    with pytest.raises(OutputError, match="does not exist"):  # exit 7: an output that cannot be written
         write_atomic(tmp_path / "missing" / "r.json", "x")
 
 

@@ -11,7 +11,10 @@ flags are made from the same declarations): ``gpu``, ``nodes``, ``interconnect``
 (:class:`~advisor.app.options.PlanOptions`); the trial settings (:class:`~advisor.app.options.TrialOptions`).
 A bad value raises the same one-line :class:`~probes.errors.UsageError` the CLI prints.
 
-Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input.
+Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input, and only those: a value of
+the wrong type (``gpu=8``, ``nodes=2.5``, ``global_batch_size=True``, ``model=None``, ``hardware="x"``), NaN or
+infinity, or a count beyond its limit (:mod:`probes.limits`) is a :class:`~probes.errors.UsageError` with the
+CLI's words, never a pydantic ``ValidationError``, ``TypeError`` or ``AttributeError``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from advisor.app.links import interconnect_update
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
-                                 StackOptions, TrialOptions, WorkloadOptions, parse)
+                                 StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
@@ -69,9 +72,13 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     ``cuda_context_bytes``: the CUDA context's device memory (default 500 MiB).
 
     Raises:
-        UnknownGPUError: unknown catalog name. UsageError: nodes < 1, an unknown or contradictory interconnect.
+        UnknownGPUError: unknown catalog name or a GPU count beyond 1..:data:`probes.limits.MAX_GPUS_PER_NODE`.
+        UsageError: nodes outside 1..:data:`probes.limits.MAX_NODES`, a value of the wrong type, NaN or infinity,
+            an unknown or contradictory interconnect.
     """
-    if isinstance(interconnect, list):
+    if isinstance(interconnect, (list, tuple)):
+        if not all(isinstance(name, str) for name in interconnect):
+            raise UsageError(f"--interconnect {interconnect!r}: give link names (nvlink, pcie, infiniband, ethernet)")
         interconnect = ",".join(interconnect)
     given = dict(gpu=gpu, nodes=nodes, interconnect=interconnect, inter_node_gbps=inter_node_gbps,
                  nics_per_node=nics_per_node, host_memory_bytes=host_memory_bytes, cuda_context_bytes=cuda_context_bytes)
@@ -95,7 +102,13 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
 
 
 def profile_model(model: str, task: str | None = None) -> ModelProfile:
-    """Resolve and profile a model (see :func:`probes.model.profile_model`)."""
+    """Resolve and profile a model (see :func:`probes.model.profile_model`).
+
+    Raises:
+        UsageError: ``model`` not a non-empty string of at most :data:`probes.limits.MAX_MODEL_ID` characters, a
+            task the model's family has no head for. ModelNotFoundError: no config.json. BadConfigError: a
+            config.json that is not JSON or whose sizes the profile cannot use (:mod:`probes.config_check`).
+    """
     return _profile_model(model, task)
 
 
@@ -119,6 +132,7 @@ def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = 
 def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile | None) -> Facts:
     """The facts of validated options with the workload's fields (and, without ``hardware``, the hardware
     options): see :func:`make_facts`."""
+    check_given(hardware)
     profile = model if isinstance(model, ModelProfile) else profile_model(model, opts.task)
     hw = hardware or _hardware(opts)
     limit = profile.max_position_embeddings
@@ -166,7 +180,8 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
 
     Raises:
         NoFitError: nothing fits; ``str(err)`` says what would (also on ``err.suggestions``).
-        UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input.
+        UsageError, ModelNotFoundError, BadConfigError, UnknownGPUError: bad input (a value of the wrong type or
+            beyond its limit, ``hardware`` not a HardwareProfile: UsageError).
     """
     opts = parse(_options(*_RECOMMEND), options)
     result = planner.search(_facts(model, opts, hardware))
@@ -242,8 +257,9 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     ``simulate`` (also run a training step on fake tensors; imports torch).
 
     Raises:
-        UsageError: a value outside its range (batch <= 0, ...) or a plan the rules refuse (ZeRO on one GPU,
-            offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
+        UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, or a plan the rules refuse
+            (ZeRO on one GPU, offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
+        ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
     opts = parse(_options(*_ESTIMATE), options)
     settings = _given_settings(opts)
@@ -290,7 +306,7 @@ def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
     """A micro-batch alone keeps the global batch by changing the accumulation, and the other way round.
 
     Raises:
-        UsageError: the given value does not divide the global batch.
+        UsageError: the given value does not divide the global batch, or micro-batch × accumulation is not it.
     """
     for given, derived in (("micro_batch_size", "gradient_accumulation_steps"),
                            ("gradient_accumulation_steps", "micro_batch_size")):
@@ -299,6 +315,10 @@ def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
                 raise UsageError(f"--{given.replace('_', '-')} {overrides[given]} does not divide the global "
                                  f"batch {gbs}")
             return {**overrides, derived: gbs // overrides[given]}
+    micro, steps = overrides.get("micro_batch_size"), overrides.get("gradient_accumulation_steps")
+    if micro is not None and steps is not None and micro * steps != gbs:
+        raise UsageError(f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps} = {micro * steps} "
+                         f"samples, not the global batch {gbs}: give two of the three, or three that agree")
     return overrides
 
 
@@ -346,13 +366,16 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     Returns:
         ValidationReport (``verdict``, ``trials``, ``confirmed_plan``; ``comparison`` with ``compare``).
     Raises:
-        UsageError: inconsistent settings, a plan the rules refuse here, a CUDA-less torch on a GPU machine.
+        UsageError: inconsistent settings (micro-batch × accumulation not the global batch), a value of the wrong
+            type or beyond its limit, ``plan`` / ``hardware`` of the wrong type, a plan the rules refuse here, a
+            CUDA-less torch on a GPU machine.
         NoFitError: nothing fits and no setting was given to try anyway.
         ModelNotFoundError, BadConfigError: from the model probe.
     """
     from advisor.measure.validation import validate as run_validation
 
     opts = parse(_options(*_VALIDATE), options)
+    check_given(hardware, plan)
     hw = hardware or _local_hardware_for_trials()
     if opts.nproc and opts.nproc > 1 and hw.gpu is not None:
         raise UsageError("--nproc is for CPU trials; on GPUs the plan's GPU count sets the processes")

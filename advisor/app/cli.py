@@ -13,11 +13,12 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, MethodOptions,
-                                 ModelOptions, PlanOptions, SimulateOption, StackOptions, TrialOptions,
-                                 WorkloadOptions, add_arguments, collect)
+from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, HubOptions,
+                                 MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, TrialOptions,
+                                 WorkloadOptions, add_arguments, collect, join_negative_values)
+from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
-from probes.errors import AdvisorError, ExitCode, NoFitError
+from probes.errors import AdvisorError, ExitCode, NoFitError, OutputError
 from probes.kernels import LossKernel
 from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
@@ -89,6 +90,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_recommend(args: argparse.Namespace) -> int:
     from advisor.app.api import recommend
 
+    if args.emit:
+        from advisor.app.emit import check_targets
+
+        check_targets(args.emit, args.out)
     try:
         rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
                         **collect(args, MethodOptions), **collect(args, StackOptions))
@@ -156,36 +161,49 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import threading
 
     from advisor.app.api import validate
-    from advisor.app.files import write_atomic
+    from advisor.app.files import check_target, write_atomic
     from advisor.app.progress import Progress, read_plan
 
+    if args.output:
+        check_target(args.output)  # before the trials, not after them
     plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
     stop = threading.Event()
 
     def on_sigint(signum, frame) -> None:
-        if stop.is_set():  # a second Ctrl-C: stop now
+        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
             raise KeyboardInterrupt
         stop.set()
-        sys.stderr.write("advisor: stopping at the next step boundary (Ctrl-C again to stop now)\n")
+        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # SIGTERM (kill, a scheduler's time limit) and SIGHUP (the terminal closed) end a validation like Ctrl-C: at
+    # the next step boundary, with the partial report printed and written, exit 130
+    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
     try:
         with Progress() as progress:
             workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
             report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
                               **collect(args, PlanOptions), **collect(args, TrialOptions))
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     text = report.model_dump_json(indent=2) + "\n"
+    failed_write = None
     if args.output:
-        write_atomic(args.output, text)
-        sys.stderr.write(f"advisor: wrote {args.output}\n")
+        try:
+            write_atomic(args.output, text)
+            sys.stderr.write(f"advisor: wrote {args.output}\n")
+        except OutputError as err:  # the report still goes to stdout
+            failed_write = err
     if args.json:
         sys.stdout.write(text)
     else:
         from advisor.app.report import validation_tables
 
         _console().print(validation_tables(report))
+    if failed_write is not None:
+        raise failed_write
     if report.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
@@ -196,6 +214,14 @@ def cmd_tui(args: argparse.Namespace) -> int:
         from probes.errors import UsageError
 
         raise UsageError("the wizard needs the textual package: pip install textual")
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):  # it would wait for keys that never come
+        from probes.errors import UsageError
+
+        raise UsageError("the wizard needs a terminal (stdin and stdout); without one, use advisor recommend")
+    if args.model:  # a bad --model is one line here, as in recommend, not an error on a tab the app does not show
+        from advisor.app.api import profile_model
+
+        profile_model(args.model, args.task)
     from tui.app import run as run_tui
 
     return run_tui(model=args.model, out_dir=args.out, **collect(args, HardwareOptions),
@@ -236,6 +262,7 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
     """--model, --task, the hardware flags and the workload flags."""
     add_arguments(p, ModelOptions, required=("model",) if model_required else (),
                   helps={"model": model_help} if model_help else None)
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task",))
     add_arguments(p, HardwareOptions)
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
@@ -269,6 +296,7 @@ def _add_validate(sub) -> None:
     add_arguments(p, ModelOptions, required=("model",),
                   helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
                                   "or a config.json path"})
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
     add_arguments(p, WorkloadOptions, ("seq_len",), helps={
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
@@ -303,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
     add_arguments(p, ModelOptions, required=("model",))
+    add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task",))
     p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_profile)
@@ -348,9 +377,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], int] | None = None) -> int:
     """Parse and run; return the exit code (errors become one stderr line)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(join_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return int((handler or args.func)(args))
+        if getattr(args, "hub_timeout_s", None) is not None:  # the probe reads it (the API's users set it too)
+            from advisor.app.options import parse
+
+            os.environ["ADVISOR_HUB_TIMEOUT"] = repr(parse(HubOptions, collect(args, HubOptions)).hub_timeout_s)
+        code = int((handler or args.func)(args))
+        sys.stdout.flush()  # a full or closed stdout fails here, not at exit
+        return code
     except AdvisorError as err:
         sys.stderr.write(f"advisor: error: {err}\n")
         return int(err.exit_code)
@@ -358,13 +394,24 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
         sys.stderr.write("advisor: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
+        silence_stdout()
         return int(ExitCode.OK)
+    except OSError as err:
+        if err.errno not in WRITE_ERRNOS:
+            return _internal(err)
+        silence_stdout()
+        sys.stderr.write(f"advisor: error: cannot write the output: {err.strerror}\n")
+        return int(ExitCode.OUTPUT)
     except Exception as err:  # a bug: one line, the traceback only on request
-        if os.environ.get("ADVISOR_DEBUG"):
-            raise
-        sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
-                         "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
-        return int(ExitCode.INTERNAL)
+        return _internal(err)
+
+
+def _internal(err: Exception) -> int:
+    if os.environ.get("ADVISOR_DEBUG"):
+        raise err
+    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
+                     "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
+    return int(ExitCode.INTERNAL)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -36,10 +36,10 @@ from typing import Any
 
 from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, load_notes,
                                     lora_config, model_kwargs, transformers_version)
-from advisor.app.files import write_atomic
+from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
-from probes.errors import UsageError
+from probes.errors import OutputError, UsageError
 from probes.kernels import LossKernel
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
@@ -353,24 +353,39 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     return files
 
 
+def check_targets(targets: list[str], out_dir: str | Path = ".") -> None:
+    """Refuse, before the recommendation is computed, an ``--out`` folder or an ``--emit`` file that could not be
+    written: a folder path that is a file, a file name taken by a directory or a device (see
+    :func:`advisor.app.files.check_target`). A folder that does not exist yet is fine: :func:`emit` creates it.
+
+    Raises:
+        OutputError: one line naming the path.
+    """
+    folder = Path(out_dir)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"cannot write into --out {shlex.quote(str(folder))}: it is not a folder")
+    if not folder.is_dir():
+        return
+    wanted = TARGETS if "all" in targets else [t for t in targets if t in TARGETS]
+    names = [FILE_NAMES[t] for t in wanted] + ([MODEL_KWARGS_FILE, LORA_CONFIG_FILE] if "hf" in wanted else [])
+    for name in names:
+        check_target(folder / name)
+
+
 def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> list[Path]:
-    """Write the targets' files into ``out_dir`` (created if missing), each atomically; launch.sh executable.
+    """Write the targets' files into ``out_dir`` (created if missing), all or nothing; launch.sh executable.
 
     Returns:
         The written paths.
     Raises:
-        UsageError: an unknown or inapplicable target, or a folder that cannot be written.
+        UsageError: an unknown or inapplicable target. OutputError: a folder that cannot be created or written,
+            a target that is not a regular file, a failed write (no file of the set is then changed).
     """
     files = render(rec, targets)
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UsageError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
-    written = []
-    for name, text in files.items():
-        path = write_atomic(folder / name, text)
-        if name == FILE_NAMES["torchrun"]:
-            path.chmod(path.stat().st_mode | 0o111)
-        written.append(path)
-    return written
+        raise OutputError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
+    return write_set({folder / name: text for name, text in files.items()},
+                     executable={folder / FILE_NAMES["torchrun"]})

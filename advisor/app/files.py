@@ -1,39 +1,100 @@
-"""Writing output files whole or not at all."""
+"""Writing output files whole or not at all, to targets checked before the work starts."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
-from probes.errors import UsageError
+from probes.errors import OutputError
+
+#: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}
 
 
-def write_atomic(path: str | Path, text: str) -> Path:
+def silence_stdout() -> None:
+    """Point stdout at /dev/null after it failed, so that the interpreter's last flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout has no file descriptor (captured in a test): nothing flushes at exit
+        pass
+
+
+def check_target(path: str | Path) -> Path:
+    """Refuse, before any work, an output ``path`` that could not be written whole: its folder is missing or not
+    writable, or it exists and is not a regular file (a directory, a device such as /dev/full, a FIFO: replacing
+    it by a file would destroy it, writing into it would not be atomic).
+
+    Raises:
+        OutputError: one line naming the path and why.
+    """
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:  # a name too long, a folder in the path that is a file
+        raise OutputError(f"cannot write {path}: {err.strerror}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise OutputError(f"cannot write {path}: it is {kind} (advisor replaces only regular files)")
+    if not folder.is_dir():
+        raise OutputError(f"cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {path}: folder {folder} is not writable")
+    return path
+
+
+def write_atomic(path: str | Path, text: str, *, executable: bool = False) -> Path:
     """Write ``text`` to ``path`` atomically: a temporary file in the same folder, fsync, then
     ``os.replace`` (POSIX rename semantics), so readers see the old file or the whole new one.
 
     Raises:
-        UsageError: the folder does not exist or cannot be written.
+        OutputError: the target is refused (:func:`check_target`) or the write fails (disk full, file size limit).
     """
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(f"cannot write {path}: folder {folder} does not exist")
+    return write_set({Path(path): text}, executable={Path(path)} if executable else set())[0]
+
+
+def write_set(files: dict[Path, str], *, executable: set[Path] = frozenset()) -> list[Path]:
+    """Write several files all or nothing: every target checked, every text written and synced to a temporary
+    file beside its target, and only then each renamed into place; a failure before the renames leaves every
+    target as it was.
+
+    Raises:
+        OutputError: a refused target (:func:`check_target`) or a failed write, one line.
+    """
+    for path in files:
+        check_target(path)
+    umask = os.umask(0)
+    os.umask(umask)
+    temporary: dict[Path, str] = {}
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as err:
-        raise UsageError(f"cannot write {path}: {err.strerror}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a written report gets the usual mode
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        for path, text in files.items():
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            except OSError as err:
+                raise OutputError(f"cannot write {path}: {err.strerror}") from None
+            temporary[path] = tmp
+            mode = 0o777 if path in executable else 0o666
+            os.chmod(tmp, mode & ~umask)  # mkstemp makes 0600; a written file gets the usual mode
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as err:  # ENOSPC, EFBIG (ulimit -f), EIO
+                raise OutputError(f"cannot write {path}: {err.strerror or err}") from None
+        for path, tmp in temporary.items():
+            check_target(path)  # nothing became a directory or a device while the texts were written
+            os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for tmp in temporary.values():
+            Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+    return list(files)

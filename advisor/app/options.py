@@ -19,10 +19,11 @@ import types
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
 from probes.errors import UsageError
 from probes.kernels import STACK_PACKAGES
+from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
 from probes.units import GIB, KIB, MIB
 from probes.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
 from rules.facts import STACK_SETTINGS, Plan, Workload
@@ -32,6 +33,11 @@ DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a
 WIZARD_OUT_DIR = "advisor-config"  #: the wizard's export folder (``advisor tui --out``)
 #: Optional packages whose presence changes the plan (8-bit optimizers, ZeRO, adapters, kernels, fp8).
 OPTIONAL_PACKAGES = tuple(STACK_PACKAGES)
+#: Most timed or warm-up steps of one ``validate`` trial: a trial is a seconds-long check (README "Validate"),
+#: ten steps by default; a million allows a soak test stopped with Ctrl-C, and refuses only typos beyond it.
+MAX_TRIAL_STEPS = 1_000_000
+#: Most ``validate`` trials (six by default: the plan and up to five corrections).
+MAX_TRIALS = 100
 
 
 def _flag(name: str) -> str:
@@ -39,9 +45,18 @@ def _flag(name: str) -> str:
 
 
 class _Options(BaseModel):
-    """Base of the option groups: unknown keywords are refused, values validated on assignment."""
+    """Base of the option groups: unknown keywords are refused, values validated on assignment, and a bool is not
+    taken for a number (pydantic's lax mode would read ``global_batch_size=True`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        kind, _ = _unwrap(cls.model_fields[info.field_name].annotation)
+        if isinstance(value, bool) and kind in (int, float):
+            raise ValueError(f"expected a {'whole ' if kind is int else ''}number, not {str(value).lower()}")
+        return value
 
 
 class HardwareOptions(_Options):
@@ -49,13 +64,13 @@ class HardwareOptions(_Options):
 
     gpu: str | None = Field(None, description="plan for catalog GPUs instead of this machine's (`advisor probe "
                                               "--gpu list` lists them) (default: this machine's GPUs)", json_schema_extra={"metavar": "NAME[:COUNT]"})
-    nodes: int = Field(1, ge=1, description="identical nodes (default 1)", json_schema_extra={"metavar": "N"})
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="identical nodes (default 1)", json_schema_extra={"metavar": "N"})
     interconnect: str | None = Field(
         None, description="nvlink or pcie inside a node, infiniband (200 Gb/s) or ethernet (100 Gb/s) between nodes; "
                           "comma-separated, e.g. pcie,ethernet (default: the catalog's or the probed links; "
                           "infiniband between nodes)", json_schema_extra={"metavar": "LINKS"})
-    inter_node_gbps: float | None = Field(None, gt=0, description="network bandwidth between nodes per NIC, "
-                                                                 "gigabits per second (default: the "
+    inter_node_gbps: float | None = Field(None, gt=0, allow_inf_nan=False, description="network bandwidth between "
+                                                                 "nodes per NIC, gigabits per second (default: the "
                                                                  "--interconnect's figure)",
                                           json_schema_extra={"metavar": "Gb/s"})
     nics_per_node: int | None = Field(None, ge=1, le=64, description="network adapters per node, shared by its "
@@ -80,13 +95,22 @@ class ModelOptions(_Options):
                        json_schema_extra={"metavar": "ID_OR_PATH"})
 
 
+class HubOptions(_Options):
+    """How long the model look-up may wait for the Hugging Face Hub (the CLI's; the API reads ADVISOR_HUB_TIMEOUT)."""
+
+    hub_timeout_s: float | None = Field(None, gt=0, le=600, allow_inf_nan=False,
+                                        description="seconds the Hub look-up of --model may take before the cache and "
+                                                    "the shipped catalog are used (default 3)",
+                                        json_schema_extra={"metavar": "S", "flag": "--hub-timeout"})
+
+
 class WorkloadOptions(_Options):
     """The question: the task head, sequence length, global batch and what matters most."""
 
     task: literal(Task) | None = Field(None, description="task head (default: from the config's architectures)")
-    seq_len: int | None = Field(None, ge=1, description="tokens per sample (default: min(model max positions, "
+    seq_len: int | None = Field(None, ge=1, le=MAX_SEQ_LEN, description="tokens per sample (default: min(model max positions, "
                                                         f"{DEFAULT_SEQ_LEN}))", json_schema_extra={"metavar": "L"})
-    global_batch_size: int | None = Field(None, ge=1, description="samples per optimizer step (default "
+    global_batch_size: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH_SIZE, description="samples per optimizer step (default "
                                                                   f"{DEFAULT_GLOBAL_BATCH_SIZE})",
                                           json_schema_extra={"metavar": "B"})
     objective: literal(Objective) = Field(Objective.SPEED.value,
@@ -118,6 +142,9 @@ class _PlanSettings(_Options):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
+#: Upper bounds of the plan's counts (micro-batch and accumulation: the largest global batch).
+_PLAN_LIMITS = {"tensor_parallel": MAX_GPUS_PER_NODE, "pipeline_parallel": MAX_NODES, "lora_rank": MAX_WIDTH}
+
 _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
                   "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E"}
 
@@ -125,7 +152,7 @@ _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "
 def _plan_setting(name: str) -> tuple[Any, Any]:
     """A :class:`rules.facts.Plan` field as an optional option: its type and help; counts are >= 1."""
     field = Plan.model_fields[name]
-    bounds = {"ge": 1} if field.annotation is int else {}
+    bounds = {"ge": 1, "le": _PLAN_LIMITS.get(name, MAX_GLOBAL_BATCH_SIZE)} if field.annotation is int else {}
     extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else {}
     if name in ("lora_rank", "lora_targets"):  # the adapters' shape defaults to Plan's whatever the command
         extra["unset"] = field.default
@@ -175,18 +202,18 @@ class SimulateOption(_Options):
 class TrialOptions(_Options):
     """How ``validate`` runs its trials."""
 
-    steps: int = Field(10, ge=1, description="timed steps per trial (default 10)", json_schema_extra={"metavar": "N"})
-    warmup: int = Field(2, ge=1, description="untimed warm-up steps per trial (default 2)",
+    steps: int = Field(10, ge=1, le=MAX_TRIAL_STEPS, description="timed steps per trial (default 10)", json_schema_extra={"metavar": "N"})
+    warmup: int = Field(2, ge=1, le=MAX_TRIAL_STEPS, description="untimed warm-up steps per trial (default 2)",
                         json_schema_extra={"metavar": "N"})
     compare: bool = Field(False, description="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
     memory_limit_bytes: int | None = Field(None, ge=1, description="hold the trials to less memory than the device "
                                                                    "has, e.g. 8GiB (default: no limit)", json_schema_extra={
                                                "metavar": "SIZE", "flag": "--memory-limit", "size": True})
-    max_trials: int = Field(6, ge=1, description="most trials, corrections included (default 6; the baseline has "
+    max_trials: int = Field(6, ge=1, le=MAX_TRIALS, description="most trials, corrections included (default 6; the baseline has "
                                                  "its own)", json_schema_extra={"metavar": "N"})
-    nproc: int | None = Field(None, ge=1, description="CPU only: a distributed trial over N processes (torchrun, "
-                                                      "gloo); the global batch is split (default: one process, or "
-                                                      "the plan's)",
+    nproc: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="CPU only: a distributed trial over N "
+                                                      "processes (torchrun, gloo); the global batch is split (default: "
+                                                      "one process, or the plan's)",
                               json_schema_extra={"metavar": "N"})
 
 
@@ -199,12 +226,17 @@ def parse(model: type[_Options], values: dict[str, Any]) -> _Options:
     try:
         return model.model_validate(values)
     except ValidationError as err:
-        raise UsageError(_message(err)) from None
+        raise UsageError(_message(err, model)) from None
 
 
-def _message(err: ValidationError) -> str:
+def _message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
     first = err.errors()[0]
     name = str(first["loc"][0]) if first["loc"] else ""
+    field = (model.model_fields.get(name) if model is not None else None)
+    extra = field.json_schema_extra if field is not None and isinstance(field.json_schema_extra, dict) else {}
+    flag = extra.get("flag")
+    if flag:  # the flag's own spelling (--memory-limit for memory_limit_bytes)
+        name = flag[2:].replace("-", "_")
     given = first.get("input")
     ctx = first.get("ctx") or {}
     kind = first["type"]
@@ -213,11 +245,31 @@ def _message(err: ValidationError) -> str:
             return f"{_flag(name)} must be > {ctx['ge'] - 1}, got {given}"
         sign, bound = (">=", ctx.get("ge")) if kind == "greater_than_equal" else (">", ctx.get("gt"))
         return f"{_flag(name)} must be {sign} {bound:g}, got {given}"
+    if kind in ("less_than_equal", "less_than"):
+        return f"{_flag(name)} must be {'<=' if kind == 'less_than_equal' else '<'} {ctx.get('le', ctx.get('lt'))}, got {given}"
+    if kind == "finite_number":
+        return f"{_flag(name)} must be a finite number, got {given}"
     if kind in ("literal_error", "enum"):
         return f"{_flag(name)} {given}: choose from {ctx.get('expected', '')}"
+    if kind == "value_error":
+        return f"{_flag(name)} {given!r}: {first['msg'].removeprefix('Value error, ')}"
     if kind == "extra_forbidden":
         return f"unknown option '{name}'"
     return f"{_flag(name)} {given!r}: {first['msg']}"
+
+
+def check_given(hardware: object = None, plan: object = None) -> None:
+    """Refuse a ``hardware`` or ``plan`` argument of the wrong type as one line (not an AttributeError later).
+
+    Raises:
+        UsageError: ``hardware`` is not a HardwareProfile, or ``plan`` not a Plan.
+    """
+    from probes.hardware import HardwareProfile
+
+    if hardware is not None and not isinstance(hardware, HardwareProfile):
+        raise UsageError(f"hardware must be a HardwareProfile (from probe_hardware), got {type(hardware).__name__}")
+    if plan is not None and not isinstance(plan, Plan):
+        raise UsageError(f"plan must be a Plan (a recommendation's .plan), got {type(plan).__name__}")
 
 
 # -- the command line ----------------------------------------------------------------------------------
@@ -232,11 +284,11 @@ def size(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: not a size, or not more than 0 bytes.
     """
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
+    match = re.fullmatch(r"\s*(-?)\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(3).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
         raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    value = int(float(match.group(2)) * _SIZE_UNITS[unit]) * (-1 if match.group(1) else 1)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
     return value
@@ -251,6 +303,28 @@ def _number(kind: type):
         except ValueError:
             raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
     return convert
+
+
+_NEGATIVE = re.compile(r"-(\d|\.\d|nan\b|inf)", re.IGNORECASE)
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--memory-limit -5GiB`` → ``--memory-limit=-5GiB``: argparse takes a value that starts with '-' and is not a
+    plain number (-5GiB, -inf) for a flag and answers "expected one argument"; joined, the flag's own check says
+    what is wrong with the value (``'-5GiB' must be more than 0 bytes``)."""
+    out: list[str] = []
+    for token in argv:
+        previous = out[-1] if out else ""
+        if (_NEGATIVE.match(token) and previous.startswith("--") and "=" not in previous
+                and previous not in _FLAG_NAMES_WITHOUT_VALUE):
+            out[-1] = f"{previous}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+#: Flags that take no value (``--json``, ``--tf32``, ...): a negative-looking token after them is its own argument.
+_FLAG_NAMES_WITHOUT_VALUE: set[str] = {"--json", "--help", "--version"}
 
 
 def _unwrap(annotation) -> tuple[Any, bool]:
@@ -289,6 +363,7 @@ def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], na
         flag = extra.get("flag", _flag(name))
         if kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction if optional and default is None else "store_true"
+            _FLAG_NAMES_WITHOUT_VALUE.update((flag, "--no-" + flag[2:]))
             parser.add_argument(flag, **kwargs)
             continue
         if typing.get_origin(kind) is Literal:

@@ -22,30 +22,52 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
+#: The counts of a plan file and their bounds (those of the options: :mod:`probes.limits`).
+def _plan_bounds() -> dict[str, tuple[int, int]]:
+    from probes.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WIDTH
+
+    return {"micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE), "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
+            "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES), "cpu_processes": (1, MAX_GPUS_PER_NODE),
+            "tensor_parallel": (1, MAX_GPUS_PER_NODE), "pipeline_parallel": (1, MAX_NODES), "lora_rank": (1, MAX_WIDTH)}
+
+
 def read_plan(path: str):
-    """The plan (and sequence length) of a recommend / estimate / validate JSON file."""
+    """The plan (and sequence length) of a recommend / estimate / validate JSON file.
+
+    Raises:
+        UsageError: one line naming the file and, for a bad plan, the field (``plan.micro_batch_size must be
+            from 1 to ..., got 0``): unreadable, larger than a plan, not UTF-8, not JSON, no plan, a bad value.
+    """
     from pydantic import ValidationError
 
     from probes.errors import UsageError
+    from probes.config_check import read_bounded
     from rules import Plan
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_bounded(path))
     except OSError as err:
-        raise UsageError(f"cannot read --plan {path}: {err.strerror}") from None
+        raise UsageError(f"cannot read --plan {path}: {err.strerror or err}") from None
     except json.JSONDecodeError as err:
         raise UsageError(f"--plan {path} is not JSON: {err.msg} at line {err.lineno}") from None
+    except ValueError as err:  # larger than a plan, not UTF-8
+        raise UsageError(f"cannot read --plan {path}: {err}") from None
+    except RecursionError:
+        raise UsageError(f"--plan {path} nests too deeply to be an advisor JSON") from None
     raw = data.get("plan") or data.get("confirmed_plan") if isinstance(data, dict) else None
-    if raw is None:
+    if not isinstance(raw, dict):
         raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")
     try:
-        plan = Plan.model_validate(raw)
+        plan = Plan.model_validate_json(json.dumps(raw), strict=True)  # JSON mode: enum values as strings
     except ValidationError as err:
         first = err.errors()[0]
         raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    seq_len = (data.get("workload") or {}).get("seq_len")
-    return plan, seq_len if isinstance(seq_len, int) else None
+    for name, (least, most) in _plan_bounds().items():
+        value = getattr(plan, name)
+        if not least <= value <= most:
+            raise UsageError(f"--plan {path}: plan.{name} must be from {least} to {most}, got {value}")
+    seq_len = (data.get("workload") or {}).get("seq_len") if isinstance(data.get("workload"), dict) else None
+    return plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None
 
 
 class Progress:

@@ -48,7 +48,10 @@ def hardware_table(hw: HardwareProfile) -> Group:
         parts.append(t)
     else:
         parts.append(Text("No NVIDIA GPU found: advisor plans for training on the CPU.", style="bold yellow"))
-    if hw.links:
+    kinds = {link.label for link in hw.links}
+    if len(hw.gpus) > _LINK_MATRIX_MOST and len(kinds) == 1:  # a uniform board: one line, not an N × N matrix
+        parts.append(Text(f"GPU links: every pair of the {len(hw.gpus)} GPUs is {kinds.pop()} (nvidia-smi topo -m)"))
+    elif hw.links:
         t = Table(title="GPU links (nvidia-smi topo -m)", title_justify="left")
         t.add_column("")
         for g in hw.gpus:
@@ -72,6 +75,11 @@ def hardware_table(hw: HardwareProfile) -> Group:
     for note in hw.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
+
+
+#: GPUs beyond which a uniform link matrix is one line (16: the largest NVLink board of 8-GPU servers twice over;
+#: a wider matrix does not fit a terminal).
+_LINK_MATRIX_MOST = 16
 
 
 def model_table(m: ModelProfile) -> Table:

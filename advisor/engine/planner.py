@@ -20,6 +20,7 @@ from advisor.engine.memory import CUDA_CONTEXT_BYTES, MemoryEstimate, estimate_m
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.errors import UsageError
 from probes.kernels import Attention, LossKernel
+from probes.limits import divisors
 from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                Setting, WeightsDtype, searched, values)
 from rules import Effect, Facts, Plan
@@ -107,9 +108,6 @@ def capacity_bytes(facts: Facts) -> int:
     return host.ram_bytes if host and host.ram_bytes else 0
 
 
-def divisors(n: int) -> list[int]:
-    """Every whole divisor of ``n`` (n >= 1), ascending: the micro-batches that split a batch of ``n``."""
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def domains(facts: Facts) -> dict[str, list[Any]]:

@@ -119,7 +119,7 @@ def run_spec(spec: TrialSpec, *, on_step: Callable[[StepUpdate], None] | None = 
         outcome.message = f"out of memory: {str(err).splitlines()[0][:300]}"
     except (_Stopped, KeyboardInterrupt):
         outcome.status = "interrupted"
-        outcome.message = "stopped at a step boundary (Ctrl-C)"
+        outcome.message = "stopped at a step boundary (Ctrl-C, SIGTERM or SIGHUP)"
     except Exception as err:  # a trial that cannot run is a finding, reported with the plan
         outcome.status = "error"
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
@@ -348,15 +348,35 @@ def _torchrun(folder: Path, nproc: int, on_step: Callable[[StepUpdate], None] | 
                 proc.kill()
 
     threading.Thread(target=watch, daemon=True).start()
-    for line in proc.stdout:
-        event = parse_event(line)
-        if isinstance(event, StepEvent) and on_step is not None:
-            on_step(event.update)
-        # a RankDoneEvent needs nothing here: the rank's figures are in its rank<R>.json
-    code = proc.wait()
-    watcher_done.set()
+    try:
+        for line in proc.stdout:
+            event = parse_event(line)
+            if isinstance(event, StepEvent) and on_step is not None:
+                on_step(event.update)
+            # a RankDoneEvent needs nothing here: the rank's figures are in its rank<R>.json
+        code = proc.wait()
+    except BaseException:  # a second Ctrl-C / SIGTERM: torchrun and its ranks (their own session) end with us
+        _end_session(proc)
+        raise
+    finally:
+        watcher_done.set()
     reader.join(timeout=5)
     return code, errors
+
+
+def _end_session(proc: subprocess.Popen) -> None:
+    """SIGTERM to torchrun's process group (it forwards to its ranks), SIGKILL after 5 s if it is still there."""
+    import signal
+
+    for signum, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, signum)
+            proc.wait(timeout=wait_s)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _combine(outcome: TrialOutcome, ranks: list[RankOutcome], nproc: int, code: int) -> None:
