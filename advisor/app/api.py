@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
+from advisor.app.trial_plan import split_batch, trial_label
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
@@ -151,24 +152,8 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
                         objective=opts.objective, from_scratch=opts.from_scratch, method=method, **given)
     facts = Facts(hardware=hw, model=profile, workload=workload, packages=_packages(hw))
-    _require_runnable_pins(facts)
+    planner.require_runnable_pins(facts)
     return facts
-
-
-def _require_runnable_pins(facts: Facts) -> None:
-    """Refuse a stack value the user asked for that cannot run here at all (a rule's hard forbid).
-
-    Raises:
-        UsageError: one line naming the flag, the reason and the rule id.
-    """
-    pins = facts.workload.pinned()
-    if not pins:
-        return
-    for e in planner.propose_effects(facts):
-        if e.kind == "forbid" and e.hard and e.setting in pins and e.matches(pins[e.setting]):
-            flag = "--" + str(e.setting).replace("_", "-")
-            raise UsageError(f"{flag if pins[e.setting] is True else f'{flag} {pins[e.setting]}'}: {e.reason} "
-                             f"[{e.rule_id}]")
 
 
 def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any
@@ -302,26 +287,6 @@ def _local_hardware_for_trials() -> HardwareProfile:
     return hw
 
 
-def _split_batch(gbs: int, overrides: dict[str, Any]) -> dict[str, Any]:
-    """A micro-batch alone keeps the global batch by changing the accumulation, and the other way round.
-
-    Raises:
-        UsageError: the given value does not divide the global batch, or micro-batch × accumulation is not it.
-    """
-    for given, derived in (("micro_batch_size", "gradient_accumulation_steps"),
-                           ("gradient_accumulation_steps", "micro_batch_size")):
-        if given in overrides and derived not in overrides:
-            if gbs % overrides[given]:
-                raise UsageError(f"--{given.replace('_', '-')} {overrides[given]} does not divide the global "
-                                 f"batch {gbs}")
-            return {**overrides, derived: gbs // overrides[given]}
-    micro, steps = overrides.get("micro_batch_size"), overrides.get("gradient_accumulation_steps")
-    if micro is not None and steps is not None and micro * steps != gbs:
-        raise UsageError(f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps} = {micro * steps} "
-                         f"samples, not the global batch {gbs}: give two of the three, or three that agree")
-    return overrides
-
-
 def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     """This machine's best plan with the given settings over it (the closest plan when nothing fits but a
     setting was given to try anyway).
@@ -335,20 +300,12 @@ def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     if result.best is None and not overrides:
         raise no_fit_error(result)
     base = (result.best or min(result.candidates, key=lambda c: c.memory.device_bytes)).plan
-    overrides = _split_batch(base.global_batch_size, overrides)
+    overrides = split_batch(base.global_batch_size, overrides)
     if processes > 1:
         overrides.update(cpu_processes=processes, parallelism=parallelism or Parallelism.DDP)
     elif parallelism is not None:
         overrides["parallelism"] = parallelism
     return base.model_copy(update=overrides)
-
-
-def _trial_label(parallelism: Parallelism) -> str:
-    """How a trial runs a strategy: DeepSpeed's stages as their FSDP counterparts, DP as DDP."""
-    if parallelism.deepspeed or parallelism.fsdp:
-        fsdp = next(p for p in Parallelism if p.fsdp and p.stage == parallelism.stage)
-        return f"FSDP {fsdp.spec.fsdp_strategy}"
-    return parallelism.value.upper()
 
 
 def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: HardwareProfile | None = None,
@@ -396,7 +353,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     strategy = Parallelism(plan.parallelism)
     if strategy.spec.trial_as:
         notes.append(f"{strategy} has no torch.distributed counterpart here: the trial runs "
-                     f"{strategy.spec.trial_as} ({_trial_label(strategy)})")
+                     f"{strategy.spec.trial_as} ({trial_label(strategy)})")
         plan = plan.model_copy(update={"parallelism": strategy.spec.trial_as})
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,

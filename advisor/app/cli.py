@@ -14,11 +14,11 @@ import sys
 from typing import Callable, NoReturn
 
 from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, HubOptions,
-                                 MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, TrialOptions,
-                                 WorkloadOptions, add_arguments, collect, join_negative_values)
+                                 MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, WorkloadOptions,
+                                 add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
-from probes.errors import AdvisorError, ExitCode, NoFitError, OutputError
+from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.kernels import LossKernel
 from probes.units import GIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
@@ -156,59 +156,6 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from advisor.app.api import validate
-    from advisor.app.files import check_target, write_atomic
-    from advisor.app.progress import Progress, read_plan
-
-    if args.output:
-        check_target(args.output)  # before the trials, not after them
-    plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
-    stop = threading.Event()
-
-    def on_sigint(signum, frame) -> None:
-        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
-            raise KeyboardInterrupt
-        stop.set()
-        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
-
-    # SIGTERM (kill, a scheduler's time limit) and SIGHUP (the terminal closed) end a validation like Ctrl-C: at
-    # the next step boundary, with the partial report printed and written, exit 130
-    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-    previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
-    try:
-        with Progress() as progress:
-            workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
-            report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
-                              **collect(args, PlanOptions), **collect(args, TrialOptions))
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-    text = report.model_dump_json(indent=2) + "\n"
-    failed_write = None
-    if args.output:
-        try:
-            write_atomic(args.output, text)
-            sys.stderr.write(f"advisor: wrote {args.output}\n")
-        except OutputError as err:  # the report still goes to stdout
-            failed_write = err
-    if args.json:
-        sys.stdout.write(text)
-    else:
-        from advisor.app.report import validation_tables
-
-        _console().print(validation_tables(report))
-    if failed_write is not None:
-        raise failed_write
-    if report.interrupted:
-        return ExitCode.INTERRUPTED
-    return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
-
-
 def cmd_tui(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("textual") is None:
         from probes.errors import UsageError
@@ -289,30 +236,6 @@ def _add_estimate(sub) -> None:
     p.set_defaults(func=cmd_estimate)
 
 
-def _add_validate(sub) -> None:
-    """``advisor validate``: the workload, the plan settings a trial takes, and the trial options."""
-    p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
-                       epilog=EXIT_CODES_HELP)
-    add_arguments(p, ModelOptions, required=("model",),
-                  helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
-                                  "or a config.json path"})
-    add_arguments(p, HubOptions)
-    add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
-    add_arguments(p, WorkloadOptions, ("seq_len",), helps={
-        "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
-    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file "
-                                                  "(default: none, this machine's recommendation)")
-    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
-                  ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
-                   "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
-                  helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
-                                        "(FULL_SHARD)"}, unset="this machine's recommendation")
-    add_arguments(p, TrialOptions)
-    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically) (default: none)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (default: off)")
-    p.set_defaults(func=cmd_validate)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
     from advisor.app.emit import TARGETS
@@ -353,10 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_recommend)
 
     from advisor.app.compare import add_parser as add_compare
+    from advisor.app.validate_command import add_parser as add_validate
 
     add_compare(sub, EXIT_CODES_HELP)
     _add_estimate(sub)
-    _add_validate(sub)
+    add_validate(sub, EXIT_CODES_HELP)
 
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
@@ -370,8 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_rules)
 
-    p = sub.add_parser("schema", help="JSON Schema of the machine-readable outputs")
-    p.set_defaults(func=cmd_schema)
+    sub.add_parser("schema", help="JSON Schema of the machine-readable outputs").set_defaults(func=cmd_schema)
     return parser
 
 

@@ -94,3 +94,19 @@ def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing
         else:
             return None
     return plan
+
+
+def require_runnable_pins(facts: Facts) -> None:
+    """Refuse a stack value the user asked for that cannot run here at all (a rule's hard forbid).
+
+    Raises:
+        UsageError: one line naming the flag, the reason and the rule id.
+    """
+    pins = facts.workload.pinned()
+    if not pins:
+        return
+    for e in propose_effects(facts):
+        if e.kind == "forbid" and e.hard and e.setting in pins and e.matches(pins[e.setting]):
+            flag = "--" + str(e.setting).replace("_", "-")
+            raise UsageError(f"{flag if pins[e.setting] is True else f'{flag} {pins[e.setting]}'}: {e.reason} "
+                             f"[{e.rule_id}]")

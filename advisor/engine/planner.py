@@ -29,7 +29,7 @@ from rules.experts import expert_parallel_degrees
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
 from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
-                                     refusal, require_legal, with_stack)
+                                     refusal, require_legal, require_runnable_pins, with_stack)
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs

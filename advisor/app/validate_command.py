@@ -1,0 +1,89 @@
+"""``advisor validate``: its flags and its command (short trial steps on this machine's device; imports torch only
+when it runs). Signals stop it at a step boundary with the partial report; the report's target is checked before the
+trials run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOptions, WorkloadOptions, add_arguments, collect
+from advisor.app.progress import console as _console
+from probes.errors import ExitCode, OutputError
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from advisor.app.api import validate
+    from advisor.app.files import check_target, write_atomic
+    from advisor.app.progress import Progress, read_plan
+
+    if args.output:
+        check_target(args.output)  # before the trials, not after them
+    plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
+    stop = threading.Event()
+
+    def on_sigint(signum, frame) -> None:
+        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
+            raise KeyboardInterrupt
+        stop.set()
+        again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
+
+    # SIGTERM (kill, a scheduler's time limit) and SIGHUP (the terminal closed) end a validation like Ctrl-C: at
+    # the next step boundary, with the partial report printed and written, exit 130
+    handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
+    try:
+        with Progress() as progress:
+            workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
+            report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
+                              **collect(args, PlanOptions), **collect(args, TrialOptions))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    text = report.model_dump_json(indent=2) + "\n"
+    failed_write = None
+    if args.output:
+        try:
+            write_atomic(args.output, text)
+            sys.stderr.write(f"advisor: wrote {args.output}\n")
+        except OutputError as err:  # the report still goes to stdout
+            failed_write = err
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        from advisor.app.report import validation_tables
+
+        _console().print(validation_tables(report))
+    if failed_write is not None:
+        raise failed_write
+    if report.interrupted:
+        return ExitCode.INTERRUPTED
+    return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
+
+
+def add_parser(sub, epilog: str) -> None:
+    """``advisor validate``: the workload, the plan settings a trial takes, and the trial options."""
+    p = sub.add_parser("validate", help="short trial steps of the plan on this machine: confirm or correct it",
+                       epilog=epilog)
+    add_arguments(p, ModelOptions, required=("model",),
+                  helps={"model": "Hub id (gpt2), a folder with config.json (its weights are used when present), "
+                                  "or a config.json path"})
+    add_arguments(p, HubOptions)
+    add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
+    add_arguments(p, WorkloadOptions, ("seq_len",), helps={
+        "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
+    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file "
+                                                  "(default: none, this machine's recommendation)")
+    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
+                  ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
+                   "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
+                  helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
+                                        "(FULL_SHARD)"}, unset="this machine's recommendation")
+    add_arguments(p, TrialOptions)
+    p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically) (default: none)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (default: off)")
+    p.set_defaults(func=cmd_validate)
