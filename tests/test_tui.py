@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -397,3 +398,29 @@ def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
         assert done.exists() and done.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.mark.parametrize("field, value, flag", [("#seq-len", "0", "--seq-len"), ("#global-batch", "0",
+                                                                                   "--global-batch-size")])
+async def test_a_bad_value_gets_the_same_line_as_from_the_cli_and_the_api(field, value, flag) -> None:
+    """Issue 15: the same bad value, the same message, whichever way it comes in (the wizard shows the API's
+    UsageError, which the CLI prints after 'advisor: error: ')."""
+    from advisor.app.api import recommend
+    from probes.errors import UsageError
+
+    keyword = {"--seq-len": "seq_len", "--global-batch-size": "global_batch_size"}[flag]
+    with pytest.raises(UsageError) as api:
+        recommend("gpt2", gpu="a100-80gb", **{keyword: int(value)})
+    cli = subprocess.run([sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--gpu", "a100-80gb",
+                          flag, value], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    assert cli.returncode == 2 and cli.stderr.strip().endswith(str(api.value))
+    app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        app.query_one(field).value = value
+        app.action_recommend()
+        await wait_for(pilot, lambda: PlanningFailed in kinds(app))
+        assert app.messages[-1].error == str(api.value)
+        assert app.is_running
