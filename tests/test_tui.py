@@ -424,3 +424,19 @@ async def test_a_bad_value_gets_the_same_line_as_from_the_cli_and_the_api(field,
         await wait_for(pilot, lambda: PlanningFailed in kinds(app))
         assert app.messages[-1].error == str(api.value)
         assert app.is_running
+
+
+async def test_the_workload_step_asks_for_a_stack_value() -> None:
+    """Issue 13: the wizard offers the stack settings (auto: the planner's) and plans with the one chosen."""
+    app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW, torch_compile=False)
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#model-input").value = "gpt2"
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        assert app.query_one(WorkloadStep).stack_choice() == {"torch_compile": False}  # from the option
+        app.query_one("#stack-attention").value = "eager"
+        assert app.query_one(WorkloadStep).stack_choice() == {"attention": "eager", "torch_compile": False}
+        app.action_recommend()
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        plan = app.recommendation.plan
+        assert (plan.attention, plan.torch_compile) == ("eager", False)

@@ -82,7 +82,8 @@ class AdvisorApp(App):
             yield HardwareStep(gpu=o["gpu"], nodes=o["nodes"])
             yield ModelStep(model=o["model"])
             yield WorkloadStep(seq_len=o["seq_len"], global_batch_size=o["global_batch_size"], task=o["task"],
-                               objective=o["objective"], method=o["method"])
+                               objective=o["objective"], method=o["method"],
+                               stack={k: o.get(k) for k in StackOptions.model_fields})
             yield RecommendationStep()
             yield ValidateStep()
             yield ExportStep(out_dir=o["out_dir"])
@@ -179,9 +180,11 @@ class AdvisorApp(App):
             workload["task"] in (None, self.profile.task)) else text
         network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
                                                        inter_node_gbps=self.options["inter_node_gbps"])
-        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets", "mean_sample_len",
-                                                 *StackOptions.model_fields) if self.options.get(k) is not None}
-        step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters}, network=network)
+        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets", "mean_sample_len")
+                    if self.options.get(k) is not None}
+        stack = self.query_one(WorkloadStep).stack_choice()  # the step's fields start from the stack options
+        step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters, **stack},
+                  network=network)
 
     def action_validate(self) -> None:
         """Validate this machine's plan with trial steps (``ctrl+t``)."""

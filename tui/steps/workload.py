@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select,
 
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, METHOD_CHOICES, OPTIONAL_PACKAGES,
                                  MethodOptions)
+from probes.kernels import Attention, LossKernel
 from probes.vocabulary import Method, Objective, Task, values
 from tui.fields import whole_number
 
@@ -29,9 +30,11 @@ class WorkloadStep(TabPane):
     STEP = "workload"
 
     def __init__(self, *, seq_len: int | None = None, global_batch_size: int | None = None,
-                 task: str | None = None, objective: str = Objective.SPEED, method: str = AUTO_METHOD) -> None:
+                 task: str | None = None, objective: str = Objective.SPEED, method: str = AUTO_METHOD,
+                 stack: dict[str, Any] | None = None) -> None:
         super().__init__("3 Workload", id=self.STEP)
         self._seq_len, self._global_batch_size, self._task_option = seq_len, global_batch_size, task
+        self._stack = {k: v for k, v in (stack or {}).items() if v is not None}
         self._objective = Objective.MEMORY if objective == Objective.MEMORY else Objective.SPEED
         self._method = method
 
@@ -56,6 +59,11 @@ class WorkloadStep(TabPane):
             with RadioSet(id="objective"):
                 for objective, label in OBJECTIVE_LABELS.items():
                     yield RadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
+            for name, label in STACK_LABELS.items():
+                with Horizontal(classes="row"):
+                    yield Label(label)
+                    yield Select([(str(v).lower(), v) for v in STACK_CHOICES[name]], value=self._stack.get(name, AUTO),
+                                 allow_blank=False, id=f"stack-{name.replace('_', '-')}")
             yield Static(packages_text(), id="packages")
             yield Button("Recommend (ctrl+r)", id="recommend", variant="primary", action="app.recommend")
 
@@ -76,6 +84,20 @@ class WorkloadStep(TabPane):
         return dict(seq_len=whole_number(self.query_one("#seq-len", Input).value, None),
                     global_batch_size=whole_number(self.query_one("#global-batch", Input).value, None),
                     task=self.task_choice(), objective=objective.value, method=self.method_choice())
+
+
+    def stack_choice(self) -> dict[str, Any]:
+        """The software-stack values asked for (``recommend --attention …``), without those left to the planner."""
+        chosen = {name: self.query_one(f"#stack-{name.replace('_', '-')}", Select).value for name in STACK_LABELS}
+        return {name: value for name, value in chosen.items() if value != AUTO}
+
+
+AUTO = "auto"  #: the planner chooses (what the stack options' None means)
+#: The stack settings the step offers (``options.StackOptions``), their labels and values: 'auto', then the
+#: vocabulary's (:mod:`probes.kernels`), or on / off.
+STACK_LABELS = {"attention": "attention kernel", "loss_kernel": "loss kernel", "torch_compile": "torch.compile"}
+STACK_CHOICES = {"attention": (AUTO, *values(Attention)), "loss_kernel": (AUTO, *values(LossKernel)),
+                 "torch_compile": (AUTO, True, False)}
 
 
 def packages_text() -> str:
