@@ -220,6 +220,11 @@ def _stack_args(p: argparse.ArgumentParser) -> None:
     """The software-stack options of recommend and the wizard (values the planner must use), and --liger-kernel."""
     group = p.add_argument_group("software stack (default: the planner's choice among what is installed)")
     add_arguments(group, StackOptions)
+    _liger_alias(group)
+
+
+def _liger_alias(group) -> None:
+    """``--liger-kernel``: the issue's spelling of ``--loss-kernel liger``."""
     group.add_argument("--liger-kernel", dest="loss_kernel", action="store_const", const=LossKernel.LIGER.value,
                        help="same as --loss-kernel liger (default: off)")
 
@@ -228,9 +233,9 @@ def _add_estimate(sub) -> None:
     """``advisor estimate``: the workload flags and every plan setting."""
     p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
     _workload_args(p, objective=False)
-    add_arguments(p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over "
-                                       "several GPUs)"), PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS,
-                  unset="chosen for the hardware")
+    group = p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over several GPUs)")
+    add_arguments(group, PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS, unset="chosen for the hardware")
+    _liger_alias(group)
     add_arguments(p, SimulateOption)
     p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_estimate)
