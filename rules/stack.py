@@ -170,6 +170,9 @@ class Packing(Rule):
         m, s = facts.workload.mean_sample_len, facts.workload.seq_len
         if not plan.packing:
             return []
+        if m is None or m >= s:
+            return [self.set(Setting.PACKING, True, "rows packed padding-free (DataCollatorWithFlattening); the samples "
+                                                    "fill seq_len already, so no more useful tokens per row")]
         return [self.set(Setting.PACKING, True, f"samples of {m} tokens on average fill {s}-token rows: "
                                                 f"{s / m:.1f}x the useful tokens per row (DataCollatorWithFlattening)")]
 
