@@ -297,7 +297,7 @@ def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     overrides = _given_settings(opts)
     parallelism = overrides.pop("parallelism", None)
     result = planner.search(facts)
-    if result.best is None and not overrides:
+    if result.best is None and (not overrides or not result.candidates):
         raise no_fit_error(result)
     base = (result.best or min(result.candidates, key=lambda c: c.memory.device_bytes)).plan
     overrides = split_batch(base.global_batch_size, overrides)

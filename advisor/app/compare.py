@@ -110,9 +110,10 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str
     price = prices.get(name)
     best = result.best
     if best is None:
-        closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
+        closest = min(result.candidates, key=lambda c: c.memory.device_bytes, default=None)  # None: none can run
         return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=False,
-                          device_bytes=closest.memory.device_bytes, usable_bytes=closest.memory.usable_bytes,
+                          device_bytes=closest.memory.device_bytes if closest else 0,
+                          usable_bytes=closest.memory.usable_bytes if closest else 0,
                           price_per_gpu_hour_usd=price), facts.workload
     tps = best.speed.tokens_per_s
     cost = price * hw.num_gpus * DEFAULT_TOKENS / tps / 3600 if price is not None else None

@@ -110,3 +110,26 @@ def require_runnable_pins(facts: Facts) -> None:
             flag = "--" + str(e.setting).replace("_", "-")
             raise UsageError(f"{flag if pins[e.setting] is True else f'{flag} {pins[e.setting]}'}: {e.reason} "
                              f"[{e.rule_id}]")
+
+
+def _shown(setting: str, value: Any) -> str:
+    flag = "--" + str(setting).replace("_", "-")
+    return flag if value is True else f"--no-{flag[2:]}" if value is False else f"{flag} {value}"
+
+
+def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
+    """The error when no layout can run at all with what the user asked for (a search with no candidate, e.g.
+    ``--packing`` where no attention kernel attends within packed samples): one line naming the settings asked
+    for and the first rule that refuses them on the plainest plan of this hardware."""
+    pins = facts.workload.pinned()
+    method = {"method": facts.workload.method} if facts.workload.method else {}
+    asked = ", ".join(_shown(k, v) for k, v in {**method, **pins}.items()) or "these settings"
+    gpu = facts.gpu
+    plan = Plan(device="cpu" if gpu is None else "cuda", precision="bf16" if gpu is not None and gpu.bf16 else
+                "fp16" if gpu is not None and gpu.tensor_cores else "fp32", tf32=False, optimizer="adamw",
+                gradient_checkpointing=False, micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none",
+                num_gpus=facts.hardware.num_gpus, **method, **pins)
+    refused = refusal(facts, plan) or next((e for e in effects if e.kind == "forbid" and e.hard and e.setting in pins
+                                            and e.matches(pins[e.setting])), None)
+    why = f": {refused.reason} [{refused.rule_id}]" if refused is not None else ""
+    return UsageError(f"no plan can run with {asked} here{why}")

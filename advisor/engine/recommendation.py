@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.decisions import (AlternativeValue, SettingDecision, SourceRef, Warning, _fmt,  # noqa: F401
                                       _sources, decide_stack)
+from advisor.engine.legality import no_layout_error
 from advisor.engine.planner import MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, order, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
@@ -212,6 +213,8 @@ def _method_alternative(method: str, result: PlanningResult, best: Candidate) ->
     if forbids:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
     other = _pinned_search(result, method)
+    if not other.candidates:  # the other settings asked for rule this method out (fp8 over a 4-bit base, say)
+        return str(no_layout_error(other.facts, other.effects))
     if other.best is None:
         closest = min(other.candidates, key=lambda c: c.memory.device_bytes)
         return (f"does not fit: its smallest plan needs {closest.memory.device_bytes / GIB:.1f} GiB of "

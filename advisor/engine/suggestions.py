@@ -5,7 +5,8 @@ risky one): the catalog GPU that would run it much faster (:func:`faster_hardwar
 from __future__ import annotations
 
 from advisor.engine import planner
-from probes.errors import NoFitError
+from advisor.engine.legality import no_layout_error
+from probes.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
 from probes.units import GIB
 from probes.vocabulary import Method, Offload, Parallelism, Penalty
@@ -116,11 +117,12 @@ def faster_hardware(result: planner.PlanningResult) -> list[str]:
               f"({found.speed.tokens_per_s / best.speed.tokens_per_s:.1f}x)"]
 
 
-def no_fit_error(result: planner.PlanningResult) -> NoFitError:
-    """The error for a search where nothing fits: the smallest plan's memory and what would fit.
-
-    ``result.candidates`` must not be empty (every search evaluates at least one plan)."""
+def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
+    """The error for a search where nothing fits: the smallest plan's memory and what would fit; a UsageError when
+    no plan could even be priced (the settings asked for rule every layout out: :func:`legality.no_layout_error`)."""
     facts = result.facts
+    if not result.candidates:
+        return no_layout_error(facts, result.effects)
     closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
     ideas = suggestions(facts)
     where = facts.gpu.name if facts.gpu else "the CPU's RAM"
