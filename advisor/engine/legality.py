@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.errors import UsageError
+from probes.vocabulary import Device, Optimizer, Parallelism, Precision
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 from rules.facts import STACK_SETTINGS
@@ -125,10 +126,12 @@ def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
     method = {"method": facts.workload.method} if facts.workload.method else {}
     asked = ", ".join(_shown(k, v) for k, v in {**method, **pins}.items()) or "these settings"
     gpu = facts.gpu
-    plan = Plan(device="cpu" if gpu is None else "cuda", precision="bf16" if gpu is not None and gpu.bf16 else
-                "fp16" if gpu is not None and gpu.tensor_cores else "fp32", tf32=False, optimizer="adamw",
-                gradient_checkpointing=False, micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none",
-                num_gpus=facts.hardware.num_gpus, **method, **pins)
+    precision = (Precision.BF16 if gpu is not None and gpu.bf16 else
+                 Precision.FP16 if gpu is not None and gpu.tensor_cores else Precision.FP32)
+    plan = Plan(device=Device.CPU if gpu is None else Device.CUDA, precision=precision, tf32=False,
+                optimizer=Optimizer.ADAMW, gradient_checkpointing=False, micro_batch_size=1,
+                gradient_accumulation_steps=1, parallelism=Parallelism.NONE, num_gpus=facts.hardware.num_gpus,
+                **method, **pins)
     refused = refusal(facts, plan) or next((e for e in effects if e.kind == "forbid" and e.hard and e.setting in pins
                                             and e.matches(pins[e.setting])), None)
     why = f": {refused.reason} [{refused.rule_id}]" if refused is not None else ""
