@@ -68,9 +68,7 @@ def require_legal(facts: Facts, plan: Plan) -> None:
     effect = check_plan(facts, plan)
     if effect is None:
         return
-    flag = "--" + str(effect.setting).replace("_", "-")
-    shown = flag if effect.value is True else f"{flag} {effect.value}"
-    raise UsageError(f"{shown}: {effect.reason} [{effect.rule_id}]")
+    raise UsageError(f"{_shown(effect.setting, effect.value)}: {effect.reason} [{effect.rule_id}]")
 
 
 def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
@@ -108,12 +106,11 @@ def require_runnable_pins(facts: Facts) -> None:
         return
     for e in propose_effects(facts):
         if e.kind == "forbid" and e.hard and e.setting in pins and e.matches(pins[e.setting]):
-            flag = "--" + str(e.setting).replace("_", "-")
-            raise UsageError(f"{flag if pins[e.setting] is True else f'{flag} {pins[e.setting]}'}: {e.reason} "
-                             f"[{e.rule_id}]")
+            raise UsageError(f"{_shown(e.setting, pins[e.setting])}: {e.reason} [{e.rule_id}]")
 
 
 def _shown(setting: str, value: Any) -> str:
+    """A setting's value as the flag that asks for it: ``--torch-compile``, ``--no-fp8``, ``--attention eager``."""
     flag = "--" + str(setting).replace("_", "-")
     return flag if value is True else f"--no-{flag[2:]}" if value is False else f"{flag} {value}"
 
