@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
+from probes.kernels import Attention, LossKernel  # noqa: E402
 
 GIB = 2**30
 CPU_GRID = [  # (model, seq_len, global batch, settings)
@@ -85,9 +86,9 @@ def main() -> None:
     grid = GPU_GRID if gpu else CPU_GRID
     if gpu and args.stack:
         installed = api.probe_hardware().host.packages
-        grid += [row for row in STACK_GRID if not (row[3].get("attention") == "flash-attention-2" and not
-                                                   installed.get("flash_attn")) and not (
-                     row[3].get("loss_kernel") == "liger" and not installed.get("liger_kernel"))]
+        needed = lambda s: [Attention.of(s.get("attention", Attention.SDPA)).spec.package,  # noqa: E731
+                            LossKernel.of(s.get("loss_kernel", LossKernel.STANDARD)).spec.package]
+        grid += [row for row in STACK_GRID if all(p is None or installed.get(p) for p in needed(row[3]))]
     if args.quick:
         grid = grid[:2]
     rows, reports = [], []

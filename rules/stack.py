@@ -10,7 +10,7 @@ the plan runs with what transformers and torch give, and the recommendation pric
 from __future__ import annotations
 
 from probes.kernels import INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel
-from probes.vocabulary import Precision, Setting, Task, values
+from probes.vocabulary import Method, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -203,7 +203,7 @@ class Fp8(Rule):
                                                "validate the loss")]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        if plan.fp8 and (plan.precision != Precision.BF16 or plan.method == "qlora"):
+        if plan.fp8 and (plan.precision != Precision.BF16 or Method.of(plan.method).spec.quantized_base):
             return self.forbid(Setting.FP8, True, "fp8 training recipes run under bf16 autocast over 16-bit weights "
                                                   "(not fp16, fp32 or a 4-bit base)", hard=True)
         return None

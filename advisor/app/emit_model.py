@@ -18,7 +18,7 @@ from typing import Any
 
 from advisor.engine.recommendation import Recommendation
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
-from probes.kernels import Attention
+from probes.kernels import Attention, LossKernel
 from probes.vocabulary import Method, Offload, Parallelism, WeightsDtype
 
 MODEL_KWARGS_FILE = "model_kwargs.json"  #: ``from_pretrained`` keyword arguments (with the ``hf`` target)
@@ -97,7 +97,7 @@ def load_notes(rec: Recommendation) -> list[str]:
     if plan.fp8:
         lines.append("# fp8 linear layers: torchao.float8.convert_to_float8_training(model) before training (or "
                      "accelerate's mixed_precision='fp8' with Transformer Engine); validate the loss curve.")
-    if plan.loss_kernel == "chunked":
+    if plan.loss_kernel == LossKernel.CHUNKED:
         lines.append("# Chunked cross-entropy is a torchtune / custom-loop loss (CEWithChunkedOutputLoss); the "
                      "Trainer has none.")
     if Offload.of(plan.offload).nvme:
