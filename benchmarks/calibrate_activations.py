@@ -19,7 +19,8 @@ F and B are the simulated phase peaks less the weights (fp32 parameters and, und
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
 ``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. Takes about a minute.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [FAMILY ...]
+(families named: only those are calibrated again, the others kept; ``--out FILE`` first writes another file)
 """
 
 from __future__ import annotations
@@ -36,11 +37,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from advisor.engine.memory import calibration_keys  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
+from probes.errors import UsageError  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
 
 #: family → (representative catalog model, layer key(s), FFN key, default FFN when the key is absent)
+PUBLISHED = ROOT / "benchmarks" / "published" / "configs"  # public config.json files (benchmarks/published)
 FAMILIES = {
     "gpt2": ("gpt2", ["n_layer"], "n_inner", lambda c: 4 * c.get("n_embd", 768)),
     "bert": ("bert-base-uncased", ["num_hidden_layers"], "intermediate_size", None),
@@ -50,15 +54,33 @@ FAMILIES = {
     "opt": ("facebook/opt-125m", ["num_hidden_layers"], "ffn_dim", None),
     "llama": ("meta-llama/Llama-2-7b-hf", ["num_hidden_layers"], "intermediate_size", None),
     "mistral": ("mistralai/Mistral-7B-v0.1", ["num_hidden_layers"], "intermediate_size", None),
+    "qwen2": ("Qwen/Qwen2.5-7B", ["num_hidden_layers"], "intermediate_size", None),
+    "gemma": (str(PUBLISHED / "google--gemma-2b"), ["num_hidden_layers"], "intermediate_size", None),
+    "phi": (str(PUBLISHED / "microsoft--phi-2"), ["num_hidden_layers"], "intermediate_size", None),
+    "phi3": (str(PUBLISHED / "microsoft--Phi-3-mini-4k-instruct"), ["num_hidden_layers"], "intermediate_size", None),
+    "gpt_neox": (str(PUBLISHED / "stabilityai--stablelm-base-alpha-3b"), ["num_hidden_layers"], "intermediate_size",
+                 None),
 }
+# Not calibrated (the structural formula prices them): gemma2, which transformers builds without SDPA (eager attention
+# only); falcon, whose steps this form fits badly (6-11 % forward residuals, 600 % checkpointed with fp32 weights).
+#: The families whose sequence-classification head is calibrated too (T5's checks each row's EOS tokens, data-dependent,
+#: which fake tensors cannot run; the later decoders' heads are priced by the structural formula, to keep the run short)
+CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mistral"}
+#: The step classes calibrated for each family (``advisor.engine.memory.calibration_keys`` names their columns):
+#: (precision, weights dtype, method, LoRA targets). LoRA columns are for the family's default task head.
+VARIANTS = [("fp32", "fp32", "full", None), ("bf16", "fp32", "full", None), ("bf16", "bf16", "full", None)]
+LORA_VARIANTS = [("bf16", "bf16", "lora", "attention"), ("bf16", "bf16", "lora", "all-linear")]
 
 
-def _plan(precision: str, ckpt: bool, b: int) -> Plan:
+def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
+    precision, weights, method, targets = variant
+    extra = {"lora_targets": targets} if targets else {}
     return Plan(device="cuda", precision=precision, tf32=False, optimizer="sgd", gradient_checkpointing=ckpt,
-                micro_batch_size=b, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+                micro_batch_size=b, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
+                weights_dtype=weights, method=method, **extra)
 
 
-def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, precision: str, ckpt: bool,
+def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, variant: tuple, ckpt: bool,
          layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256, task: str | None = None) -> dict:
     raw = dict(load_config(model_id)[0])
     for key in layer_keys:
@@ -66,8 +88,11 @@ def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, precisio
     raw[ffn_key] = ffn0 * ffn_mult
     raw["vocab_size"] = raw["vocab_size"] + vocab_extra
     prof = profile_from_config(raw, model_id, task=task)
-    result = simulate(prof, _plan(precision, ckpt, b), seq, steps=1, config=raw)
-    weights = 4 * prof.num_parameters + (2 * prof.matmul_parameters if precision != "fp32" else 0)
+    plan = _plan(variant, ckpt, b)
+    result = simulate(prof, plan, seq, steps=1, config=raw)
+    # the weights as built (16-bit base, fp32 adapters), plus autocast's cached 16-bit copies of fp32 trainable weights
+    autocast_copies = variant[0] != "fp32" and variant[1] == "fp32" and variant[2] == "full"
+    weights = result.build_bytes + (2 * prof.matmul_parameters if autocast_copies else 0)
     sb = seq * b
     nss = prof.num_attention_heads * seq * seq
     return {"L": layers, "sbh": sb * prof.hidden_size, "sbf": sb * prof.ffn_size, "sbv": sb * prof.vocab_size,
@@ -84,14 +109,14 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
-def calibrate(family: str, precision: str, task: str | None = None) -> dict:
+def calibrate(family: str, variant: tuple, task: str | None = None) -> dict:
     model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
     raw = load_config(model_id)[0]
     ffn0 = raw.get(ffn_key) or default_ffn(raw)
     v1 = 512  # extra vocabulary (a multiple of 64)
 
     def run(ckpt, *design):
-        return _run(model_id, layer_keys, ffn_key, ffn0, precision, ckpt, *design, task=task)
+        return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
     plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
@@ -127,24 +152,40 @@ def main() -> None:
     import transformers
 
     start = time.perf_counter()
-    table: dict = {"_meta": {"date": str(date.today()), "torch": torch.__version__,
-                             "transformers": transformers.__version__, "python": platform.python_version(),
-                             "method": __doc__.split("\n\n")[1].replace("\n", " ")}}
-    for family, (model_id, *_rest) in FAMILIES.items():
+    args = sys.argv[1:]
+    out = ROOT / "advisor" / "data" / "activations.json"
+    if args[:1] == ["--out"]:  # another file (e.g. to calibrate two sets of families at once, then merge)
+        out, args = Path(args[1]), args[2:]
+    chosen = args or list(FAMILIES)
+    unknown = sorted(set(chosen) - set(FAMILIES))
+    if unknown:
+        sys.exit(f"calibrate_activations.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
+    table: dict = json.loads(out.read_text()) if args and out.exists() else {}
+    table["_meta"] = {"date": str(date.today()), "torch": torch.__version__,
+                      "transformers": transformers.__version__, "python": platform.python_version(),
+                      "method": __doc__.split("\n\n")[1].replace("\n", " ")}
+    for family in chosen:
+        model_id = FAMILIES[family][0]
         table[family] = {}
         default = profile_from_config(load_config(model_id)[0], model_id).task
-        # T5's classification head checks each row's EOS tokens: data-dependent, no fake tensors
-        for task in dict.fromkeys([default] + (["sequence-classification"] if family != "t5" else [])):
+        for task in dict.fromkeys([default] + (["sequence-classification"] if family in CLASSIFICATION else [])):
             table[family][task] = {}
-            for precision, key in (("fp32", "fp32"), ("bf16", "mixed")):
-                coef = calibrate(family, precision, task)
+            for variant in VARIANTS + (LORA_VARIANTS if task == default else []):
+                key = calibration_keys(_plan(variant, False, 1))[0]
+                try:
+                    coef = calibrate(family, variant, task)
+                except (UsageError, ValueError) as exc:  # e.g. attention-only adapters of a model type without
+                    # known projections (UsageError), or a model transformers cannot build with SDPA (ValueError)
+                    print(f"{family:10s} {task:24s} {key}: skipped ({exc})", flush=True)
+                    continue
                 table[family][task][key] = coef
                 print(f"{family:10s} {task:24s} {key:5s} " + " ".join(f"{k}={v:.2f}" for k, v in coef.items()
                                                                    if isinstance(v, float))
                       + f" residuals={coef['fit_worst_relative_residual']}", flush=True)
-    out = ROOT / "advisor" / "data" / "activations.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(table, indent=1) + "\n")
+            if not table[family][task]:
+                del table[family][task]
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(table, indent=1) + "\n")  # after each family: a long run keeps what it made
     print(f"wrote {out} in {time.perf_counter() - start:.0f} s")
 
 

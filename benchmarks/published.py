@@ -254,12 +254,13 @@ def _checkpointing(value: bool | str | None) -> bool | None:
 
 
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
-    """Gradient accumulation as stated, else global / (micro × data-parallel GPUs) when whole."""
+    """Gradient accumulation as stated, else global / (micro × data-parallel GPUs) when whole (the data-parallel
+    GPUs: all of them over tensor × pipeline parallel)."""
     w = case["workload"]
     if w.get("gradient_accumulation_steps"):
         return w["gradient_accumulation_steps"]
     micro, total = w.get("micro_batch_size"), w.get("global_batch_size")
-    replicas = max(gpus // plan_opts.get("tensor_parallel", 1), 1)
+    replicas = max(gpus // (plan_opts.get("tensor_parallel", 1) * plan_opts.get("pipeline_parallel", 1)), 1)
     if micro and total and total % (micro * replicas) == 0:
         return total // (micro * replicas)
     return None

@@ -11,7 +11,8 @@ Components follow the HF guide's anatomy of model memory
 - activations: for the catalog families and task heads, coefficients fitted to simulated training
   steps (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per
   layer c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
-  what the start of backward adds (the loss gradient). Other architectures use the structural
+  what the start of backward adds (the loss gradient), one set per class of step (:func:`calibration_keys`:
+  the residual stream's dtype, frozen layers); tensor parallelism with sequence parallelism divides them by t. Other architectures use the structural
   formula of :func:`layer_activation_bytes`, after Korthikanti et al. 2022 sec. 4.1
   (https://arxiv.org/abs/2205.05198), with the residual stream in fp32 under autocast;
 - lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
@@ -44,7 +45,8 @@ from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from probes.kernels import Attention, LossKernel
-from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
+from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Parallelism, Precision, Task,
+                               WeightsDtype)
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -57,6 +59,7 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 #: state-dominated ones 5-7 % high.
 TRANSIENT_RESERVE = 1.25
 ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
+MIXED_COLUMN = "mixed"  #: the activations.json column of fp32 weights under autocast (:func:`calibration_keys`)
 
 
 class MemoryComponents(BaseModel):
@@ -174,6 +177,31 @@ def _calibration() -> dict:
     return json.loads(text)
 
 
+def calibration_keys(plan: Plan) -> list[str]:
+    """The columns of ``advisor/data/activations.json`` that price ``plan``'s activations, most specific first.
+
+    A column is one class of simulated steps (benchmarks/calibrate_activations.py): ``fp32``; ``mixed`` (fp32
+    weights under autocast: fp32 residual stream and norms); ``bf16`` (16-bit weights, "pure bf16": the residual
+    stream in 16 bits), which is also what ZeRO and FSDP compute with under mixed precision: DeepSpeed casts the
+    module to the 16-bit dtype and keeps the fp32 masters in the optimizer (ZeRO paper sec. 5;
+    https://www.deepspeed.ai/docs/config-json/#bfloat16-training-options), FSDP gathers parameters in
+    ``MixedPrecision.param_dtype`` (https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision);
+    and, for LoRA / QLoRA, the same with ``+lora-<targets>``: a frozen linear layer saves no
+    input for a weight gradient (PyTorch saves a matmul's input only when the weight requires grad), while each
+    adapter saves its own. QLoRA's 4-bit layers do keep their inputs: bitsandbytes' ``MatMul4Bit`` saves its input
+    whenever the input requires grad (``ctx.tensors = (A, B)`` in ``bitsandbytes/autograd/_functions.py``), so
+    QLoRA keeps what full fine-tuning keeps (its all-linear column: the same plus the adapters' own). The last
+    column is the fallback every family has."""
+    if plan.precision == Precision.FP32:
+        return [Precision.FP32.value]
+    sixteen_bit = plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
+    base = WeightsDtype.BF16.value if sixteen_bit else MIXED_COLUMN
+    spec = Method.of(plan.method).spec
+    adapters = spec.adapters and (not spec.quantized_base or plan.lora_targets == LoraTargets.ALL_LINEAR)
+    keys = [f"{base}+lora-{plan.lora_targets}"] if adapters else []
+    return keys + list(dict.fromkeys([base, MIXED_COLUMN]))
+
+
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
                                  eager: bool) -> tuple[int, int]:
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
@@ -216,10 +244,10 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     Families and task heads of the calibration table use coefficients fitted to simulated steps;
     others the structural formula of :func:`layer_activation_bytes` with fp32 logits and loss.
     """
-    table = _calibration().get(model.model_type, {}).get(model.task)
-    if table is not None:
-        coefficients = table["fp32" if plan.precision == Precision.FP32 else "mixed"]
-        return _calibrated_activation_bytes(model, plan, seq_len, coefficients, eager)
+    table = _calibration().get(model.model_type, {}).get(model.task, {})
+    key = next((k for k in calibration_keys(plan) if k in table), None)
+    if key is not None:
+        return _calibrated_activation_bytes(model, plan, seq_len, table[key], eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
     mlp = (4 if model.gated_mlp else 2) * a
@@ -295,12 +323,14 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     eager = Attention.of(attention or plan.attention).spec.keeps_scores
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     tp = max(plan.tensor_parallel, 1)
-    if tp * max(plan.pipeline_parallel, 1) > 1:
-        # tensor parallel splits the activations inside a layer to sbh(10 + 24/t) of sbh·34 (Korthikanti
-        # et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.1, without sequence parallelism); under the
-        # 1F1B schedule the first stage keeps p micro-batches of its L/p layers in flight: one
-        # micro-batch's worth of the whole model (Narayanan sec. 2.2.1)
-        act = int(act * (10 + 24 / tp) / 34)
+    if tp > 1:
+        # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
+        # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
+        # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
+        # ``loss_parallel``); Megatron-Core / NeMo turn sequence parallelism on with TP and torchtitan's TP plan
+        # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
+        # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1): no change.
+        act //= tp
         backward_extra //= tp
     s = model_states(model, plan, nodes)
     grads_total = s.grads + s.buckets

@@ -233,7 +233,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
     act_traffic = activation_traffic_bytes(model, plan, seq_len) * (4.0 if plan.gradient_checkpointing else 3.0) / pp
     if tp > 1:
-        act_traffic *= (10 + 24 / tp) / 34  # the share of a layer's activations tensor parallel splits (memory.py)
+        act_traffic /= tp  # tensor + sequence parallel split every activation of a layer (memory.py)
     if plan.torch_compile:
         act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)

@@ -56,6 +56,7 @@ class SimulationResult:
     peak_phase: str  #: 'forward', 'backward' or 'optimizer'
     phase_peaks: dict[str, int]  #: peak per phase, bytes
     wall_s: float  #: seconds the simulation took
+    build_bytes: int = 0  #: bytes live once the model (and its adapters) and the batch are built, bytes
 
 
 def live_bytes_mode():
@@ -211,6 +212,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
         net.train()
         optimizer = _optimizer(net, plan)
         batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
+        built = tracker.current
         micro_steps = min(plan.gradient_accumulation_steps, 2)
         for _ in range(steps):
             for _ in range(micro_steps):
@@ -227,4 +229,4 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
     phase = max(peaks, key=peaks.get)
     return SimulationResult(peak_bytes=peaks[phase], peak_phase=phase, phase_peaks=peaks,
-                            wall_s=time.perf_counter() - start)
+                            build_bytes=built, wall_s=time.perf_counter() - start)
