@@ -184,6 +184,7 @@ def main() -> None:
     if args.update:
         kept = [line for line in table.splitlines()
                 if line.startswith("| ") and not line.startswith("| model")
+                and line.count("|") == key.count("|") + 4  # a result row (the summary's rows have fewer cells)
                 and line.split("|")[1].strip() not in args.models]
     rows, errors, start = list(kept), [], time.perf_counter()
     errors = [abs(float(line.split("|")[error_column].strip().rstrip("%")) / 100) for line in kept]
