@@ -290,6 +290,10 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         if p.get("lora_targets") not in ("attention", "all-linear"):
             raise Skip("LoRA targets outside advisor's 'attention' / 'all-linear' (see the case's notes)")
         opts["lora_targets"] = p["lora_targets"]
+    if opts.get("parallelism", "").startswith("zero") and gpus == opts.get("tensor_parallel", 1) * opts.get(
+            "pipeline_parallel", 1):
+        opts["parallelism"] = "none"  # a distributed optimizer over one data-parallel rank shards nothing
+        notes.append("one data-parallel rank: the distributed optimizer shards nothing (advisor: none)")
     accumulation = _accumulation(case, opts, gpus)
     if accumulation:
         opts["gradient_accumulation_steps"] = accumulation

@@ -97,13 +97,14 @@ def test_step_in_backward_holds_one_layers_gradients() -> None:
 
 def test_step_in_backward_spares_offload_for_llama2_full_on_a_4090() -> None:
     """Full fine-tuning of Llama-2-7B on a 24 GB card at a small batch: the step in backward (torchtune's
-    single-device recipe) fits on the GPU where otherwise only ZeRO-Offload would, and is faster."""
+    single-device recipe) holds one layer's gradients, not 13 GB of them, so the whole batch runs on the GPU in one
+    micro-batch, much faster than the best plan without it (ZeRO-Offload, or a smaller micro-batch)."""
     rec = recommend(LLAMA2, gpu="rtx-4090", method="full", global_batch_size=4, host_memory_bytes=512 * 2**30)
     assert rec.plan.optimizer_in_backward and rec.plan.offload == "none"
     assert rec.plan.gradient_accumulation_steps == 1
     assert any(w.rule_id == "optimizer.step-in-backward" and "clip" in w.message for w in rec.warnings)
     losing = rec.settings["optimizer_in_backward"].alternatives[0].reason
-    assert "offload" in losing and "tokens/s" in losing
+    assert "slower" in losing and "tokens/s" in losing
     launch = render(rec, ["torchrun"])["launch.sh"]
     assert "optimizer_in_bwd: True" in launch and "Trainer has no option" in launch
 
