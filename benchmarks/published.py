@@ -19,7 +19,8 @@ What is compared, like with like (``advisor/engine/memory.py``):
   with the allocator's reserve, ``memory.device_bytes`` less the CUDA context; NVML "used" with
   ``memory.device_bytes``. Error = predicted / measured - 1;
 - fit: the published verdict (it ran: a memory reading, a rate or "fits"; or out of memory) against
-  ``memory.fits``;
+  ``memory.fits`` (device memory within advisor's planning margin, 90 % of the GPU); "fit at capacity" the same
+  against the whole GPU, which is the question "did it run out of memory";
 - ratio: between two configurations of one source (its stack), predicted speed-up over published
   speed-up, each case against its source's first case with a rate (GPU counts cancel);
 - throughput: ``speed.tokens_per_s`` / GPUs against published tokens/s per GPU.
@@ -119,6 +120,7 @@ class Result:
     fits_predicted: bool | None = None
     device_bytes: int | None = None
     usable_bytes: int | None = None
+    fits_capacity: bool | None = None  #: device bytes within the whole GPU (no planning margin)
     rate_unit: str | None = None
     rate_published: float | None = None
     rate_predicted: float | None = None
@@ -412,6 +414,8 @@ def run_case(case: dict) -> Result:
     r.method = est.plan.method
     r.fits_published, r.fit_basis = published_fit(case)
     r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
+    host_short = not est.memory.fits and est.memory.device_bytes <= est.memory.usable_bytes  # the host RAM refused it
+    r.fits_capacity = est.memory.device_bytes <= est.memory.capacity_bytes and not host_short
     if m.get("memory_bytes") and m.get("memory_quantity") in MEMORY_QUANTITIES:
         r.memory_quantity, r.measured_bytes = m["memory_quantity"], int(m["memory_bytes"])
         r.predicted_bytes = predicted_memory(r.memory_quantity, est)
@@ -474,6 +478,10 @@ def summary(results: list[Result]) -> dict[str, str]:
         "memory": (f"memory: n={len(errors)} median |error| {statistics.median(map(abs, errors)):.1%} "
                    f"worst {max(map(abs, errors)):.1%}") if errors else "memory: n=0",
         "fit": f"fit: n={len(fits)} agree {sum(r.fits_published == r.fits_predicted for r in fits)}",
+        # the same verdicts against the whole GPU: did it run out of memory, not would advisor plan it (its 10 %
+        # planning margin makes a run at 90-100 % of the memory a "no fit")
+        "fit at capacity": (f"fit at capacity: n={len(fits)} agree "
+                            f"{sum(r.fits_published == r.fits_capacity for r in fits)}"),
         "ratio": (f"ratio: n={len(pairs)} median {statistics.median(pairs):.2f}× "
                   f"within-1.25x {sum(map(_within, pairs))}") if pairs else "ratio: n=0",
         "throughput": (f"throughput: n={len(rates)} median predicted/published {statistics.median(rates):.2f} "
