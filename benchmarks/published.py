@@ -69,6 +69,10 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
 }
 
+#: Source GPUs whose catalog entry has another memory size: their fit / out-of-memory verdicts are not compared
+#: (memory readings and rates are).
+FIT_NOT_COMPARABLE = {"H100-96GB-HBM2e-500W"}
+
 #: Hub ids whose architecture is another id's (the instruct / renamed variants of a base model).
 MODEL_ALIASES = {
     "meta-llama/Meta-Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
@@ -247,12 +251,16 @@ def _parallelism(name: str | None) -> dict:
 
 
 def _checkpointing(value: bool | str | None) -> bool | None:
-    """The sources' activation checkpointing as advisor's on / off: 'full' is on; selective (op- or layer-wise,
-    torchtitan) is priced as full, advisor's nearest setting that fits where the source's run fit (it recomputes
-    more and keeps less than selective does: named in the case's "why it may differ")."""
+    """The sources' activation checkpointing as advisor's on / off: 'full' and selective (op- or layer-wise,
+    torchtitan: its policy is the plan's ``checkpointing``, :func:`_checkpointing_policy`) are on."""
     if isinstance(value, str):
         return value == "full" or value.startswith("selective")
     return value
+
+
+def _checkpointing_policy(value: bool | str | None) -> dict:
+    """``checkpointing`` for torchtitan's selective policies ('selective-op', 'selective-layer'); else nothing (full)."""
+    return {"checkpointing": value} if value in ("selective-op", "selective-layer") else {}
 
 
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
@@ -300,6 +308,7 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     if accumulation:
         opts["gradient_accumulation_steps"] = accumulation
     opts.update(stack_options(case))
+    opts.update(_checkpointing_policy(p.get("gradient_checkpointing")))
     return opts
 
 
@@ -371,8 +380,6 @@ def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
         out.append("packed sequences (advisor: padding-free packing needs FlashAttention)")
     if "no momentum" in (p.get("optimizer") or ""):
         out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")
-    if str(p.get("gradient_checkpointing")).startswith("selective"):
-        out.append(f"{p['gradient_checkpointing']} activation checkpointing (advisor: priced as full)")
     if "padded per batch" in text or "padded to the longest" in text:
         out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
     if "INCLUDING the periodic evaluation" in text:
@@ -413,6 +420,8 @@ def run_case(case: dict) -> Result:
     r.plan = est.plan.describe() + f", seq {est.workload.seq_len}"
     r.method = est.plan.method
     r.fits_published, r.fit_basis = published_fit(case)
+    if case["hardware"]["gpu"] in FIT_NOT_COMPARABLE:
+        r.fits_published, r.fit_basis = None, None
     r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
     host_short = not est.memory.fits and est.memory.device_bytes <= est.memory.usable_bytes  # the host RAM refused it
     r.fits_capacity = est.memory.device_bytes <= est.memory.capacity_bytes and not host_short

@@ -1,4 +1,4 @@
-"""The software stack's vocabulary: attention kernels and loss kernels, with their facts.
+"""The software stack's vocabulary: attention kernels, loss kernels and checkpointing policies, with their facts.
 
 The values a plan's stack settings take (``Plan.attention``, ``Plan.loss_kernel``) and the optional
 packages whose presence the probes report, spelled once here beside :mod:`probes.vocabulary` (which keeps
@@ -107,6 +107,29 @@ LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
     LossKernel.CHUNKED: LossKernelSpec(2.0, 4.0),
     LossKernel.LIGER: LossKernelSpec(0.0, 0.0, grad_logits=False, package="liger_kernel", fused_layers=True),
 }
+
+class Checkpointing(Vocabulary):
+    """What activation checkpointing keeps and recomputes, when ``gradient_checkpointing`` is on.
+
+    Full checkpointing keeps each block's input and recomputes the block in the backward (``torch.utils.checkpoint``
+    around every block: the HF Trainer's ``gradient_checkpointing``). Selective checkpointing (Korthikanti et al.
+    2022, https://arxiv.org/abs/2205.05198 sec. 5, recompute only what is cheap) as torchtitan runs it
+    (``activation_checkpoint.mode = "selective"``, ``torchtitan/distributed/activation_checkpoint.py``; earlier
+    ``torchtitan/parallelisms/parallelize_llama.py``): op-level keeps the outputs of attention and of every other matmul of a
+    block (its ``_save_list`` policy: the 1st, 3rd, ... ``aten.mm`` of each block) and recomputes the rest;
+    layer-level checkpoints every second block (``selective_ac_option = "2"``) and keeps everything of the
+    others. The HF Trainer runs full checkpointing only; selective needs torchtitan, torchtune (``ac_mode``) or
+    ``torch.utils.checkpoint.create_selective_checkpoint_contexts`` in your own loop."""
+
+    FULL = "full"  #: every block from its input
+    SELECTIVE_OP = "selective-op"  #: keeps attention's and every other matmul's output (torchtitan's op-level SAC)
+    SELECTIVE_LAYER = "selective-layer"  #: every second block checkpointed, the others keep everything
+
+    @property
+    def selective(self) -> bool:
+        """Anything but full checkpointing (which the HF Trainer cannot run)."""
+        return self is not Checkpointing.FULL
+
 
 #: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:
 #: https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/transformers/monkey_patch.py).

@@ -92,6 +92,7 @@ class Setting(Vocabulary):
     FP8 = "fp8"
     OPTIMIZER_IN_BACKWARD = "optimizer_in_backward"
     EXPERT_PARALLEL = "expert_parallel"
+    CHECKPOINTING = "checkpointing"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

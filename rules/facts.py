@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from probes.hardware import GPUInfo, HardwareProfile
-from probes.kernels import Attention, LossKernel
+from probes.kernels import Attention, Checkpointing, LossKernel
 from probes.model import ModelProfile
 from probes.vocabulary import (Device, LoraTargets, Method, Objective, Offload, Optimizer, Parallelism, Precision,
                                WeightsDtype, literal)
@@ -23,6 +23,7 @@ WeightsDtypeName = literal(WeightsDtype)
 LoraTargetsName = literal(LoraTargets)
 AttentionName = literal(Attention)
 LossKernelName = literal(LossKernel)
+CheckpointingName = literal(Checkpointing)
 
 #: LoRA's rank when the user does not say: 16, between PEFT's default 8 and the QLoRA paper's 64 (QLoRA,
 #: https://arxiv.org/abs/2305.14314 sec. 4: with adapters on every linear layer the rank barely matters;
@@ -115,6 +116,10 @@ class Plan(BaseModel):
                                              "DataCollatorWithFlattening)")
     fp8: bool = Field(False, description="fp8 matmuls in the blocks' linear layers (torchao float8 / Transformer "
                                          "Engine; Ada and Hopper)")
+    checkpointing: CheckpointingName = Field(Checkpointing.FULL.value, description="what activation checkpointing "
+                                             "recomputes: full (every block from its input: the Trainer's), "
+                                             "selective-op or selective-layer (torchtitan's selective AC: keeps "
+                                             "every other matmul's output, or checkpoints every second block)")
 
     @model_validator(mode="before")
     @classmethod
@@ -157,7 +162,7 @@ class Plan(BaseModel):
         if self.weights_dtype != WeightsDtype.FP32:
             parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
-            parts.append("checkpointing")
+            parts.append("checkpointing" if self.checkpointing == Checkpointing.FULL else f"{self.checkpointing} checkpointing")
         if self.optimizer_in_backward:
             parts.append("optimizer step in backward")
         if self.expert_parallel > 1:

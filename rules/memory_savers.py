@@ -1,7 +1,8 @@
-"""Memory savers that cost speed: activation (gradient) checkpointing."""
+"""Memory savers that cost speed: activation (gradient) checkpointing, full or selective."""
 
 from __future__ import annotations
 
+from probes.kernels import Checkpointing
 from probes.vocabulary import Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -42,3 +43,30 @@ class CheckpointingUnsupported(Rule):
             return []
         return [self.forbid(Setting.GRADIENT_CHECKPOINTING, True,
                             f"{facts.model.model_type} does not support gradient_checkpointing_enable()", hard=True)]
+
+
+@register
+class SelectiveCheckpointing(Rule):
+    id = "memory.selective-checkpointing"
+    title = "selective activation checkpointing: priced when asked, run outside the Trainer"
+    topic = "memory"
+    sources = [S.SELECTIVE_AC_PAPER, S.TORCHTITAN_AC, S.TORCH_SAC]
+    rationale = ("Selective checkpointing keeps what is expensive to recompute (attention, every other matmul's "
+                 "output) or checkpoints only every second block: more memory than full checkpointing, less "
+                 "recomputation. The HF Trainer checkpoints whole blocks only, so the planner never picks it; "
+                 "estimate prices it for torchtitan, torchtune or a loop with create_selective_checkpoint_contexts.")
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if Checkpointing.of(plan.checkpointing).selective and not plan.gradient_checkpointing:
+            return self.forbid(Setting.CHECKPOINTING, plan.checkpointing,
+                               "selective checkpointing is a kind of activation checkpointing: it needs "
+                               "--gradient-checkpointing", hard=True)
+        return None
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not (plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective):
+            return []
+        return [self.warn(f"{plan.checkpointing} checkpointing: the HF Trainer cannot run it; use torchtitan "
+                          "(activation_checkpoint.mode = 'selective'), torchtune (ac_mode) or "
+                          "torch.utils.checkpoint.create_selective_checkpoint_contexts in your own loop",
+                          setting=Setting.CHECKPOINTING)]

@@ -44,7 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
-from probes.kernels import Attention, LossKernel
+from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
+from probes.kernels import Attention, Checkpointing, LossKernel
 from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Parallelism, Precision, Task,
                                WeightsDtype)
 from rules.facts import Plan
@@ -170,6 +171,13 @@ def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes
     return int(norms + a * sbf)
 
 
+def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
+    """What op-level selective checkpointing keeps in each block beyond its input (0 under other policies)."""
+    if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
+        return 0
+    return selective_kept_bytes(model, plan, seq_len, _bytes_per_activation(plan))
+
+
 @lru_cache(maxsize=1)
 def _calibration() -> dict:
     """Per-family activation coefficients fitted to simulated steps (benchmarks/calibrate_activations.py)."""
@@ -228,9 +236,11 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
         transient = (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
                      + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
     if plan.gradient_checkpointing:
-        # every block keeps its input; the forward peaks in one block's recomputable internals or
-        # at the head's logits; the backward starts with the loss gradient
-        forward = layers * c["ckpt_layer_h"] * sbh + max(transient, head)
+        # every checkpointed block keeps its input (and what a selective policy saves); the forward peaks in one
+        # block's recomputable internals or at the head's logits; the backward starts with the loss gradient
+        kept = c["ckpt_layer_h"] * sbh + _selective_kept(model, plan, seq_len)
+        checkpointed = checkpointed_blocks(plan, layers)
+        forward = checkpointed * kept + (layers - checkpointed) * full_layer + max(transient, head)
         extra = grad_v(c["ckpt_backward_v"]) + c["ckpt_backward_h"] * sbh
     else:
         forward = layers * full_layer + head
@@ -256,8 +266,11 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
                                  eager_attention=eager) - fused_layer_savings(model, plan, s, mlp)
     per_layer = [enc] * model.encoder_layers + [dec] * model.decoder_layers
     if plan.gradient_checkpointing:
-        # each block keeps only its input (fp32 residual stream); one block is recomputed at a time
-        layers = 4 * s * b * h * len(per_layer) + max(per_layer)
+        # each checkpointed block keeps only its input (fp32 residual stream) and what a selective policy saves;
+        # one block is recomputed at a time
+        checkpointed = int(checkpointed_blocks(plan, len(per_layer)))
+        kept = 4 * s * b * h + _selective_kept(model, plan, s)
+        layers = kept * checkpointed + sum(per_layer[checkpointed:]) + max(per_layer)
     else:
         layers = sum(per_layer)
     embeddings = 4 * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)

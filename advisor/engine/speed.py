@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from advisor.engine.checkpointing import recompute_shares
 from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
@@ -186,7 +187,7 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
     Linear layers: 2·N·T forward, twice that backward (frozen LoRA layers: activations' gradients only, plus the
     adapters' 6·A·T, Hu et al. sec. 4.2); fp8 runs the blocks' linear layers (not the LM head) at
     :data:`FP8_GEMM_SPEEDUP`. Attention: forward + backward = 3x its forward at its kernel's efficiency.
-    Checkpointing recomputes one forward."""
+    Checkpointing recomputes one forward, or its policy's share of it (:func:`recompute_shares`)."""
     b = plan.micro_batch_size
     attention = attention_forward_flops(model, b, seq_len, attended)
     linear = forward_flops(model, b, seq_len) - attention_forward_flops(model, b, seq_len)
@@ -195,7 +196,7 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
         model_linear = 2 * linear + 6.0 * trained * b * seq_len
     else:
         model_linear = 3 * linear
-    recompute = 1 if plan.gradient_checkpointing else 0
+    recompute, attention_recompute = recompute_shares(model, plan)
     executed_linear = model_linear + recompute * linear
     eff = _efficiency(plan, model, gpu, seq_len)
     if plan.fp8:
@@ -203,7 +204,7 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
         share = max(linear - head, 0.0) / linear if linear else 0.0
         executed_linear *= (1 - share) + share / FP8_GEMM_SPEEDUP
     seconds = executed_linear / (peak * eff)
-    seconds += (3 + recompute) * attention / (peak * _attention_efficiency(plan, gpu, seq_len, eff))
+    seconds += (3 + attention_recompute) * attention / (peak * _attention_efficiency(plan, gpu, seq_len, eff))
     return seconds, model_linear + 3 * attention
 
 
@@ -231,7 +232,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
-    act_traffic = activation_traffic_bytes(model, plan, seq_len) * (4.0 if plan.gradient_checkpointing else 3.0) / pp
+    act_traffic = activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0]) / pp
     if tp > 1:
         act_traffic /= tp  # tensor + sequence parallel split every activation of a layer (memory.py)
     if plan.torch_compile:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
                                        make_optimizer, synthetic_batch)
 from probes.errors import UsageError
+from probes.kernels import Checkpointing
 from probes.model import ModelProfile
 from probes.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
 from rules import Plan
@@ -140,6 +141,9 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
     if plan.parallelism != Parallelism.NONE:
         return "--simulate runs one device: drop --parallelism / use one GPU"
+    if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
+        return (f"--simulate runs the Trainer's full activation checkpointing, not {plan.checkpointing}: use the "
+                "analytic estimate")
     if method.spec.quantized_base:
         return (f"--simulate cannot run {method}: bitsandbytes quantizes the 4-bit base on a real CUDA device and its "
                 f"NF4 kernels cannot run on fake tensors; the estimate prices the 4-bit base analytically (without "

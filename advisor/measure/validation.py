@@ -35,6 +35,7 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
 from probes.errors import UsageError
+from probes.kernels import Checkpointing
 from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
 from rules import Facts, Plan
 
@@ -179,6 +180,9 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.expert_parallel > 1:
         raise UsageError("trials of expert-parallel plans are not supported (they need DeepSpeed-MoE or Megatron-Core): "
                          "validate a plan with --expert-parallel 1")
+    if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
+        raise UsageError(f"trials run the Trainer's full activation checkpointing, not {plan.checkpointing}: validate "
+                         "a plan with full checkpointing (estimate --checkpointing full)")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")
