@@ -259,7 +259,8 @@ def _checkpointing(value: bool | str | None) -> bool | None:
 
 
 def _checkpointing_policy(value: bool | str | None) -> dict:
-    """``checkpointing`` for torchtitan's selective policies ('selective-op', 'selective-layer'); else nothing (full)."""
+    """``checkpointing`` for torchtitan's selective policies ('selective-op', 'selective-layer'); else nothing
+    (full)."""
     return {"checkpointing": value} if value in ("selective-op", "selective-layer") else {}
 
 

@@ -115,8 +115,9 @@ class Checkpointing(Vocabulary):
     around every block: the HF Trainer's ``gradient_checkpointing``). Selective checkpointing (Korthikanti et al.
     2022, https://arxiv.org/abs/2205.05198 sec. 5, recompute only what is cheap) as torchtitan runs it
     (``activation_checkpoint.mode = "selective"``, ``torchtitan/distributed/activation_checkpoint.py``; earlier
-    ``torchtitan/parallelisms/parallelize_llama.py``): op-level keeps the outputs of attention and of every other matmul of a
-    block (its ``_save_list`` policy: the 1st, 3rd, ... ``aten.mm`` of each block) and recomputes the rest;
+    ``torchtitan/parallelisms/parallelize_llama.py``): op-level keeps the outputs of attention and of every other
+    matmul of a block (its ``_save_list`` policy: the 1st, 3rd, ... ``aten.mm`` of each block) and recomputes the
+    rest;
     layer-level checkpoints every second block (``selective_ac_option = "2"``) and keeps everything of the
     others. The HF Trainer runs full checkpointing only; selective needs torchtitan, torchtune (``ac_mode``) or
     ``torch.utils.checkpoint.create_selective_checkpoint_contexts`` in your own loop."""

@@ -182,8 +182,10 @@ MEGATRON_MOE = Source(title="Megatron-Core MoE", section="Expert parallelism (--
 SELECTIVE_AC_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models",
                             url="https://arxiv.org/abs/2205.05198", section="5 Selective activation recomputation")
 TORCHTITAN_AC = Source(title="torchtitan: activation checkpointing (full, selective op / layer)",
-                       url="https://github.com/pytorch/torchtitan/blob/main/torchtitan/distributed/activation_checkpoint.py",
+                       url="https://github.com/pytorch/torchtitan/blob/main/torchtitan/distributed/"
+                           "activation_checkpoint.py",
                        section="the op-level policy: save attention and every mm but every second one")
 TORCH_SAC = Source(title="PyTorch torch.utils.checkpoint: selective activation checkpoint",
-                   url="https://pytorch.org/docs/stable/checkpoint.html#torch.utils.checkpoint.create_selective_checkpoint_contexts",
+                   url="https://pytorch.org/docs/stable/checkpoint.html"
+                       "#torch.utils.checkpoint.create_selective_checkpoint_contexts",
                    section="create_selective_checkpoint_contexts")

@@ -12,9 +12,12 @@ Components follow the HF guide's anatomy of model memory
   steps (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per
   layer c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
   what the start of backward adds (the loss gradient), one set per class of step (:func:`calibration_keys`:
-  the residual stream's dtype, frozen layers); tensor parallelism with sequence parallelism divides them by t. Other architectures use the structural
-  formula of :func:`layer_activation_bytes`, after Korthikanti et al. 2022 sec. 4.1
-  (https://arxiv.org/abs/2205.05198), with the residual stream in fp32 under autocast;
+  the residual stream's dtype, frozen layers); tensor parallelism with sequence parallelism divides them by t.
+  Other architectures use the structural formula of :func:`layer_activation_bytes`, after Korthikanti et al.
+  2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), with the residual stream in fp32 under autocast for every
+  class of step (it over-counts 16-bit weights' and frozen layers' activations);
+- checkpointing keeps each checkpointed block's input, and under a selective policy what it saves
+  (:mod:`advisor.engine.checkpointing`);
 - lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
   forward; in backward only those autograd saved remain (under checkpointing, the head's); the
   end of backward holds every gradient plus two embedding-sized temporaries; then the optimizer
