@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.app.api import estimate  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
+from probes.kernels import Checkpointing  # noqa: E402
 from probes.vocabulary import Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
@@ -261,7 +262,7 @@ def _checkpointing(value: bool | str | None) -> bool | None:
 def _checkpointing_policy(value: bool | str | None) -> dict:
     """``checkpointing`` for torchtitan's selective policies ('selective-op', 'selective-layer'); else nothing
     (full)."""
-    return {"checkpointing": value} if value in ("selective-op", "selective-layer") else {}
+    return {"checkpointing": value} if value in values(Checkpointing) and Checkpointing.of(value).selective else {}
 
 
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
