@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.engine.memory import calibration_keys  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
+from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
 
@@ -68,8 +69,10 @@ FAMILIES = {
 CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mistral"}
 #: The step classes calibrated for each family (``advisor.engine.memory.calibration_keys`` names their columns):
 #: (precision, weights dtype, method, LoRA targets). LoRA columns are for the family's default task head.
-VARIANTS = [("fp32", "fp32", "full", None), ("bf16", "fp32", "full", None), ("bf16", "bf16", "full", None)]
-LORA_VARIANTS = [("bf16", "bf16", "lora", "attention"), ("bf16", "bf16", "lora", "all-linear")]
+_FP32, _BF16, _W32, _W16 = Precision.FP32.value, Precision.BF16.value, WeightsDtype.FP32.value, WeightsDtype.BF16.value
+VARIANTS = [(_FP32, _W32, Method.FULL.value, None), (_BF16, _W32, Method.FULL.value, None),
+            (_BF16, _W16, Method.FULL.value, None)]
+LORA_VARIANTS = [(_BF16, _W16, Method.LORA.value, targets.value) for targets in LoraTargets]
 
 
 def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
@@ -91,7 +94,7 @@ def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, variant:
     plan = _plan(variant, ckpt, b)
     result = simulate(prof, plan, seq, steps=1, config=raw)
     # the weights as built (16-bit base, fp32 adapters), plus autocast's cached 16-bit copies of fp32 trainable weights
-    autocast_copies = variant[0] != "fp32" and variant[1] == "fp32" and variant[2] == "full"
+    autocast_copies = variant[0] != _FP32 and variant[1] == _W32 and variant[2] == Method.FULL.value
     weights = result.build_bytes + (2 * prof.matmul_parameters if autocast_copies else 0)
     sb = seq * b
     nss = prof.num_attention_heads * seq * seq
