@@ -8,8 +8,11 @@ Grid (``--grid methods``, issue 12): the same models, seq-len and device with th
 16-bit weights: full fine-tuning with bf16 weights (no fp32 masters) under bf16 × {AdamW, Adafactor}; LoRA
 rank 16 over bf16 weights under bf16 × targets {all-linear, attention}; LoRA over fp32 weights under fp16
 (autocast's 16-bit copies; what the planner does on GPUs without bf16), all-linear; each × checkpointing
-{off, on} × micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_methods.md. QLoRA cannot be
-simulated (bitsandbytes' 4-bit kernels do not run on fake tensors).
+{off, on} × micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_methods.md.
+
+Grid (``--grid qlora``, issue 13): QLoRA rank 16 over bitsandbytes' 4-bit base (bf16 weights, bf16, AdamW) ×
+targets {attention, all-linear} × bitsandbytes {0.43.2 and later, older: ``legacy_bitsandbytes``} ×
+checkpointing {off, on}, micro-batch 2. Writes benchmarks/results/analytic_vs_simulated_qlora.md.
 
 Grid (``--grid step-in-backward``, issue 12): the optimizer step fused into backward (one AdamW per parameter,
 stepped by its post-accumulate-grad hook) under bf16 over fp32 or bf16 weights × checkpointing {off, on} ×
@@ -17,7 +20,7 @@ micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_step_in_back
 
 Target (issue 3, the same for every grid): every row within 10 %.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/analytic_vs_simulated.py [--grid precision|methods]
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/analytic_vs_simulated.py [--grid precision|methods|qlora]
        [--models gpt2 t5-small ...] [--update]   (--grid step-in-backward too)
 """
 
@@ -122,6 +125,27 @@ def _backward_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
     return rows
 
 
+#: (LoRA targets, bitsandbytes before 0.43.2, checkpointing) of the QLoRA grid, at micro-batch 2
+QLORA_GRID = [(t.value, legacy, ckpt) for t in LoraTargets for legacy in (False, True) for ckpt in (False, True)]
+
+
+def compare_qlora(model_id: str, targets: str, legacy: bool, ckpt: bool, micro: int = 2) -> tuple[int, int, float]:
+    """:func:`compare` for a row of :data:`QLORA_GRID`."""
+    return compare(model_id, _BF16, ckpt, Optimizer.ADAMW.value, micro, method=Method.QLORA.value,
+                   weights_dtype=WeightsDtype.BF16.value, lora_rank=LORA_RANK, lora_targets=targets,
+                   legacy_bitsandbytes=legacy)
+
+
+def _qlora_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
+    """(key cells, analytic bytes, simulated bytes, seconds) of every row of :data:`QLORA_GRID` for one model."""
+    rows = []
+    for targets, legacy, ckpt in QLORA_GRID:
+        analytic, simulated, wall = compare_qlora(model_id, targets, legacy, ckpt)
+        rows.append(([model_id, targets, "< 0.43.2" if legacy else ">= 0.43.2", "on" if ckpt else "off"],
+                     analytic, simulated, wall))
+    return rows
+
+
 GRIDS = {  # name -> (results file, row maker, key columns)
     "precision": ("analytic_vs_simulated.md", _precision_rows,
                   "| model | precision | checkpointing | optimizer | micro-batch |"),
@@ -129,12 +153,17 @@ GRIDS = {  # name -> (results file, row maker, key columns)
                 "| model | method | weights | precision | checkpointing | optimizer | micro-batch |"),
     "step-in-backward": ("analytic_vs_simulated_step_in_backward.md", _backward_rows,
                          "| model | weights | checkpointing | micro-batch |"),
+    "qlora": ("analytic_vs_simulated_qlora.md", _qlora_rows,
+              "| model | LoRA targets | bitsandbytes | checkpointing |"),
 }
 
 
 def _versions() -> str:
     """The machine and the versions the simulated steps ran with (fake tensors: the CPU's speed sets only the
     seconds column)."""
+    from importlib.metadata import version
+    from importlib.util import find_spec
+
     import peft
     import torch
     import transformers
@@ -143,7 +172,8 @@ def _versions() -> str:
 
     host = read_host()
     return (f"{host.cpu_model or platform.machine()}, {host.cpu_cores} cores; Python {platform.python_version()}, "
-            f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}")
+            f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}"
+            + (f", bitsandbytes {version('bitsandbytes')}" if find_spec("bitsandbytes") else ""))
 
 
 def _split_notes(text: str) -> tuple[str, str]:

@@ -19,8 +19,9 @@ F and B are the simulated phase peaks less the weights (fp32 parameters and, und
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
 ``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. Takes about a minute.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [FAMILY ...]
-(families named: only those are calibrated again, the others kept; ``--out FILE`` first writes another file)
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [--out FILE] [--only TEXT] [FAMILY ...]
+(families named: only those are calibrated again, the others kept; ``--out FILE`` writes another file; ``--only
+qlora`` refits only the columns whose name holds that text, the others kept)
 """
 
 from __future__ import annotations
@@ -72,12 +73,16 @@ CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mist
 _FP32, _BF16, _W32, _W16 = Precision.FP32.value, Precision.BF16.value, WeightsDtype.FP32.value, WeightsDtype.BF16.value
 VARIANTS = [(_FP32, _W32, Method.FULL.value, None), (_BF16, _W32, Method.FULL.value, None),
             (_BF16, _W16, Method.FULL.value, None)]
-LORA_VARIANTS = [(_BF16, _W16, Method.LORA.value, targets.value) for targets in LoraTargets]
+#: QLoRA: bitsandbytes' 4-bit base (advisor.measure.quantized_base), current and < 0.43.2 (5th item: legacy)
+LORA_VARIANTS = [(_BF16, _W16, Method.LORA.value, targets.value) for targets in LoraTargets] + [
+    (_BF16, _W16, Method.QLORA.value, targets.value, legacy) for legacy in (False, True) for targets in LoraTargets]
 
 
 def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
-    precision, weights, method, targets = variant
+    precision, weights, method, targets, *legacy = variant
     extra = {"lora_targets": targets} if targets else {}
+    if legacy:
+        extra["legacy_bitsandbytes"] = legacy[0]
     return Plan(device="cuda", precision=precision, tf32=False, optimizer="sgd", gradient_checkpointing=ckpt,
                 micro_batch_size=b, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
                 weights_dtype=weights, method=method, **extra)
@@ -157,24 +162,32 @@ def main() -> None:
     start = time.perf_counter()
     args = sys.argv[1:]
     out = ROOT / "advisor" / "data" / "activations.json"
-    if args[:1] == ["--out"]:  # another file (e.g. to calibrate two sets of families at once, then merge)
-        out, args = Path(args[1]), args[2:]
+    only = None  # --only TEXT: refit only the columns whose name holds TEXT (e.g. qlora), keep the others
+    while args[:1] in (["--out"], ["--only"]):
+        if args[0] == "--out":  # another file (e.g. to calibrate two sets of families at once, then merge)
+            out = Path(args[1])
+        else:
+            only = args[1]
+        args = args[2:]
     chosen = args or list(FAMILIES)
     unknown = sorted(set(chosen) - set(FAMILIES))
     if unknown:
         sys.exit(f"calibrate_activations.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
-    table: dict = json.loads(out.read_text()) if args and out.exists() else {}
+    table: dict = json.loads(out.read_text()) if (args or only) and out.exists() else {}
     table["_meta"] = {"date": str(date.today()), "torch": torch.__version__,
                       "transformers": transformers.__version__, "python": platform.python_version(),
                       "method": __doc__.split("\n\n")[1].replace("\n", " ")}
     for family in chosen:
         model_id = FAMILIES[family][0]
+        kept = table.get(family, {}) if only else {}
         table[family] = {}
         default = profile_from_config(load_config(model_id)[0], model_id).task
         for task in dict.fromkeys([default] + (["sequence-classification"] if family in CLASSIFICATION else [])):
-            table[family][task] = {}
+            table[family][task] = dict(kept.get(task, {}))
             for variant in VARIANTS + (LORA_VARIANTS if task == default else []):
                 key = calibration_keys(_plan(variant, False, 1))[0]
+                if only is not None and only not in key:
+                    continue
                 try:
                     coef = calibrate(family, variant, task)
                 except (UsageError, ValueError) as exc:  # e.g. attention-only adapters of a model type without

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.app.api import estimate  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
-from probes.kernels import Checkpointing  # noqa: E402
+from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, legacy_bitsandbytes  # noqa: E402
 from probes.vocabulary import Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
@@ -68,6 +68,8 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "H100-96GB-HBM2e-500W": ("h100-sxm", "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 80GB: "
                              "16 GB more memory (fit not comparable), 2.4 vs 3.35 TB/s, lower power limit"),
     "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
+    "RTX 3090": ("rtx-3090", None),
+    "A100-40GB": ("a100-40gb", "A100 40GB form factor not stated: SXM4 entry (same memory)"),
 }
 
 #: Source GPUs whose catalog entry has another memory size: their fit / out-of-memory verdicts are not compared
@@ -80,6 +82,8 @@ MODEL_ALIASES = {
     "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.3-70B-Instruct": "meta-llama/Llama-3.1-70B",
     "meta-llama/Meta-Llama-3-70B": "meta-llama/Llama-3.1-70B",  # same shapes; 3.1 adds rope scaling, 128k positions
+    "NousResearch/Llama-2-70b-hf": "meta-llama/Llama-2-70b-hf",  # a re-upload of Meta's weights and config
+    "mistralai/Mixtral-8x7B-Instruct-v0.1": "mistralai/Mixtral-8x7B-v0.1",
 }
 
 #: Cases without a Hub id → their config folder under CONFIGS_DIR (shapes from the source's configs).
@@ -170,10 +174,10 @@ def model_ref(case: dict) -> str:
     hub_id = case["model"]["id"]
     if not hub_id:
         raise Skip("no model id and no config for it")
+    hub_id = MODEL_ALIASES.get(hub_id, hub_id)
     ours = CONFIGS_DIR / hub_id.replace("/", "--")
     if ours.is_dir():
         return str(ours)
-    hub_id = MODEL_ALIASES.get(hub_id, hub_id)
     name = hub_id.replace("/", "--") + ".json"
     if not (ROOT / "probes" / "configs" / name).is_file():
         extra = next((d / name for d in EXTRA_CONFIGS if (d / name).is_file()), None)
@@ -335,7 +339,20 @@ def stack_options(case: dict) -> dict:
             opts[option] = bool(s[key])
     if s.get("packing") and attention in ("flash-attention-2", "flash-attention-3"):
         opts["packing"] = True
+    if case["plan"].get("method") == "qlora":
+        # reentrant checkpointing runs the forward without autograd: no MatMul4Bit context keeps an input
+        reentrant = case["plan"].get("gradient_checkpointing") and s.get("reentrant_checkpointing")
+        opts["legacy_bitsandbytes"] = legacy_bnb(s.get("bitsandbytes")) and not reentrant
     return opts
+
+
+def legacy_bnb(version: str | None) -> bool:
+    """Whether a case's bitsandbytes (the version stated or pinned, or '<X.Y.Z': older than that, from the run's date)
+    keeps its 4-bit layers' inputs (older than 0.43.2); unstated: the current behaviour."""
+    if version and version.startswith("<"):
+        bound = version[1:]
+        return legacy_bitsandbytes(bound) or bound == ".".join(map(str, BNB_DROPS_INPUTS))
+    return legacy_bitsandbytes(version)
 
 
 def published_fit(case: dict) -> tuple[bool | None, str | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import re
 from dataclasses import dataclass
 
 from probes.vocabulary import Device, Vocabulary
@@ -144,6 +145,21 @@ STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-att
 #: How to install a package that pip cannot (FlashAttention-3 is built from the flash-attention repository's hopper/
 #: folder: https://github.com/Dao-AILab/flash-attention#flashattention-3-beta-release).
 INSTALL = {"flash_attn_interface": "build flash-attention's hopper/ folder (python setup.py install)"}
+
+
+#: The first bitsandbytes release whose 4-bit layers keep no input for backward: 0.43.2 (2024-07-23), with PR 1270
+#: ("fix QLoRA mem bug: delete useless buffered activation",
+#: https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270). Older ``MatMul4Bit`` kept ``(A, B)``.
+BNB_DROPS_INPUTS = (0, 43, 2)
+
+
+def legacy_bitsandbytes(version: str | None) -> bool:
+    """Whether the bitsandbytes ``version`` (e.g. '0.42.0', as :func:`installed_packages` reports it) is older than
+    :data:`BNB_DROPS_INPUTS`; False when it is None or not a release number ('?')."""
+    parts = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    if parts is None:
+        return False
+    return tuple(int(p or 0) for p in parts.groups()) < BNB_DROPS_INPUTS
 
 
 def installed_packages() -> dict[str, str | None]:

@@ -93,6 +93,7 @@ class Setting(Vocabulary):
     OPTIMIZER_IN_BACKWARD = "optimizer_in_backward"
     EXPERT_PARALLEL = "expert_parallel"
     CHECKPOINTING = "checkpointing"
+    LEGACY_BITSANDBYTES = "legacy_bitsandbytes"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

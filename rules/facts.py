@@ -120,6 +120,9 @@ class Plan(BaseModel):
                                              "recomputes: full (every block from its input: the Trainer's), "
                                              "selective-op or selective-layer (torchtitan's selective AC: keeps "
                                              "every other matmul's output, or checkpoints every second block)")
+    legacy_bitsandbytes: bool = Field(False, description="QLoRA on bitsandbytes older than 0.43.2, whose 4-bit layers "
+                                                         "keep their input for backward (default: the version "
+                                                         "installed here; no effect on other methods)")
 
     @model_validator(mode="before")
     @classmethod

@@ -133,6 +133,10 @@ BNB_8BIT_EMBEDDING = Source(title="transformers issue 14819: 8-bit Adam and embe
 BNB_PAGED = Source(title="bitsandbytes paged optimizers",
                    url="https://huggingface.co/docs/bitsandbytes/main/en/optimizers#paged-optimizers",
                    section="Paged optimizers")
+BNB_PR_1270 = Source(title="bitsandbytes PR 1270: fix QLoRA mem bug: delete useless buffered activation",
+                     url="https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270",
+                     section="MatMul4Bit keeps (None, B) instead of (A, B) for backward; released in 0.43.2 "
+                             "(2024-07-23)")
 
 # -- the software stack (rules/stack.py) -------------------------------------------------------------
 FLASH_ATTENTION_2 = Source(title="Dao 2023, FlashAttention-2", url="https://arxiv.org/abs/2307.08691",

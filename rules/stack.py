@@ -1,4 +1,4 @@
-"""The software stack: attention kernel, loss kernel, padding-free packing and fp8 matmuls.
+"""The software stack: attention kernel, loss kernel, padding-free packing, fp8 matmuls, and bitsandbytes' version.
 
 The planner takes, for each layout, the first value of each stack setting that the rules allow and no rule
 refuses (``Plan.attention`` etc.; values declared fastest first in :mod:`probes.kernels`). A value whose package
@@ -9,7 +9,7 @@ the plan runs with what transformers and torch give, and the recommendation pric
 
 from __future__ import annotations
 
-from probes.kernels import INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel
+from probes.kernels import INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel, legacy_bitsandbytes
 from probes.vocabulary import Method, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -208,3 +208,47 @@ class Fp8(Rule):
                                                   "(not fp16, fp32 or a 4-bit base)", hard=True)
         return None
 
+
+
+def installed_bitsandbytes(facts: Facts) -> str | None:
+    """The bitsandbytes version installed where the plan runs: this machine's (None when absent, or when planning
+    for catalog GPUs, whose software advisor does not know)."""
+    hardware = facts.hardware
+    if hardware.source == "catalog" or hardware.host is None:
+        return None
+    return hardware.host.packages.get("bitsandbytes")
+
+
+def installed_legacy_bitsandbytes(facts: Facts) -> bool:
+    """Whether the bitsandbytes installed where the plan runs keeps its 4-bit layers' inputs (older than 0.43.2)."""
+    return legacy_bitsandbytes(installed_bitsandbytes(facts))
+
+
+@register
+class BitsandbytesBackward(Rule):
+    id = "stack.bitsandbytes-backward"
+    title = "QLoRA priced for the installed bitsandbytes; before 0.43.2 its 4-bit layers keep their inputs"
+    topic = "stack"
+    sources = [S.BNB_PR_1270, S.QLORA_PAPER]
+    rationale = ("A 4-bit layer's backward needs only its weight: the input's gradient is the output's gradient "
+                 "times the dequantized weight, and the frozen weight gets none. Until 0.43.2, bitsandbytes' "
+                 "MatMul4Bit still kept its input for backward, one activation per 4-bit layer that PyTorch could "
+                 "not free; and because it kept it outside save_for_backward, non-reentrant activation "
+                 "checkpointing could not drop it either. PR 1270 removed it. advisor plans QLoRA for 0.43.2 and "
+                 "later unless an older version is installed here (or --legacy-bitsandbytes is said).")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not Method.of(plan.method).spec.quantized_base:
+            return []
+        version = installed_bitsandbytes(facts)
+        if plan.legacy_bitsandbytes:
+            said = f"bitsandbytes {version} is installed here" if legacy_bitsandbytes(version) else \
+                "--legacy-bitsandbytes was said"
+            return [self.warn(f"{said}: before 0.43.2 every 4-bit layer keeps its input for backward, even under "
+                              f"activation checkpointing (priced so); pip install -U bitsandbytes frees it",
+                              Setting.LEGACY_BITSANDBYTES)]
+        if version is not None and legacy_bitsandbytes(version):
+            return [self.warn(f"bitsandbytes {version} is installed here, but this plan is priced for 0.43.2 or "
+                              f"later, whose 4-bit layers keep no input for backward: pip install -U bitsandbytes",
+                              Setting.LEGACY_BITSANDBYTES)]
+        return []

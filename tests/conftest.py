@@ -20,8 +20,11 @@ from rules import Facts, Workload  # noqa: E402
 GIB = 1024**3
 
 
-def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None) -> HostInfo:
-    return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0)
+def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None,
+             packages: dict[str, str | None] | None = None) -> HostInfo:
+    """``packages``: installed versions by import name, as ``probes.kernels.installed_packages`` reports them."""
+    return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0,
+                    packages=packages or {})
 
 
 def hardware(spec: str | dict) -> HardwareProfile:
@@ -33,7 +36,7 @@ def hardware(spec: str | dict) -> HardwareProfile:
         return HardwareProfile(source="none", host=cpu_host(**host), notes=["no NVIDIA driver found"])
     hw = profile_from_catalog(spec["gpu"], spec.get("nodes", 1))
     overrides = spec.get("gpu_overrides")
-    if overrides:
+    if overrides is not None:  # {}: as probed (source nvml), unchanged
         hw = hw.model_copy(update={"source": "nvml",
                                    "gpus": [g.model_copy(update=overrides) for g in hw.gpus]})
     if "host" in spec:

@@ -1,6 +1,7 @@
 """Which tensors a step keeps depends on the class of step, not only on the precision: the residual stream's dtype
 (fp32 weights under autocast, or 16-bit weights, which is also ZeRO's and FSDP's compute), frozen layers (LoRA keeps
-no input for a frozen weight; QLoRA's bitsandbytes layers do) and tensor parallelism with sequence parallelism.
+no input for a frozen weight; QLoRA's bitsandbytes layers did before 0.43.2) and tensor parallelism with sequence
+parallelism.
 Each class has its own calibrated column (``advisor/engine/memory.py:calibration_keys``)."""
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ def test_each_class_names_its_column_most_specific_first() -> None:
     # ZeRO and FSDP compute with 16-bit parameters: the 16-bit column even over fp32 weights
     assert calibration_keys(_plan(parallelism="zero-2", num_gpus=8))[0] == "bf16"
     assert calibration_keys(_plan(parallelism="fsdp-full-shard", num_gpus=8))[0] == "bf16"
-    # QLoRA's 4-bit layers keep their inputs: the full fine-tuning column for attention-only adapters
-    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="attention"))[0] == "bf16"
-    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="all-linear"))[0] == (
-        "bf16+lora-all-linear")
+    # QLoRA's own columns, then LoRA's (bitsandbytes >= 0.43.2 keeps no 4-bit layer's input, as a frozen layer);
+    # on an older bitsandbytes its own, then full fine-tuning's (every linear layer's input kept)
+    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="attention")) == [
+        "bf16+qlora-attention", "bf16+lora-attention", "bf16", "mixed"]
+    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="all-linear",
+                                  legacy_bitsandbytes=True)) == ["bf16+qlora-all-linear+keeps-inputs", "bf16", "mixed"]
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "gemma", "phi3", "gpt2"])
@@ -53,14 +56,20 @@ def test_a_16_bit_residual_stream_keeps_less_than_autocasts_fp32_one() -> None:
     assert _activations(parallelism="zero-2", num_gpus=8) == pure
 
 
-def test_frozen_layers_keep_no_inputs_but_qloras_4_bit_layers_do() -> None:
+def test_frozen_layers_keep_no_inputs_nor_do_current_4_bit_layers() -> None:
+    """A frozen 16-bit layer keeps no input; neither does bitsandbytes' 4-bit layer since 0.43.2, and PEFT's 4-bit LoRA
+    layer does not cast its input to the fp32 adapters under autocast: QLoRA keeps less than LoRA. bitsandbytes
+    before 0.43.2 kept every 4-bit layer's input: more than LoRA, and under checkpointing too."""
     full = _activations(weights_dtype="bf16")
     lora = _activations(weights_dtype="bf16", method="lora", lora_targets="attention")
     qlora = _activations(weights_dtype="bf16", method="qlora", lora_targets="attention")
-    assert lora < full  # the MLP's down projection keeps no input
-    assert qlora == full  # bitsandbytes' MatMul4Bit saves its input: what full fine-tuning keeps
+    legacy = _activations(weights_dtype="bf16", method="qlora", lora_targets="attention", legacy_bitsandbytes=True)
+    assert qlora < lora < full  # the MLP's down projection keeps no input
+    assert lora < legacy  # the down projection's input (2 B x ffn per token) is back
     all_linear = _activations(weights_dtype="bf16", method="lora", lora_targets="all-linear")
     assert lora < all_linear
+    ckpt = dict(weights_dtype="bf16", method="qlora", lora_targets="all-linear", gradient_checkpointing=True)
+    assert _activations(**ckpt, legacy_bitsandbytes=True) > 2 * _activations(**ckpt)
 
 
 def test_tensor_parallel_with_sequence_parallelism_splits_every_activation() -> None:

@@ -104,22 +104,85 @@ def test_estimate_simulates_lora_and_bf16_plans_within_10_percent(tiny) -> None:
         assert abs(est.simulated.analytic_error) < 0.10, (kw, est.simulated)
 
 
-def test_qlora_and_bitsandbytes_optimizers_are_refused_in_one_line(tiny) -> None:
-    with pytest.raises(UsageError, match="4-bit base analytically") as err:
+TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128,
+              "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "vocab_size": 1000, "max_position_embeddings": 256}
+
+
+@pytest.fixture
+def tiny_llama(tmp_path):
+    path = tmp_path / "llama" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(TINY_LLAMA))
+    return profile_model(str(path))
+
+
+def _bf16(method: str, **kw) -> Plan:
+    return _plan(**{"method": method, "precision": "bf16", "weights_dtype": "bf16", "optimizer": "sgd",
+                    "lora_targets": "all-linear", **kw})
+
+
+def test_qlora_runs_bitsandbytes_4bit_layers_on_fake_tensors(tiny_llama) -> None:
+    """The blocks' linear weights are bitsandbytes' packed NF4 (n/2 bytes) with double-quantized absmax (n/64 bytes,
+    an fp32 absmax per 256 of those, the 8-bit code book, the NF4 code and the offset), the LM head and embeddings
+    stay 16-bit: the build holds that instead of LoRA's 2 bytes per block weight."""
+    pytest.importorskip("bitsandbytes")
+    lora, qlora = (simulate(tiny_llama, _bf16(m), 64) for m in ("lora", "qlora"))
+    sizes = tiny_llama.num_layers * ([128 * 128] * 4 + [128 * 352] * 3)  # q, k, v, o, gate, up, down
+    packed = sum(n // 2 + n // 64 + 4 * -(-n // (64 * 256)) + 4 * 256 + 4 * 16 + 4 for n in sizes)
+    assert lora.build_bytes - qlora.build_bytes == 2 * sum(sizes) - packed
+    assert qlora.peak_bytes < lora.peak_bytes
+
+
+def test_bitsandbytes_before_0_43_2_keeps_each_4bit_layers_input(tiny_llama) -> None:
+    """bitsandbytes < 0.43.2 kept ``(A, B)`` for backward (PR 1270 keeps ``(None, B)``): more held at the end of the
+    forward pass where no adapter keeps the same input (attention-only adapters: the MLP's), and under checkpointing
+    whatever the adapters, since the input is kept outside ``save_for_backward``, which checkpointing cannot drop."""
+    pytest.importorskip("bitsandbytes")
+    for targets, ckpt in (("attention", False), ("all-linear", True)):
+        kw = dict(lora_targets=targets, gradient_checkpointing=ckpt)
+        now = simulate(tiny_llama, _bf16("qlora", **kw), 128).phase_peaks["forward"]
+        legacy = simulate(tiny_llama, _bf16("qlora", legacy_bitsandbytes=True, **kw), 128).phase_peaks["forward"]
+        # at least the MLP's down-projection input (4 x 128 tokens x 352, bf16) in each of the 2 layers
+        assert legacy - now >= 2 * 4 * 128 * 352 * 2, (targets, ckpt)
+
+
+def test_qlora_without_bitsandbytes_and_its_optimizers_are_refused_in_one_line(tiny, monkeypatch) -> None:
+    import advisor.measure.simulate as sim
+
+    monkeypatch.setattr(sim, "missing_reason", lambda: "QLoRA's 4-bit base needs the bitsandbytes package")
+    with pytest.raises(UsageError, match="bitsandbytes package") as err:
         simulate(tiny, _plan(method="qlora", precision="bf16", weights_dtype="bf16"), 64)
-    assert "\n" not in str(err.value) and "--method lora" in str(err.value)
+    assert "\n" not in str(err.value) and "cannot run qlora" in str(err.value)
     for optimizer in ("paged-adamw", "paged-adamw-8bit"):
         with pytest.raises(UsageError, match="bitsandbytes"):
             simulate(tiny, _plan(optimizer=optimizer), 64)
 
 
-def test_cli_estimate_simulate_qlora_exits_2_with_one_line(tiny) -> None:
+def test_cli_estimate_simulates_qlora(tiny_llama) -> None:
+    pytest.importorskip("bitsandbytes")
     from test_cli import advisor
 
-    res = advisor("estimate", "--model", tiny.config_path, "--gpu", "a100-80gb", "--method", "qlora", "--seq-len", "64",
-                  "--simulate")
-    assert res.returncode == 2 and res.stdout == ""
-    assert len(res.stderr.strip().splitlines()) == 1 and "cannot run qlora" in res.stderr
+    res = advisor("estimate", "--model", tiny_llama.config_path, "--gpu", "a100-80gb", "--method", "qlora",
+                  "--seq-len", "64", "--simulate", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["plan"]["method"] == "qlora" and out["simulated"]["peak_bytes"] > 0
+
+
+def test_estimate_prices_the_installed_bitsandbytes(tiny_llama) -> None:
+    """On this machine, QLoRA is priced as the installed bitsandbytes runs it; for catalog GPUs, as 0.43.2 and later."""
+    from conftest import hardware
+
+    old = hardware({"gpu": "a100-80gb", "gpu_overrides": {}, "host": {"packages": {"bitsandbytes": "0.42.0"}}})
+    new = hardware({"gpu": "a100-80gb", "gpu_overrides": {}, "host": {"packages": {"bitsandbytes": "0.50.2"}}})
+    kw = dict(method="qlora", lora_targets="attention", seq_len=128, micro_batch_size=4)
+    legacy, current = estimate(tiny_llama, hardware=old, **kw), estimate(tiny_llama, hardware=new, **kw)
+    assert legacy.plan.legacy_bitsandbytes and not current.plan.legacy_bitsandbytes
+    assert legacy.memory.components.activations_bytes > current.memory.components.activations_bytes
+    assert not estimate(tiny_llama, gpu="a100-80gb", **kw).plan.legacy_bitsandbytes
+    said = estimate(tiny_llama, hardware=new, legacy_bitsandbytes=True, **kw)
+    assert said.memory.components.activations_bytes == legacy.memory.components.activations_bytes
 
 
 def test_optimizer_step_in_backward_holds_no_full_set_of_gradients(tiny) -> None:

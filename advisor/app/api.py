@@ -44,6 +44,7 @@ from probes.nvml_probe import probe_local
 from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan, Workload
 from rules.facts import STACK_SETTINGS
+from rules.stack import installed_legacy_bitsandbytes
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
@@ -214,7 +215,8 @@ def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
     GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
-    replicas (else 'none'; with an offload, the ZeRO stage that offloads it)."""
+    replicas (else 'none'; with an offload, the ZeRO stage that offloads it), and QLoRA's 4-bit backward as this
+    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`)."""
     g = facts.gpu
     s = {**ESTIMATE_DEFAULTS, **settings}
     if "precision" not in settings:
@@ -225,6 +227,8 @@ def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     if "weights_dtype" not in settings:  # adapters' frozen base loads in bf16 (torch_dtype=torch.bfloat16)
         adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
         s["weights_dtype"] = WeightsDtype.BF16 if adapters and s["precision"] == Precision.BF16 else WeightsDtype.FP32
+    if "legacy_bitsandbytes" not in settings:  # QLoRA on this machine: its bitsandbytes' backward
+        s["legacy_bitsandbytes"] = installed_legacy_bitsandbytes(facts)
     gpus = facts.hardware.num_gpus
     if "parallelism" not in settings:
         replicas = gpus // (s["tensor_parallel"] * s["pipeline_parallel"]) if gpus else 1

@@ -49,7 +49,7 @@ from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from probes.kernels import Attention, Checkpointing, LossKernel
-from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Parallelism, Precision, Task,
+from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, Method, Parallelism, Precision, Task,
                                WeightsDtype)
 from rules.facts import Plan
 
@@ -64,6 +64,7 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 TRANSIENT_RESERVE = 1.25
 ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
 MIXED_COLUMN = "mixed"  #: the activations.json column of fp32 weights under autocast (:func:`calibration_keys`)
+LEGACY_BNB_SUFFIX = "+keeps-inputs"  #: QLoRA columns of bitsandbytes < 0.43.2 (:func:`calibration_keys`)
 
 
 class MemoryComponents(BaseModel):
@@ -199,18 +200,27 @@ def calibration_keys(plan: Plan) -> list[str]:
     ``MixedPrecision.param_dtype`` (https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision);
     and, for LoRA / QLoRA, the same with ``+lora-<targets>``: a frozen linear layer saves no
     input for a weight gradient (PyTorch saves a matmul's input only when the weight requires grad), while each
-    adapter saves its own. QLoRA's 4-bit layers do keep their inputs: bitsandbytes' ``MatMul4Bit`` saves its input
-    whenever the input requires grad (``ctx.tensors = (A, B)`` in ``bitsandbytes/autograd/_functions.py``), so
-    QLoRA keeps what full fine-tuning keeps (its all-linear column: the same plus the adapters' own). The last
-    column is the fallback every family has."""
+    adapter saves its own. QLoRA has its own columns (``+qlora-<targets>``), fitted to steps over bitsandbytes'
+    4-bit layers (:mod:`advisor.measure.quantized_base`): since bitsandbytes 0.43.2 their ``MatMul4Bit`` keeps no
+    input for backward (``ctx.tensors = (None, B)`` in ``bitsandbytes/autograd/_functions.py``), and PEFT's 4-bit
+    LoRA layer does not cast its input to the fp32 adapters under autocast (``peft/tuners/lora/bnb.py``); older
+    versions kept the input of every 4-bit layer (``(A, B)``, changed by bitsandbytes PR 1270:
+    https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270): the ``+keeps-inputs`` columns
+    (``Plan.legacy_bitsandbytes``). A family without QLoRA columns falls back to LoRA's
+    (legacy: full fine-tuning's). The last column is the fallback every family has."""
     if plan.precision == Precision.FP32:
         return [Precision.FP32.value]
     sixteen_bit = plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
     base = WeightsDtype.BF16.value if sixteen_bit else MIXED_COLUMN
     spec = Method.of(plan.method).spec
-    adapters = spec.adapters and (not spec.quantized_base or plan.lora_targets == LoraTargets.ALL_LINEAR)
-    keys = [f"{base}+lora-{plan.lora_targets}"] if adapters else []
-    return keys + list(dict.fromkeys([base, MIXED_COLUMN]))
+    if not spec.adapters:
+        return list(dict.fromkeys([base, MIXED_COLUMN]))
+    column = f"{base}+{plan.method}-{plan.lora_targets}"
+    if spec.quantized_base and plan.legacy_bitsandbytes:
+        return [column + LEGACY_BNB_SUFFIX, base, MIXED_COLUMN]  # without its column: full fine-tuning's, which keeps
+        # every linear layer's input too
+    lora = f"{base}+{Method.LORA.value}-{plan.lora_targets}"  # a 4-bit layer without its input is a frozen one
+    return list(dict.fromkeys([column, lora, base, MIXED_COLUMN]))
 
 
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,

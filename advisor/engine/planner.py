@@ -26,6 +26,7 @@ from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Pa
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
+from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
 from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
@@ -277,7 +278,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                       optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
                       pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
-                      lora_targets=w.lora_targets)
+                      lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts))
         for combo in _layouts(facts, layout, allowed, strategies, refusing):
             plan = with_stack(facts, layout.model_copy(update=dict(zip(LAYOUT, combo))), allowed, refusing)
             if plan is None:

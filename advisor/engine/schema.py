@@ -13,7 +13,8 @@ capacity_factor). 1.7: the software stack: plan.attention, loss_kernel, torch_co
 workload pins, workload.mean_sample_len; hardware.cuda_context_bytes, host.packages; hardware.nics_per_node,
 gpus[].peer_to_peer; recommendation.suggestions (slow, consider); inter_node_gbit_s per NIC;
 plan.optimizer_in_backward, plan.expert_parallel; model.routed_parameters; Comparison
-(``advisor compare --json``). 1.8: plan.checkpointing (full, selective-op, selective-layer).
+(``advisor compare --json``). 1.8: plan.checkpointing (full, selective-op, selective-layer). 1.9:
+plan.legacy_bitsandbytes (QLoRA on bitsandbytes < 0.43.2).
 """
 
-SCHEMA_VERSION = "1.8"
+SCHEMA_VERSION = "1.9"

@@ -22,16 +22,18 @@ step is modelled:
 - pure bf16 weights: the model is built in bf16 (``dtype=torch.bfloat16``, what ``model_kwargs.json``
   loads), so there is no fp32 copy and AdamW's states take the weights' dtype;
 - LoRA: the model is wrapped by ``peft.get_peft_model`` with the ``LoraConfig`` that ``--emit`` writes
-  (frozen base, fp32 adapters, gradients and optimizer states for the adapters only).
+  (frozen base, fp32 adapters, gradients and optimizer states for the adapters only);
+- QLoRA: the 4-bit base is bitsandbytes' own layers and kernels over fake tensors
+  (:mod:`advisor.measure.quantized_base`), wrapped by PEFT's 4-bit LoRA layer; that layer asks
+  ``torch.is_autocast_enabled()`` (CUDA's) whether to cast its input, and a CUDA plan's step gets CPU
+  autocast's answer.
 
-Known limitations: QLoRA's 4-bit base cannot be simulated: bitsandbytes quantizes on a real CUDA device
-and its NF4 kernels cannot run on fake CPU tensors (``--method lora`` simulates the same adapters over a
-16-bit base; the 4-bit base is priced analytically); for the same reason neither can bitsandbytes'
-optimizers (8-bit and paged AdamW); encoder-decoder classification heads (T5) check each row's EOS tokens,
+Known limitations: bitsandbytes' optimizers (8-bit and paged AdamW) need a real CUDA device;
+encoder-decoder classification heads (T5) check each row's EOS tokens,
 a data-dependent step fake tensors cannot run; GradScaler's unscale buffers (fp16) are not simulated; the
 ZeRO / DDP wrappers are not simulated; nor is a mixture of experts' routing (transformers'
 eager experts pick the tokens of each expert with ``nonzero``; its default ``grouped_mm`` runs only
-bf16 inputs on the CPU). Imports torch, transformers and (for LoRA) peft, off the fast path.
+bf16 inputs on the CPU). Imports torch, transformers and (for LoRA) peft (for QLoRA bitsandbytes), off the fast path.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, legacy_backward, missing_reason,
+                                            quantize_skeleton, quantized_weight)
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
                                        make_optimizer, synthetic_batch)
 from probes.errors import UsageError
@@ -112,6 +116,8 @@ def _adapter_skeleton(model: ModelProfile, config, plan: Plan):
 
     with torch.device("meta"):
         net = build_model(model, config, weights_dtype=plan.weights_dtype)
+        if Method.of(plan.method).spec.quantized_base:
+            quantize_skeleton(net, plan)
         if plan.gradient_checkpointing:
             enable_checkpointing(net)
         return apply_adapters(net, model, plan)
@@ -119,13 +125,16 @@ def _adapter_skeleton(model: ModelProfile, config, plan: Plan):
 
 def _materialize(net):
     """Replace every meta parameter and buffer of ``net`` by a new tensor of the same shape and dtype (a fake one
-    under fake mode, as transformers would have built it there), tied weights kept tied."""
+    under fake mode, as transformers would have built it there), tied weights kept tied; a 4-bit layer's weight
+    by bitsandbytes' quantization of a fake matrix (:func:`advisor.measure.quantized_base.quantized_weight`)."""
     import torch
 
     made: dict[int, torch.Tensor] = {}
     for module in net.modules():
+        if is_4bit(module):
+            module._parameters["weight"] = quantized_weight(module)
         for name, param in list(module._parameters.items()):
-            if param is not None:
+            if param is not None and not (is_4bit(module) and name == "weight"):
                 if id(param) not in made:
                     made[id(param)] = torch.nn.Parameter(torch.empty(param.shape, dtype=param.dtype),
                                                          requires_grad=param.requires_grad)
@@ -144,10 +153,8 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
         return (f"--simulate runs the Trainer's full activation checkpointing, not {plan.checkpointing}: use the "
                 "analytic estimate")
-    if method.spec.quantized_base:
-        return (f"--simulate cannot run {method}: bitsandbytes quantizes the 4-bit base on a real CUDA device and its "
-                f"NF4 kernels cannot run on fake tensors; the estimate prices the 4-bit base analytically (without "
-                f"--simulate), and --method {Method.LORA} simulates the same adapters over a 16-bit base")
+    if method.spec.quantized_base and missing_reason() is not None:
+        return f"--simulate cannot run {method}: {missing_reason()}"
     if optimizer.spec.package is not None:
         return (f"--simulate cannot run {optimizer}: {optimizer.spec.package}' kernels need a real CUDA device; use the "
                 "analytic estimate (without --simulate)")
@@ -187,7 +194,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
 
     Accumulation runs at most 2 micro-batches per step: the peak repeats from the second on.
     Raises:
-        UsageError: a plan the simulation cannot run (QLoRA's 4-bit base, bitsandbytes' optimizers, ZeRO,
+        UsageError: a plan the simulation cannot run (QLoRA without bitsandbytes, bitsandbytes' optimizers, ZeRO,
             several GPUs, a mixture of experts: :func:`unsupported`), or LoRA without peft.
     """
     reason = unsupported(model, plan)
@@ -206,7 +213,10 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     dtype = autocast_dtype(plan.precision)
     tracker = live_bytes_mode()
     skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None
-    with FakeTensorMode(allow_non_fake_inputs=True), tracker:
+    cuda_autocast = plan.device == Device.CUDA and dtype is not None
+    legacy = Method.of(plan.method).spec.quantized_base and plan.legacy_bitsandbytes
+    with (FakeTensorMode(allow_non_fake_inputs=True), tracker, cuda_autocast_answers(cuda_autocast),
+          legacy_backward(legacy)):
         if skeleton is not None:
             net = _materialize(skeleton)
         else:

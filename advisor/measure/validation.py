@@ -38,6 +38,7 @@ from probes.errors import UsageError
 from probes.kernels import Checkpointing
 from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
 from rules import Facts, Plan
+from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
 
 __all__ = ["DEFAULT_MAX_TRIALS", "DEFAULT_STEPS", "DEFAULT_WARMUP", "RuntimeSettings", "Trial", "TrialStarted",
            "ValidationReport", "baseline_plan", "method_unavailable", "runtime_settings", "validate",
@@ -204,6 +205,11 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if Method.of(plan.method).spec.quantized_base and plan.data_parallel_size > 1:
         raise UsageError(f"distributed {plan.method} trials are not supported (FSDP needs the 4-bit weights stored "
                          "in the compute dtype): validate the plan on one GPU")
+    if Method.of(plan.method).spec.quantized_base and plan.legacy_bitsandbytes != installed_legacy_bitsandbytes(facts):
+        here = installed_bitsandbytes(facts) or "none"
+        raise UsageError(f"the plan is priced for bitsandbytes {'< 0.43.2' if plan.legacy_bitsandbytes else '>= 0.43.2'}"
+                         f" but this machine has {here}: trials run the installed one; validate the plan without "
+                         f"--legacy-bitsandbytes, or install the version it was priced for")
     if plan.device != device:
         where = "no CUDA device here" if device == Device.CPU else "a GPU here"
         raise UsageError(f"the plan trains on {plan.device} but there is {where}: validate it where it runs")

@@ -1,0 +1,144 @@
+"""QLoRA's 4-bit base on fake tensors: bitsandbytes' own layers and kernels, quantizing shapes, not weights.
+
+The simulated QLoRA step (:mod:`advisor.measure.simulate`) builds what ``from_pretrained`` with the plan's
+``BitsAndBytesConfig`` (:func:`probes.lora_config.bnb_config_kwargs`) builds on a GPU:
+
+- transformers' bitsandbytes quantizer swaps every ``nn.Linear`` but the ones it keeps (the output embedding, tied
+  and last modules: ``transformers.quantizers.base.get_keys_to_not_convert``) for ``bnb.nn.Linear4bit``
+  (``HfQuantizer.preprocess_model``, on the meta device, as ``from_pretrained`` does before loading), and marks the
+  model ``is_loaded_in_4bit`` so that PEFT wraps those layers in its own 4-bit LoRA layer
+  (``peft/tuners/lora/bnb.py``);
+- each 4-bit weight is made by ``bitsandbytes.functional.quantize_4bit`` from a fake 16-bit matrix: the packed NF4
+  bytes (n / 2), the absmax per 64 weights, double-quantized to 8 bits with fp32 absmax per 256 of those
+  (Dettmers et al. 2023, https://arxiv.org/abs/2305.14314 sec. 3), fake tensors of exactly bitsandbytes' shapes;
+- forward and backward run bitsandbytes' ``matmul_4bit``: its ``MatMul4Bit`` keeps the packed weight, not its input,
+  for backward (``ctx.tensors = (None, B)``, ``bitsandbytes/autograd/_functions.py``, since 0.43.2);
+- a plan on an older bitsandbytes (``Plan.legacy_bitsandbytes``) runs :class:`_KeepsInput`, the same function keeping
+  its input as those versions did (``ctx.tensors = (A, B)``: the line bitsandbytes PR 1270 changed,
+  https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270).
+
+bitsandbytes (>= 0.48) registers its kernels as ``torch.library`` ops with fake implementations, which is what lets
+them run under ``FakeTensorMode``; only the double quantization's 8-bit code book is data, made once for real
+(:func:`_code_book`). Imports torch, transformers and bitsandbytes, off the fast path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from contextlib import contextmanager
+
+from probes.errors import UsageError
+from probes.lora_config import bnb_config_kwargs
+from rules import Plan
+
+
+def missing_reason() -> str | None:
+    """Why the 4-bit base cannot be simulated here (one line), or None when bitsandbytes is installed."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return "QLoRA's 4-bit base needs the bitsandbytes package (>= 0.48): pip install bitsandbytes"
+    return None
+
+
+def quantize_skeleton(net, plan: Plan) -> None:
+    """Swap ``net``'s linear layers for bitsandbytes' 4-bit ones in place, as transformers' quantizer does before
+    ``from_pretrained`` loads weights (``net`` on the meta device).
+
+    Raises:
+        UsageError: bitsandbytes is not installed.
+    """
+    reason = missing_reason()
+    if reason is not None:
+        raise UsageError(reason)
+    import torch
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    quantizer = AutoHfQuantizer.from_config(BitsAndBytesConfig(**bnb_config_kwargs(plan.precision)),
+                                            pre_quantized=False)
+    quantizer.preprocess_model(net, device_map={"": "cpu"})
+    net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
+    with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
+        _code_book()
+
+
+def is_4bit(module) -> bool:
+    """Whether ``module`` is a bitsandbytes 4-bit linear layer (False when bitsandbytes is not imported)."""
+    import sys
+
+    bnb = sys.modules.get("bitsandbytes")
+    return bnb is not None and isinstance(module, bnb.nn.Linear4bit)
+
+
+def _code_book() -> None:
+    """Make the double quantization's dynamic 8-bit map once, for real: bitsandbytes builds it from Python lists
+    (``create_dynamic_map``), which fake tensors cannot read back, and caches it in ``name2qmap``."""
+    import bitsandbytes.functional as bnbf
+
+    if "dynamic" not in bnbf.name2qmap:
+        bnbf.name2qmap["dynamic"] = bnbf.create_dynamic_map()
+
+
+def quantized_weight(module):
+    """A 4-bit weight for the ``bnb.nn.Linear4bit`` ``module``: bitsandbytes' packed NF4 parameter with its
+    ``quant_state`` (call under ``FakeTensorMode``: the 16-bit matrix it quantizes is fake, and freed at once)."""
+    import torch
+    import bitsandbytes.functional as bnbf
+
+    meta = module.weight
+    storage = getattr(meta, "quant_storage", torch.uint8)
+    matrix = torch.empty(module.out_features, module.in_features, dtype=module.compute_dtype or torch.bfloat16)
+    packed, state = bnbf.quantize_4bit(matrix, blocksize=getattr(meta, "blocksize", 64),
+                                       compress_statistics=meta.compress_statistics, quant_type=meta.quant_type,
+                                       quant_storage=storage)
+    weight = torch.nn.Parameter(packed, requires_grad=False)
+    weight.quant_state = state  # where Linear4bit.forward reads it (bitsandbytes' fix_4bit_weight_quant_state...)
+    return weight
+
+
+@contextmanager
+def cuda_autocast_answers(enabled: bool):
+    """PEFT's 4-bit LoRA layer casts its input to the adapters' dtype only when ``torch.is_autocast_enabled()`` (CUDA
+    autocast) is off (``requires_conversion`` in ``peft/tuners/lora/bnb.py``); a simulated CUDA step runs CPU autocast
+    in its place, so within this context that question gets CPU autocast's answer when ``enabled``."""
+    import torch
+
+    if not enabled:
+        yield
+        return
+    original = torch.is_autocast_enabled
+
+    def answer(device_type: str | None = None) -> bool:
+        return original("cpu") if device_type is None else original(device_type)
+
+    torch.is_autocast_enabled = answer
+    try:
+        yield
+    finally:
+        torch.is_autocast_enabled = original
+
+
+@contextmanager
+def legacy_backward(enabled: bool):
+    """Within this context (when ``enabled``), bitsandbytes' ``matmul_4bit`` runs ``MatMul4Bit`` as bitsandbytes < 0.43.2
+    did: keeping its input ``A`` for backward whenever an input requires grad (``ctx.tensors = (A, B)``), which
+    PR 1270 replaced by ``(None, B)`` since backward needs only the weight."""
+    if not enabled:
+        yield
+        return
+    import bitsandbytes.autograd._functions as functions
+
+    original = functions.MatMul4Bit
+
+    class _KeepsInput(original):
+        @staticmethod
+        def forward(ctx, A, B, out=None, bias=None, quant_state=None):
+            output = original.forward(ctx, A, B, out, bias, quant_state)
+            if any(ctx.needs_input_grad[:2]):
+                ctx.tensors = (A, ctx.tensors[1])
+            return output
+
+    functions.MatMul4Bit = _KeepsInput
+    try:
+        yield
+    finally:
+        functions.MatMul4Bit = original
