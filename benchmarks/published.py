@@ -523,7 +523,18 @@ def summary(results: list[Result]) -> dict[str, str]:
         if own:
             lines[f"memory {method}"] = (f"memory {method}: n={len(own)} median |error| "
                                          f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}")
+    for stack, sources in (("LitGPT", LITGPT_SOURCES), ("other stacks", None)):  # the framework advisor does not model
+        own = [r.memory_error for r in run if r.memory_error is not None
+               and (r.source in sources if sources else r.source not in LITGPT_SOURCES)]
+        if own:
+            lines[f"memory {stack}"] = (f"memory {stack}: n={len(own)} median |error| "
+                                        f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}")
     return lines
+
+
+#: The sources whose runs use LitGPT's own model code and loops (Lightning Fabric), not transformers + PEFT: advisor's
+#: columns are fitted to the latter (benchmarks/litgpt_simulated.py simulates LitGPT's own step)
+LITGPT_SOURCES = {"litgpt", "lightning-thunder"}
 
 
 def _gb(x: int | None) -> str:

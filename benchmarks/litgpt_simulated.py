@@ -1,0 +1,189 @@
+"""LitGPT's own fine-tuning step on fake tensors against LitGPT's published peak memory (a diagnostic, issue 13).
+
+advisor prices the Hugging Face stack (transformers + PEFT); most of the published memory readings in
+``benchmarks/published.py`` are LitGPT's (its config hub table, ``benchmarks/published/litgpt.jsonl``), whose model
+code, LoRA layers and loss differ. This script runs LitGPT 0.4.12's own ``litgpt.lora.GPT`` (the release of the
+table's commit, 00af8b0d, 2024-09-27) through advisor's simulator (``advisor.measure.simulate``: fake tensors, a
+dispatch mode counting live storage bytes, what ``torch.cuda.max_memory_allocated`` reports), as
+``litgpt/finetune/lora.py`` trains: bf16-true (the model built in bf16, no autocast), the LoRA flags of the case,
+``model(x, lm_head_chunk_size=128)`` and LitGPT's ``chunked_cross_entropy``, AdamW over the adapters (QLoRA:
+bitsandbytes' paged AdamW, whose unified memory ``max_memory_allocated`` does not count, so no optimizer state).
+QLoRA swaps every ``nn.Linear`` for bitsandbytes' 4-bit layer as Lightning's ``BitsandbytesPrecision`` does
+(``bnb.nf4``: no double quantization; ``-dq``: double) and runs the ``MatMul4Bit`` of bitsandbytes < 0.43.2 (the
+0.42.0 LitGPT pinned): ``advisor.measure.quantized_base.legacy_backward``.
+
+It compares each simulated peak with the published one: where they agree, the gap between advisor's prediction
+and the published run is the framework's, not the accounting's.
+
+Set-up (LitGPT is not a dependency of advisor; its package ``__init__`` imports Lightning, which this script does
+not need: only ``litgpt.config``, ``litgpt.model`` and ``litgpt.lora``, whose two helpers from ``litgpt.utils``
+are given here):
+
+    .venv/bin/pip install --no-deps --target /tmp/litgpt-0.4.12 litgpt==0.4.12
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/litgpt_simulated.py --litgpt /tmp/litgpt-0.4.12 [CASE_GLOB]
+
+Writes benchmarks/results/litgpt_simulated.md (with a case glob: prints only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import statistics
+import sys
+import time
+import types
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CASES = ROOT / "benchmarks" / "published" / "litgpt.jsonl"
+OUT = ROOT / "benchmarks" / "results" / "litgpt_simulated.md"
+#: the case notes' adapter names → LitGPT's LoRA flags
+FLAGS = {"query": "lora_query", "key": "lora_key", "value": "lora_value", "projection": "lora_projection",
+         "mlp": "lora_mlp", "head": "lora_head"}
+
+
+def import_litgpt(folder: Path):
+    """LitGPT's config, model and LoRA modules from an unpacked wheel, without its package ``__init__``."""
+    package = types.ModuleType("litgpt")
+    package.__path__ = [str(folder / "litgpt")]
+    sys.modules["litgpt"] = package
+    utils = types.ModuleType("litgpt.utils")  # the two helpers litgpt.config and litgpt.lora import from it
+    utils.find_multiple = lambda n, k: n if n % k == 0 else n + k - (n % k)
+    utils.map_old_state_dict_weights = lambda state_dict, mapping, prefix: state_dict
+    sys.modules["litgpt.utils"] = utils
+    import importlib
+
+    return importlib.import_module("litgpt.lora")
+
+
+def chunked_cross_entropy(logits, targets, chunk_size: int = 128, ignore_index: int = -100):
+    """``litgpt.utils.chunked_cross_entropy`` for a chunked LM head (a list of logits), as LitGPT 0.4.12 has it."""
+    import torch
+
+    logit_chunks = [chunk.reshape(-1, chunk.size(-1)) for chunk in logits]
+    target_chunks = [chunk.reshape(-1) for chunk in targets.split(logits[0].size(1), dim=1)]
+    losses = [torch.nn.functional.cross_entropy(lc, tc, ignore_index=ignore_index, reduction="none")
+              for lc, tc in zip(logit_chunks, target_chunks)]
+    kept = (targets != ignore_index).sum()
+    return torch.cat(losses).sum() / kept.maximum(torch.ones_like(kept))
+
+
+def simulate_case(lora, case: dict) -> int:
+    """The simulated peak bytes of one case's training steps (two steps, as advisor's simulator runs them)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from advisor.measure.quantized_base import _code_book, legacy_backward
+    from advisor.measure.simulate import _materialize, live_bytes_mode
+
+    notes = case["notes"]
+    targets = re.search(r"LoRA on ([a-z,]+)", notes).group(1).split(",")
+    quantize = re.search(r"quantize (\S+?),", notes).group(1)
+    flags = {flag: name in targets for name, flag in FLAGS.items()}
+    # the config hub's dropout is 0.05 or 0.1: any p > 0 keeps the same tensors (output and mask)
+    config = lora.Config.from_name(case["model"]["id"], lora_r=case["plan"]["lora_rank"], lora_alpha=16,
+                                   lora_dropout=0.05, **flags)
+    b, s = case["workload"]["micro_batch_size"], case["workload"]["seq_len"]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # bf16-true: Fabric builds the model under this default dtype
+    try:
+        with torch.device("meta"):
+            model = lora.GPT(config)
+        lora.mark_only_lora_as_trainable(model)
+        quantized = quantize != "None"
+        if quantized:
+            _swap_linears(model, double_quant=quantize.endswith("-dq"))
+            with torch.device("cpu"):
+                _code_book()
+        tracker = live_bytes_mode()
+        with FakeTensorMode(allow_non_fake_inputs=True), tracker, legacy_backward(quantized):
+            _materialize(model)
+            model.max_seq_length = s  # rebuilds the RoPE cache on the fake device
+            model.train()
+            params = [p for p in model.parameters() if p.requires_grad]
+            optimizer = None if quantized else torch.optim.AdamW(params, lr=1e-4)
+            x = torch.randint(0, config.padded_vocab_size, (b, s))
+            for _ in range(2):
+                tracker.phase = "forward"
+                logits = model(x, lm_head_chunk_size=128)
+                logits[-1] = logits[-1][..., :-1, :]
+                loss = chunked_cross_entropy(logits, x[..., 1:])
+                tracker.phase = "backward"
+                loss.backward()
+                del loss, logits
+                tracker.phase = "optimizer"
+                if optimizer is not None:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+    finally:
+        torch.set_default_dtype(default)
+    return max(v for k, v in tracker.phase_peaks.items() if k != "build")
+
+
+def _swap_linears(module, double_quant: bool) -> None:
+    """Every ``nn.Linear`` → bitsandbytes' NF4 layer computing in bf16 (Lightning's ``_convert_layers``)."""
+    import bitsandbytes as bnb
+    import torch
+
+    for name, child in list(module.named_children()):
+        if type(child) is torch.nn.Linear:
+            with torch.device("meta"):
+                new = bnb.nn.Linear4bit(child.in_features, child.out_features, child.bias is not None,
+                                        compute_dtype=torch.bfloat16, compress_statistics=double_quant,
+                                        quant_type="nf4")
+            new.requires_grad_(False)
+            setattr(module, name, new)
+        else:
+            _swap_linears(child, double_quant)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--litgpt", type=Path, required=True, help="an unpacked litgpt 0.4.12 (pip install --target)")
+    parser.add_argument("cases", nargs="?", default="litgpt-confighub-*")
+    args = parser.parse_args()
+    lora = import_litgpt(args.litgpt)
+    rows, errors, start = [], {"lora": [], "qlora": []}, time.perf_counter()
+    for line in CASES.read_text().splitlines():
+        case = json.loads(line)
+        if (not fnmatch.fnmatch(case["id"], args.cases) or case["plan"]["method"] == "full"
+                or not case["measured"].get("memory_bytes") or not case["id"].startswith("litgpt-confighub")):
+            continue
+        measured = case["measured"]["memory_bytes"]
+        try:
+            peak = simulate_case(lora, case)
+        except ValueError as exc:  # a model this LitGPT release does not know (Llama 3.2 came later)
+            rows.append(f"| {case['id']} | {measured / 1e9:.2f} | | | not simulated: {exc} |")
+            print(rows[-1], flush=True)
+            continue
+        err = peak / measured - 1
+        errors[case["plan"]["method"]].append(err)
+        rows.append(f"| {case['id']} | {measured / 1e9:.2f} | {peak / 1e9:.2f} | {err:+.1%} | |")
+        print(rows[-1], flush=True)
+    summary = [f"{method}: n={len(e)} median {statistics.median(e):+.1%} range {min(e):+.1%} … {max(e):+.1%}"
+               for method, e in errors.items() if e]
+    print("\n".join(summary))
+    if args.cases != "litgpt-confighub-*":
+        return
+    import bitsandbytes
+    import torch
+
+    head = [f"# LitGPT 0.4.12's own step, simulated, vs LitGPT's published peak ({date.today()})", "",
+            f"`HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/litgpt_simulated.py --litgpt DIR` "
+            f"({time.perf_counter() - start:.0f} s; torch {torch.__version__}, bitsandbytes {bitsandbytes.__version__} "
+            "running the < 0.43.2 MatMul4Bit for QLoRA). Published: `max_memory_allocated` in decimal GB "
+            "(benchmarks/published/litgpt.jsonl); simulated: the same quantity. Error = simulated / published - 1.", "",
+            *[f"- {line}" for line in summary], "",
+            "| case | published GB | simulated GB | error | note |", "|---|---:|---:|---:|---|"]
+    OUT.write_text("\n".join(head + rows) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
