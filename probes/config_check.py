@@ -43,7 +43,8 @@ _COUNTS: dict[str, tuple[int, int]] = {
 _NULLABLE = {"n_inner", "num_key_value_heads", "head_dim", "num_decoder_layers", "word_embed_proj_dim",
              "max_position_embeddings", "n_positions", "num_experts", "num_local_experts", "num_experts_per_tok",
              "moe_intermediate_size", "shared_expert_intermediate_size"}
-#: Flags the profile reads (a string "yes" is not a flag).
+#: Flags the profile reads (a string "yes" is not a flag; null reads as false, as transformers tests them:
+#: ``if config.tie_word_embeddings``).
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "enable_bias", "do_layer_norm_before")
 #: (width, heads) pairs whose width must split into whole heads when the config gives no head_dim.
 _SPLITS = (("n_embd", "n_head"), ("hidden_size", "num_attention_heads"), ("dim", "n_heads"),

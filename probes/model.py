@@ -353,7 +353,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         hidden_size=shape.hidden, num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
         head_dim=shape.head_dim, ffn_size=shape.ffn, vocab_size=shape.vocab,
         max_position_embeddings=shape.max_positions, gated_mlp=shape.gated_mlp,
-        tied_embeddings=shape.tied_embeddings, checkpoint_dtype=dtype,
+        tied_embeddings=bool(shape.tied_embeddings), checkpoint_dtype=dtype,
         pretrained_in_bf16=dtype == "bfloat16" or model_type in _BF16_PRETRAINED_TYPES,
         supports_gradient_checkpointing=supports_ckpt,
         dropout=_has_dropout(config),
