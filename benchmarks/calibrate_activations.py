@@ -117,14 +117,18 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
-def calibrate(family: str, variant: tuple, task: str | None = None) -> dict:
-    model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
-    raw = load_config(model_id)[0]
-    ffn0 = raw.get(ffn_key) or default_ffn(raw)
+def calibrate(family: str, variant: tuple, task: str | None = None, run=None) -> dict:
+    """The coefficients of one class of step (``variant``) for ``family``; ``run(ckpt, layers, ffn_multiple,
+    extra_vocabulary, micro_batch, seq)`` simulates one design row (default: the transformers model's step,
+    :func:`_run`; ``benchmarks/calibrate_litgpt.py`` gives LitGPT's)."""
     v1 = 512  # extra vocabulary (a multiple of 64)
+    if run is None:
+        model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
+        raw = load_config(model_id)[0]
+        ffn0 = raw.get(ffn_key) or default_ffn(raw)
 
-    def run(ckpt, *design):
-        return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
+        def run(ckpt, *design):
+            return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
     plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),

@@ -74,40 +74,49 @@ def chunked_cross_entropy(logits, targets, chunk_size: int = 128, ignore_index: 
     return torch.cat(losses).sum() / kept.maximum(torch.ones_like(kept))
 
 
-def simulate_case(lora, case: dict) -> int:
-    """The simulated peak bytes of one case's training steps (two steps, as advisor's simulator runs them)."""
+def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, legacy: bool = True,
+                checkpointing: bool = False, optimizer: str = "adamw",
+                trainable_all: bool = False) -> tuple[dict[str, int], int]:
+    """Two LitGPT fine-tuning steps of ``config`` (a ``litgpt.lora.Config``) at micro-batch ``b`` × ``s`` tokens on
+    fake tensors: (the live-bytes peak per phase, the bytes live once the model is built), bytes.
+
+    ``quantize``: Lightning's ``bnb.nf4`` / ``bnb.nf4-dq`` for QLoRA (None: bf16 weights); ``legacy``: the
+    ``MatMul4Bit`` of bitsandbytes < 0.43.2; ``checkpointing``: every block wrapped as Lightning's FSDP strategy wraps
+    them (``activation_checkpointing_policy={Block}``: ``checkpoint_wrapper``, non-reentrant); ``optimizer``: ``adamw``
+    over the trainable parameters (QLoRA: none, its paged AdamW lives in unified memory) or ``sgd`` (no state: what
+    the calibration runs, as ``calibrate_activations.py`` does); ``trainable_all``: full
+    fine-tuning (every weight trains, as ``litgpt/finetune/full.py``)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from advisor.measure.quantized_base import _code_book, legacy_backward
     from advisor.measure.simulate import _materialize, live_bytes_mode
 
-    notes = case["notes"]
-    targets = re.search(r"LoRA on ([a-z,]+)", notes).group(1).split(",")
-    quantize = re.search(r"quantize (\S+?),", notes).group(1)
-    flags = {flag: name in targets for name, flag in FLAGS.items()}
-    # the config hub's dropout is 0.05 or 0.1: any p > 0 keeps the same tensors (output and mask)
-    config = lora.Config.from_name(case["model"]["id"], lora_r=case["plan"]["lora_rank"], lora_alpha=16,
-                                   lora_dropout=0.05, **flags)
-    b, s = case["workload"]["micro_batch_size"], case["workload"]["seq_len"]
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # bf16-true: Fabric builds the model under this default dtype
     try:
         with torch.device("meta"):
             model = lora.GPT(config)
-        lora.mark_only_lora_as_trainable(model)
-        quantized = quantize != "None"
-        if quantized:
+        if not trainable_all:
+            lora.mark_only_lora_as_trainable(model)
+        if quantize:
             _swap_linears(model, double_quant=quantize.endswith("-dq"))
             with torch.device("cpu"):
                 _code_book()
+        if checkpointing:
+            from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
+
+            for i, block in enumerate(model.transformer.h):
+                model.transformer.h[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
         tracker = live_bytes_mode()
-        with FakeTensorMode(allow_non_fake_inputs=True), tracker, legacy_backward(quantized):
+        with FakeTensorMode(allow_non_fake_inputs=True), tracker, legacy_backward(bool(quantize) and legacy):
             _materialize(model)
             model.max_seq_length = s  # rebuilds the RoPE cache on the fake device
             model.train()
             params = [p for p in model.parameters() if p.requires_grad]
-            optimizer = None if quantized else torch.optim.AdamW(params, lr=1e-4)
+            step = (torch.optim.SGD(params, lr=1e-4) if optimizer == "sgd"
+                    else None if quantize else torch.optim.AdamW(params, lr=1e-4))
+            built = tracker.current
             x = torch.randint(0, config.padded_vocab_size, (b, s))
             for _ in range(2):
                 tracker.phase = "forward"
@@ -118,12 +127,26 @@ def simulate_case(lora, case: dict) -> int:
                 loss.backward()
                 del loss, logits
                 tracker.phase = "optimizer"
-                if optimizer is not None:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
+                if step is not None:
+                    step.step()
+                    step.zero_grad(set_to_none=True)
     finally:
         torch.set_default_dtype(default)
-    return max(v for k, v in tracker.phase_peaks.items() if k != "build")
+    return {k: v for k, v in tracker.phase_peaks.items() if k != "build"}, built
+
+
+def simulate_case(lora, case: dict) -> int:
+    """The simulated peak bytes of one case's training steps (two steps, as advisor's simulator runs them)."""
+    notes = case["notes"]
+    targets = re.search(r"LoRA on ([a-z,]+)", notes).group(1).split(",")
+    quantize = re.search(r"quantize (\S+?),", notes).group(1)
+    flags = {flag: name in targets for name, flag in FLAGS.items()}
+    # the config hub's dropout is 0.05 or 0.1: any p > 0 keeps the same tensors (output and mask)
+    config = lora.Config.from_name(case["model"]["id"], lora_r=case["plan"]["lora_rank"], lora_alpha=16,
+                                   lora_dropout=0.05, **flags)
+    peaks, _ = litgpt_step(lora, config, case["workload"]["micro_batch_size"], case["workload"]["seq_len"],
+                           quantize=None if quantize == "None" else quantize)
+    return max(peaks.values())
 
 
 def _swap_linears(module, double_quant: bool) -> None:

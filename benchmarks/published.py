@@ -339,6 +339,9 @@ def stack_options(case: dict) -> dict:
             opts[option] = bool(s[key])
     if s.get("packing") and attention in ("flash-attention-2", "flash-attention-3"):
         opts["packing"] = True
+    framework = s.get("framework") or ""
+    if "LitGPT" in framework or ("lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
+        opts["framework"] = "litgpt"  # LitGPT's own model code (lightning-thunder trains lit-gpt's, but for one run)
     if case["plan"].get("method") == "qlora":
         # reentrant checkpointing runs the forward without autograd: no MatMul4Bit context keeps an input
         reentrant = case["plan"].get("gradient_checkpointing") and s.get("reentrant_checkpointing")

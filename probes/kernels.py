@@ -133,6 +133,16 @@ class Checkpointing(Vocabulary):
         return self is not Checkpointing.FULL
 
 
+class Framework(Vocabulary):
+    """The training code whose tensors a plan is priced for: the Hugging Face stack (transformers' model + PEFT's
+    adapters, the Trainer's loop: what ``--emit`` writes, trials and ``--simulate`` run), or LitGPT's own model,
+    LoRA layers and loops (https://github.com/Lightning-AI/litgpt: bf16-true, a chunked LM head and loss; its
+    activation columns are fitted to simulated LitGPT 0.4.12 steps, ``benchmarks/calibrate_litgpt.py``)."""
+
+    TRANSFORMERS = "transformers"
+    LITGPT = "litgpt"
+
+
 #: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:
 #: https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/transformers/monkey_patch.py).
 LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "qwen2", "qwen2_moe",

@@ -94,6 +94,7 @@ class Setting(Vocabulary):
     EXPERT_PARALLEL = "expert_parallel"
     CHECKPOINTING = "checkpointing"
     LEGACY_BITSANDBYTES = "legacy_bitsandbytes"
+    FRAMEWORK = "framework"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

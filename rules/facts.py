@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from probes.hardware import GPUInfo, HardwareProfile
-from probes.kernels import Attention, Checkpointing, LossKernel
+from probes.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.model import ModelProfile
 from probes.vocabulary import (Device, LoraTargets, Method, Objective, Offload, Optimizer, Parallelism, Precision,
                                WeightsDtype, literal)
@@ -24,6 +24,7 @@ LoraTargetsName = literal(LoraTargets)
 AttentionName = literal(Attention)
 LossKernelName = literal(LossKernel)
 CheckpointingName = literal(Checkpointing)
+FrameworkName = literal(Framework)
 
 #: LoRA's rank when the user does not say: 16, between PEFT's default 8 and the QLoRA paper's 64 (QLoRA,
 #: https://arxiv.org/abs/2305.14314 sec. 4: with adapters on every linear layer the rank barely matters;
@@ -123,6 +124,9 @@ class Plan(BaseModel):
     legacy_bitsandbytes: bool = Field(False, description="QLoRA on bitsandbytes older than 0.43.2, whose 4-bit layers "
                                                          "keep their input for backward (default: the version "
                                                          "installed here; no effect on other methods)")
+    framework: FrameworkName = Field(Framework.TRANSFORMERS.value, description="the training code priced: "
+                                     "transformers + PEFT (the Trainer's; what --emit writes and trials run) or "
+                                     "LitGPT's own model and loops (estimate only)")
 
     @model_validator(mode="before")
     @classmethod
@@ -177,6 +181,10 @@ class Plan(BaseModel):
         parts += [label for label, on in ((f"{self.loss_kernel} loss", self.loss_kernel != LossKernel.STANDARD),
                                           ("compile", self.torch_compile), ("packing", self.packing),
                                           ("fp8", self.fp8)) if on]
+        if self.legacy_bitsandbytes and Method.of(self.method).spec.quantized_base:
+            parts.append("bitsandbytes < 0.43.2")
+        if self.framework != Framework.TRANSFORMERS:
+            parts.append(f"{self.framework}'s code")
         if data_parallel and self.data_parallel_size > 1:
             parts.append(f"{self.parallelism} × {self.data_parallel_size} {'GPUs' if self.num_gpus else 'processes'}")
         return ", ".join(parts)

@@ -133,6 +133,9 @@ BNB_8BIT_EMBEDDING = Source(title="transformers issue 14819: 8-bit Adam and embe
 BNB_PAGED = Source(title="bitsandbytes paged optimizers",
                    url="https://huggingface.co/docs/bitsandbytes/main/en/optimizers#paged-optimizers",
                    section="Paged optimizers")
+LITGPT = Source(title="LitGPT: model, LoRA and fine-tuning scripts", url="https://github.com/Lightning-AI/litgpt",
+                section="litgpt/lora.py (LoRA layers), litgpt/finetune/lora.py (bf16-true, lm_head_chunk_size=128, "
+                        "chunked_cross_entropy)")
 BNB_PR_1270 = Source(title="bitsandbytes PR 1270: fix QLoRA mem bug: delete useless buffered activation",
                      url="https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270",
                      section="MatMul4Bit keeps (None, B) instead of (A, B) for backward; released in 0.43.2 "

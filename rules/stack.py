@@ -9,7 +9,8 @@ the plan runs with what transformers and torch give, and the recommendation pric
 
 from __future__ import annotations
 
-from probes.kernels import INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, LossKernel, legacy_bitsandbytes
+from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
+                           legacy_bitsandbytes)
 from probes.vocabulary import Method, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -252,3 +253,22 @@ class BitsandbytesBackward(Rule):
                               f"later, whose 4-bit layers keep no input for backward: pip install -U bitsandbytes",
                               Setting.LEGACY_BITSANDBYTES)]
         return []
+
+
+@register
+class FrameworkRule(Rule):
+    id = "stack.framework"
+    title = "plans are priced for transformers + PEFT; LitGPT's own code only when asked (estimate --framework)"
+    topic = "stack"
+    sources = [S.LITGPT, S.PEFT_LORA]
+    rationale = ("Which tensors a step keeps depends on the model code, not only on the model: LitGPT's own "
+                 "implementation (fused qkv, its LoRA layers in the weights' dtype, bf16-true without autocast, a "
+                 "chunked LM head and loss) keeps other activations than transformers' model wrapped by PEFT. advisor "
+                 "plans, emits and trials the Hugging Face stack; estimate --framework litgpt prices LitGPT's step with "
+                 "columns fitted to simulated LitGPT steps, whose published peak memory they reproduce.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.framework != Framework.LITGPT:
+            return []
+        return [self.warn("priced for LitGPT's own model code and loop (estimate only): --emit writes the Trainer's "
+                          "recipe, and trials and --simulate run transformers' model", Setting.FRAMEWORK)]

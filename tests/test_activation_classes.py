@@ -75,3 +75,27 @@ def test_frozen_layers_keep_no_inputs_nor_do_current_4_bit_layers() -> None:
 def test_tensor_parallel_with_sequence_parallelism_splits_every_activation() -> None:
     one = _activations(weights_dtype="bf16")
     assert _activations(weights_dtype="bf16", tensor_parallel=8, num_gpus=8) == pytest.approx(one / 8, rel=1e-6)
+
+
+def test_a_litgpt_plan_reads_litgpts_columns_first() -> None:
+    """LitGPT's own step keeps other tensors than transformers' model + PEFT: its columns (fitted to simulated LitGPT
+    steps, benchmarks/calibrate_litgpt.py) come first, the transformers model's after them."""
+    keys = calibration_keys(_plan(weights_dtype="bf16", method="lora", lora_targets="attention", framework="litgpt"))
+    assert keys[:2] == ["litgpt:bf16+lora-attention", "litgpt:bf16"] and keys[-3:] == [
+        "bf16+lora-attention", "bf16", "mixed"]
+    assert "litgpt:bf16+lora-attention" in _calibration()["llama"]["causal-lm"]
+    hf = _activations(weights_dtype="bf16", method="lora", lora_targets="attention")
+    assert _activations(weights_dtype="bf16", method="lora", lora_targets="attention", framework="litgpt") != hf
+
+
+def test_cli_estimate_takes_the_framework_and_says_it() -> None:
+    import json
+
+    from test_cli import advisor
+
+    args = ("estimate", "--model", LLAMA, "--gpu", "a10g", "--method", "lora", "--seq-len", "512", "--json")
+    hf, lit = (json.loads(advisor(*args, *extra).stdout) for extra in ((), ("--framework", "litgpt")))
+    assert (hf["plan"]["framework"], lit["plan"]["framework"]) == ("transformers", "litgpt")
+    assert lit["memory"]["components"]["activations_bytes"] != hf["memory"]["components"]["activations_bytes"]
+    text = advisor(*args[:-1], "--framework", "litgpt")
+    assert text.returncode == 0 and "litgpt's code" in text.stdout.splitlines()[0]

@@ -40,7 +40,7 @@ from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
 from probes.errors import OutputError, UsageError
-from probes.kernels import LossKernel
+from probes.kernels import Framework, LossKernel
 from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
@@ -312,12 +312,15 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
 
     Raises:
         UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline /
-            expert parallel plan, or attention-only adapters on a model type without known projection names.
+            expert parallel plan, a plan priced for another framework than transformers, or attention-only adapters on a model type without known projection names.
     """
     if rec.plan.model_parallel_size > 1:
         raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
                          f"{rec.plan.pipeline_parallel}, which the Trainer, accelerate and DeepSpeed's ZeRO configs "
                          "cannot express; configure Megatron-LM or DeepSpeed's pipeline engine from the plan")
+    if rec.plan.framework != Framework.TRANSFORMERS:
+        raise UsageError(f"--emit writes the Trainer's recipe; the plan is priced for {rec.plan.framework}'s own code: "
+                         "configure it from the plan")
     if rec.plan.expert_parallel > 1:
         e = rec.plan.expert_parallel
         raise UsageError(f"--emit: the plan uses expert parallel {e}, which the Trainer and accelerate cannot run; "

@@ -48,7 +48,7 @@ from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
-from probes.kernels import Attention, Checkpointing, LossKernel
+from probes.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, Method, Parallelism, Precision, Task,
                                WeightsDtype)
 from rules.facts import Plan
@@ -207,7 +207,17 @@ def calibration_keys(plan: Plan) -> list[str]:
     versions kept the input of every 4-bit layer (``(A, B)``, changed by bitsandbytes PR 1270:
     https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270): the ``+keeps-inputs`` columns
     (``Plan.legacy_bitsandbytes``). A family without QLoRA columns falls back to LoRA's
-    (legacy: full fine-tuning's). The last column is the fallback every family has."""
+    (legacy: full fine-tuning's). The last column is the fallback every family has. A LitGPT plan
+    (``Plan.framework``) looks for the same columns prefixed ``litgpt:`` first, fitted to LitGPT's own simulated step
+    (``benchmarks/calibrate_litgpt.py``), then the transformers model's."""
+    keys = _transformers_keys(plan)
+    if plan.framework == Framework.LITGPT:  # LitGPT's own columns first, then the transformers model's
+        return [f"{Framework.LITGPT.value}:{k}" for k in keys] + keys
+    return keys
+
+
+def _transformers_keys(plan: Plan) -> list[str]:
+    """:func:`calibration_keys` for the transformers + PEFT step."""
     if plan.precision == Precision.FP32:
         return [Precision.FP32.value]
     sixteen_bit = plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0

@@ -47,7 +47,7 @@ from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, lega
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
                                        make_optimizer, synthetic_batch)
 from probes.errors import UsageError
-from probes.kernels import Checkpointing
+from probes.kernels import Checkpointing, Framework
 from probes.model import ModelProfile
 from probes.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
 from rules import Plan
@@ -148,6 +148,9 @@ def _materialize(net):
 def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     """Why ``--simulate`` cannot run ``plan`` (one line for the user), or None when it can."""
     method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
+    if plan.framework != Framework.TRANSFORMERS:
+        return (f"--simulate runs transformers' model, not {plan.framework}'s: use the analytic estimate "
+                "(benchmarks/litgpt_simulated.py simulates LitGPT's own step)")
     if plan.parallelism != Parallelism.NONE:
         return "--simulate runs one device: drop --parallelism / use one GPU"
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:

@@ -35,7 +35,7 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
 from probes.errors import UsageError
-from probes.kernels import Checkpointing
+from probes.kernels import Checkpointing, Framework
 from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
@@ -184,6 +184,9 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
         raise UsageError(f"trials run the Trainer's full activation checkpointing, not {plan.checkpointing}: validate "
                          "a plan with full checkpointing (estimate --checkpointing full)")
+    if plan.framework != Framework.TRANSFORMERS:
+        raise UsageError(f"trials run transformers' model and the Trainer's loop, not {plan.framework}'s: validate a "
+                         "plan without --framework")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")
