@@ -4,7 +4,9 @@ The cases are ``benchmarks/published/*.jsonl`` (format, sources and provenance:
 ``benchmarks/published/README.md``); each is priced with advisor's own Python API,
 :func:`advisor.app.api.estimate`, given what the source states: catalog GPU, model config, sequence
 length, micro-batch, accumulation, precision, weights dtype, optimizer, checkpointing, parallelism,
-offload, method and LoRA rank / targets. A setting the source does not state is left to ``estimate``'s
+offload, method and LoRA rank / targets, and the stack (:func:`stack_options`: attention kernel, loss kernel,
+compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbytes' version for QLoRA, with
+reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to ``estimate``'s
 own default and named in the case's "why it may differ" column; nothing is invented. A case advisor
 cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
 is listed as skipped with its reason.
