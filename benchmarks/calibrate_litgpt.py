@@ -68,9 +68,7 @@ def runner(lora, name: str, variant: tuple):
                                        padded_vocab_size=vocab, vocab_size=vocab,
                                        **({"lora_r": 16, "lora_alpha": 16, "lora_dropout": 0.05, **flags}
                                           if targets else {}))
-        if method == Method.FULL.value:  # every weight trains: LitGPT's full.py builds litgpt.model.GPT
-            config = lora.Config.from_name(name, n_layer=layers, intermediate_size=base.intermediate_size * ffn_mult,
-                                           padded_vocab_size=vocab, vocab_size=vocab)
+        # full fine-tuning: no adapters (r = 0: LoRA layers are plain linears), every weight trains, as LitGPT's full.py
         peaks, built = litgpt_step(lora, config, b, seq, checkpointing=ckpt, optimizer="sgd", legacy=legacy,
                                    quantize="bnb.nf4-dq" if method == Method.QLORA.value else None,
                                    trainable_all=method == Method.FULL.value)
