@@ -408,10 +408,10 @@ def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
         out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
     if "INCLUDING the periodic evaluation" in text:
         out.append("whole-run peak includes evaluation / generation")
-    if "lit" in (s.get("framework") or "").lower():
+    if stack_options(case).get("framework") == "litgpt":
+        out.append("LitGPT's own model code (advisor: --framework litgpt, its untied LM head included)")
+    elif "lit" in (s.get("framework") or "").lower():
         out.append("LitGPT's own model code, no dropout")
-        if profile.tied_embeddings:
-            out.append("LitGPT unties the embeddings: a second vocab × hidden matrix")
     targets_qv = any(t in text for t in ("query,value", "query+value", "'v_proj', 'q_proj'", "'q_proj', 'v_proj'"))
     if p.get("lora_targets") == "attention" and targets_qv:
         out.append("adapters on q, v only (advisor: q, k, v, o)")

@@ -150,6 +150,20 @@ class ModelProfile(BaseModel):
             return 0
         return (self.matmul_parameters - self.active_matmul_parameters) * k // (experts - k)
 
+    def untied(self) -> "ModelProfile":
+        """This model with its output head a matrix of its own rather than the input embedding's: a second
+        vocabulary × hidden matrix (every parameter count grows by it; the matmuls are the same). What LitGPT builds:
+        its GPT has ``lm_head`` and ``wte`` apart, both loaded from the checkpoint, unless told
+        ``tie_embeddings`` (https://github.com/Lightning-AI/litgpt, ``litgpt/model.py``). Itself when untied already
+        or without a vocabulary head."""
+        if not self.tied_embeddings or not Task.of(self.task).language_modeling:
+            return self
+        head = self.vocab_size * self.hidden_size
+        return self.model_copy(update={"tied_embeddings": False, "num_parameters": self.num_parameters + head,
+                                       "active_parameters": self.active_parameters + head,
+                                       "parameter_shapes": [*self.parameter_shapes,
+                                                            ((self.vocab_size, self.hidden_size), 1)]})
+
     @property
     def routed_parameters(self) -> int:
         """Parameters of every routed expert of every MoE block (0 for a dense model): what expert parallelism

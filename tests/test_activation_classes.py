@@ -99,3 +99,18 @@ def test_cli_estimate_takes_the_framework_and_says_it() -> None:
     assert lit["memory"]["components"]["activations_bytes"] != hf["memory"]["components"]["activations_bytes"]
     text = advisor(*args[:-1], "--framework", "litgpt")
     assert text.returncode == 0 and "litgpt's code" in text.stdout.splitlines()[0]
+
+
+def test_litgpt_builds_its_lm_head_apart_from_the_embedding() -> None:
+    """LitGPT's GPT has ``lm_head`` and ``wte`` apart: a model that ties them (gpt2) gets a second vocabulary × hidden
+    matrix under ``--framework litgpt``; an untied one (Llama-2) is unchanged."""
+    from advisor.app.api import estimate
+
+    gpt2 = profile_model("gpt2")
+    assert gpt2.tied_embeddings and not gpt2.untied().tied_embeddings
+    assert gpt2.untied().num_parameters == gpt2.num_parameters + gpt2.vocab_size * gpt2.hidden_size
+    assert profile_model(LLAMA).untied() == profile_model(LLAMA)
+    hf, lit = (estimate("gpt2", gpu="a100-80gb", seq_len=128, micro_batch_size=1, framework=f)
+               for f in ("transformers", "litgpt"))
+    assert lit.model.num_parameters == gpt2.untied().num_parameters
+    assert lit.memory.components.weights_bytes > hf.memory.components.weights_bytes

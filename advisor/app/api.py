@@ -39,6 +39,7 @@ from advisor.engine.suggestions import faster_hardware, no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
+from probes.kernels import Framework
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
@@ -256,8 +257,11 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     facts = _facts(model, opts.model_copy(update={"global_batch_size": micro}), hardware)
     plan = _estimate_plan(facts, settings)
     planner.require_legal(facts, plan)
+    # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
+    model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
-                                                          global_batch_size=plan.global_batch_size)})
+                                                          global_batch_size=plan.global_batch_size),
+                                     "model": model_here})
     candidate = planner.evaluate(facts, plan)
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
