@@ -89,8 +89,8 @@ def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, le
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from advisor.measure.quantized_base import _code_book, legacy_backward
-    from advisor.measure.simulate import _materialize, live_bytes_mode
+    from advisor.measure.quantized_base import code_book, legacy_backward
+    from advisor.measure.simulate import materialize, live_bytes_mode
 
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # bf16-true: Fabric builds the model under this default dtype
@@ -102,7 +102,7 @@ def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, le
         if quantize:
             _swap_linears(model, double_quant=quantize.endswith("-dq"))
             with torch.device("cpu"):
-                _code_book()
+                code_book()
         if checkpointing:
             from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 
@@ -110,7 +110,7 @@ def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, le
                 model.transformer.h[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
         tracker = live_bytes_mode()
         with FakeTensorMode(allow_non_fake_inputs=True), tracker, legacy_backward(bool(quantize) and legacy):
-            _materialize(model)
+            materialize(model)
             model.max_seq_length = s  # rebuilds the RoPE cache on the fake device
             model.train()
             params = [p for p in model.parameters() if p.requires_grad]

@@ -17,9 +17,9 @@ The simulated QLoRA step (:mod:`advisor.measure.simulate`) builds what ``from_pr
   its input as those versions did (``ctx.tensors = (A, B)``: the line bitsandbytes PR 1270 changed,
   https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270).
 
-bitsandbytes (>= 0.48) registers its kernels as ``torch.library`` ops with fake implementations, which is what lets
+bitsandbytes (>= 0.46, PR 1544) registers its kernels as ``torch.library`` ops with fake implementations, which lets
 them run under ``FakeTensorMode``; only the double quantization's 8-bit code book is data, made once for real
-(:func:`_code_book`). Imports torch, transformers and bitsandbytes, off the fast path.
+(:func:`code_book`). Imports torch, transformers and bitsandbytes, off the fast path.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from rules import Plan
 def missing_reason() -> str | None:
     """Why the 4-bit base cannot be simulated here (one line), or None when bitsandbytes is installed."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        return "QLoRA's 4-bit base needs the bitsandbytes package (>= 0.48): pip install bitsandbytes"
+        return "QLoRA's 4-bit base needs the bitsandbytes package (>= 0.46): pip install bitsandbytes"
     return None
 
 
@@ -58,7 +58,7 @@ def quantize_skeleton(net, plan: Plan) -> None:
     quantizer.preprocess_model(net, device_map={"": "cpu"})
     net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
     with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
-        _code_book()
+        code_book()
 
 
 def is_4bit(module) -> bool:
@@ -69,7 +69,7 @@ def is_4bit(module) -> bool:
     return bnb is not None and isinstance(module, bnb.nn.Linear4bit)
 
 
-def _code_book() -> None:
+def code_book() -> None:
     """Make the double quantization's dynamic 8-bit map once, for real: bitsandbytes builds it from Python lists
     (``create_dynamic_map``), which fake tensors cannot read back, and caches it in ``name2qmap``."""
     import bitsandbytes.functional as bnbf

@@ -111,7 +111,7 @@ def _adapter_skeleton(model: ModelProfile, config, plan: Plan):
 
     PEFT moves each new adapter to its base layer's device with ``Module.to()``, which fake parameters refuse
     (torch swaps a fake parameter's tensor, and fake tensors carry weak references), so the adapters are made on
-    the meta device, where PEFT skips the move, and :func:`_materialize` turns the result into fake tensors."""
+    the meta device, where PEFT skips the move, and :func:`materialize` turns the result into fake tensors."""
     import torch
 
     with torch.device("meta"):
@@ -123,7 +123,7 @@ def _adapter_skeleton(model: ModelProfile, config, plan: Plan):
         return apply_adapters(net, model, plan)
 
 
-def _materialize(net):
+def materialize(net):
     """Replace every meta parameter and buffer of ``net`` by a new tensor of the same shape and dtype (a fake one
     under fake mode, as transformers would have built it there), tied weights kept tied; a 4-bit layer's weight
     by bitsandbytes' quantization of a fake matrix (:func:`advisor.measure.quantized_base.quantized_weight`)."""
@@ -221,7 +221,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     with (FakeTensorMode(allow_non_fake_inputs=True), tracker, cuda_autocast_answers(cuda_autocast),
           legacy_backward(legacy)):
         if skeleton is not None:
-            net = _materialize(skeleton)
+            net = materialize(skeleton)
         else:
             net = build_model(model, config, weights_dtype=plan.weights_dtype)
             if plan.gradient_checkpointing:
