@@ -384,7 +384,7 @@ def predicted_memory(quantity: str, est) -> int:
     return mem.device_bytes
 
 
-def stack_notes(case: dict, profile: ModelProfile) -> list[str]:
+def stack_notes(case: dict) -> list[str]:
     """What the source's stack does that advisor does not model (its stack settings cover the attention kernel,
     chunked / Liger losses, packing, compile and fp8; not Transformer Engine's or other fused kernels, nor model
     code other than transformers')."""
@@ -460,7 +460,7 @@ def run_case(case: dict) -> Result:
         r.rate_unit, r.rate_published = "samples/s", m["samples_per_s"]
         r.rate_predicted = est.speed.samples_per_s
         r.per_gpu = case["hardware"].get("count") is not None
-    r.why = stack_notes(case, profile) + notes + _states_check(r, est)
+    r.why = stack_notes(case) + notes + _states_check(r, est)
     return r
 
 
