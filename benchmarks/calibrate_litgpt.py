@@ -36,7 +36,8 @@ from rules import Plan  # noqa: E402
 
 #: advisor's family → the LitGPT 0.4.12 model whose width calibrates it
 FAMILIES = {"llama": "Llama-2-7b-hf", "mistral": "Mistral-7B-v0.1", "gemma": "gemma-2b", "gemma2": "gemma-2-2b",
-            "phi": "phi-2", "phi3": "Phi-3-mini-4k-instruct", "falcon": "falcon-7b", "gpt_neox": "stablelm-base-alpha-3b"}
+            "phi": "phi-2", "phi3": "Phi-3-mini-4k-instruct", "falcon": "falcon-7b",
+            "gpt_neox": "stablelm-base-alpha-3b"}
 #: advisor's LoRA targets → LitGPT's LoRA flags
 TARGETS = {LoraTargets.ATTENTION.value: ("lora_query", "lora_key", "lora_value", "lora_projection"),
            LoraTargets.ALL_LINEAR.value: ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp")}

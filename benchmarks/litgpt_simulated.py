@@ -48,30 +48,31 @@ FLAGS = {"query": "lora_query", "key": "lora_key", "value": "lora_value", "proje
          "mlp": "lora_mlp", "head": "lora_head"}
 
 
+#: The functions of ``litgpt/utils.py`` this script needs: the two ``litgpt.config`` and ``litgpt.lora`` import, and
+#: the loss ``litgpt/finetune/lora.py`` trains with
+UTILS = ("find_multiple", "map_old_state_dict_weights", "chunked_cross_entropy")
+
+
 def import_litgpt(folder: Path):
-    """LitGPT's config, model and LoRA modules from an unpacked wheel, without its package ``__init__``."""
+    """LitGPT's config, model and LoRA modules from an unpacked wheel, without its package ``__init__`` (which imports
+    Lightning): ``litgpt.utils`` holds only :data:`UTILS`, LitGPT's own functions read from its ``utils.py``."""
+    import ast
+    import importlib
+    from typing import Dict, List, Mapping, Union
+
+    import torch
+
     package = types.ModuleType("litgpt")
     package.__path__ = [str(folder / "litgpt")]
     sys.modules["litgpt"] = package
-    utils = types.ModuleType("litgpt.utils")  # the two helpers litgpt.config and litgpt.lora import from it
-    utils.find_multiple = lambda n, k: n if n % k == 0 else n + k - (n % k)
-    utils.map_old_state_dict_weights = lambda state_dict, mapping, prefix: state_dict
+    source = (folder / "litgpt" / "utils.py").read_text(encoding="utf-8")
+    functions = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name in UTILS]
+    utils = types.ModuleType("litgpt.utils")
+    utils.__dict__.update(torch=torch, Dict=Dict, List=List, Mapping=Mapping, Union=Union)
+    exec(compile(ast.Module(body=functions, type_ignores=[]), str(folder / "litgpt" / "utils.py"), "exec"),
+         utils.__dict__)
     sys.modules["litgpt.utils"] = utils
-    import importlib
-
     return importlib.import_module("litgpt.lora")
-
-
-def chunked_cross_entropy(logits, targets, chunk_size: int = 128, ignore_index: int = -100):
-    """``litgpt.utils.chunked_cross_entropy`` for a chunked LM head (a list of logits), as LitGPT 0.4.12 has it."""
-    import torch
-
-    logit_chunks = [chunk.reshape(-1, chunk.size(-1)) for chunk in logits]
-    target_chunks = [chunk.reshape(-1) for chunk in targets.split(logits[0].size(1), dim=1)]
-    losses = [torch.nn.functional.cross_entropy(lc, tc, ignore_index=ignore_index, reduction="none")
-              for lc, tc in zip(logit_chunks, target_chunks)]
-    kept = (targets != ignore_index).sum()
-    return torch.cat(losses).sum() / kept.maximum(torch.ones_like(kept))
 
 
 def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, legacy: bool = True,
@@ -122,7 +123,7 @@ def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, le
                 tracker.phase = "forward"
                 logits = model(x, lm_head_chunk_size=128)
                 logits[-1] = logits[-1][..., :-1, :]
-                loss = chunked_cross_entropy(logits, x[..., 1:])
+                loss = sys.modules["litgpt.utils"].chunked_cross_entropy(logits, x[..., 1:])
                 tracker.phase = "backward"
                 loss.backward()
                 del loss, logits

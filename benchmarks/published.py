@@ -6,9 +6,9 @@ The cases are ``benchmarks/published/*.jsonl`` (format, sources and provenance:
 length, micro-batch, accumulation, precision, weights dtype, optimizer, checkpointing, parallelism,
 offload, method and LoRA rank / targets, and the stack (:func:`stack_options`: attention kernel, loss kernel,
 compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbytes' version for QLoRA, with
-reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to ``estimate``'s
-own default and named in the case's "why it may differ" column; nothing is invented. A case advisor
-cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
+reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
+``estimate``'s own default and named in the case's "why it may differ" column; nothing is invented. A case
+advisor cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
 is listed as skipped with its reason.
 
 Models: a Hub id in the shipped catalog (``probes/configs``) is used by id; every other model has its
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.app.api import estimate  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
-from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, legacy_bitsandbytes  # noqa: E402
+from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, legacy_bitsandbytes  # noqa: E402
 from probes.vocabulary import Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
@@ -343,7 +343,8 @@ def stack_options(case: dict) -> dict:
         opts["packing"] = True
     framework = s.get("framework") or ""
     if "LitGPT" in framework or ("lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
-        opts["framework"] = "litgpt"  # LitGPT's own model code (lightning-thunder trains lit-gpt's, but for one run)
+        # LitGPT's own model code (lightning-thunder trains lit-gpt's model, but for one run)
+        opts["framework"] = Framework.LITGPT.value
     if case["plan"].get("method") == "qlora":
         # reentrant checkpointing runs the forward without autograd: no MatMul4Bit context keeps an input
         reentrant = case["plan"].get("gradient_checkpointing") and s.get("reentrant_checkpointing")
@@ -408,7 +409,7 @@ def stack_notes(case: dict) -> list[str]:
         out.append("padded to each batch's longest sample: steps can be shorter than seq_len")
     if "INCLUDING the periodic evaluation" in text:
         out.append("whole-run peak includes evaluation / generation")
-    if stack_options(case).get("framework") == "litgpt":
+    if stack_options(case).get("framework") == Framework.LITGPT:
         out.append("LitGPT's own model code (advisor: --framework litgpt, its untied LM head included)")
     elif "lit" in (s.get("framework") or "").lower():
         out.append("LitGPT's own model code, no dropout")

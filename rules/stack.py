@@ -264,7 +264,8 @@ class FrameworkRule(Rule):
     rationale = ("Which tensors a step keeps depends on the model code, not only on the model: LitGPT's own "
                  "implementation (fused qkv, its LoRA layers in the weights' dtype, bf16-true without autocast, a "
                  "chunked LM head and loss) keeps other activations than transformers' model wrapped by PEFT. advisor "
-                 "plans, emits and trials the Hugging Face stack; estimate --framework litgpt prices LitGPT's step with "
+                 "plans, emits and trials the Hugging Face stack; estimate --framework litgpt prices LitGPT's step "
+                 "with "
                  "columns fitted to simulated LitGPT steps, whose published peak memory they reproduce.")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:

@@ -119,8 +119,8 @@ def cuda_autocast_answers(enabled: bool):
 
 @contextmanager
 def legacy_backward(enabled: bool):
-    """Within this context (when ``enabled``), bitsandbytes' ``matmul_4bit`` runs ``MatMul4Bit`` as bitsandbytes < 0.43.2
-    did: keeping its input ``A`` for backward whenever an input requires grad (``ctx.tensors = (A, B)``), which
+    """Within this context (when ``enabled``), bitsandbytes' ``matmul_4bit`` runs ``MatMul4Bit`` as bitsandbytes
+    < 0.43.2 did: keeping its input ``A`` for backward whenever an input requires grad (``ctx.tensors = (A, B)``), which
     PR 1270 replaced by ``(None, B)`` since backward needs only the weight."""
     if not enabled:
         yield
