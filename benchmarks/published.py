@@ -342,7 +342,8 @@ def stack_options(case: dict) -> dict:
     if s.get("packing") and attention in ("flash-attention-2", "flash-attention-3"):
         opts["packing"] = True
     framework = s.get("framework") or ""
-    if "LitGPT" in framework or ("lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
+    if any(name in framework.lower() for name in ("litgpt", "lit-gpt")) or (
+            "lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
         # LitGPT's own model code (lightning-thunder trains lit-gpt's model, but for one run)
         opts["framework"] = Framework.LITGPT.value
     if case["plan"].get("method") == "qlora":

@@ -99,6 +99,9 @@ ACCELERATE_FSDP_DEEPSPEED = Source(title="HF Accelerate concept guide: FSDP vs D
                                    section="On Differences in Sharding Strategies / Offloading")
 TORCH_FSDP = Source(title="PyTorch FullyShardedDataParallel", url="https://pytorch.org/docs/stable/fsdp.html",
                     section="ShardingStrategy (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD), CPUOffload")
+TORCH_FSDP_NO_SYNC = Source(title="PyTorch FullyShardedDataParallel", url="https://pytorch.org/docs/stable/fsdp.html",
+                            section="FullyShardedDataParallel.no_sync (full gradients until the sync); the notes on "
+                                    "frozen parameters under use_orig_params=True")
 MEGATRON_SCALING = Source(title="Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
                                 "Using Megatron-LM", url="https://arxiv.org/abs/2104.04473",
                           section="3.3 Takeaways (tensor parallel inside a node, pipeline across nodes)")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
                            legacy_bitsandbytes)
-from probes.vocabulary import Method, Precision, Setting, Task, values
+from probes.vocabulary import Method, Parallelism, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -260,16 +260,27 @@ class FrameworkRule(Rule):
     id = "stack.framework"
     title = "plans are priced for transformers + PEFT; LitGPT's own code only when asked (estimate --framework)"
     topic = "stack"
-    sources = [S.LITGPT, S.PEFT_LORA]
+    sources = [S.LITGPT, S.PEFT_LORA, S.TORCH_FSDP_NO_SYNC]
     rationale = ("Which tensors a step keeps depends on the model code, not only on the model: LitGPT's own "
                  "implementation (fused qkv, its LoRA layers in the weights' dtype, bf16-true without autocast, a "
                  "chunked LM head and loss) keeps other activations than transformers' model wrapped by PEFT. advisor "
                  "plans, emits and trials the Hugging Face stack; estimate --framework litgpt prices LitGPT's step "
                  "with "
-                 "columns fitted to simulated LitGPT steps, whose published peak memory they reproduce.")
+                 "columns fitted to simulated LitGPT steps, whose published peak memory they reproduce. Its loops "
+                 "accumulate under fabric.no_backward_sync, FSDP's no_sync: the full gradients stay on every GPU "
+                 "until the last micro-batch, for LoRA every block's (Fabric's use_orig_params=True wraps frozen "
+                 "weights and adapters together).")
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if plan.framework != Framework.LITGPT:
             return []
-        return [self.warn("priced for LitGPT's own model code and loop (estimate only): --emit writes the Trainer's "
-                          "recipe, and trials and --simulate run transformers' model", Setting.FRAMEWORK)]
+        effects = [self.warn("priced for LitGPT's own model code and loop (estimate only): --emit writes the "
+                             "Trainer's recipe, and trials and --simulate run transformers' model", Setting.FRAMEWORK)]
+        if Parallelism.of(plan.parallelism).fsdp and plan.gradient_accumulation_steps > 1:
+            what = "every block's weights (frozen ones too: LoRA shares their FSDP units)" if Method.of(
+                plan.method).spec.adapters else "every weight"
+            effects.append(self.warn(
+                f"LitGPT accumulates its {plan.gradient_accumulation_steps} micro-batches under FSDP's no_sync: each "
+                f"GPU holds an unsharded gradient of {what} until the last one; fewer, larger micro-batches "
+                "shorten that", Setting.GRADIENT_ACCUMULATION_STEPS))
+        return effects

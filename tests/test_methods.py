@@ -107,3 +107,25 @@ def test_cli_recommend_json_method() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["settings"]["method"]["value"] in ("lora", "qlora") and data["memory"]["fits"] is True
+
+
+def test_litgpt_fsdp_accumulation_holds_unsharded_gradients_of_every_block() -> None:
+    """LitGPT accumulates under FSDP's ``no_sync()`` (``fabric.no_backward_sync``), with whole blocks wrapped and
+    ``use_orig_params=True``: LoRA's blocks mix frozen weights and adapters, so each device holds a bf16 gradient of
+    every block parameter until the last micro-batch (LitGPT's resource table: Llama-2-7B LoRA measures 22.18 GB on
+    each of 2 A100s, more than the 21.30 GB of one). The Trainer's plans (``sync_each_batch``), one micro-batch per
+    step, and full fine-tuning's own gradients (all of them) follow the same reading."""
+    kw = dict(gpu="a100-40gb:2", parallelism="fsdp-full-shard", method="lora", lora_rank=8,
+              lora_targets="attention", weights_dtype="bf16", micro_batch_size=1, seq_len=1304,
+              gradient_checkpointing=True)
+    lit = estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=64, **kw)
+    blocks = lit.model.num_parameters - 2 * lit.model.vocab_size * lit.model.hidden_size
+    assert lit.memory.components.gradients_bytes == 2 * blocks
+    for other in (estimate(LLAMA2, gradient_accumulation_steps=64, **kw),
+                  estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=1, **kw)):
+        assert other.memory.components.gradients_bytes < blocks // 100
+    full = {k: v for k, v in kw.items() if not k.startswith("lora") and k != "method"}
+    lit_full = estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=4, **full)
+    assert lit_full.memory.components.gradients_bytes == 2 * lit_full.model.num_parameters
+    sharded = estimate(LLAMA2, gradient_accumulation_steps=4, **full).memory.components.gradients_bytes
+    assert sharded == 2 * lit_full.model.num_parameters // 2  # bf16 shards over 2 GPUs

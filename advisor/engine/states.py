@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, largest_block_matrix,
                              quantized_parameters)
+from probes.kernels import Framework
 from probes.model import ModelProfile
 from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
 from rules.facts import Plan
@@ -171,6 +172,34 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
                    optimizer=states // (n if stage >= 1 else 1), step_temp=step_temp)
 
 
+def _no_sync_gradients(states: ModelStates, model: ModelProfile, plan: Plan, split: int) -> ModelStates:
+    """FSDP accumulating without synchronisation, as LitGPT's loops do: ``fabric.no_backward_sync(model,
+    enabled=is_accumulating)`` around every micro-batch but the last (``litgpt/finetune/lora.py``, ``full.py``) runs
+    FSDP's ``no_sync()``, under which "FSDP will accumulate the full model gradients (instead of gradient shards)
+    until the eventual sync" (PyTorch FSDP API, ``FullyShardedDataParallel.no_sync``,
+    https://pytorch.org/docs/stable/fsdp.html). Lightning Fabric's ``FSDPStrategy`` sets ``use_orig_params=True``
+    and LitGPT wraps whole ``Block`` s, so under LoRA each block's flat parameter mixes frozen weights and adapters,
+    and its gradient covers all of them (the same page's notes: mixing frozen and non-frozen parameters in one
+    instance gives "higher than expected gradient memory usage"); the root unit (embedding, final norm, LM head)
+    is all frozen and gets none. So each device holds an unsharded gradient, in the weights' dtype, of every
+    parameter (full fine-tuning) or of every block parameter (LoRA) until the last micro-batch's reduce-scatter.
+
+    Applies to LitGPT plans under FSDP with more than one micro-batch per step. LitGPT's ``FSDPStrategy`` scripts
+    are what advisor prices (``full.py`` still; ``lora.py`` until 0.5.10: 0.5.11 moved LoRA to FSDP2's per-parameter
+    sharding, where frozen weights get no gradient). A quantized base cannot run under LitGPT's FSDP. The Trainer's
+    FSDP plans run with ``sync_each_batch`` (what ``--emit`` writes) and keep sharded gradients."""
+    parallelism = Parallelism.of(plan.parallelism)
+    method = Method.of(plan.method)
+    if (plan.framework != Framework.LITGPT or not parallelism.fsdp or plan.gradient_accumulation_steps <= 1
+            or method.spec.quantized_base):
+        return states
+    P = model.num_parameters // split
+    if method.spec.adapters:
+        heads = 1 if model.tied_embeddings else 2
+        P = max(P - heads * model.vocab_size * model.hidden_size // split, 0)
+    return replace(states, grads=max(states.grads, WeightsDtype.of(plan.weights_dtype).bytes * P))
+
+
 def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
     """Model-state bytes per device, with model parallelism's split (Narayanan et al. 2021,
     https://arxiv.org/abs/2104.04473 sec. 2: each GPU holds 1/(t·p) of the parameters, gradients and
@@ -181,7 +210,7 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
     if parallelism.spec.replicated_across_nodes:
         n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
     if Method.of(plan.method).spec.adapters:
-        return _adapter_states(model, plan, split, parallelism.stage, n)
+        return _no_sync_gradients(_adapter_states(model, plan, split, parallelism.stage, n), model, plan, split)
     weights = WeightsDtype.of(plan.weights_dtype)
     P = model.num_parameters // split
     local = local_parameters(model, plan)
@@ -196,7 +225,9 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
                                  local)
     else:
         states = _replicated_states(plan, local, copies16, states_full * local // max(P, 1), largest)
-    return _optimizer_in_backward(states, plan, model, P, largest) if plan.optimizer_in_backward else states
+    if plan.optimizer_in_backward:
+        return _optimizer_in_backward(states, plan, model, P, largest)
+    return _no_sync_gradients(states, model, plan, split)
 
 
 #: CPU RAM DeepSpeed's ZeRO-Offload needs per parameter it offloads: fp32 master weights, Adam's two moments
