@@ -117,11 +117,13 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
-def calibrate(family: str, variant: tuple, task: str | None = None, run=None) -> dict:
+def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512) -> dict:
     """The coefficients of one class of step (``variant``) for ``family``; ``run(ckpt, layers, ffn_multiple,
     extra_vocabulary, micro_batch, seq)`` simulates one design row (default: the transformers model's step,
-    :func:`_run`; ``benchmarks/calibrate_litgpt.py`` gives LitGPT's)."""
-    v1 = 512  # extra vocabulary (a multiple of 64)
+    :func:`_run`; ``benchmarks/calibrate_litgpt.py`` gives LitGPT's). ``extra_vocabulary``: the vocabulary rows the
+    design adds to separate the head's vocabulary term from its width term (a multiple of 64; transformers' head is
+    exactly linear in the vocabulary, so 512 rows do; LitGPT's chunked head needs a larger step)."""
+    v1 = extra_vocabulary
     if run is None:
         model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
         raw = load_config(model_id)[0]
