@@ -114,3 +114,26 @@ def test_litgpt_builds_its_lm_head_apart_from_the_embedding() -> None:
                for f in ("transformers", "litgpt"))
     assert lit.model.num_parameters == gpt2.untied().num_parameters
     assert lit.memory.components.weights_bytes > hf.memory.components.weights_bytes
+
+
+@pytest.mark.parametrize("model", [LLAMA, "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B"])
+@pytest.mark.parametrize("step", [dict(weights_dtype="bf16"), dict(weights_dtype="bf16", method="lora",
+                                                                     lora_targets="attention"),
+                                  dict(weights_dtype="bf16", method="lora", lora_targets="all-linear"),
+                                  dict(weights_dtype="bf16", parallelism="fsdp-full-shard", num_gpus=2)])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_structural_formula_prices_16_bit_classes_as_the_simulated_steps(monkeypatch, model, step,
+                                                                           checkpointing) -> None:
+    """The structural formula (families without a calibration: mixtures of experts, new architectures) keeps a
+    16-bit residual stream over 16-bit weights, drops frozen layers' inputs and recomputes a checkpointed block apart
+    from the logits: on the gated families whose columns are fitted to simulated steps it lands within 10 % of them
+    for 16-bit weights, ZeRO / FSDP and LoRA (all-linear LoRA under checkpointing is the exception: its simulated
+    blocks keep 1.6x their input, which the formula does not know why)."""
+    import advisor.engine.memory as memory
+
+    kw = dict(step, gradient_checkpointing=checkpointing, micro_batch_size=4)
+    calibrated = _activations(model, **kw)
+    monkeypatch.setattr(memory, "_calibration", lambda: {})
+    structural = _activations(model, **kw)
+    tolerance = 0.20 if checkpointing and step.get("lora_targets") == "all-linear" else 0.10
+    assert abs(structural / calibrated - 1) <= tolerance

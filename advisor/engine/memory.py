@@ -14,8 +14,11 @@ Components follow the HF guide's anatomy of model memory
   what the start of backward adds (the loss gradient), one set per class of step (:func:`calibration_keys`:
   the residual stream's dtype, frozen layers); tensor parallelism with sequence parallelism divides them by t.
   Other architectures use the structural formula of :func:`layer_activation_bytes`, after Korthikanti et al.
-  2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), with the residual stream in fp32 under autocast for every
-  class of step (it over-counts 16-bit weights' and frozen layers' activations);
+  2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), per class too: the residual stream in fp32 under autocast
+  over fp32 weights and 16-bit over 16-bit weights (:func:`residual_bytes`), frozen layers without their inputs,
+  a checkpointed block recomputed apart from the logits (within 10 % of the calibrated gated families' 16-bit,
+  ZeRO / FSDP and LoRA columns, ``tests/test_activation_classes.py``; it under-counts autocast over fp32 weights
+  by 8-21 % and GPT-2's Python GELU by a third);
 - checkpointing keeps each checkpointed block's input, and under a selective policy what it saves
   (:mod:`advisor.engine.checkpointing`);
 - lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
@@ -49,8 +52,8 @@ from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from probes.kernels import Attention, Checkpointing, Framework, LossKernel
-from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, Method, Parallelism, Precision, Task,
-                               WeightsDtype)
+from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Parallelism, Precision,
+                               Task, WeightsDtype)
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -100,23 +103,45 @@ def _bytes_per_activation(plan: Plan) -> int:
     return Precision.of(plan.precision).activation_bytes
 
 
+def _sixteen_bit_weights(plan: Plan) -> bool:
+    """Whether the step computes with 16-bit parameters: bf16 weights, or ZeRO / FSDP's 16-bit working copy
+    (:func:`calibration_keys`)."""
+    return plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
+
+
+def residual_bytes(plan: Plan) -> int:
+    """Bytes per element of the residual stream and of what a norm receives: fp32 under autocast over fp32 weights
+    (autocast runs layer / RMS norms in fp32 and the fp32 residual adds keep fp32), the compute dtype over 16-bit
+    weights ("pure bf16": the residual stream stays 16-bit), 4 in fp32."""
+    if plan.precision == Precision.FP32 or not _sixteen_bit_weights(plan):
+        return 4
+    return _bytes_per_activation(plan)
+
+
 def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
                            eager_attention: bool = False) -> int:
     """Bytes one transformer block saves for backward at micro-batch ``plan.micro_batch_size``.
 
-    Residual stream and norm inputs are fp32 (autocast runs layer/RMS norms in fp32); matmul
-    inputs, attention q/k/v/output and MLP intermediates are in the compute dtype; dropout
-    masks are 1 byte per element. Eager attention adds the softmax output (fp32 under
-    autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
+    The residual stream and the norms' inputs take :func:`residual_bytes` (fp32 under autocast over fp32 weights,
+    16-bit over 16-bit weights); an RMSNorm also keeps its fp32 upcast (the Hugging Face models' RMSNorm computes
+    in fp32), a LayerNorm its input only; matmul inputs, attention q/k/v/output and MLP intermediates are in the
+    compute dtype; dropout masks are 1 byte per element. A frozen linear layer keeps no input (autograd saves a
+    matmul's input for the weight gradient only): under adapters on the attention projections the MLP's last
+    matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
+    output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
+    Checked against the calibrated families' columns in ``tests/test_activation_classes.py``.
     """
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = _bytes_per_activation(plan)
+    r = residual_bytes(plan)
     sbh = s * b * h
     sbf = s * b * model.ffn_size
     drop = 1 if model.dropout else 0
-    norm = (8 if model.gated_mlp else 4) * sbh  # RMSNorm (Llama) keeps input and normalized copy in fp32
+    norm = ((4 + r) if model.gated_mlp else r) * sbh  # RMSNorm: its input and the fp32 copy it normalises
     qkv_width = (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
     inner = model.num_attention_heads * model.head_dim
+    spec = Method.of(plan.method).spec
+    frozen_mlp = spec.adapters and plan.lora_targets == LoraTargets.ATTENTION
 
     def attention() -> int:
         total = norm + a * sbh + a * s * b * qkv_width + a * s * b * inner + drop * sbh
@@ -130,10 +155,10 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     total = attention()
     if cross_attention:
         total += attention()
-    if model.gated_mlp:
-        total += norm + a * sbh + 4 * a * sbf
-    else:
-        total += norm + a * sbh + 2 * a * sbf + drop * sbh
+    if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input)
+        total += norm + a * sbh + (3 if frozen_mlp else 4) * a * sbf
+    else:  # the first matmul's output, the activation's (the second matmul's input)
+        total += norm + a * sbh + (1 if frozen_mlp else 2) * a * sbf + drop * sbh
     return total
 
 
@@ -220,8 +245,7 @@ def _transformers_keys(plan: Plan) -> list[str]:
     """:func:`calibration_keys` for the transformers + PEFT step."""
     if plan.precision == Precision.FP32:
         return [Precision.FP32.value]
-    sixteen_bit = plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
-    base = WeightsDtype.BF16.value if sixteen_bit else MIXED_COLUMN
+    base = WeightsDtype.BF16.value if _sixteen_bit_weights(plan) else MIXED_COLUMN
     spec = Method.of(plan.method).spec
     if not spec.adapters:
         return list(dict.fromkeys([base, MIXED_COLUMN]))
@@ -289,25 +313,29 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
                                  eager_attention=eager) - fused_layer_savings(model, plan, s, mlp)
     per_layer = [enc] * model.encoder_layers + [dec] * model.decoder_layers
     if plan.gradient_checkpointing:
-        # each checkpointed block keeps only its input (fp32 residual stream) and what a selective policy saves;
+        # each checkpointed block keeps only its input (the residual stream) and what a selective policy saves;
         # one block is recomputed at a time
         checkpointed = int(checkpointed_blocks(plan, len(per_layer)))
-        kept = 4 * s * b * h + _selective_kept(model, plan, s)
-        layers = kept * checkpointed + sum(per_layer[checkpointed:]) + max(per_layer)
+        kept = residual_bytes(plan) * s * b * h + _selective_kept(model, plan, s)
+        layers = kept * checkpointed + sum(per_layer[checkpointed:])
+        recomputed = max(per_layer)  # in backward, once the logits' gradient is consumed: not beside the head
     else:
         layers = sum(per_layer)
-    embeddings = 4 * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
+        recomputed = 0
+    r = residual_bytes(plan)  # the embedding's output and the residual stream, in the weights' dtype under bf16
+    embeddings = r * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
+    final_norm = (4 + r) if model.gated_mlp else r  # as the blocks' norms (layer_activation_bytes)
     if Task.of(model.task).language_modeling:
         v = model.vocab_size
-        head_input = (a + 4) * s * b * h  # final norm input (fp32) + LM-head input
+        head_input = (a + final_norm) * s * b * h  # final norm's input (and fp32 copy) + LM-head input
         # the standard loss keeps 16-bit logits, their fp32 copy and log_softmax; chunked and fused kernels less
         logits = _logit_scale(plan) * (4 + 4 + (2 if (plan.precision != Precision.FP32) else 0)) * s * b * v
         loss_grad = a * s * b * v if LossKernel.of(plan.loss_kernel).spec.grad_logits else 0
     else:
-        head_input = (a + 4) * b * h * s
+        head_input = (a + final_norm) * b * h * s
         logits = 0
         loss_grad = 0
-    return layers + embeddings + head_input + logits, loss_grad
+    return layers + embeddings + max(head_input + logits, recomputed), loss_grad
 
 
 def persistent_bytes(components: MemoryComponents) -> int:
