@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from probes.errors import UnknownGPUError
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
 from probes.limits import MAX_GPUS_PER_NODE
-from probes.units import GIB
+from probes.units import GIB, MIB
 
 
 
@@ -28,7 +28,10 @@ class CatalogGPU(BaseModel):
     name: str
     nvml_name_patterns: list[str] = Field(description="regular expressions matching NVML's device name")
     compute_capability: str
-    memory_gib: float
+    memory_gib: float = Field(description="nominal capacity (the datasheet's), GiB")
+    memory_total_mib: int | None = Field(None, description="what the driver reports as total with the default "
+                                                           "settings, MiB (ECC on a datacenter card's GDDR keeps "
+                                                           "1/16); None: memory_gib")
     peak_tflops: PeakTflops
     memory_bandwidth_gbps: float
     nvlink_bandwidth_gbps: float | None
@@ -42,6 +45,12 @@ class CatalogGPU(BaseModel):
     tdp_w: float
     source_url: str
     note: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        """The memory a process can plan with, bytes: what NVML reports as total on this GPU (``memory_total_mib``;
+        the nominal ``memory_gib`` where the catalog has no reading), as the live probe reads it."""
+        return self.memory_total_mib * MIB if self.memory_total_mib else int(self.memory_gib * GIB)
 
 
 @lru_cache(maxsize=1)
@@ -79,7 +88,7 @@ def gpu_info_from_catalog(entry: CatalogGPU, index: int = 0) -> GPUInfo:
         name=entry.name,
         catalog_id=entry.id,
         compute_capability=entry.compute_capability,
-        memory_total_bytes=int(entry.memory_gib * GIB),
+        memory_total_bytes=entry.total_bytes,
         pcie_generation=entry.pcie_generation,
         pcie_max_generation=entry.pcie_generation,
         pcie_width=16,

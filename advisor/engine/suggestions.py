@@ -25,13 +25,13 @@ def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> planner.Candidate | No
 
 def _larger_gpu(facts: Facts) -> str | None:
     current = facts.gpu.memory_total_bytes if facts.gpu else 0
-    for entry in sorted(catalog().values(), key=lambda e: e.memory_gib):
-        if entry.memory_gib * GIB <= current:
+    for entry in sorted(catalog().values(), key=lambda e: e.total_bytes):
+        if entry.total_bytes <= current:
             continue
         best = _fits_with(facts, entry.id)
         if best is not None:
             p = best.plan
-            return f"a larger GPU: --gpu {entry.id} ({entry.memory_gib:g} GiB) fits with {p.describe()}"
+            return f"a larger GPU: --gpu {entry.id} ({entry.total_bytes / GIB:.3g} GiB) fits with {p.describe()}"
     return None
 
 
