@@ -159,6 +159,14 @@ class HardwareProfile(BaseModel):
         return self.gpus[0] if self.gpus else None
 
     @property
+    def installed(self) -> dict[str, str | None] | None:
+        """The stack packages where the plan runs (import name → version, None when absent: ``HostInfo.packages``);
+        None when planning for catalog hardware, whose software advisor does not know."""
+        if self.source == "catalog" or self.host is None:
+            return None
+        return dict(self.host.packages)
+
+    @property
     def network(self) -> Network:
         """The network between nodes: the one given, else :data:`probes.vocabulary.DEFAULT_NETWORK`."""
         return Network(self.interconnect) if self.interconnect else DEFAULT_NETWORK

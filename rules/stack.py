@@ -214,10 +214,7 @@ class Fp8(Rule):
 def installed_bitsandbytes(facts: Facts) -> str | None:
     """The bitsandbytes version installed where the plan runs: this machine's (None when absent, or when planning
     for catalog GPUs, whose software advisor does not know)."""
-    hardware = facts.hardware
-    if hardware.source == "catalog" or hardware.host is None:
-        return None
-    return hardware.host.packages.get("bitsandbytes")
+    return (facts.hardware.installed or {}).get("bitsandbytes")
 
 
 def installed_legacy_bitsandbytes(facts: Facts) -> bool:

@@ -117,9 +117,8 @@ def profile_model(model: str, task: str | None = None) -> ModelProfile:
 
 def _packages(hardware: HardwareProfile) -> dict[str, bool]:
     """Optional packages found here; unknown (empty) when planning for other hardware."""
-    if hardware.source == "catalog" or hardware.host is None:
-        return {}
-    return {name: hardware.host.packages.get(name) is not None for name in OPTIONAL_PACKAGES}
+    installed = hardware.installed
+    return {} if installed is None else {name: installed.get(name) is not None for name in OPTIONAL_PACKAGES}
 
 
 def make_facts(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any) -> Facts:

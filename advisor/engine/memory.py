@@ -51,9 +51,10 @@ from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
+from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, residual_bytes,
+                                       sixteen_bit_weights)
 from probes.kernels import Attention, Checkpointing, Framework, LossKernel
-from probes.vocabulary import (PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Parallelism, Precision,
-                               Task, WeightsDtype)
+from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Method, Precision, Task, WeightsDtype
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -99,69 +100,6 @@ class MemoryEstimate(BaseModel):
     """the peak's parts, bytes each"""
 
 
-def _bytes_per_activation(plan: Plan) -> int:
-    return Precision.of(plan.precision).activation_bytes
-
-
-def _sixteen_bit_weights(plan: Plan) -> bool:
-    """Whether the step computes with 16-bit parameters: bf16 weights, or ZeRO / FSDP's 16-bit working copy
-    (:func:`calibration_keys`)."""
-    return plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
-
-
-def residual_bytes(plan: Plan) -> int:
-    """Bytes per element of the residual stream and of what a norm receives: fp32 under autocast over fp32 weights
-    (autocast runs layer / RMS norms in fp32 and the fp32 residual adds keep fp32), the compute dtype over 16-bit
-    weights ("pure bf16": the residual stream stays 16-bit), 4 in fp32."""
-    if plan.precision == Precision.FP32 or not _sixteen_bit_weights(plan):
-        return 4
-    return _bytes_per_activation(plan)
-
-
-def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
-                           eager_attention: bool = False) -> int:
-    """Bytes one transformer block saves for backward at micro-batch ``plan.micro_batch_size``.
-
-    The residual stream and the norms' inputs take :func:`residual_bytes` (fp32 under autocast over fp32 weights,
-    16-bit over 16-bit weights); an RMSNorm also keeps its fp32 upcast (the Hugging Face models' RMSNorm computes
-    in fp32), a LayerNorm its input only; matmul inputs, attention q/k/v/output and MLP intermediates are in the
-    compute dtype; dropout masks are 1 byte per element. A frozen linear layer keeps no input (autograd saves a
-    matmul's input for the weight gradient only): under adapters on the attention projections the MLP's last
-    matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
-    output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
-    Checked against the calibrated families' columns in ``tests/test_activation_classes.py``.
-    """
-    b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
-    a = _bytes_per_activation(plan)
-    r = residual_bytes(plan)
-    sbh = s * b * h
-    sbf = s * b * model.ffn_size
-    drop = 1 if model.dropout else 0
-    norm = ((4 + r) if model.gated_mlp else r) * sbh  # RMSNorm: its input and the fp32 copy it normalises
-    qkv_width = (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
-    inner = model.num_attention_heads * model.head_dim
-    spec = Method.of(plan.method).spec
-    frozen_mlp = spec.adapters and plan.lora_targets == LoraTargets.ATTENTION
-
-    def attention() -> int:
-        total = norm + a * sbh + a * s * b * qkv_width + a * s * b * inner + drop * sbh
-        if eager_attention:
-            scores = model.num_attention_heads * s * s * b
-            # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
-            # copy when dropout or a cast to the compute dtype made a new tensor
-            total += scores * (4 + drop + (a if drop or (plan.precision != Precision.FP32) else 0))
-        return total
-
-    total = attention()
-    if cross_attention:
-        total += attention()
-    if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input)
-        total += norm + a * sbh + (3 if frozen_mlp else 4) * a * sbf
-    else:  # the first matmul's output, the activation's (the second matmul's input)
-        total += norm + a * sbh + (1 if frozen_mlp else 2) * a * sbf + drop * sbh
-    return total
-
-
 def _logit_scale(plan: Plan) -> float:
     """The share of the standard loss's logit bytes the plan's loss kernel keeps (:class:`LossKernelSpec`)."""
     spec, standard = LossKernel.of(plan.loss_kernel).spec, LossKernel.STANDARD.spec
@@ -170,41 +108,11 @@ def _logit_scale(plan: Plan) -> float:
     return spec.logit_bytes / standard.logit_bytes
 
 
-def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes: float) -> int:
-    """Bytes per transformer block that fused kernels do not keep for backward, at the plan's micro-batch.
-
-    ``mlp_bytes``: what the unfused MLP keeps per s·b·ffn element (the calibrated ``layer_f`` or the structural
-    formula's). Two stacks fuse:
-
-    - torch.compile: AOTAutograd's min-cut partitioner saves the matmuls' outputs and recomputes pointwise ops in
-      the backward (Ansel et al. 2024, "PyTorch 2", https://pytorch.org/assets/pytorch2-2.pdf sec. 4.3; the
-      partitioner's docs, https://dev-discuss.pytorch.org/t/min-cut-optimal-recomputation-i-e-activation-
-      checkpointing-with-aotautograd/467): the MLP keeps its first matmul's output(s) only (a·sbf, gated: 2a·sbf),
-      RMSNorm its input and the inverse norm, not the fp32 normalised copy (4·sbh per norm), and dropout masks
-      are regenerated from the RNG seed (Inductor's philox), not stored;
-    - Liger-Kernel (llama-style models): RMSNorm keeps its input and 1/rms, SwiGLU its two inputs, recomputing
-      silu (Hsu et al. 2024, https://arxiv.org/abs/2410.10989 sec. 3.1-3.3): 4·sbh per norm and a·sbf.
-
-    Not yet measured on a GPU: derived from which tensors each kernel saves.
-    """
-    liger = LossKernel.of(plan.loss_kernel).spec.fused_layers and model.gated_mlp
-    if not (plan.torch_compile or liger):
-        return 0
-    b, a = plan.micro_batch_size, _bytes_per_activation(plan)
-    sbh, sbf = seq_len * b * model.hidden_size, seq_len * b * model.ffn_size
-    norms = 2 * 4 * sbh if model.gated_mlp else 0  # two RMSNorms a block: the fp32 normalised copy
-    if plan.torch_compile:
-        kept = (2 if model.gated_mlp else 1) * a
-        masks = 3 * sbh if model.dropout else 0  # attention-output, MLP and residual dropout masks, 1 B each
-        return int(norms + max(mlp_bytes - kept, 0) * sbf + masks)
-    return int(norms + a * sbf)
-
-
 def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     """What op-level selective checkpointing keeps in each block beyond its input (0 under other policies)."""
     if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
         return 0
-    return selective_kept_bytes(model, plan, seq_len, _bytes_per_activation(plan))
+    return selective_kept_bytes(model, plan, seq_len, compute_bytes(plan))
 
 
 @lru_cache(maxsize=1)
@@ -245,7 +153,7 @@ def _transformers_keys(plan: Plan) -> list[str]:
     """:func:`calibration_keys` for the transformers + PEFT step."""
     if plan.precision == Precision.FP32:
         return [Precision.FP32.value]
-    base = WeightsDtype.BF16.value if _sixteen_bit_weights(plan) else MIXED_COLUMN
+    base = WeightsDtype.BF16.value if sixteen_bit_weights(plan) else MIXED_COLUMN
     spec = Method.of(plan.method).spec
     if not spec.adapters:
         return list(dict.fromkeys([base, MIXED_COLUMN]))
@@ -306,7 +214,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     if key is not None:
         return _calibrated_activation_bytes(model, plan, seq_len, table[key], eager)
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
-    a = _bytes_per_activation(plan)
+    a = compute_bytes(plan)
     mlp = (4 if model.gated_mlp else 2) * a
     enc = layer_activation_bytes(model, plan, s, eager_attention=eager) - fused_layer_savings(model, plan, s, mlp)
     dec = layer_activation_bytes(model, plan, s, cross_attention=model.family == Family.ENCODER_DECODER,

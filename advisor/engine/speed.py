@@ -160,7 +160,7 @@ FP8_GEMM_SPEEDUP = 1.5
 
 #: The share of the elementwise traffic left once Inductor fuses chains of pointwise ops into single kernels (each
 #: tensor read and written once per chain, not once per op), beyond the saved activations it drops
-#: (:func:`advisor.engine.memory.fused_layer_savings`): a chain read and written once instead of about twice. Checked
+#: (:func:`advisor.engine.structural.fused_layer_savings`): a chain read and written once instead of about twice. Checked
 #: against the three published compile-on / compile-off pairs of two sources (torchtitan Llama 3.1 8B on 8 and 128
 #: H100s: +16 %; lightning-thunder open_llama_3b on one A100: +22 %; ``benchmarks/published``), which it predicts
 #: within 7-13 % and which barely constrain it (0.35 moves their ratios by 1 %).
