@@ -213,6 +213,9 @@ class OptimizerSpec:
             ``zeros_like(param)``): half the bytes for bf16 weights.
         paged: the states live in CUDA unified memory and are evicted page by page to CPU RAM when the GPU
             runs short (QLoRA sec. 3, "Paged Optimizers"): memory spikes do not end the run.
+        trainer_optim_args: the Trainer builds this optimizer with none of ``factory_kwargs`` unless they come as
+            ``TrainingArguments.optim_args`` (``transformers/trainer_optimizer.py:_get_sgd``: SGD's momentum
+            defaults to 0, no state), so the emitted recipe passes them.
     """
 
     state_bytes_per_param: float | None
@@ -229,6 +232,7 @@ class OptimizerSpec:
     update_temporary_bytes_per_element: float = 0
     states_follow_weights: bool = False
     paged: bool = False
+    trainer_optim_args: bool = False
 
 
 class Optimizer(Vocabulary):
@@ -264,7 +268,8 @@ class Optimizer(Vocabulary):
 #: Adafactor: Shazeer & Stern 2018 (https://arxiv.org/abs/1804.04235) sec. 3; torch.optim.AdamW
 #: (foreach / fused, https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html); bitsandbytes
 #: AdamW8bit (https://huggingface.co/docs/bitsandbytes/main/en/reference/optim/adamw); step traffic:
-#: AdamW reads param, grad, m, v and writes param, m, v in fp32 (7 x 4 B). Paged variants: bitsandbytes
+#: AdamW reads param, grad, m, v and writes param, m, v in fp32 (7 x 4 B); SGD's momentum buffer is a clone of the
+#: gradient (torch.optim.SGD: the parameter's dtype). Paged variants: bitsandbytes
 #: PagedAdamW / PagedAdamW8bit (https://huggingface.co/docs/bitsandbytes/main/en/reference/optim/adamw), Trainer
 #: ``optim="paged_adamw_32bit"`` / ``"paged_adamw_8bit"`` (QLoRA sec. 3).
 OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
@@ -292,8 +297,8 @@ OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
         summary="transformers Adafactor (factored second moments)"),
     Optimizer.SGD: OptimizerSpec(
         state_bytes_per_param=4, step_traffic_bytes_per_param=16.0, trainer_optim="sgd",
-        factory="torch.optim:SGD", factory_kwargs={"momentum": 0.9}, learning_rate=1e-3,
-        summary="SGD with momentum"),
+        factory="torch.optim:SGD", factory_kwargs={"momentum": 0.9}, learning_rate=1e-3, trainer_optim_args=True,
+        states_follow_weights=True, summary="SGD with momentum"),
 }
 
 

@@ -239,3 +239,16 @@ def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path
                                                          "fsdp-hybrid-shard": "HYBRID_SHARD"}[strategy]
     assert cfg.fsdp_config["fsdp_offload_params"] == (offload != "none")
     assert "ds_config.json" not in render(rec, ["all"])
+
+
+def test_an_sgd_plan_gets_the_momentum_it_was_priced_with() -> None:
+    """advisor prices SGD with a momentum buffer (4 B/param, the parameters' dtype); the Trainer's ``optim="sgd"``
+    alone builds torch SGD with momentum 0 and no state, so the recipe passes ``optim_args``."""
+    rec = _rec("gpt2 on a100-80gb:8 (DDP)")
+    rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"optimizer": "sgd"})})
+    args = training_args(rec)
+    assert (args["optim"], args["optim_args"]) == ("sgd", "momentum=0.9")
+    cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(_build_training_arguments(args, rec))
+    assert cls.__name__ == "SGD" and kwargs["momentum"] == 0.9
+    adamw = training_args(_rec("gpt2 on a100-80gb:8 (DDP)"))
+    assert "optim_args" not in adamw

@@ -136,6 +136,9 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "dataloader_pin_memory": rec.value(Setting.DATALOADER_PIN_MEMORY),
         "torch_compile": plan.torch_compile,
     }
+    spec = Optimizer.of(plan.optimizer).spec
+    if spec.trainer_optim_args:  # e.g. SGD's momentum, which the Trainer's SGD would leave at 0
+        args["optim_args"] = ",".join(f"{key}={value}" for key, value in spec.factory_kwargs.items())
     if plan.loss_kernel == LossKernel.LIGER:
         args["use_liger_kernel"] = True
     if plan.packing:  # padding-free packing: TRL's SFTConfig(padding_free=True) or DataCollatorWithFlattening
