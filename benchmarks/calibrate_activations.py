@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.engine.memory import calibration_keys  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
+from probes.adapters import adapter_parameters  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
 from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
@@ -101,11 +102,17 @@ def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, variant:
     # the weights as built (16-bit base, fp32 adapters), plus autocast's cached 16-bit copies of fp32 trainable weights
     autocast_copies = variant[0] != _FP32 and variant[1] == _W32 and variant[2] == Method.FULL.value
     weights = result.build_bytes + (2 * prof.matmul_parameters if autocast_copies else 0)
+    # and of the fp32 adapters: autocast caches their 16-bit copies through the forward, autograd keeps them into the
+    # backward unless checkpointing dropped them; a constant per layer that the memory model prices as model states
+    # (states.py: copies16), which the per-token coefficients must not absorb (they did: 1.2 h bytes a token in each
+    # checkpointed all-linear LoRA layer at the design's 512 tokens, 0.004 at 128k)
+    copies = 2 * adapter_parameters(prof, plan.lora_rank, plan.lora_targets) if (
+        variant[0] != _FP32 and Method.of(variant[2]).spec.adapters) else 0
     sb = seq * b
     nss = prof.num_attention_heads * seq * seq
     return {"L": layers, "sbh": sb * prof.hidden_size, "sbf": sb * prof.ffn_size, "sbv": sb * prof.vocab_size,
-            "bnss": b * nss, "nss": nss, "F": result.phase_peaks["forward"] - weights,
-            "B": result.phase_peaks["backward"] - weights}
+            "bnss": b * nss, "nss": nss, "F": result.phase_peaks["forward"] - weights - copies,
+            "B": result.phase_peaks["backward"] - weights - (0 if ckpt else copies)}
 
 
 def _fit(rows: list[dict], columns: list, target) -> list[float]:
