@@ -21,7 +21,11 @@ micro-batch {1, 4}. Writes benchmarks/results/analytic_vs_simulated_step_in_back
 Target (issue 3, the same for every grid): every row within 10 %.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/analytic_vs_simulated.py [--grid precision|methods|qlora]
-       [--models gpt2 t5-small ...] [--update]   (--grid step-in-backward too)
+       [--models gpt2 t5-small ...] [--update] [--reprice]   (--grid step-in-backward too)
+
+``--reprice`` prices every row of the existing results file again with the current analytic model against the
+simulated peak the file records (to 0.01 GiB), without simulating: for a change to the memory model alone (the
+simulation's code and versions unchanged); the header says so.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import platform
 import statistics
 import sys
 import time
+import types
 from datetime import date
 from itertools import product
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -205,6 +211,8 @@ def main() -> None:
     # mixtures of experts cannot be simulated (advisor/measure/simulate.py, known limitations)
     parser.add_argument("--update", action="store_true",
                         help="keep the rows of other models from the existing results file")
+    parser.add_argument("--reprice", action="store_true",
+                        help="price the existing file's rows again against its recorded simulated peaks")
     args = parser.parse_args()
     name, make_rows, key = GRIDS[args.grid]
     out = ROOT / "benchmarks" / "results" / name
@@ -219,7 +227,8 @@ def main() -> None:
     rows, errors, start = list(kept), [], time.perf_counter()
     errors = [abs(float(line.split("|")[error_column].strip().rstrip("%")) / 100) for line in kept]
     for model_id in args.models:
-        for cells, analytic, simulated, wall in make_rows(model_id):
+        for cells, analytic, simulated, wall in (_repriced(make_rows, model_id, table, key) if args.reprice
+                                                 else make_rows(model_id)):
             err = analytic / simulated - 1
             errors.append(abs(err))
             rows.append(f"| {' | '.join(cells)} | {simulated / GIB:.2f} | {analytic / GIB:.2f} | {err:+.1%} | "
@@ -227,7 +236,8 @@ def main() -> None:
             print(rows[-1], flush=True)
     within = sum(e <= 0.10 for e in errors)
     head = [f"# Analytic vs simulated peak ({date.today()}; {len(rows)} rows; "
-            f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''})", "",
+            f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''}"
+            f"{'; analytic repriced against the simulated peaks recorded before' if args.reprice else ''})", "",
             f"Median |error| {statistics.median(errors):.2%}, worst {max(errors):.2%}; {within} of {len(errors)} rows "
             "within the target (every row within 10 %).",
             "Simulated: one real transformers training step, twice, on fake tensors (advisor/measure/simulate.py); "
@@ -238,6 +248,25 @@ def main() -> None:
     summary = _summary(rows, key.count("|") - 1) if args.grid == "methods" else []
     out.write_text("\n".join(head + rows + summary) + "\n" + notes)
     print(f"median {statistics.median(errors):.2%} worst {max(errors):.2%}; wrote {out}")
+
+
+def _repriced(make_rows, model_id: str, table: str, key: str):
+    """``make_rows(model_id)`` with the simulation replaced by the peaks (and seconds) ``table`` recorded for the
+    same key cells: the current analytic model against the earlier simulated steps (``--reprice``)."""
+    width = key.count("|") - 1
+    recorded = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        if line.startswith("| ") and len(cells) == width + 4 and cells[0] != "model":
+            recorded[tuple(cells[:width])] = (int(float(cells[width]) * GIB), float(cells[width + 3]))
+    stub = types.SimpleNamespace(peak_bytes=1, wall_s=0.0)
+    with mock.patch(f"{__name__}.simulate", lambda *args, **kwargs: stub):
+        rows = make_rows(model_id)
+    for cells, analytic, _, _ in rows:
+        if tuple(cells) not in recorded:
+            raise SystemExit(f"analytic_vs_simulated.py: no recorded row {cells}: simulate it (drop --reprice)")
+        simulated, wall = recorded[tuple(cells)]
+        yield cells, analytic, simulated, wall
 
 
 if __name__ == "__main__":
