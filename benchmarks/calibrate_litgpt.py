@@ -38,6 +38,9 @@ from rules import Plan  # noqa: E402
 FAMILIES = {"llama": "Llama-2-7b-hf", "mistral": "Mistral-7B-v0.1", "gemma": "gemma-2b", "gemma2": "gemma-2-2b",
             "phi": "phi-2", "phi3": "Phi-3-mini-4k-instruct", "falcon": "falcon-7b",
             "gpt_neox": "stablelm-base-alpha-3b"}
+#: how the columns were made, as activations.json's ``_meta`` says it
+METHOD = ("benchmarks/calibrate_litgpt.py: the same design and fit as the transformers columns, over LitGPT 0.4.12's "
+          "simulated step, the design's vocabulary step half the family's vocabulary")
 #: advisor's LoRA targets → LitGPT's LoRA flags
 TARGETS = {LoraTargets.ATTENTION.value: ("lora_query", "lora_key", "lora_value", "lora_projection"),
            LoraTargets.ALL_LINEAR.value: ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp")}
@@ -105,7 +108,8 @@ def main() -> None:
         args.out.write_text(json.dumps(table, indent=1) + "\n")  # after each family
     table["_meta"]["litgpt_columns"] = {"litgpt": "0.4.12", "date": time.strftime("%Y-%m-%d"),
                                         "families": sorted(f for f in table if "litgpt:bf16" in
-                                                           table.get(f, {}).get("causal-lm", {}))}
+                                                           table.get(f, {}).get("causal-lm", {})),
+                                        "method": METHOD}
     args.out.write_text(json.dumps(table, indent=1) + "\n")
     print(f"wrote {args.out} in {time.perf_counter() - start:.0f} s")
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, largest_block_matrix,
-                             quantized_parameters)
+from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, head_matmul_parameters,
+                             largest_block_matrix, quantized_parameters)
 from probes.kernels import Framework
 from probes.model import ModelProfile
 from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
@@ -194,9 +194,9 @@ def _no_sync_gradients(states: ModelStates, model: ModelProfile, plan: Plan, spl
             or method.spec.quantized_base):
         return states
     P = model.num_parameters // split
-    if method.spec.adapters:
-        heads = 1 if model.tied_embeddings else 2
-        P = max(P - heads * model.vocab_size * model.hidden_size // split, 0)
+    if method.spec.adapters:  # the root unit's embedding and (untied) head are frozen: no gradient
+        head = 0 if model.tied_embeddings else head_matmul_parameters(model)
+        P = max(P - (model.vocab_size * model.hidden_size + head) // split, 0)
     return replace(states, grads=max(states.grads, WeightsDtype.of(plan.weights_dtype).bytes * P))
 
 
