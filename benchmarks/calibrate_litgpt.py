@@ -5,13 +5,14 @@ same least-squares fit, over LitGPT 0.4.12's ``litgpt.lora.GPT`` run by ``benchm
 (bf16-true, LitGPT's chunked LM head and loss, Lightning's block checkpointing and NF4 layers).
 
 Classes (columns ``litgpt:<transformers column>`` in ``advisor/data/activations.json``): full fine-tuning over bf16
-weights; LoRA on the attention projections (LitGPT's query, key, value, projection) or on every block linear layer
-(those and the MLP's; not the LM head, as PEFT's all-linear); QLoRA over Lightning's ``bnb.nf4-dq`` layers with
+weights; LoRA on the query and value projections (LitGPT's default), on the attention projections (LitGPT's query,
+key, value, projection) or on every block linear layer (those and the MLP's; not the LM head, as PEFT's all-linear); QLoRA over Lightning's ``bnb.nf4-dq`` layers with
 bitsandbytes < 0.43.2's ``MatMul4Bit`` (LitGPT pinned 0.42.0; a LitGPT QLoRA plan on a current bitsandbytes falls
 back to the transformers model's QLoRA column).
 
 Usage (LitGPT is not a dependency; see ``litgpt_simulated.py`` for the set-up):
-    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_litgpt.py --litgpt DIR [--out FILE] [FAMILY ...]
+    HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_litgpt.py --litgpt DIR [--out FILE] [--only TEXT]
+        [FAMILY ...]
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ FAMILIES = {"llama": "Llama-2-7b-hf", "mistral": "Mistral-7B-v0.1", "gemma": "ge
 METHOD = ("benchmarks/calibrate_litgpt.py: the same design and fit as the transformers columns, over LitGPT 0.4.12's "
           "simulated step, the design's vocabulary step half the family's vocabulary")
 #: advisor's LoRA targets → LitGPT's LoRA flags
-TARGETS = {LoraTargets.ATTENTION.value: ("lora_query", "lora_key", "lora_value", "lora_projection"),
+TARGETS = {LoraTargets.QUERY_VALUE.value: ("lora_query", "lora_value"),
+           LoraTargets.ATTENTION.value: ("lora_query", "lora_key", "lora_value", "lora_projection"),
            LoraTargets.ALL_LINEAR.value: ("lora_query", "lora_key", "lora_value", "lora_projection", "lora_mlp")}
 #: (method, LoRA targets, bitsandbytes < 0.43.2)
 VARIANTS = [(Method.FULL.value, None, False)] + [
@@ -87,6 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--litgpt", type=Path, required=True)
     parser.add_argument("--out", type=Path, default=ROOT / "advisor" / "data" / "activations.json")
+    parser.add_argument("--only", metavar="TEXT", help="refit only the columns whose name holds TEXT (e.g. q-v)")
     parser.add_argument("families", nargs="*", default=list(FAMILIES))
     args = parser.parse_args()
     lora = import_litgpt(args.litgpt)
@@ -96,6 +99,8 @@ def main() -> None:
         columns = table.setdefault(family, {}).setdefault("causal-lm", {})
         for variant in VARIANTS:
             key = column(variant)
+            if args.only and args.only not in key:
+                continue
             # half the vocabulary again: LitGPT's chunked head and loss keep per-chunk temporaries, so a few hundred
             # extra rows (the transformers calibration's step) leave the vocabulary term unidentified against the
             # width term, and extrapolating to a wider model of the family (gemma-7b from gemma-2b) went wild

@@ -50,7 +50,7 @@ from advisor.app.api import estimate  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
 from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, legacy_bitsandbytes  # noqa: E402
-from probes.vocabulary import Method, values  # noqa: E402
+from probes.vocabulary import LoraTargets, Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
 CONFIGS_DIR = CASES_DIR / "configs"
@@ -305,8 +305,8 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     if p.get("weights_dtype") in ("fp32", "bf16"):
         opts["weights_dtype"] = p["weights_dtype"]
     if opts["method"] != "full":
-        if p.get("lora_targets") not in ("attention", "all-linear"):
-            raise Skip("LoRA targets outside advisor's 'attention' / 'all-linear' (see the case's notes)")
+        if p.get("lora_targets") not in values(LoraTargets):
+            raise Skip(f"LoRA targets outside advisor's {' / '.join(values(LoraTargets))} (see the case's notes)")
         opts["lora_targets"] = p["lora_targets"]
     if opts.get("parallelism", "").startswith("zero") and gpus == opts.get("tensor_parallel", 1) * opts.get(
             "pipeline_parallel", 1):
@@ -414,9 +414,6 @@ def stack_notes(case: dict) -> list[str]:
         out.append("LitGPT's own model code (advisor: --framework litgpt, its untied LM head included)")
     elif "lit" in (s.get("framework") or "").lower():
         out.append("LitGPT's own model code, no dropout")
-    targets_qv = any(t in text for t in ("query,value", "query+value", "'v_proj', 'q_proj'", "'q_proj', 'v_proj'"))
-    if p.get("lora_targets") == "attention" and targets_qv:
-        out.append("adapters on q, v only (advisor: q, k, v, o)")
     return out
 
 

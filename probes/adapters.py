@@ -26,6 +26,8 @@ def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]
     h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
     kv = model.num_key_value_heads * model.head_dim
     attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
+    if targets == LoraTargets.QUERY_VALUE:
+        return [(h, inner, attention_blocks), (h, kv, attention_blocks)]
     out = [(h, inner, attention_blocks), (h, kv, 2 * attention_blocks), (inner, h, attention_blocks)]
     if targets == LoraTargets.ALL_LINEAR and model.num_experts:
         # transformers 5 fuses each block's routed experts into 3-D parameters, which PEFT's all-linear (nn.Linear
@@ -48,7 +50,7 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
 
     Args:
         rank: the adapters' rank r.
-        targets: a :class:`probes.vocabulary.LoraTargets` value ('all-linear' or 'attention').
+        targets: a :class:`probes.vocabulary.LoraTargets` value ('all-linear', 'attention' or 'q-v').
     Returns:
         parameters (elements).
     """

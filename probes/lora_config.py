@@ -19,9 +19,9 @@ Choices, with their sources:
   applies ``nn.Dropout`` to every adapted layer's input, which keeps a dropped copy of that input for
   the backward pass; raise it knowing that the estimate does not include it.
 - ``target_modules``: ``"all-linear"`` (PEFT's shorthand for every linear layer but the output
-  head, after the QLoRA repository) or the attention projections q, k, v, o of the model type,
-  :data:`ATTENTION_MODULES` (PEFT's own defaults are q and v only: the adapters would not be
-  those ``probes.adapters`` counts).
+  head, after the QLoRA repository), the attention projections q, k, v, o of the model type,
+  :data:`ATTENTION_MODULES`, or its q and v only (``q-v``: PEFT's own default for Llama-style models,
+  written out so that the adapters are the ones ``probes.adapters`` counts whatever PEFT's defaults become).
 - QLoRA's quantization: 4-bit NormalFloat with double quantization, compute in the plan's 16-bit
   dtype (arXiv:2305.14314 sec. 3; transformers' ``BitsAndBytesConfig``,
   https://huggingface.co/docs/transformers/main/en/quantization/bitsandbytes). When ZeRO-3 / FSDP
@@ -81,14 +81,22 @@ def target_modules(model: ModelProfile, targets: str) -> str | list[str]:
     """PEFT's ``target_modules`` for a :class:`~probes.vocabulary.LoraTargets` value.
 
     Raises:
-        UsageError: attention-only adapters for a model type without a row in :data:`ATTENTION_MODULES`.
+        UsageError: attention-only adapters for a model type without a row in :data:`ATTENTION_MODULES`; q and v
+            adapters on a model whose q, k and v are one fused layer (GPT-2's ``c_attn``: PEFT adapts whole
+            layers).
     """
-    if LoraTargets.of(targets) is LoraTargets.ALL_LINEAR:
+    chosen = LoraTargets.of(targets)
+    if chosen is LoraTargets.ALL_LINEAR:
         return ALL_LINEAR
     names = ATTENTION_MODULES.get(model.model_type)
     if names is None:
         raise UsageError(f"advisor does not know the attention projections of {model.model_type} models: use "
                          f"--lora-targets {LoraTargets.ALL_LINEAR}")
+    if chosen is LoraTargets.QUERY_VALUE:
+        if len(names) != 4:
+            raise UsageError(f"{model.model_type} computes q, k and v in one fused layer ({names[0]}), which PEFT "
+                             f"adapts whole: use --lora-targets {LoraTargets.ATTENTION}")
+        return [names[0], names[2]]
     return list(names)
 
 

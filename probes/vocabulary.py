@@ -173,6 +173,15 @@ class LoraTargets(Vocabulary):
 
     ALL_LINEAR = "all-linear"  #: every linear layer of the blocks (QLoRA sec. 4: needed to match full fine-tuning)
     ATTENTION = "attention"  #: the attention projections q, k, v, o (the LoRA paper's sec. 7.1 choice)
+    #: the query and value projections only: PEFT's own default for Llama-style models
+    #: (``peft.utils.constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``, ``["q_proj", "v_proj"]``) and
+    #: LitGPT's (``lora_query`` and ``lora_value``); the LoRA paper's best split of a fixed budget (sec. 7.1, Table 5)
+    QUERY_VALUE = "q-v"
+
+    @property
+    def attention_only(self) -> bool:
+        """Whether the MLP's linear layers stay frozen without adapters."""
+        return self is not LoraTargets.ALL_LINEAR
 
 
 class WeightsDtype(Vocabulary):

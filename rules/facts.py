@@ -98,8 +98,9 @@ class Plan(BaseModel):
                                             description="dtype the model is loaded in (torch_dtype): fp32 (AMP's fp32 "
                                                         "master weights) or bf16 (pure bf16, no fp32 copy)")
     lora_rank: int = Field(DEFAULT_LORA_RANK, description="rank r of the LoRA adapters (lora and qlora)")
-    lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear "
-                                                                            "or attention (q, k, v, o)")
+    lora_targets: LoraTargetsName = Field(DEFAULT_LORA_TARGETS, description="linear layers with adapters: all-linear, "
+                                                                            "attention (q, k, v, o) or q-v (q and v: "
+                                                                            "PEFT's default)")
     optimizer_in_backward: bool = Field(False, description="run each parameter's optimizer step as soon as its "
                                                            "gradient is ready and free the gradient (torchtune "
                                                            "optimizer_in_bwd): no accumulation, no clipping")

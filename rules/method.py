@@ -10,6 +10,15 @@ from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
 
 _ADAPTERS = [Method.LORA.value, Method.QLORA.value]
+#: Why each choice of adapted layers (``--lora-targets``), as the recommendation says it.
+TARGETS_REASONS = {
+    LoraTargets.ALL_LINEAR: "every linear layer of the blocks: what matches full fine-tuning (QLoRA sec. 4)",
+    LoraTargets.ATTENTION: "the attention projections q, k, v, o (LoRA sec. 7.1); all-linear trains more and matches "
+                           "full fine-tuning more closely",
+    LoraTargets.QUERY_VALUE: "the query and value projections only, PEFT's default for Llama-style models (LoRA sec. "
+                             "7.1: the best split of a small budget); the fewest adapters, but QLoRA sec. 4 needed "
+                             "every linear layer (all-linear) to match full fine-tuning",
+}
 
 
 @register
@@ -58,11 +67,7 @@ class AdaptersWhenFullDoesNotFit(Rule):
                      f"rank {plan.lora_rank}: {trained / 1e6:,.1f}M trainable parameters ({share:.2f} % of the model); "
                      "with adapters on every linear layer the rank matters little (QLoRA sec. 4); lora_alpha = 2 x "
                      "rank is the common scale"),
-            self.set(Setting.LORA_TARGETS, plan.lora_targets,
-                     "every linear layer of the blocks: what matches full fine-tuning (QLoRA sec. 4)"
-                     if plan.lora_targets == LoraTargets.ALL_LINEAR else
-                     "the attention projections q, k, v, o (LoRA sec. 7.1); all-linear trains more and matches full "
-                     "fine-tuning more closely"),
+            self.set(Setting.LORA_TARGETS, plan.lora_targets, TARGETS_REASONS[LoraTargets.of(plan.lora_targets)]),
             self.warn(f"{plan.method} trains {trained / 1e6:,.1f}M adapter parameters and leaves the "
                       f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
                       "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "

@@ -72,6 +72,20 @@ def test_frozen_layers_keep_no_inputs_nor_do_current_4_bit_layers() -> None:
     assert _activations(**ckpt, legacy_bitsandbytes=True) > 2 * _activations(**ckpt)
 
 
+def test_query_value_adapters_keep_what_their_simulated_step_keeps() -> None:
+    """q and v adapters (PEFT's default) have their own columns: under LoRA the k and o adapters' inputs go (PEFT casts
+    each adapter's input to the fp32 adapter: 4 B x h a token per layer on the simulated Llama step); QLoRA's 4-bit
+    layer casts nothing, so its q-v step keeps what its q, k, v, o step keeps. A model type without q-v columns falls
+    back to the q, k, v, o ones."""
+    table = _calibration()["llama"]["causal-lm"]
+    assert table["bf16+lora-attention"]["layer_h"] - table["bf16+lora-q-v"]["layer_h"] == pytest.approx(4, abs=0.1)
+    assert table["bf16+qlora-q-v"]["layer_h"] == pytest.approx(table["bf16+qlora-attention"]["layer_h"], abs=0.1)
+    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="q-v")) == [
+        "bf16+qlora-q-v", "bf16+qlora-attention", "bf16+lora-q-v", "bf16+lora-attention", "bf16", "mixed"]
+    qv, attention = (_activations(weights_dtype="bf16", method="lora", lora_targets=t) for t in ("q-v", "attention"))
+    assert attention - qv == pytest.approx(4 * 4096 * 2 * 1024 * 32, rel=0.03)  # 4 B x h x tokens x layers
+
+
 def test_tensor_parallel_with_sequence_parallelism_splits_every_activation() -> None:
     one = _activations(weights_dtype="bf16")
     assert _activations(weights_dtype="bf16", tensor_parallel=8, num_gpus=8) == pytest.approx(one / 8, rel=1e-6)

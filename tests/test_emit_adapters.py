@@ -138,6 +138,30 @@ def test_attention_names_target_the_projections_advisor_counts(model_type, tmp_p
     assert trainable - heads == counted - fused
 
 
+@pytest.mark.parametrize("model_type", sorted(t for t, names in ATTENTION_MODULES.items() if len(names) == 4))
+def test_query_value_adapters_are_peft_defaults_and_the_ones_advisor_counts(model_type, tmp_path) -> None:
+    """``--lora-targets q-v`` names PEFT's own default modules where PEFT has a default, and PEFT builds exactly the
+    adapters ``probes.adapters`` prices for them."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_DEFAULTS
+
+    wrapped, profile = _peft_model(model_type, LoraTargets.QUERY_VALUE.value, tmp_path)
+    names = lora_config_kwargs(profile, 4, LoraTargets.QUERY_VALUE.value)["target_modules"]
+    if model_type in PEFT_DEFAULTS:
+        assert set(names) == set(PEFT_DEFAULTS[model_type])
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    heads = sum(p.numel() for n, p in wrapped.named_parameters() if p.requires_grad and "lora_" not in n)
+    assert trainable - heads == adapter_parameters(profile, 4, LoraTargets.QUERY_VALUE.value)
+    assert adapter_parameters(profile, 4, LoraTargets.QUERY_VALUE.value) < adapter_parameters(
+        profile, 4, LoraTargets.ATTENTION.value)
+
+
+def test_query_value_adapters_on_a_fused_qkv_layer_are_one_clear_error(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "gpt2", **_tiny("gpt2")}))
+    with pytest.raises(UsageError, match="fused"):
+        lora_config_kwargs(profile_model(str(path)), 4, LoraTargets.QUERY_VALUE.value)
+
+
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "opt", "t5", "bert", "gpt2"])
 def test_all_linear_adapters_are_the_ones_advisor_counts(model_type, tmp_path) -> None:
     """PEFT's all-linear adapts every linear layer but the output head: the blocks' and a masked-LM head's h x h

@@ -54,7 +54,7 @@ from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_byt
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, residual_bytes,
                                        sixteen_bit_weights)
 from probes.kernels import Attention, Checkpointing, Framework, LossKernel
-from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Method, Precision, Task, WeightsDtype
+from probes.vocabulary import PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Precision, Task, WeightsDtype
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -157,12 +157,17 @@ def _transformers_keys(plan: Plan) -> list[str]:
     spec = Method.of(plan.method).spec
     if not spec.adapters:
         return list(dict.fromkeys([base, MIXED_COLUMN]))
-    column = f"{base}+{plan.method}-{plan.lora_targets}"
+    # q and v adapters without their own columns: the q, k, v, o ones, which keep at most what the k and o adapters
+    # add (their inputs: 4·h bytes a token per layer under LoRA without checkpointing, nothing under QLoRA or
+    # checkpointing, on the simulated Llama step)
+    targets = [plan.lora_targets] + ([LoraTargets.ATTENTION.value] if plan.lora_targets == LoraTargets.QUERY_VALUE
+                                     else [])
     if spec.quantized_base and plan.legacy_bitsandbytes:
-        return [column + LEGACY_BNB_SUFFIX, base, MIXED_COLUMN]  # without its column: full fine-tuning's, which keeps
-        # every linear layer's input too
-    lora = f"{base}+{Method.LORA.value}-{plan.lora_targets}"  # a 4-bit layer without its input is a frozen one
-    return list(dict.fromkeys([column, lora, base, MIXED_COLUMN]))
+        # without its column: full fine-tuning's, which keeps every linear layer's input too
+        return [f"{base}+{plan.method}-{t}{LEGACY_BNB_SUFFIX}" for t in targets] + [base, MIXED_COLUMN]
+    columns = [f"{base}+{method}-{t}" for method in dict.fromkeys([plan.method, Method.LORA.value]) for t in targets]
+    # (a 4-bit layer without its input is a frozen one: QLoRA falls back to LoRA's column)
+    return list(dict.fromkeys([*columns, base, MIXED_COLUMN]))
 
 
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,

@@ -54,7 +54,7 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     qkv_width = (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
     inner = model.num_attention_heads * model.head_dim
     spec = Method.of(plan.method).spec
-    frozen_mlp = spec.adapters and plan.lora_targets == LoraTargets.ATTENTION
+    frozen_mlp = spec.adapters and LoraTargets.of(plan.lora_targets).attention_only
 
     def attention() -> int:
         total = norm + a * sbh + a * s * b * qkv_width + a * s * b * inner + drop * sbh
