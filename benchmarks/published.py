@@ -4,7 +4,7 @@ The cases are ``benchmarks/published/*.jsonl`` (format, sources and provenance:
 ``benchmarks/published/README.md``); each is priced with advisor's own Python API,
 :func:`advisor.app.api.estimate`, given what the source states: catalog GPU, model config, sequence
 length, micro-batch, accumulation, precision, weights dtype, optimizer, checkpointing, parallelism,
-offload, method and LoRA rank / targets, and the stack (:func:`stack_options`: attention kernel, loss kernel,
+offload, method and LoRA rank / targets (QLoRA: double quantization or not), and the stack (:func:`stack_options`: attention kernel, loss kernel,
 compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbytes' version for QLoRA, with
 reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
 ``estimate``'s own default and named in the case's "why it may differ" column; nothing is invented. A case
@@ -304,6 +304,8 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         notes.append("not stated, advisor's default: " + ", ".join(unstated))
     if p.get("weights_dtype") in ("fp32", "bf16"):
         opts["weights_dtype"] = p["weights_dtype"]
+    if p.get("double_quant") is not None and opts["method"] == Method.QLORA:
+        opts["double_quant"] = p["double_quant"]
     if opts["method"] != "full":
         if p.get("lora_targets") not in values(LoraTargets):
             raise Skip(f"LoRA targets outside advisor's {' / '.join(values(LoraTargets))} (see the case's notes)")

@@ -5,7 +5,8 @@ linear layer W (d_out x d_in), the product B·A of A (r x d_in) and B (d_out x r
 parameters per layer. QLoRA (Dettmers et al. 2023, https://arxiv.org/abs/2305.14314 sec. 3) stores
 the frozen linear weights of the blocks in 4-bit NormalFloat with blocks of 64 and double-quantizes
 the blocks' fp32 absmax constants to 8 bits with a second-level fp32 constant per 256 blocks:
-4 + 8/64 + 32/(64·256) = 4.127 bits per parameter. bitsandbytes leaves the embedding and the output
+4 + 8/64 + 32/(64·256) = 4.127 bits per parameter; without double quantization (transformers'
+``BitsAndBytesConfig`` default, LitGPT's ``bnb.nf4``) each block keeps its fp32 absmax: 4 + 32/64 = 4.5 bits. bitsandbytes leaves the embedding and the output
 head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``; transformers skips ``lm_head``).
 
 Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter) is counted
@@ -19,6 +20,13 @@ from probes.vocabulary import Family, LoraTargets, Task
 
 #: bytes per NF4 parameter with double quantization (QLoRA sec. 3, "Double Quantization")
 NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
+#: bytes per NF4 parameter without double quantization: an fp32 absmax per block of 64 (QLoRA sec. 3)
+NF4_PLAIN_BYTES_PER_PARAM = (4 + 32 / 64) / 8
+
+
+def nf4_bytes_per_param(double_quant: bool = True) -> float:
+    """Bytes per 4-bit NF4 parameter, its quantization constants included (module docstring)."""
+    return NF4_BYTES_PER_PARAM if double_quant else NF4_PLAIN_BYTES_PER_PARAM
 
 
 def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]]:
@@ -78,9 +86,9 @@ def largest_block_matrix(model: ModelProfile) -> int:
     return max(model.hidden_size * model.ffn_size, model.hidden_size * inner)
 
 
-def frozen_base_bytes(model: ModelProfile, quantized_base: bool, weight_bytes: int) -> int:
+def frozen_base_bytes(model: ModelProfile, quantized_base: bool, weight_bytes: int, double_quant: bool = True) -> int:
     """Bytes of the frozen base weights of a LoRA / QLoRA plan: every parameter in the weights' dtype
-    (``weight_bytes`` per element), or under QLoRA the blocks' linear weights in NF4 (:data:`NF4_BYTES_PER_PARAM`)
-    and the rest in the weights' dtype."""
+    (``weight_bytes`` per element), or under QLoRA the blocks' linear weights in NF4 (:func:`nf4_bytes_per_param`,
+    double-quantized or not) and the rest in the weights' dtype."""
     quantized = quantized_parameters(model) if quantized_base else 0
-    return int(quantized * NF4_BYTES_PER_PARAM) + (model.num_parameters - quantized) * weight_bytes
+    return int(quantized * nf4_bytes_per_param(double_quant)) + (model.num_parameters - quantized) * weight_bytes

@@ -117,13 +117,14 @@ def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str
     return kwargs
 
 
-def bnb_config_kwargs(precision: str, *, sharded_base: bool = False) -> dict[str, Any]:
+def bnb_config_kwargs(precision: str, *, sharded_base: bool = False, double_quant: bool = True) -> dict[str, Any]:
     """The keyword arguments of ``transformers.BitsAndBytesConfig`` for QLoRA's frozen base: NF4, double
-    quantization, compute in the plan's precision (a :class:`~probes.vocabulary.Precision` value);
-    ``sharded_base`` (ZeRO-3 / FSDP shard the base) stores the 4-bit weights in the compute dtype."""
+    quantization (unless ``double_quant`` is False: ``Plan.double_quant``), compute in the plan's precision (a
+    :class:`~probes.vocabulary.Precision` value); ``sharded_base`` (ZeRO-3 / FSDP shard the base) stores the 4-bit
+    weights in the compute dtype."""
     compute = COMPUTE_DTYPES[Precision.of(precision)]
-    kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
-                              "bnb_4bit_compute_dtype": compute}
+    kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                              "bnb_4bit_use_double_quant": double_quant, "bnb_4bit_compute_dtype": compute}
     if sharded_base:
         kwargs["bnb_4bit_quant_storage"] = compute
     return kwargs

@@ -94,6 +94,7 @@ class Setting(Vocabulary):
     EXPERT_PARALLEL = "expert_parallel"
     CHECKPOINTING = "checkpointing"
     LEGACY_BITSANDBYTES = "legacy_bitsandbytes"
+    DOUBLE_QUANT = "double_quant"
     FRAMEWORK = "framework"
 
 

@@ -125,6 +125,10 @@ class Plan(BaseModel):
     legacy_bitsandbytes: bool = Field(False, description="QLoRA on bitsandbytes older than 0.43.2, whose 4-bit layers "
                                                          "keep their input for backward (default: the version "
                                                          "installed here; no effect on other methods)")
+    double_quant: bool = Field(True, description="QLoRA's double quantization: the 4-bit base's absmax constants "
+                                                 "in 8 bits, 4.127 bits a weight (QLoRA sec. 3); off: 4.5 "
+                                                 "(transformers' BitsAndBytesConfig default, LitGPT's bnb.nf4); no "
+                                                 "effect on other methods")
     framework: FrameworkName = Field(Framework.TRANSFORMERS.value, description="the training code priced: "
                                      "transformers + PEFT (the Trainer's; what --emit writes and trials run) or "
                                      "LitGPT's own model and loops (estimate only)")
@@ -182,6 +186,8 @@ class Plan(BaseModel):
         parts += [label for label, on in ((f"{self.loss_kernel} loss", self.loss_kernel != LossKernel.STANDARD),
                                           ("compile", self.torch_compile), ("packing", self.packing),
                                           ("fp8", self.fp8)) if on]
+        if Method.of(self.method).spec.quantized_base and not self.double_quant:
+            parts.append("nf4 without double quantization")
         if self.legacy_bitsandbytes and Method.of(self.method).spec.quantized_base:
             parts.append("bitsandbytes < 0.43.2")
         if self.framework != Framework.TRANSFORMERS:

@@ -127,7 +127,7 @@ class WorkloadOptions(_Options):
 PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
               "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
               "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "expert_parallel", "checkpointing",
-              "legacy_bitsandbytes", "framework")
+              "legacy_bitsandbytes", "double_quant", "framework")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
 ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,

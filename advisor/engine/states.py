@@ -152,7 +152,7 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     method = Method.of(plan.method)
     width = WeightsDtype.of(plan.weights_dtype).bytes
     quantized = quantized_parameters(model) // split if method.spec.quantized_base else 0
-    base = frozen_base_bytes(model, method.spec.quantized_base, width) // split
+    base = frozen_base_bytes(model, method.spec.quantized_base, width, plan.double_quant) // split
     mixed = plan.precision != Precision.FP32
     autocast = plan.weights_dtype == WeightsDtype.FP32 and mixed
     copies16 = 2 * (model.matmul_parameters // split - quantized) if autocast else 0

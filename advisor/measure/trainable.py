@@ -137,7 +137,8 @@ def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights:
     auto = getattr(transformers, Task(model.task).auto_class)
     dtype = _dtype_kwargs(plan.weights_dtype)
     kwargs = dict(config=config, local_files_only=True, device_map={"": device.index or 0},
-                  quantization_config=transformers.BitsAndBytesConfig(**bnb_config_kwargs(plan.precision)), **dtype)
+                  quantization_config=transformers.BitsAndBytesConfig(
+                      **bnb_config_kwargs(plan.precision, double_quant=plan.double_quant)), **dtype)
     if weights is not None:
         return auto.from_pretrained(str(weights), **kwargs)
     with tempfile.TemporaryDirectory(prefix="advisor-qlora-") as folder:
