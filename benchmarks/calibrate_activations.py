@@ -124,12 +124,18 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
-def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512) -> dict:
+def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512,
+              layer_differences: bool = False) -> dict:
     """The coefficients of one class of step (``variant``) for ``family``; ``run(ckpt, layers, ffn_multiple,
     extra_vocabulary, micro_batch, seq)`` simulates one design row (default: the transformers model's step,
     :func:`_run`; ``benchmarks/calibrate_litgpt.py`` gives LitGPT's). ``extra_vocabulary``: the vocabulary rows the
     design adds to separate the head's vocabulary term from its width term (a multiple of 64; transformers' head is
-    exactly linear in the vocabulary, so 512 rows do; LitGPT's chunked head needs a larger step)."""
+    exactly linear in the vocabulary, so 512 rows do; LitGPT's chunked head needs a larger step).
+    ``layer_differences``: fit the per-layer terms to F(4 layers) - F(2 layers) at four shapes, then the head's to
+    what the shallow rows keep beyond their layers, on (sbh, sbv) without an s² term. A head that is not linear in (sbh, sbv, nss) then cannot leak
+    into the per-layer terms, which a deep model multiplies: LitGPT's chunked head and loss keep a 128-token chunk's
+    fp32 logits whatever the batch, and the joint fit had put gemma's layers 51 % above its simulated 26-layer step
+    (``calibrate_litgpt.py``)."""
     v1 = extra_vocabulary
     if run is None:
         model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
@@ -148,8 +154,31 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
     ckpt_start = [run(True, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
     cols = [lambda r: r["L"] * r["sbh"], lambda r: r["L"] * r["sbf"], lambda r: r["L"] * r["bnss"],
             lambda r: r["sbh"], lambda r: r["sbv"], lambda r: r["nss"]]
-    (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
-    (_k_shallow, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
+    if layer_differences:
+        pairs = [(run(False, 4, *d), run(False, 2, *d)) for d in [(1, 0, 2, 256), (2, 0, 2, 256), (1, 0, 2, 512),
+                                                                   (1, 0, 4, 128)]]
+        per_layer = [{**r4, "F": (r4["F"] - r2["F"]) / 2} for r4, r2 in pairs]
+        (c_h, c_f, c_s), w_layer = _fit(per_layer, [lambda r: r["sbh"], lambda r: r["sbf"], lambda r: r["bnss"]],
+                                        lambda r: r["F"])
+        # the head on (sbh, sbv) only: a head without attention has no s² term, and one fitted to the design's
+        # sequences went negative (under-pricing) at longer ones; a constant per chunk lands in the sbv term
+        (e_h, e_v), w_head = _fit(plain, cols[3:5], lambda r: r["F"] - r["L"] * (
+            c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"]))
+        e_s = 0.0
+        del w_head  # relative to what the layers leave, which can be near 0: the whole forward's residual instead
+
+        def forward(r: dict) -> float:
+            return (r["L"] * (c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"]) + e_h * r["sbh"] + e_v * r["sbv"]
+                    + e_s * r["nss"])
+
+        w1 = max(w_layer, max(abs(forward(r) - r["F"]) / max(abs(r["F"]), 1) for r in plain))
+    else:
+        (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
+    if layer_differences:  # as the plain head: no s² term
+        (_k_shallow, ec_h, ec_v), w2 = _fit(ckpt, [cols[0], cols[3], cols[4]], lambda r: r["F"])
+        ec_s = 0.0
+    else:
+        (_k_shallow, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
     # what each checkpointed layer keeps, from a deep difference (at 1-2 layers one layer's
     # recomputable internals set the forward peak and blur it): (F(8 layers) - F(4)) / (4·sbh)
     deep = [(run(True, 4, 1, 0, b, s), run(True, 8, 1, 0, b, s)) for b, s in ((2, 256), (4, 128))]

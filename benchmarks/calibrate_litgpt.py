@@ -41,7 +41,8 @@ FAMILIES = {"llama": "Llama-2-7b-hf", "mistral": "Mistral-7B-v0.1", "gemma": "ge
             "gpt_neox": "stablelm-base-alpha-3b"}
 #: how the columns were made, as activations.json's ``_meta`` says it
 METHOD = ("benchmarks/calibrate_litgpt.py: the same design and fit as the transformers columns, over LitGPT 0.4.12's "
-          "simulated step, the design's vocabulary step half the family's vocabulary")
+          "simulated step, the design's vocabulary step half the family's vocabulary, the per-layer terms fitted to "
+          "4-layer minus 2-layer steps (calibrate(layer_differences=True))")
 #: advisor's LoRA targets → LitGPT's LoRA flags
 TARGETS = {LoraTargets.QUERY_VALUE.value: ("lora_query", "lora_value"),
            LoraTargets.ATTENTION.value: ("lora_query", "lora_key", "lora_value", "lora_projection"),
@@ -106,7 +107,7 @@ def main() -> None:
             # width term, and extrapolating to a wider model of the family (gemma-7b from gemma-2b) went wild
             extra = lora.Config.from_name(FAMILIES[family]).padded_vocab_size // 2 // 64 * 64
             columns[key] = calibrate(family, variant, run=runner(lora, FAMILIES[family], variant),
-                                     extra_vocabulary=extra)
+                                     extra_vocabulary=extra, layer_differences=True)
             print(f"{family:10s} {key} " + " ".join(f"{k}={v:.2f}" for k, v in columns[key].items()
                                                    if isinstance(v, float))
                   + f" residuals={columns[key]['fit_worst_relative_residual']}", flush=True)

@@ -13,7 +13,9 @@ QLoRA swaps every ``nn.Linear`` for bitsandbytes' 4-bit layer as Lightning's ``B
 0.42.0 LitGPT pinned): ``advisor.measure.quantized_base.legacy_backward``.
 
 It compares each simulated peak with the published one: where they agree, the gap between advisor's prediction
-and the published run is the framework's, not the accounting's.
+and the published run is the framework's, not the accounting's; and advisor's analytic prediction (the LitGPT
+columns, ``benchmarks/calibrate_litgpt.py``) with the simulated step at the case's full depth, which the
+calibration's 1-8-layer design only extrapolates to.
 
 Set-up (LitGPT is not a dependency of advisor; its package ``__init__`` imports Lightning, which this script does
 not need: only ``litgpt.config``, ``litgpt.model`` and ``litgpt.lora``, whose two helpers from ``litgpt.utils``
@@ -40,6 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from published import run_case  # noqa: E402
 
 CASES = ROOT / "benchmarks" / "published" / "litgpt.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "litgpt_simulated.md"
@@ -173,7 +178,7 @@ def main() -> None:
     parser.add_argument("cases", nargs="?", default="litgpt-confighub-*")
     args = parser.parse_args()
     lora = import_litgpt(args.litgpt)
-    rows, errors, start = [], {"lora": [], "qlora": []}, time.perf_counter()
+    rows, errors, analytic, start = [], {"lora": [], "qlora": []}, [], time.perf_counter()
     for line in CASES.read_text().splitlines():
         case = json.loads(line)
         if (not fnmatch.fnmatch(case["id"], args.cases) or case["plan"]["method"] == "full"
@@ -183,15 +188,25 @@ def main() -> None:
         try:
             peak = simulate_case(lora, case)
         except ValueError as exc:  # a model this LitGPT release does not know (Llama 3.2 came later)
-            rows.append(f"| {case['id']} | {measured / 1e9:.2f} | | | not simulated: {exc} |")
+            rows.append(f"| {case['id']} | {measured / 1e9:.2f} | | | | | not simulated: {exc} |")
             print(rows[-1], flush=True)
             continue
         err = peak / measured - 1
         errors[case["plan"]["method"]].append(err)
-        rows.append(f"| {case['id']} | {measured / 1e9:.2f} | {peak / 1e9:.2f} | {err:+.1%} | |")
+        # advisor's analytic peak for the case, as published.py prices it
+        predicted = run_case({**case, "_file": CASES.stem}).predicted_bytes
+        against = predicted / peak - 1 if predicted else None
+        if against is not None:
+            analytic.append(against)
+        rows.append(f"| {case['id']} | {measured / 1e9:.2f} | {peak / 1e9:.2f} | {err:+.1%} | "
+                    f"{predicted / 1e9 if predicted else float('nan'):.2f} | "
+                    f"{'' if against is None else f'{against:+.1%}'} | |")
         print(rows[-1], flush=True)
     summary = [f"{method}: n={len(e)} median {statistics.median(e):+.1%} range {min(e):+.1%} … {max(e):+.1%}"
                for method, e in errors.items() if e]
+    if analytic:
+        summary.append(f"advisor's analytic peak vs the simulated step: n={len(analytic)} median "
+                       f"{statistics.median(analytic):+.1%} range {min(analytic):+.1%} … {max(analytic):+.1%}")
     print("\n".join(summary))
     if args.cases != "litgpt-confighub-*":
         return
@@ -202,9 +217,12 @@ def main() -> None:
             f"`HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/litgpt_simulated.py --litgpt DIR` "
             f"({time.perf_counter() - start:.0f} s; torch {torch.__version__}, bitsandbytes {bitsandbytes.__version__} "
             "running the < 0.43.2 MatMul4Bit for QLoRA). Published: `max_memory_allocated` in decimal GB "
-            "(benchmarks/published/litgpt.jsonl); simulated: the same quantity. Error = simulated / published - 1.", "",
+            "(benchmarks/published/litgpt.jsonl); simulated: the same quantity. Error = simulated / published - 1. "
+            "advisor: `benchmarks/published.py`'s prediction for the case (`--framework litgpt`, the LitGPT columns "
+            "of `advisor/data/activations.json`), against the simulated step.", "",
             *[f"- {line}" for line in summary], "",
-            "| case | published GB | simulated GB | error | note |", "|---|---:|---:|---:|---|"]
+            "| case | published GB | simulated GB | error | advisor GB | advisor / simulated | note |",
+            "|---|---:|---:|---:|---:|---:|---|"]
     OUT.write_text("\n".join(head + rows) + "\n")
     print(f"wrote {OUT}")
 
