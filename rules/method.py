@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.adapters import NF4_BYTES_PER_PARAM, NF4_PLAIN_BYTES_PER_PARAM, adapter_parameters, quantized_parameters
+from probes.adapters import adapter_parameters, frozen_base_bytes
 from probes.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
                                WeightsDtype)
 from rules import sources as S
@@ -174,7 +174,8 @@ class DoubleQuantization(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not Method.of(plan.method).spec.quantized_base:
             return []
-        saving = quantized_parameters(facts.model) * (NF4_PLAIN_BYTES_PER_PARAM - NF4_BYTES_PER_PARAM)
+        width = WeightsDtype.of(plan.weights_dtype).bytes
+        saving = frozen_base_bytes(facts.model, True, width, False) - frozen_base_bytes(facts.model, True, width, True)
         saving //= max(plan.model_parallel_size, 1)
         if plan.double_quant:
             return [self.set(Setting.DOUBLE_QUANT, True, f"the 4-bit base's quantization constants in 8 bits: "
