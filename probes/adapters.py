@@ -6,8 +6,9 @@ parameters per layer. QLoRA (Dettmers et al. 2023, https://arxiv.org/abs/2305.14
 the frozen linear weights of the blocks in 4-bit NormalFloat with blocks of 64 and double-quantizes
 the blocks' fp32 absmax constants to 8 bits with a second-level fp32 constant per 256 blocks:
 4 + 8/64 + 32/(64·256) = 4.127 bits per parameter; without double quantization (transformers'
-``BitsAndBytesConfig`` default, LitGPT's ``bnb.nf4``) each block keeps its fp32 absmax: 4 + 32/64 = 4.5 bits. bitsandbytes leaves the embedding and the output
-head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``; transformers skips ``lm_head``).
+``BitsAndBytesConfig`` default, LitGPT's ``bnb.nf4``) each block keeps its fp32 absmax: 4 + 32/64 = 4.5 bits.
+bitsandbytes leaves the embedding and the output head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``;
+transformers skips ``lm_head``).
 
 Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter) is counted
 as three (r·(3h + 3h)), within r·2h per layer; bias vectors stay unquantized (a few parameters).

@@ -181,6 +181,6 @@ class DoubleQuantization(Rule):
             return [self.set(Setting.DOUBLE_QUANT, True, f"the 4-bit base's quantization constants in 8 bits: "
                              f"{saving / 2**30:.2f} GiB less per GPU than plain NF4 (bnb_4bit_use_double_quant=True, "
                              "which transformers' BitsAndBytesConfig leaves off)")]
-        return [self.warn(f"NF4 without double quantization keeps an fp32 constant per 64 weights: {saving / 2**30:.2f} "
-                          "GiB more per GPU than with it (bnb_4bit_use_double_quant=True; LitGPT: --quantize "
-                          "bnb.nf4-dq)", Setting.DOUBLE_QUANT)]
+        return [self.warn(f"NF4 without double quantization keeps an fp32 constant per 64 weights: "
+                          f"{saving / 2**30:.2f} GiB more per GPU than with it (bnb_4bit_use_double_quant=True; "
+                          "LitGPT: --quantize bnb.nf4-dq)", Setting.DOUBLE_QUANT)]

@@ -61,7 +61,8 @@ def model_kwargs(rec: Recommendation) -> dict[str, Any]:
                               "attn_implementation": Attention.of(plan.attention).spec.implementation}
     if Method.of(plan.method).spec.quantized_base:
         sharded = Parallelism.of(plan.parallelism).stage >= 3
-        kwargs["quantization_config"] = bnb_config_kwargs(plan.precision, sharded_base=sharded, double_quant=plan.double_quant)
+        kwargs["quantization_config"] = bnb_config_kwargs(plan.precision, sharded_base=sharded,
+                                                          double_quant=plan.double_quant)
     return kwargs
 
 

@@ -35,8 +35,8 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
 
 def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
     """Bytes of one model replica's frozen base weights (LoRA: the weights' dtype; QLoRA: 4-bit blocks)."""
-    base = frozen_base_bytes(model, Method.of(plan.method).spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes,
-                             plan.double_quant)
+    base = frozen_base_bytes(model, Method.of(plan.method).spec.quantized_base,
+                             WeightsDtype.of(plan.weights_dtype).bytes, plan.double_quant)
     return base / plan.model_parallel_size
 
 

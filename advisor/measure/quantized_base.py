@@ -53,8 +53,8 @@ def quantize_skeleton(net, plan: Plan) -> None:
     from transformers import BitsAndBytesConfig
     from transformers.quantizers.auto import AutoHfQuantizer
 
-    quantizer = AutoHfQuantizer.from_config(BitsAndBytesConfig(**bnb_config_kwargs(plan.precision, double_quant=plan.double_quant)),
-                                            pre_quantized=False)
+    config = BitsAndBytesConfig(**bnb_config_kwargs(plan.precision, double_quant=plan.double_quant))
+    quantizer = AutoHfQuantizer.from_config(config, pre_quantized=False)
     quantizer.preprocess_model(net, device_map={"": "cpu"})
     net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
     with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
