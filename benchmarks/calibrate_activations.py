@@ -132,8 +132,8 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
     design adds to separate the head's vocabulary term from its width term (a multiple of 64; transformers' head is
     exactly linear in the vocabulary, so 512 rows do; LitGPT's chunked head needs a larger step).
     ``layer_differences``: fit the per-layer terms to F(4 layers) - F(2 layers) at four shapes, then the head's to
-    what the shallow rows keep beyond their layers, on (sbh, sbv) without an s² term. A head that is not linear in (sbh, sbv, nss) then cannot leak
-    into the per-layer terms, which a deep model multiplies: LitGPT's chunked head and loss keep a 128-token chunk's
+    what the shallow rows keep beyond their layers, on (sbh, sbv) without an s² term. A head that is not linear in
+    (sbh, sbv, nss) then cannot leak into the per-layer terms, which a deep model multiplies: LitGPT's chunked head and loss keep a 128-token chunk's
     fp32 logits whatever the batch, and the joint fit had put gemma's layers 51 % above its simulated 26-layer step
     (``calibrate_litgpt.py``)."""
     v1 = extra_vocabulary
@@ -158,26 +158,22 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
         pairs = [(run(False, 4, *d), run(False, 2, *d)) for d in [(1, 0, 2, 256), (2, 0, 2, 256), (1, 0, 2, 512),
                                                                    (1, 0, 4, 128)]]
         per_layer = [{**r4, "F": (r4["F"] - r2["F"]) / 2} for r4, r2 in pairs]
-        (c_h, c_f, c_s), w_layer = _fit(per_layer, [lambda r: r["sbh"], lambda r: r["sbf"], lambda r: r["bnss"]],
+        (c_h, c_f, c_s), w_layer = _fit(per_layer, cols[3:4] + [lambda r: r["sbf"], lambda r: r["bnss"]],
                                         lambda r: r["F"])
-        # the head on (sbh, sbv) only: a head without attention has no s² term, and one fitted to the design's
+        # the heads on (sbh, sbv) only: a head without attention has no s² term, and one fitted to the design's
         # sequences went negative (under-pricing) at longer ones; a constant per chunk lands in the sbv term
-        (e_h, e_v), w_head = _fit(plain, cols[3:5], lambda r: r["F"] - r["L"] * (
-            c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"]))
-        e_s = 0.0
-        del w_head  # relative to what the layers leave, which can be near 0: the whole forward's residual instead
+        e_s = ec_s = 0.0
 
-        def forward(r: dict) -> float:
-            return (r["L"] * (c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"]) + e_h * r["sbh"] + e_v * r["sbv"]
-                    + e_s * r["nss"])
+        def layers(r: dict) -> float:
+            return r["L"] * (c_h * r["sbh"] + c_f * r["sbf"] + c_s * r["bnss"])
 
-        w1 = max(w_layer, max(abs(forward(r) - r["F"]) / max(abs(r["F"]), 1) for r in plain))
+        (e_h, e_v), _ = _fit(plain, cols[3:5], lambda r: r["F"] - layers(r))
+        # the worst residual of the whole forward (what the layers leave can be near 0)
+        w1 = max(w_layer, max(abs(layers(r) + e_h * r["sbh"] + e_v * r["sbv"] - r["F"]) / max(abs(r["F"]), 1)
+                              for r in plain))
+        (_k_shallow, ec_h, ec_v), w2 = _fit(ckpt, [cols[0], cols[3], cols[4]], lambda r: r["F"])
     else:
         (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
-    if layer_differences:  # as the plain head: no s² term
-        (_k_shallow, ec_h, ec_v), w2 = _fit(ckpt, [cols[0], cols[3], cols[4]], lambda r: r["F"])
-        ec_s = 0.0
-    else:
         (_k_shallow, ec_h, ec_v, ec_s), w2 = _fit(ckpt, [cols[0], cols[3], cols[4], cols[5]], lambda r: r["F"])
     # what each checkpointed layer keeps, from a deep difference (at 1-2 layers one layer's
     # recomputable internals set the forward peak and blur it): (F(8 layers) - F(4)) / (4·sbh)
