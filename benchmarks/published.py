@@ -328,6 +328,12 @@ ATTENTION = {"flash-attention": "flash-attention-2", "flash-attention-2": "flash
              "flash-attention-3", "flash_attention_3": "flash-attention-3", "sdpa": "sdpa", "eager": "eager"}
 
 
+#: The sources' frameworks whose layers are Megatron-style (``--framework megatron``): Megatron-Core with Transformer
+#: Engine (NeMo 1 / 2), Megatron-LM's GPT-2 (DeepSpeed's examples), flash-attention's training GPT (fused dense +
+#: GeLU, fused dropout-add-LayerNorm). NeMo AutoModel runs the Hugging Face models (transformers).
+MEGATRON_STACKS = ("Megatron-Core", "Megatron-LM", "flash-attention training scripts")
+
+
 def stack_options(case: dict) -> dict:
     """The stack the source states, as ``estimate`` keywords (unstated: ``estimate``'s defaults, the Trainer's
     stack: SDPA, the standard loss, no compile, no packing, no fp8)."""
@@ -348,6 +354,8 @@ def stack_options(case: dict) -> dict:
             "lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
         # LitGPT's own model code (lightning-thunder trains lit-gpt's model, but for one run)
         opts["framework"] = Framework.LITGPT.value
+    elif any(name in framework for name in MEGATRON_STACKS):
+        opts["framework"] = Framework.MEGATRON.value
     if case["plan"].get("method") == "qlora":
         # reentrant checkpointing runs the forward without autograd: no MatMul4Bit context keeps an input
         reentrant = case["plan"].get("gradient_checkpointing") and s.get("reentrant_checkpointing")
@@ -414,6 +422,8 @@ def stack_notes(case: dict) -> list[str]:
         out.append("whole-run peak includes evaluation / generation")
     if stack_options(case).get("framework") == Framework.LITGPT:
         out.append("LitGPT's own model code (advisor: --framework litgpt, its untied LM head included)")
+    elif stack_options(case).get("framework") == Framework.MEGATRON:
+        out.append("Megatron-style fused layers (advisor: --framework megatron)")
     elif "lit" in (s.get("framework") or "").lower():
         out.append("LitGPT's own model code, no dropout")
     return out

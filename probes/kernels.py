@@ -137,10 +137,27 @@ class Framework(Vocabulary):
     """The training code whose tensors a plan is priced for: the Hugging Face stack (transformers' model + PEFT's
     adapters, the Trainer's loop: what ``--emit`` writes, trials and ``--simulate`` run), or LitGPT's own model,
     LoRA layers and loops (https://github.com/Lightning-AI/litgpt: bf16-true, a chunked LM head and loss; its
-    activation columns are fitted to simulated LitGPT 0.4.12 steps, ``benchmarks/calibrate_litgpt.py``)."""
+    activation columns are fitted to simulated LitGPT 0.4.12 steps, ``benchmarks/calibrate_litgpt.py``), or
+    Megatron-style fused transformer layers (Megatron-LM / Megatron-Core and what is built on it: NeMo, Transformer
+    Engine's layers; flash-attention's training GPT): every block keeps what Korthikanti et al. 2022 count,
+    https://arxiv.org/abs/2205.05198 sec. 4.1 (norms their input only, a fused bias-GeLU / SwiGLU its input, softmax
+    in 16 bits), and gradients accumulate in an fp32 buffer beside 16-bit parameters (Megatron Core "Distributed
+    Optimizer", https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html: 6 + 12/d bytes a
+    parameter with the distributed optimizer, 18 without)."""
 
     TRANSFORMERS = "transformers"
     LITGPT = "litgpt"
+    MEGATRON = "megatron"
+
+    @property
+    def label(self) -> str:
+        """What the plan is priced for, in words (the rules' messages)."""
+        return FRAMEWORK_LABELS[self]
+
+
+FRAMEWORK_LABELS = {Framework.TRANSFORMERS: "transformers' model with PEFT's adapters and the Trainer's loop",
+                    Framework.LITGPT: "LitGPT's own model code and loops",
+                    Framework.MEGATRON: "Megatron-style fused layers and optimizer (Megatron-Core, NeMo)"}
 
 
 #: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:

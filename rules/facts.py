@@ -130,8 +130,9 @@ class Plan(BaseModel):
                                                  "(transformers' BitsAndBytesConfig default, LitGPT's bnb.nf4); no "
                                                  "effect on other methods")
     framework: FrameworkName = Field(Framework.TRANSFORMERS.value, description="the training code priced: "
-                                     "transformers + PEFT (the Trainer's; what --emit writes and trials run) or "
-                                     "LitGPT's own model and loops (estimate only)")
+                                     "transformers + PEFT (the Trainer's; what --emit writes and trials run), "
+                                     "LitGPT's own model and loops, or Megatron-style fused layers and optimizer "
+                                     "(Megatron-Core, NeMo, Transformer Engine) (the last two: estimate only)")
 
     @model_validator(mode="before")
     @classmethod

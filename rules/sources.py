@@ -191,6 +191,14 @@ MEGATRON_MOE = Source(title="Megatron-Core MoE", section="Expert parallelism (--
                       url="https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html")
 SELECTIVE_AC_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models",
                             url="https://arxiv.org/abs/2205.05198", section="5 Selective activation recomputation")
+ACTIVATION_MEMORY_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large "
+                                       "Transformer Models", url="https://arxiv.org/abs/2205.05198",
+                                 section="4.1 Activations Memory Per Transformer Layer (sbh(34 + 5as/h) in 16 bits)")
+MEGATRON_DIST_OPTIMIZER = Source(title="Megatron Core user guide: Distributed Optimizer",
+                                 url="https://docs.nvidia.com/megatron-core/developer-guide/latest/"
+                                     "distrib_optimizer.html",
+                                 section="bytes per parameter: float16 param, fp32 grads: 18 (non-distributed), "
+                                         "6 + 12/d (distributed)")
 TORCHTITAN_AC = Source(title="torchtitan: activation checkpointing (full, selective op / layer)",
                        url="https://github.com/pytorch/torchtitan/blob/main/torchtitan/distributed/"
                            "activation_checkpoint.py",

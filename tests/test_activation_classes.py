@@ -149,3 +149,44 @@ def test_the_structural_formula_prices_16_bit_classes_as_the_simulated_steps(mon
     monkeypatch.setattr(memory, "_calibration", lambda: {})
     structural = _activations(model, **kw)
     assert abs(structural / calibrated - 1) <= 0.10
+
+
+def test_a_megatron_gpt_block_keeps_korthikantis_34_sbh_and_5_as2b() -> None:
+    """Korthikanti et al. 2022 sec. 4.1 (https://arxiv.org/abs/2205.05198): a GPT block in 16 bits with dropout keeps
+    sbh(34 + 5as/h) bytes; under FlashAttention (no s × s tensors) 34sbh. ``--framework megatron`` prices that."""
+    from advisor.engine.structural import layer_activation_bytes
+
+    gpt = profile_model("gpt2-medium")  # GPT-2 / GPT-3 shaped: LayerNorm, 4h GeLU MLP, dropout, multi-head
+    assert gpt.dropout and not gpt.gated_mlp and gpt.ffn_size == 4 * gpt.hidden_size
+    plan = _plan(weights_dtype="bf16", framework="megatron", micro_batch_size=4)
+    s, b, h, a = 1024, 4, gpt.hidden_size, gpt.num_attention_heads
+    sbh = s * b * h
+    assert layer_activation_bytes(gpt, plan, s) == 34 * sbh
+    assert layer_activation_bytes(gpt, plan, s, eager_attention=True) == 34 * sbh + 5 * a * s * s * b
+    # the Hugging Face model's unfused block keeps more: the softmax in fp32 under autocast, for one
+    hf = layer_activation_bytes(gpt, _plan(weights_dtype="bf16", micro_batch_size=4), s, eager_attention=True)
+    assert hf > 34 * sbh + 5 * a * s * s * b
+
+
+def test_a_megatron_llama_block_keeps_no_fp32_norm_copy_nor_the_swiglu_output() -> None:
+    """Megatron-Core's fused norms keep their input only and its fused SwiGLU its input (recomputing silu): per block
+    two fp32 normalised copies (4 B each) and one s·b·ffn activation output less than the Hugging Face Llama."""
+    from advisor.engine.structural import layer_activation_bytes
+
+    llama = profile_model(LLAMA)
+    s, b = 2048, 1
+    hf = layer_activation_bytes(llama, _plan(weights_dtype="bf16", micro_batch_size=b), s)
+    megatron = layer_activation_bytes(llama, _plan(weights_dtype="bf16", micro_batch_size=b, framework="megatron"), s)
+    assert hf - megatron == 2 * 4 * s * b * llama.hidden_size + 2 * s * b * llama.ffn_size
+    assert calibration_keys(_plan(framework="megatron")) == []  # no fitted column: the formula prices it
+
+
+@pytest.mark.parametrize("parallelism, gpus, per_param", [("zero-1", 8, 6 + 12 / 8), ("none", 1, 18)])
+def test_megatrons_optimizer_keeps_fp32_gradients_beside_16_bit_parameters(parallelism, gpus, per_param) -> None:
+    """Megatron Core user guide, "Distributed Optimizer" (bytes per parameter, float16 param + fp32 grads): 6 + 12/d
+    with the distributed optimizer, 18 without."""
+    model = profile_model(LLAMA)
+    plan = _plan(weights_dtype="bf16", framework="megatron", parallelism=parallelism, num_gpus=gpus)
+    c = estimate_memory(model, plan, 1024, 80 * GIB).components
+    states = c.weights_bytes + c.gradients_bytes + c.optimizer_states_bytes
+    assert states == pytest.approx(per_param * model.num_parameters, rel=1e-6)

@@ -51,8 +51,8 @@ from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
-from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, residual_bytes,
-                                       sixteen_bit_weights)
+from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
+                                       residual_bytes, sixteen_bit_weights)
 from probes.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.vocabulary import PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Precision, Task, WeightsDtype
 from rules.facts import Plan
@@ -142,7 +142,10 @@ def calibration_keys(plan: Plan) -> list[str]:
     (``Plan.legacy_bitsandbytes``). A family without QLoRA columns falls back to LoRA's
     (legacy: full fine-tuning's). The last column is the fallback every family has. A LitGPT plan
     (``Plan.framework``) looks for the same columns prefixed ``litgpt:`` first, fitted to LitGPT's own simulated step
-    (``benchmarks/calibrate_litgpt.py``), then the transformers model's."""
+    (``benchmarks/calibrate_litgpt.py``), then the transformers model's. A Megatron-style plan has none: its
+    fused layers keep what :func:`advisor.engine.structural.layer_activation_bytes` counts."""
+    if plan.framework == Framework.MEGATRON:
+        return []
     keys = _transformers_keys(plan)
     if plan.framework == Framework.LITGPT:  # LitGPT's own columns first, then the transformers model's
         return [f"{Framework.LITGPT.value}:{k}" for k in keys] + keys
@@ -237,7 +240,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
         recomputed = 0
     r = residual_bytes(plan)  # the embedding's output and the residual stream, in the weights' dtype under bf16
     embeddings = r * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
-    final_norm = (4 + r) if model.gated_mlp else r  # as the blocks' norms (layer_activation_bytes)
+    final_norm = norm_bytes(model, plan)  # as the blocks' norms (layer_activation_bytes)
     if Task.of(model.task).language_modeling:
         v = model.vocab_size
         head_input = (a + final_norm) * s * b * h  # final norm's input (and fp32 copy) + LM-head input

@@ -129,6 +129,26 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     return ModelStates(weights=params, copies16=0, grads=grads, buckets=buckets, optimizer=states, step_temp=0)
 
 
+def _megatron_buffers(plan: Plan, weights: WeightsDtype, parallelism: Parallelism) -> bool:
+    """Whether a full fine-tuning plan keeps Megatron's buffers (:func:`_megatron_states`): Megatron-style code in
+    mixed precision with 16-bit parameters (bf16 weights, or a distributed optimizer's 16-bit working copy), without
+    ZeRO-2 / ZeRO-3 / FSDP sharding (which Megatron's optimizer does not do)."""
+    return (plan.framework == Framework.MEGATRON and plan.precision != Precision.FP32 and parallelism.stage <= 1
+            and (parallelism.stage == 1 or weights == WeightsDtype.BF16))
+
+
+def _megatron_states(plan: Plan, n: int, P: int, local: int, largest: int, states_fp32: int) -> ModelStates:
+    """Megatron's mixed-precision buffers: 16-bit parameters, gradients accumulated and reduced in a contiguous fp32
+    buffer (no separate bucket copy; ``accumulate_allreduce_grads_in_fp32``, on for bf16), fp32 master weights and
+    the optimizer's fp32 states, sharded over the ``n`` data-parallel ranks by the distributed optimizer (``n`` = 1
+    without it): 6 + 12/d bytes a parameter under Adam, 18 unsharded (Megatron Core user guide, "Distributed
+    Optimizer", https://docs.nvidia.com/megatron-core/developer-guide/latest/distrib_optimizer.html, the table of
+    bytes per parameter, "float16 param, fp32 grads"). ``states_fp32``: the optimizer's states over fp32 weights."""
+    step_temp = Optimizer.of(plan.optimizer).step_temporary_bytes(plan.device, P // n, largest)
+    return ModelStates(weights=2 * local, copies16=0, grads=4 * local, buckets=0,
+                       optimizer=(4 * P + states_fp32) // n, step_temp=step_temp)
+
+
 def _replicated_states(plan: Plan, P: int, copies16: int, states_full: int, largest: int) -> ModelStates:
     """Parameters and gradients in the weights' dtype on every device (plus DDP's bucket copy), the whole
     optimizer state; the end of backward adds two embedding-sized temporaries (the embedding's dense gradient
@@ -220,7 +240,10 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
     largest = model.largest_parameter_elements // max(plan.tensor_parallel, 1)
     if local < P:  # the fused expert tensors split too; the embedding may then be the largest
         largest = max(largest // plan.expert_parallel_size, model.vocab_size * model.hidden_size // split)
-    if parallelism.stage:
+    if _megatron_buffers(plan, weights, parallelism):
+        states = _megatron_states(plan, n if parallelism.stage else 1, P, local, largest,
+                                  _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), WeightsDtype.FP32) // split)
+    elif parallelism.stage:
         states = _sharded_states(plan, parallelism.stage, n, P, states_full, largest, zero_bucket_elements(model),
                                  local)
     else:

@@ -1,11 +1,12 @@
 """The structural activation formula: what one transformer block saves for backward, tensor by tensor, for
-families without calibrated coefficients (Korthikanti et al. 2022 sec. 4.1, https://arxiv.org/abs/2205.05198), per
-class of step, and what fused kernels (torch.compile, Liger-Kernel) do not keep, for every family.
+families without calibrated coefficients and for Megatron-style fused layers (Korthikanti et al. 2022 sec. 4.1,
+https://arxiv.org/abs/2205.05198), per class of step, and what fused kernels (torch.compile, Liger-Kernel) do not
+keep, for every family.
 :mod:`advisor.engine.memory` assembles the step's peak from them."""
 
 from __future__ import annotations
 
-from probes.kernels import LossKernel
+from probes.kernels import Framework, LossKernel
 from probes.model import ModelProfile
 from probes.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from rules.facts import Plan
@@ -31,6 +32,15 @@ def residual_bytes(plan: Plan) -> int:
     return compute_bytes(plan)
 
 
+def norm_bytes(model: ModelProfile, plan: Plan) -> int:
+    """Bytes per element a norm keeps for backward: its input (:func:`residual_bytes`), and under the Hugging Face
+    models' RMSNorm, which computes in fp32, the fp32 copy it normalises (4 more); Megatron-style fused norms
+    (Transformer Engine's, Apex's ``FusedLayerNorm`` / ``FusedRMSNorm``) keep the input and per-row statistics
+    only (Korthikanti et al. 2022 sec. 4.1: "LayerNorm ... stores its input with size 2sbh")."""
+    r = residual_bytes(plan)
+    return r if plan.framework == Framework.MEGATRON or not model.gated_mlp else 4 + r
+
+
 def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
                            eager_attention: bool = False) -> int:
     """Bytes one transformer block saves for backward at micro-batch ``plan.micro_batch_size``.
@@ -43,6 +53,13 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
     output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
     Checked against the calibrated families' columns in ``tests/test_activation_classes.py``.
+
+    Megatron-style layers (``Plan.framework`` megatron) keep what Korthikanti et al. 2022 sec. 4.1 count: norms
+    their input only (:func:`norm_bytes`), the fused bias-GeLU / SwiGLU its input (the first matmul's output),
+    recomputing the activation in backward (Megatron-Core ``bias_gelu_impl`` / ``bias_swiglu_impl``), and an unfused
+    softmax its 16-bit output, dropout mask and dropout output (5as²b with dropout): 34sbh + 5as²b a GPT block in
+    16 bits with dropout, 34sbh under FlashAttention, which keeps q, k, v and its output as the paper's attention
+    block does.
     """
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = compute_bytes(plan)
@@ -50,7 +67,8 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     sbh = s * b * h
     sbf = s * b * model.ffn_size
     drop = 1 if model.dropout else 0
-    norm = ((4 + r) if model.gated_mlp else r) * sbh  # RMSNorm: its input and the fp32 copy it normalises
+    norm = norm_bytes(model, plan) * sbh
+    megatron = plan.framework == Framework.MEGATRON
     qkv_width = (model.num_attention_heads + 2 * model.num_key_value_heads) * model.head_dim
     inner = model.num_attention_heads * model.head_dim
     spec = Method.of(plan.method).spec
@@ -60,6 +78,9 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
         total = norm + a * sbh + a * s * b * qkv_width + a * s * b * inner + drop * sbh
         if eager_attention:
             scores = model.num_attention_heads * s * s * b
+            if megatron:  # the fused scale-mask-softmax keeps its 16-bit output; dropout its mask and output
+                total += scores * (a + drop + (a if drop else 0))
+                return total
             # softmax output is fp32 (autocast runs softmax in fp32); the AV matmul saves its own
             # copy when dropout or a cast to the compute dtype made a new tensor
             total += scores * (4 + drop + (a if drop or (plan.precision != Precision.FP32) else 0))
@@ -68,8 +89,9 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     total = attention()
     if cross_attention:
         total += attention()
-    if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input)
-        total += norm + a * sbh + (3 if frozen_mlp else 4) * a * sbf
+    if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input);
+        # a fused SwiGLU keeps no activation output: it recomputes silu from the gate
+        total += norm + a * sbh + ((3 if frozen_mlp else 4) - (1 if megatron else 0)) * a * sbf
     else:  # the first matmul's output, the activation's (the second matmul's input)
         total += norm + a * sbh + (1 if frozen_mlp else 2) * a * sbf + drop * sbh
     return total
@@ -90,8 +112,12 @@ def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes
     - Liger-Kernel (llama-style models): RMSNorm keeps its input and 1/rms, SwiGLU its two inputs, recomputing
       silu (Hsu et al. 2024, https://arxiv.org/abs/2410.10989 sec. 3.1-3.3): 4·sbh per norm and a·sbf.
 
+    Megatron-style layers are fused already (:func:`layer_activation_bytes`): nothing more.
+
     Not yet measured on a GPU: derived from which tensors each kernel saves.
     """
+    if plan.framework == Framework.MEGATRON:
+        return 0
     liger = LossKernel.of(plan.loss_kernel).spec.fused_layers and model.gated_mlp
     if not (plan.torch_compile or liger):
         return 0
