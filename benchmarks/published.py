@@ -429,7 +429,9 @@ def stack_notes(case: dict) -> list[str]:
     return out
 
 
-def _estimate(case: dict, notes: list[str]):
+def estimate_case(case: dict, notes: list[str]):
+    """(advisor's ``Estimate`` of a case as mapped, the model's profile); appends to ``notes`` what the mapping
+    assumed. Raises :class:`Skip` when advisor cannot price the case."""
     hw = hardware_options(case, notes)
     gpus = int(hw["gpu"].split(":")[1]) * hw["nodes"]
     opts = plan_options(case, gpus, notes)
@@ -447,7 +449,7 @@ def run_case(case: dict) -> Result:
                gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}")
     notes: list[str] = []
     try:
-        est, profile = _estimate(case, notes)
+        est, profile = estimate_case(case, notes)
     except Skip as skip:
         r.skipped = str(skip)
         return r

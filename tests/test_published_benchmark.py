@@ -61,3 +61,21 @@ def test_report_lists_every_case(results) -> None:
     for r in results:
         assert r.id in text
     assert "## Skipped" in text and "why it may differ" in text
+
+
+def test_the_allocator_reserve_check_reads_both_published_readings_and_inverts_the_model() -> None:
+    """benchmarks/allocator_reserve.py: every fms-acceleration case that publishes max_memory_allocated and nvidia-smi
+    gives a row; the implied reserve inverts advisor's device_bytes (a reading equal to what advisor models from the
+    measured peak implies exactly TRANSIENT_RESERVE)."""
+    from benchmarks import allocator_reserve as ar
+    from advisor.engine.memory import TRANSIENT_RESERVE
+
+    table = ar.rows()
+    assert len(table) == sum("mem_nvidia_mem_reserved" in (c["measured"].get("memory_as_written") or "")
+                             for c in load_cases()) >= 10
+    for r in table:
+        assert 0 < r["states"] < r["allocated"] < r["reading"]
+        # advisor's device_bytes from the measured peak (no context) implies exactly the constant
+        assert ar.implied_reserve(r["allocated"], r["modelled"], r["states"]) == pytest.approx(TRANSIENT_RESERVE)
+        assert r["implied_with_context"] < r["implied"]
+    assert {line.split(":")[0] for line in ar.summary(table)} == {"reserve one GPU", "reserve FSDP", "reserve all"}
