@@ -157,9 +157,10 @@ def test_qlora_without_bitsandbytes_and_its_optimizers_are_refused_in_one_line(t
     for optimizer in ("paged-adamw", "paged-adamw-8bit"):
         with pytest.raises(UsageError, match="bitsandbytes"):
             simulate(tiny, _plan(optimizer=optimizer), 64)
-    with pytest.raises(UsageError, match="not litgpt's") as err:  # a LitGPT plan: the analytic estimate only
-        simulate(tiny, _plan(framework="litgpt"), 64)
-    assert "\n" not in str(err.value)
+    for framework, named in (("litgpt", "LitGPT's own model code"), ("megatron", "Megatron-style fused layers")):
+        with pytest.raises(UsageError, match=f"not {named}") as err:  # the analytic estimate only
+            simulate(tiny, _plan(framework=framework), 64)
+        assert "\n" not in str(err.value) and ("litgpt_simulated.py" in str(err.value)) == (framework == "litgpt")
 
 
 def test_cli_estimate_simulates_qlora(tiny_llama) -> None:

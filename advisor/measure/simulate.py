@@ -149,8 +149,10 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     """Why ``--simulate`` cannot run ``plan`` (one line for the user), or None when it can."""
     method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
     if plan.framework != Framework.TRANSFORMERS:
-        return (f"--simulate runs transformers' model, not {plan.framework}'s: use the analytic estimate "
-                "(benchmarks/litgpt_simulated.py simulates LitGPT's own step)")
+        litgpt = " (benchmarks/litgpt_simulated.py simulates LitGPT's own step)" if (
+            plan.framework == Framework.LITGPT) else ""
+        return (f"--simulate runs transformers' model, not {Framework.of(plan.framework).label}: use the analytic "
+                f"estimate{litgpt}")
     if plan.parallelism != Parallelism.NONE:
         return "--simulate runs one device: drop --parallelism / use one GPU"
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:

@@ -185,8 +185,8 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
         raise UsageError(f"trials run the Trainer's full activation checkpointing, not {plan.checkpointing}: validate "
                          "a plan with full checkpointing (estimate --checkpointing full)")
     if plan.framework != Framework.TRANSFORMERS:
-        raise UsageError(f"trials run transformers' model and the Trainer's loop, not {plan.framework}'s: validate a "
-                         "plan without --framework")
+        raise UsageError(f"trials run transformers' model and the Trainer's loop, not "
+                         f"{Framework.of(plan.framework).label}: validate a plan without --framework")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")
