@@ -105,7 +105,9 @@ def test_speed_checkpointing_costs_a_forward_and_fp16_beats_fp32_on_v100() -> No
 
 def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
     """SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD ~ ZeRO-3 (PyTorch FSDP docs, ShardingStrategy), less DeepSpeed's own
-    buffers (the fp32 gradient partition, overlap_comm's buckets); one micro-batch."""
+    buffers (the fp32 gradient partition, overlap_comm's buckets), and with FSDP's gathered units instead of ZeRO-3's
+    two largest tensors: the root unit (embedding and untied LM head, not resharded after the forward) and two
+    transformer blocks (the one computing, the one prefetched); one micro-batch."""
     from advisor.app.api import estimate
 
     def est(parallelism: str, **kw):
@@ -114,9 +116,12 @@ def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
 
     for fsdp, zero in (("fsdp-shard-grad-op", "zero-2"), ("fsdp-full-shard", "zero-3")):
         a, b = est(fsdp), est(zero)
-        P, h = 6_738_415_616, 4096
+        P, h, v, layers = 6_738_415_616, 4096, 32000, 32
         own = 4 * P // 8 + 9 * h * h * (2 if zero == "zero-2" else 1)
-        assert a.memory.peak_bytes == b.memory.peak_bytes - own
+        if zero == "zero-3":  # 16-bit gathered parameters: FSDP's units, ZeRO-3's two embedding-sized tensors
+            root = 2 * v * h
+            own -= 2 * (root + 2 * (P - root) / layers) - 2 * 2 * v * h
+        assert a.memory.peak_bytes == pytest.approx(b.memory.peak_bytes - own, abs=2)
         same = a.speed.communication_s == pytest.approx(b.speed.communication_s)
         assert same if zero == "zero-3" else not same  # ZeRO-2's parameter all-gather after the step is exposed
 
@@ -321,3 +326,22 @@ def test_zero_figures_against_deepspeeds_printed_all_cold_tables(capsys) -> None
     assert (zero2, zero3) == (26.67, 14.61)
     assert ours2 / GIB == pytest.approx(zero2, abs=0.01)
     assert (ours3 - 2 * P // 8) / GIB == pytest.approx(zero3, abs=0.01)
+
+
+def test_fsdp_qlora_gathers_the_bf16_root_unit_and_two_4_bit_blocks() -> None:
+    """FSDP + QLoRA (Answer.AI's fsdp_qlora, the Trainer's FSDP): each device keeps 1/n of the frozen base and, at the
+    peak, the unsharded root unit (embedding and LM head, in the weights' dtype) and two 4-bit blocks."""
+    from advisor.engine.states import model_states
+    from probes.adapters import adapter_parameters, frozen_base_bytes
+    from probes.model import profile_model
+    from rules import Plan
+
+    model = profile_model("meta-llama/Llama-3.1-70B")
+    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
+                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="fsdp-full-shard", num_gpus=2,
+                method="qlora", lora_rank=16, lora_targets="all-linear", weights_dtype="bf16")
+    base = frozen_base_bytes(model, True, 2)
+    root = 2 * 2 * model.vocab_size * model.hidden_size  # untied embedding and head, bf16
+    adapters = 4 * adapter_parameters(model, 16, "all-linear")
+    expected = base // 2 + root + 2 * (base - root) / model.num_layers + adapters
+    assert model_states(model, plan, nodes=1).weights == pytest.approx(expected, abs=2)

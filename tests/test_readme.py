@@ -143,6 +143,29 @@ def test_facts_in_the_prose_are_today_s() -> None:
     assert f"lists all {len(REGISTRY)}" in text
 
 
+def test_the_rationales_the_prose_quotes_are_today_s() -> None:
+    """The prose quotes a recommendation's parallelism rationale and the expert-parallel comparison's figures: they
+    are what advisor prints now (the README is a promise, prose included)."""
+    from advisor.app.api import recommend
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    multi_node = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4)
+    quoted = multi_node.settings["parallelism"].rationale.split("; ", 1)[1]
+    assert f'"{quoted}"' in text
+    plan = multi_node.plan
+    assert f"micro-batch {plan.micro_batch_size} × {plan.gradient_accumulation_steps} accumulation × 8 GPUs" in text
+    mixtral = recommend("mistralai/Mixtral-8x7B-v0.1", gpu="a100-80gb:8")
+    rationale = mixtral.settings["expert_parallel"].rationale
+    chosen = re.search(r"fsdp-full-shard: ([\d.]+ GiB) per GPU, communication ([\d.]+ s) of the ([\d.]+ s) step, "
+                       r"est\. ([\d,]+) tokens/s", rationale)
+    other = re.search(r"expert parallel 8 with fsdp-shard-grad-op: ([\d.]+ GiB) per GPU, .*est\. ([\d,]+) tokens/s",
+                      rationale)
+    assert chosen and other, rationale
+    assert (f"holds {chosen[1]} per GPU at est. {chosen[4]} tokens/s, {chosen[2]} of its {chosen[3]} step "
+            "communicating") in text
+    assert f"expert parallel 8 with SHARD_GRAD_OP holds {other[1]} at est. {other[2]} tokens/s" in text
+
+
 def update() -> int:
     """Rewrite the console blocks' output with what the commands print now."""
     text = README.read_text(encoding="utf-8")

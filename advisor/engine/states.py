@@ -59,6 +59,24 @@ def zero_bucket_elements(model: ModelProfile) -> int:
     return min(model.hidden_size**2, 500_000_000)
 
 
+def root_parameters(model: ModelProfile) -> int:
+    """Parameters outside the transformer blocks that FSDP wraps in its root unit: the token embedding and, untied,
+    the LM head (position embeddings, the final norm and small task heads are left in the blocks' average)."""
+    return model.vocab_size * model.hidden_size + (0 if model.tied_embeddings else head_matmul_parameters(model))
+
+
+def fsdp_gathered_bytes(model: ModelProfile, plan: Plan, root_bytes: int, blocks_bytes: int) -> int:
+    """Bytes of unsharded parameters FSDP holds at the step's peak, given the root unit's and all blocks' bytes as
+    gathered (this device's tensor / pipeline share): the root unit, which FSDP does not reshard after the forward
+    (its parameters are needed at once by the backward), plus two transformer-block units, the one computing and
+    the one prefetched (the Trainer's and LitGPT's FSDP wrap each block, ``transformer_auto_wrap_policy``;
+    ``limit_all_gathers`` / FSDP2's prefetch keep at most two blocks' all-gathers in flight: PyTorch FSDP docs,
+    https://pytorch.org/docs/stable/fsdp.html, ``limit_all_gathers`` and ``backward_prefetch``; FSDP2,
+    https://pytorch.org/docs/stable/distributed.fsdp.fully_shard.html, ``reshard_after_forward``)."""
+    blocks = max(model.num_layers, 1)
+    return int(root_bytes + 2 * blocks_bytes / blocks)
+
+
 def local_parameters(model: ModelProfile, plan: Plan) -> int:
     """Parameters one device holds unsharded, after the tensor / pipeline split: with expert parallelism e each
     rank of an expert-parallel group keeps 1/e of the routed experts and every other parameter whole (GShard,
@@ -88,7 +106,8 @@ def _optimizer_in_backward(states: ModelStates, plan: Plan, model: ModelProfile,
 
 
 def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int,
-                    bucket: int = 0, local: int | None = None) -> ModelStates:
+                    bucket: int = 0, local: int | None = None, model: ModelProfile | None = None,
+                    root: int | None = None) -> ModelStates:
     """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
@@ -103,7 +122,8 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     FSDP with accumulation runs with ``sync_each_batch`` (emitted; see
     :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches.
     ``local``: the parameters a device holds unsharded (expert parallelism: :func:`local_parameters`; default
-    ``P``)."""
+    ``P``). Gathered parameters at stage 3: FSDP's units (:func:`fsdp_gathered_bytes`, with ``model`` and ``root``,
+    the root unit's parameters on this device), ZeRO-3's about two of the largest tensors."""
     local = P if local is None else local
     mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
@@ -124,8 +144,10 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
         grads = min(grads, 2 * low * largest)
     if offload.parameters:
         params = 0
-    if stage >= 3:
-        params += 2 * low * largest  # a gathered layer's parameters (prefetch keeps ~2)
+    if stage >= 3 and parallelism.fsdp and root is not None:
+        params += fsdp_gathered_bytes(model, plan, low * root, low * (local - root))
+    elif stage >= 3:
+        params += 2 * low * largest  # a gathered layer's parameters (ZeRO-3's prefetch keeps ~2)
     return ModelStates(weights=params, copies16=0, grads=grads, buckets=buckets, optimizer=states, step_temp=0)
 
 
@@ -183,7 +205,10 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     per_param = optimizer.spec.state_bytes_per_param
     states = int((per_param if per_param is not None else 4) * A)  # Adafactor: at most a full fp32 moment
     grads = 4 * A // (n if stage >= 2 else 1)
-    if stage >= 3:
+    if stage >= 3 and Parallelism.of(plan.parallelism).fsdp:
+        root = root_parameters(model) * width // split  # the embedding and head stay in the weights' dtype
+        base = base // n + fsdp_gathered_bytes(model, plan, root, base - root)
+    elif stage >= 3:
         base = base // n + 2 * width * largest_block_matrix(model)
     step_temp = optimizer.step_temporary_bytes(plan.device, A, adapter_matrix_elements(
         model, plan.lora_rank, plan.lora_targets))
@@ -245,7 +270,7 @@ def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
                                   _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), WeightsDtype.FP32) // split)
     elif parallelism.stage:
         states = _sharded_states(plan, parallelism.stage, n, P, states_full, largest, zero_bucket_elements(model),
-                                 local)
+                                 local, model, root_parameters(model) // split)
     else:
         states = _replicated_states(plan, local, copies16, states_full * local // max(P, 1), largest)
     if plan.optimizer_in_backward:
