@@ -113,6 +113,10 @@ def test_cli_estimate_takes_the_framework_and_says_it() -> None:
     assert lit["memory"]["components"]["activations_bytes"] != hf["memory"]["components"]["activations_bytes"]
     text = advisor(*args[:-1], "--framework", "litgpt")
     assert text.returncode == 0 and "litgpt's code" in text.stdout.splitlines()[0]
+    # Megatron-style fused layers keep less than the Hugging Face model (no fp32 norm copies, a fused SwiGLU)
+    megatron = json.loads(advisor(*args, "--framework", "megatron").stdout)
+    assert megatron["plan"]["framework"] == "megatron"
+    assert megatron["memory"]["components"]["activations_bytes"] < hf["memory"]["components"]["activations_bytes"]
 
 
 def test_litgpt_builds_its_lm_head_apart_from_the_embedding() -> None:
