@@ -72,6 +72,8 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
     "RTX 3090": ("rtx-3090", None),
     "A100-40GB": ("a100-40gb", "A100 40GB form factor not stated: SXM4 entry (same memory)"),
+    "A100 40GB SMX": ("a100-40gb", "the source's 'A100 40GB SMX' read as the SXM4 40GB"),
+    "H100 80GB SXM": ("h100-sxm", None),
 }
 
 #: Source GPUs whose catalog entry has another memory size: their fit / out-of-memory verdicts are not compared

@@ -26,14 +26,16 @@ class AdaptersWhenFullDoesNotFit(Rule):
     id = "method.adapters-when-full-does-not-fit"
     title = "full fine-tuning when it fits without a heavy fallback; LoRA, then QLoRA, when it does not"
     topic = "method"
-    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA]
+    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA, S.FSDP_QLORA]
     rationale = ("LoRA freezes the model and trains low-rank adapters (r·(d_in + d_out) per layer): no gradients or "
                  "optimizer states for the base, so a 7B model fine-tunes on a 24 GB card; QLoRA also stores the "
                  "frozen base in 4-bit NF4 (a 65B model on one 48 GB GPU). They train adapters, not the model: on "
                  "instruction tuning they match full fine-tuning when every linear layer has adapters (QLoRA "
                  "sec. 4-5), but they learn less new knowledge in long continued pre-training (Biderman et al. "
                  "2024). So full fine-tuning wins whenever it fits with light fallbacks (checkpointing, bf16 "
-                 "weights, 8-bit states); adapters come before offloading the optimizer to the CPU.")
+                 "weights, 8-bit states); adapters come before offloading the optimizer to the CPU. Under adapters "
+                 "only the frozen base is worth offloading: FSDP's CPU offload keeps its shards in CPU RAM and "
+                 "fetches a block at a time, which is how Answer.AI trains a 70B QLoRA on two 24 GB GPUs.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         w = facts.workload
@@ -81,10 +83,15 @@ class AdaptersWhenFullDoesNotFit(Rule):
         return effects
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        if Method.of(plan.method).spec.adapters and Offload.of(plan.offload).optimizer:
-            return self.forbid(Setting.OFFLOAD, plan.offload, "the adapters' optimizer states are a few MB: offloading "
-                                                              "them only adds PCIe traffic", hard=True)
-        return None
+        offload = Offload.of(plan.offload)
+        if not (Method.of(plan.method).spec.adapters and offload.optimizer):
+            return None
+        if offload.parameters and not offload.nvme and Parallelism.of(plan.parallelism).stage >= 3:
+            return None  # the frozen base's shards in CPU RAM (FSDP CPUOffload): how a 70B QLoRA fits 2 x 24 GB
+        return self.forbid(Setting.OFFLOAD, plan.offload, "the adapters' optimizer states are a few MB: offloading "
+                                                          "them only adds PCIe traffic (offloading the frozen base's "
+                                                          "parameters under FSDP / ZeRO-3 is allowed: "
+                                                          "optimizer+parameters)", hard=True)
 
 
 @register

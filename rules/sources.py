@@ -191,6 +191,10 @@ MEGATRON_MOE = Source(title="Megatron-Core MoE", section="Expert parallelism (--
                       url="https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html")
 SELECTIVE_AC_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models",
                             url="https://arxiv.org/abs/2205.05198", section="5 Selective activation recomputation")
+FSDP_QLORA = Source(title="Answer.AI, Benchmarking QLoRA+FSDP (fsdp_qlora)",
+                    url="https://github.com/AnswerDotAI/fsdp_qlora/blob/main/benchmarks_03_2024.md",
+                    section="'What About CPU Offloading?' and 'Llama 70B': Llama-2 70B QLoRA on two 24 GB GPUs with "
+                            "FSDP's CPU offload of the frozen weights")
 ACTIVATION_MEMORY_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large "
                                        "Transformer Models", url="https://arxiv.org/abs/2205.05198",
                                  section="4.1 Activations Memory Per Transformer Layer (sbh(34 + 5as/h) in 16 bits)")

@@ -345,3 +345,33 @@ def test_fsdp_qlora_gathers_the_bf16_root_unit_and_two_4_bit_blocks() -> None:
     adapters = 4 * adapter_parameters(model, 16, "all-linear")
     expected = base // 2 + root + 2 * (base - root) / model.num_layers + adapters
     assert model_states(model, plan, nodes=1).weights == pytest.approx(expected, abs=2)
+
+
+def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the_shards_in_ram() -> None:
+    """FSDP's CPUOffload(offload_params=True) under QLoRA (Answer.AI's Llama-2 70B on two 24 GB GPUs): the GPU holds
+    the root unit and two blocks as gathered, the CPU RAM the frozen base's shards with the adapters' states; each
+    micro-batch fetches the shard over PCIe for the forward and again for the backward."""
+    from advisor.engine.communication import offload_seconds
+    from advisor.engine.states import host_bytes, model_states
+    from probes.adapters import frozen_base_bytes
+    from probes.model import profile_model
+    from rules import Plan
+
+    model = profile_model("meta-llama/Llama-3.1-70B")
+    base_plan = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
+                     micro_batch_size=1, gradient_accumulation_steps=1, parallelism="fsdp-full-shard", num_gpus=2,
+                     method="qlora", lora_rank=16, lora_targets="all-linear", weights_dtype="bf16")
+    on_gpu = model_states(model, Plan(**base_plan), nodes=1)
+    offloaded = model_states(model, Plan(**base_plan, offload="optimizer+parameters"), nodes=1)
+    from advisor.engine.communication import PCIE_GBPS
+    from probes.adapters import adapter_parameters
+
+    base, A = frozen_base_bytes(model, True, 2), adapter_parameters(model, 16, "all-linear")
+    # the base's shard and the adapters' other half left the GPU; the gathered units stayed
+    assert on_gpu.weights - offloaded.weights == pytest.approx(base // 2 + 4 * A - 4 * A // 2, abs=2)
+    assert offloaded.grads == offloaded.optimizer == 0
+    plan = Plan(**base_plan, offload="optimizer+parameters")
+    assert host_bytes(model, plan) > base  # both GPUs' shards, with the buffer factor
+    fetch = 2 * (base / 2) / (PCIE_GBPS[4] * 1e9)  # the shard crosses PCIe for the forward and the backward
+    exposed, hidden = offload_seconds(model, plan, 0.0), offload_seconds(model, plan, 1e9)
+    assert exposed > fetch and hidden == pytest.approx(exposed - fetch / 2)  # prefetch hides at most half

@@ -208,13 +208,23 @@ def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float)
     (:data:`HOST_OPTIMIZER_BYTES_PER_S`). Parameter offload (ZeRO-3 / FSDP CPUOffload): every micro-batch fetches
     the parameters for the forward and again for the backward (2 x 2 B/param), half of it hidden behind compute
     by prefetching. NVMe (ZeRO-Infinity): the states are read and written once per step and the parameters
-    read per micro-batch at :data:`NVME_BYTES_PER_S`.
+    read per micro-batch at :data:`NVME_BYTES_PER_S`. Under LoRA / QLoRA the parameters fetched are the frozen
+    base's stored bytes (NF4 under QLoRA) and the CPU steps the adapters only.
     """
     offload = Offload.of(plan.offload)
     if not offload.optimizer:
         return 0.0
     P = model.num_parameters / plan.model_parallel_size / max(plan.data_parallel_size, 1)
     pcie = PCIE_GBPS[4] * 1e9
+    method = Method.of(plan.method)
+    if method.spec.adapters:  # the frozen base's shard (its stored bytes) up twice a micro-batch; the adapters step
+        base = frozen_base_bytes(model, method.spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes,
+                                 plan.double_quant) / plan.model_parallel_size / max(plan.data_parallel_size, 1)
+        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / plan.model_parallel_size
+        per_micro = 2 * base / pcie
+        exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
+        return 8 * A / pcie + A * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S + (
+            plan.gradient_accumulation_steps * exposed)
     seconds = 4 * P / pcie + P * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S
     per_micro = 0.0
     if offload.parameters:

@@ -194,7 +194,10 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     Frozen weights get no gradients and no optimizer states; ZeRO-3 / FULL_SHARD shards them (FSDP + QLoRA,
     https://www.answer.ai/posts/2024-03-06-fsdp-qlora.html), stages 1-2 shard only the adapters' states
     (and gradients). Autocast still makes 16-bit copies of fp32 frozen weights; a 4-bit layer is dequantized to
-    the compute dtype one matrix at a time (twice: forward and backward)."""
+    the compute dtype one matrix at a time (twice: forward and backward). Parameter offload at stage 3 (FSDP's
+    ``CPUOffload(offload_params=True)``, what Answer.AI's fsdp_qlora runs for a 70B on two 24 GB GPUs) keeps every
+    shard, the adapters' gradients and their optimizer step in CPU RAM (:func:`host_bytes`): the GPU holds the
+    gathered units only."""
     method = Method.of(plan.method)
     width = WeightsDtype.of(plan.weights_dtype).bytes
     quantized = quantized_parameters(model) // split if method.spec.quantized_base else 0
@@ -209,13 +212,18 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     per_param = optimizer.spec.state_bytes_per_param
     states = int((per_param if per_param is not None else 4) * A)  # Adafactor: at most a full fp32 moment
     grads = 4 * A // (n if stage >= 2 else 1)
+    base_shard = base // n if stage >= 3 else 0
     if stage >= 3 and Parallelism.of(plan.parallelism).fsdp:
         root = root_parameters(model) * width // split  # the embedding and head stay in the weights' dtype
-        base = base // n + fsdp_gathered_bytes(model, root, base - root)
+        base = base_shard + fsdp_gathered_bytes(model, root, base - root)
     elif stage >= 3:
-        base = base // n + 2 * width * largest_block_matrix(model)
+        base = base_shard + 2 * width * largest_block_matrix(model)
     step_temp = optimizer.step_temporary_bytes(plan.device, A, adapter_matrix_elements(
         model, plan.lora_rank, plan.lora_targets))
+    if stage >= 3 and Offload.of(plan.offload).parameters:
+        gathered = base - base_shard
+        return ModelStates(weights=gathered + 4 * A // n, copies16=copies16 + (2 * A if mixed else 0), grads=0,
+                           buckets=0, optimizer=0, step_temp=0)
     return ModelStates(weights=base + 4 * A, copies16=copies16 + (2 * A if mixed else 0), grads=grads,
                    buckets=4 * A if Parallelism.of(plan.parallelism).replicated else 0,
                    optimizer=states // (n if stage >= 1 else 1), step_temp=step_temp)
@@ -299,7 +307,8 @@ def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
 
     Each GPU offloads its shard (1/n of the states); a node holds its GPUs' shards. Offloaded states take
     4 (master) + 4 (gradient) + the optimizer's bytes per parameter, parameters 2 more; NVMe offload keeps
-    only staging buffers in RAM."""
+    only staging buffers in RAM. Under LoRA / QLoRA (parameter offload only, :func:`_adapter_states`) the frozen
+    base's shard in its stored bytes, and the fp32 adapters with their gradients and optimizer states."""
     offload = Offload.of(plan.offload)
     if not offload.optimizer:
         return 0
@@ -307,6 +316,13 @@ def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
         return NVME_STAGING_BYTES
     weights = WeightsDtype.of(plan.weights_dtype)
     per_gpu_share = max(plan.num_gpus, 1) // max(nodes, 1) / max(plan.data_parallel_size, 1)
+    method = Method.of(plan.method)
+    if method.spec.adapters:  # the frozen base's shards, the fp32 adapters, their gradients and optimizer states
+        split = plan.model_parallel_size
+        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / split
+        base = frozen_base_bytes(model, method.spec.quantized_base, weights.bytes, plan.double_quant) / split
+        states = (Optimizer.of(plan.optimizer).spec.state_bytes_per_param or 4) * A
+        return int((base + 8 * A + states) * per_gpu_share * HOST_BUFFER_FACTOR)
     P = model.num_parameters / plan.model_parallel_size
     states = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) / plan.model_parallel_size
     per_param = 8 + (2 if offload.parameters else 0)
