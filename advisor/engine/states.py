@@ -216,8 +216,8 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     if stage >= 3 and Parallelism.of(plan.parallelism).fsdp:
         root = root_parameters(model) * width // split  # the embedding and head stay in the weights' dtype
         base = base_shard + fsdp_gathered_bytes(model, root, base - root)
-    elif stage >= 3:
-        base = base_shard + 2 * width * largest_block_matrix(model)
+    elif stage >= 3:  # ZeRO-3 gathers about two of the largest tensors, as under full fine-tuning
+        base = base_shard + 2 * width * model.largest_parameter_elements // max(plan.tensor_parallel, 1)
     step_temp = optimizer.step_temporary_bytes(plan.device, A, adapter_matrix_elements(
         model, plan.lora_rank, plan.lora_targets))
     if stage >= 3 and Offload.of(plan.offload).parameters:
