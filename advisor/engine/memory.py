@@ -67,7 +67,7 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 #: median |error| 1.7 %, worst 6.6 %), where a flat 10 % over the whole peak left big-activation rows 6-9 % low and
 #: state-dominated ones 5-7 % high. Checked on a second source that publishes both readings
 #: (``benchmarks/allocator_reserve.py``: fms-acceleration's A100 runs, torch 2.4, packed 4096-token rows): one GPU
-#: implies 1.25-1.43 (median 1.35, n=6; a lower bound: nvidia-smi polled each second), FSDP 1.30-2.30 (n=5), so
+#: implies 1.25-1.43 (median 1.35, n=6; a lower bound: nvidia-smi polled each second), FSDP 1.31-2.63 (n=5), so
 #: the constant sits at the low end and FSDP's extra fragmentation is not modelled; the reserved-memory readings of
 #: torchtitan, PEFT's and Answer.AI's runs (``benchmarks/published.py``) lean the other way, so it is not refitted.
 TRANSIENT_RESERVE = 1.25
