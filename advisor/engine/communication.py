@@ -220,7 +220,8 @@ def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float)
     if method.spec.adapters:  # the frozen base's shard (its stored bytes) up twice a micro-batch; the adapters step
         base = frozen_base_bytes(model, method.spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes,
                                  plan.double_quant) / plan.model_parallel_size / max(plan.data_parallel_size, 1)
-        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / plan.model_parallel_size
+        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / plan.model_parallel_size / max(
+            plan.data_parallel_size, 1)  # this GPU's shard of the adapters, stepped on the CPU
         per_micro = 2 * base / pcie
         exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
         return 8 * A / pcie + A * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S + (
