@@ -365,7 +365,7 @@ def test_snapshot_model_error(snap_compare) -> None:
         box.value = "no-such-org/no-such-model"
         box.focus()
         await pilot.press("enter")
-        await wait_for(pilot, lambda: ModelFailed in kinds(pilot.app))
+        await _ready(lambda a: ModelFailed in kinds(a))(pilot)  # and let the error line settle, as the others do
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
