@@ -109,9 +109,8 @@ def _optimizer_in_backward(states: ModelStates, plan: Plan, model: ModelProfile,
     return replace(states, grads=min(states.grads, width * layer), buckets=0, step_temp=step_temp)
 
 
-def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int,
-                    bucket: int = 0, local: int | None = None, model: ModelProfile | None = None,
-                    root: int | None = None) -> ModelStates:
+def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, largest: int, bucket: int,
+                    local: int, model: ModelProfile, root: int) -> ModelStates:
     """ZeRO: 16-bit params and grads on the GPU; fp32 masters + states partitioned (K = 4 + states) over ``n``.
 
     FSDP's mixed precision keeps fp32 parameter shards instead of 16-bit shards + fp32 masters: within
@@ -125,10 +124,8 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
     the reduce bucket only: the prefetched layers are the gathered parameters below).
     FSDP with accumulation runs with ``sync_each_batch`` (emitted; see
     :func:`advisor.engine.speed.communication_seconds`): its gradients stay sharded between micro-batches.
-    ``local``: the parameters a device holds unsharded (expert parallelism: :func:`local_parameters`; default
-    ``P``). Gathered parameters at stage 3: FSDP's units (:func:`fsdp_gathered_bytes`, with ``model`` and ``root``,
+    ``local``: the parameters a device holds unsharded (expert parallelism: :func:`local_parameters`). Gathered parameters at stage 3: FSDP's units (:func:`fsdp_gathered_bytes`, with ``model`` and ``root``,
     the root unit's parameters on this device), ZeRO-3's about two of the largest tensors."""
-    local = P if local is None else local
     mixed = (plan.precision != Precision.FP32)
     offload = Offload.of(plan.offload)
     parallelism = Parallelism.of(plan.parallelism)
@@ -148,7 +145,7 @@ def _sharded_states(plan: Plan, stage: int, n: int, P: int, states_full: int, la
         grads = min(grads, 2 * low * largest)
     if offload.parameters:
         params = 0
-    if stage >= 3 and parallelism.fsdp and root is not None:
+    if stage >= 3 and parallelism.fsdp:
         params += fsdp_gathered_bytes(model, low * root, low * (local - root))
     elif stage >= 3:
         params += 2 * low * largest  # a gathered layer's parameters (ZeRO-3's prefetch keeps ~2)
