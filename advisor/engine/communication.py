@@ -4,12 +4,11 @@ pipeline parallel exchanges, and offloading to CPU RAM or NVMe. :mod:`advisor.en
 
 from __future__ import annotations
 
-from advisor.engine.states import local_parameters
-from probes.adapters import adapter_parameters, frozen_base_bytes
+from advisor.engine.states import adapter_rank_sizes, local_parameters
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
 from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.vocabulary import DEFAULT_NETWORK, OPTIMIZER_SPECS, Method, Offload, Parallelism, Precision, WeightsDtype
+from probes.vocabulary import DEFAULT_NETWORK, OPTIMIZER_SPECS, Method, Offload, Parallelism, Precision
 from rules.facts import Plan
 
 PCIE_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}  #: effective one-direction x16 bandwidth, GB/s
@@ -31,13 +30,6 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
     # (NCCL docs, NCCL_P2P_DISABLE / NCCL_SHM_DISABLE, https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
     staged = 2 if gpu is not None and not gpu.peer_to_peer else 1
     return gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, 24.0)) / staged
-
-
-def _frozen_weight_bytes(model: ModelProfile, plan: Plan) -> float:
-    """Bytes of one model replica's frozen base weights (LoRA: the weights' dtype; QLoRA: 4-bit blocks)."""
-    base = frozen_base_bytes(model, Method.of(plan.method).spec.quantized_base,
-                             WeightsDtype.of(plan.weights_dtype).bytes, plan.double_quant)
-    return base / plan.model_parallel_size
 
 
 #: Fraction of an overlappable collective that can hide behind compute (DDP's gradient buckets all-reduce during
@@ -117,8 +109,8 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
     adapters = Method.of(plan.method).spec.adapters
     if adapters:  # only the adapters have gradients (fp32); a sharded frozen base is gathered like parameters
-        grad_bytes = 4 * adapter_parameters(model, plan.lora_rank, plan.lora_targets) // plan.model_parallel_size
-        param_bytes = _frozen_weight_bytes(model, plan)
+        param_bytes, adapters_count = adapter_rank_sizes(model, plan)
+        grad_bytes = 4 * adapters_count
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
@@ -218,10 +210,7 @@ def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float)
     pcie = PCIE_GBPS[4] * 1e9
     method = Method.of(plan.method)
     if method.spec.adapters:  # the frozen base's shard (its stored bytes) up twice a micro-batch; the adapters step
-        base = frozen_base_bytes(model, method.spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes,
-                                 plan.double_quant) / plan.model_parallel_size / max(plan.data_parallel_size, 1)
-        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / plan.model_parallel_size / max(
-            plan.data_parallel_size, 1)  # this GPU's shard of the adapters, stepped on the CPU
+        base, A = (x / max(plan.data_parallel_size, 1) for x in adapter_rank_sizes(model, plan))  # this GPU's shard
         per_micro = 2 * base / pcie
         exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
         return 8 * A / pcie + A * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S + (

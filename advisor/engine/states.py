@@ -299,6 +299,16 @@ HOST_SAFETY_MARGIN = 0.25  #: of the host's RAM kept for the OS, the data pipeli
 NVME_STAGING_BYTES = 2 * 1024**3
 
 
+def adapter_rank_sizes(model: ModelProfile, plan: Plan) -> tuple[float, float]:
+    """LoRA / QLoRA on one model-parallel rank, before any data-parallel sharding: the frozen base's stored bytes
+    (:func:`probes.adapters.frozen_base_bytes`: NF4 blocks under QLoRA, the rest in the weights' dtype) and the
+    adapters' parameter count (:func:`probes.adapters.adapter_parameters`)."""
+    method, split = Method.of(plan.method), plan.model_parallel_size
+    base = frozen_base_bytes(model, method.spec.quantized_base, WeightsDtype.of(plan.weights_dtype).bytes,
+                             plan.double_quant)
+    return base / split, adapter_parameters(model, plan.lora_rank, plan.lora_targets) / split
+
+
 def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
     """CPU RAM one node holds for the plan's offload, bytes (0 without offload).
 
@@ -315,9 +325,7 @@ def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
     per_gpu_share = max(plan.num_gpus, 1) // max(nodes, 1) / max(plan.data_parallel_size, 1)
     method = Method.of(plan.method)
     if method.spec.adapters:  # the frozen base's shards, the fp32 adapters, their gradients and optimizer states
-        split = plan.model_parallel_size
-        A = adapter_parameters(model, plan.lora_rank, plan.lora_targets) / split
-        base = frozen_base_bytes(model, method.spec.quantized_base, weights.bytes, plan.double_quant) / split
+        base, A = adapter_rank_sizes(model, plan)
         states = (Optimizer.of(plan.optimizer).spec.state_bytes_per_param or 4) * A
         return int((base + 8 * A + states) * per_gpu_share * HOST_BUFFER_FACTOR)
     P = model.num_parameters / plan.model_parallel_size
