@@ -242,13 +242,14 @@ class ModelParallelLastResort(Rule):
     id = "parallelism.model-parallel-when-data-parallel-cannot"
     title = "tensor parallel inside an NVLink island, pipeline parallel across nodes, only when sharded data parallel does not fit"
     topic = "parallelism"
-    sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM]
+    sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM, S.ACCELERATE_ND_PARALLEL, S.HF_TENSOR_PARALLEL]
     rationale = ("Megatron-LM's takeaways: use tensor parallelism up to the GPUs of a node (its 4 all-reduces per "
                  "layer need NVLink), pipeline parallelism across nodes (its bubble costs (p − 1)/m of the step), "
                  "and data parallelism for the rest; the HF guide: try sharded data parallel first and reach "
-                 "for TP/PP when the model does not fit. Hugging Face's Trainer and accelerate do not run TP/PP: "
-                 "it needs Megatron-LM, DeepSpeed's pipeline engine or torch.distributed's tensor_parallel / "
-                 "pipelining.")
+                 "for TP/PP when the model does not fit. Hugging Face's Trainer runs TP through accelerate 1.10 and "
+                 "later (TrainingArguments.parallelism_config = ParallelismConfig(tp_size=t), alone or beside FSDP2, "
+                 "not beside DDP) for models whose config has a base_model_tp_plan; PP needs Megatron-LM, "
+                 "DeepSpeed's pipeline engine or torch.distributed.pipelining.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         hw = facts.hardware
@@ -288,8 +289,16 @@ class ModelParallelLastResort(Rule):
         return None
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.model_parallel_size <= 1:
-            return []
-        return [self.warn(f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel}: the "
-                          "HF Trainer and accelerate cannot run it; use Megatron-LM, DeepSpeed's pipeline engine or "
-                          "torch.distributed tensor_parallel / pipelining")]
+        if plan.pipeline_parallel > 1:
+            return [self.warn(f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel}: "
+                              "the HF Trainer and accelerate do not run pipeline parallelism; use Megatron-LM, "
+                              "DeepSpeed's pipeline engine or torch.distributed.pipelining")]
+        if plan.tensor_parallel > 1:
+            ddp = Parallelism.of(plan.parallelism).replicated and plan.data_parallel_size > 1
+            return [self.warn(f"tensor parallel {plan.tensor_parallel}: the HF Trainer runs it through accelerate 1.10 "
+                              f"or later (TrainingArguments.parallelism_config = ParallelismConfig(tp_size="
+                              f"{plan.tensor_parallel})) for models whose config has a base_model_tp_plan"
+                              + (f", but not beside DDP: shard the {plan.data_parallel_size} replicas with FSDP2 "
+                                 "(dp_shard_size) or run Megatron-LM" if ddp else
+                                 "; else Megatron-LM or torch.distributed.tensor.parallel"))]
+        return []

@@ -107,6 +107,13 @@ MEGATRON_SCALING = Source(title="Narayanan et al. 2021, Efficient Large-Scale La
                           section="3.3 Takeaways (tensor parallel inside a node, pipeline across nodes)")
 MEGATRON_LM = Source(title="Shoeybi et al. 2019, Megatron-LM", url="https://arxiv.org/abs/1909.08053",
                      section="3 Model Parallel Transformers (2 all-reduces forward, 2 backward per layer)")
+ACCELERATE_ND_PARALLEL = Source(title="Hugging Face blog: Accelerate ND-Parallel, a guide to efficient multi-GPU "
+                                      "training (2025-08-08)", url="https://huggingface.co/blog/accelerate-nd-parallel",
+                                section="ParallelismConfig: tp_size beside dp_shard_size (FSDP2); accelerate 1.10 and "
+                                        "later, TrainingArguments.parallelism_config; DDP + TP not composed")
+HF_TENSOR_PARALLEL = Source(title="transformers: Tensor parallelism for training",
+                            url="https://huggingface.co/docs/transformers/main/en/tensor_parallelism",
+                            section="models whose config defines base_model_tp_plan")
 LORA_PAPER = Source(title="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models",
                     url="https://arxiv.org/abs/2106.09685", section="sec. 4 and 7")
 QLORA_PAPER = Source(title="Dettmers et al. 2023, QLoRA: Efficient Finetuning of Quantized LLMs",

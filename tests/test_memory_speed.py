@@ -196,7 +196,9 @@ def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
     # the bf16-pretrained model is a fallback now, not a refusal (issue 14)
     assert rec.plan.tensor_parallel in (2, 4) and rec.memory.fits and rec.plan.precision == "fp16"
     assert "4 all-reduces per layer" in rec.settings["tensor_parallel"].rationale
-    assert any("Trainer and accelerate cannot run it" in w.message for w in rec.warnings)
+    # the Trainer runs TP through accelerate's ParallelismConfig (beside FSDP2 here), never PP
+    assert any(f"ParallelismConfig(tp_size={rec.plan.tensor_parallel})" in w.message and "not beside DDP"
+               not in w.message for w in rec.warnings)
     with pytest.raises(UsageError, match="tensor parallel"):
         render(rec, ["all"])
     small = recommend("gpt2", gpu="a100-80gb:8")

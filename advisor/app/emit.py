@@ -319,8 +319,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     """
     if rec.plan.model_parallel_size > 1:
         raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
-                         f"{rec.plan.pipeline_parallel}, which the Trainer, accelerate and DeepSpeed's ZeRO configs "
-                         "cannot express; configure Megatron-LM or DeepSpeed's pipeline engine from the plan")
+                         f"{rec.plan.pipeline_parallel}, which --emit does not write (the Trainer runs TP through "
+                         "accelerate's ParallelismConfig, PP not at all); configure it from the plan")
     if rec.plan.framework != Framework.TRANSFORMERS:
         raise UsageError(f"--emit writes the Trainer's recipe; the plan is priced for {rec.plan.framework}'s own code: "
                          "configure it from the plan")
