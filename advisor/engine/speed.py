@@ -89,9 +89,11 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
         if plan.precision == Precision.BF16:
             # AMX tiles run many bf16 FMAs per cycle (Intel SDM, vol. 1 ch. 20); VDPBF16PS (AVX-512 BF16)
             # could do two per fp32 lane, but on a Xeon without AMX oneDNN's bf16 matmuls ran at 0.54x
-            # fp32's rate alone and a gpt2 training step's matmuls at about 0.8x under autocast
-            # (torch 2.13; benchmarks/results/validate_cpu.md)
-            per_cycle *= 8 if "amx_bf16" in flags else 0.8 if "avx512_bf16" in flags else 1
+            # fp32's rate alone and a gpt2 training step's matmuls at about 0.8x under autocast; with neither,
+            # oneDNN converts bf16 to fp32 around every matmul: on a Xeon with AVX-512 but no AVX-512 BF16 the
+            # matmuls ran at 0.28x fp32's rate and a gpt2 step at 0.49x (each the step ratio of one CPU, torch
+            # 2.13, benchmarks/results/validate_cpu.md and its 2026-11-21 version)
+            per_cycle *= 8 if "amx_bf16" in flags else 0.8 if "avx512_bf16" in flags else 0.5
         return cores * ghz * 1e9 * per_cycle, CPU_BANDWIDTH_GBPS * 1e9
     peaks, bandwidth = gpu.peak_tflops, gpu.memory_bandwidth_gbps
     if peaks is None or bandwidth is None:
