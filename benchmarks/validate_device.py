@@ -1,16 +1,32 @@
 """Measured against predicted on this machine's device: `advisor validate` over a small grid, and
 the matmul rates behind the CPU precision rule.
 
-Usage: .venv/bin/python benchmarks/validate_device.py [--steps N] [--out FILE] [--quick] [--stack]
-Writes benchmarks/results/validate_<device>.md (cpu, or the GPU's catalog id) with one row per
-trial: predicted and measured peak memory and step time, and their errors. On a GPU the grid is
-the issue's `gpt2 --compare` and `bert-large-uncased --seq-len 512 --compare` at their default
-batch; on the CPU, short sequences and small batches (a gpt2 step at seq-len 1024 x 64 takes minutes).
+Usage: python benchmarks/validate_device.py [--steps N] [--quick] [--stack] [--rows I,J] [--list]
+                                             [--budget-s S] [--out-dir DIR]
+       python benchmarks/validate_device.py --render RECORDS.jsonl [...] [--out FILE]
+
+Every grid row is one :func:`advisor.app.api.validate` (a ``ValidationReport``); each is appended, as it finishes,
+to ``DIR/validate_<device>.jsonl`` (cpu, or the GPU's catalog id), and ``DIR/validate_<device>.md`` is rendered
+again from those records, so a run stopped by a time limit keeps every row it finished. The table has one row per
+trial: predicted and measured live-tensor peak (``max_memory_allocated``), device memory in use (NVML on CUDA),
+the allocator's reserve (``max_memory_reserved``) and step time, and their errors. ``--render`` rebuilds the
+markdown from records of several runs (e.g. the files of several calls to a lent GPU);
+``benchmarks/refit_device.py`` fits advisor's device constants from the same records.
+
+The grid: on a GPU, the issue's ``gpt2 --compare`` and ``bert-large-uncased --seq-len 512 --compare`` at their
+default batch, and with ``--stack`` a Llama-3.1-8B LoRA / QLoRA plan at a fixed micro-batch crossed with the
+stack settings (:data:`STACK_GRID`; rows whose package is missing are skipped); on the CPU, short sequences and
+small batches (a gpt2 step at seq-len 1024 × 64 takes minutes). Padding-free packing is not in the grid: the
+trials feed full-length synthetic samples, where packing changes neither the memory nor the step.
+
+On a lent GPU machine, ``benchmarks/on_device.sh`` installs the carried wheels and runs this script with
+``--out-dir "$OUT"`` (README, "Measuring on a GPU").
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -18,33 +34,67 @@ import sys
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
+from advisor.measure.validation import ValidationReport  # noqa: E402
 from probes.kernels import Attention, LossKernel  # noqa: E402
+from probes.vocabulary import Method  # noqa: E402
 
 GIB = 2**30
-CPU_GRID = [  # (model, seq_len, global batch, settings)
-    ("gpt2", 128, 8, {}),
-    ("gpt2", 128, 8, {"precision": "bf16"}),
-    ("gpt2", 256, 8, {"micro_batch_size": 4}),
-    ("distilbert-base-uncased", 128, 16, {}),
-    ("bert-base-uncased", 128, 8, {"gradient_checkpointing": True}),
-    ("t5-small", 128, 8, {}),
+
+
+class Row(NamedTuple):
+    """One grid row: ``advisor validate`` of ``model`` with these workload options and plan settings."""
+
+    model: str
+    seq_len: int | None
+    global_batch_size: int | None
+    settings: dict[str, Any]
+    compare: bool = False  #: also run the documents' fp32 baseline (GPU_GRID: the issue's --compare rows)
+
+
+CPU_GRID = [
+    Row("gpt2", 128, 8, {}),
+    Row("gpt2", 128, 8, {"precision": "bf16"}),
+    Row("gpt2", 256, 8, {"micro_batch_size": 4}),
+    Row("distilbert-base-uncased", 128, 16, {}),
+    Row("bert-base-uncased", 128, 8, {"gradient_checkpointing": True}),
+    Row("t5-small", 128, 8, {}),
 ]
-GPU_GRID = [("gpt2", None, None, {}), ("bert-large-uncased", 512, None, {})]
-#: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger (where installed), on a small
-#: decoder's LoRA fine-tuning at a fixed plan so only the stack moves; each row is one ``advisor validate`` with
-#: those plan flags (Llama-3.1-8B: Liger patches llama models).
+GPU_GRID = [Row("gpt2", None, None, {}, compare=True), Row("bert-large-uncased", 512, None, {}, compare=True)]
+#: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger, checkpointing and the QLoRA base, on
+#: Llama-3.1-8B's LoRA fine-tuning at a fixed plan so only the stack moves (Liger patches llama models).
 _FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16"}
-STACK_GRID = [("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
+STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
     {"attention": "eager"}, {"attention": "sdpa"}, {"attention": "flash-attention-2"},
     {"attention": "sdpa", "torch_compile": True}, {"attention": "sdpa", "loss_kernel": "liger"},
-    {"attention": "sdpa", "gradient_checkpointing": True}, {"attention": "sdpa", "torch_compile": True,
-                                                            "gradient_checkpointing": True})]
+    {"attention": "sdpa", "gradient_checkpointing": True},
+    {"attention": "sdpa", "torch_compile": True, "gradient_checkpointing": True},
+    {"attention": "sdpa", "method": "qlora"}, {"attention": "sdpa", "method": "qlora", "gradient_checkpointing": True},
+)]
+
+
+def packages_needed(settings: dict[str, Any]) -> list[str]:
+    """The optional packages (import names) a row's settings need: its attention kernel's, loss kernel's and
+    method's (:mod:`probes.kernels`, :mod:`probes.vocabulary`)."""
+    specs = (Attention.of(settings.get("attention", Attention.SDPA)).spec,
+             LossKernel.of(settings.get("loss_kernel", LossKernel.STANDARD)).spec,
+             Method.of(settings.get("method", Method.FULL)).spec)
+    return [s.package for s in specs if s.package]
+
+
+def grid(gpu: bool, stack: bool, installed: dict[str, str | None]) -> list[Row]:
+    """The rows this device runs: :data:`GPU_GRID` (plus :data:`STACK_GRID`'s rows whose packages are installed,
+    with ``stack``) on a GPU, else :data:`CPU_GRID`."""
+    rows = list(GPU_GRID if gpu else CPU_GRID)
+    if gpu and stack:
+        rows += [r for r in STACK_GRID if all(installed.get(p) for p in packages_needed(r.settings))]
+    return rows
 
 
 def matmul_rates() -> dict[str, float]:
@@ -72,82 +122,167 @@ def matmul_rates() -> dict[str, float]:
     return rates
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--out")
-    parser.add_argument("--quick", action="store_true", help="the first two rows only")
-    parser.add_argument("--stack", action="store_true", help="GPU only: also cross the software stack (STACK_GRID; "
-                                                             "rows whose package is missing are skipped)")
-    args = parser.parse_args()
+def run_header(steps: int, argv: list[str]) -> dict[str, Any]:
+    """The run's record: date, command, Python, CPU cores, the stack's package versions and the matmul rates."""
     import torch
+    import transformers
 
-    gpu = torch.cuda.is_available()
-    grid = GPU_GRID if gpu else CPU_GRID
-    if gpu and args.stack:
-        installed = api.probe_hardware().host.packages
-        needed = lambda s: [Attention.of(s.get("attention", Attention.SDPA)).spec.package,  # noqa: E731
-                            LossKernel.of(s.get("loss_kernel", LossKernel.STANDARD)).spec.package]
-        grid += [row for row in STACK_GRID if all(p is None or installed.get(p) for p in needed(row[3]))]
-    if args.quick:
-        grid = grid[:2]
-    rows, reports = [], []
-    for model, seq_len, gbs, settings in grid:
-        report = api.validate(model, seq_len=seq_len, global_batch_size=gbs, steps=args.steps, compare=gpu,
-                              **settings)
-        reports.append(report)
-        for t in report.trials:
-            m = t.measured
-            if m is None or m.step_time_s is None:
-                rows.append(f"| {model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
-                            f"| | | | | | | |")
+    from probes.kernels import installed_packages
+
+    return {"kind": "run", "date": date.today().isoformat(), "command": " ".join(["benchmarks/validate_device.py",
+                                                                                  *argv]),
+            "steps": steps, "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
+            "packages": {k: v for k, v in installed_packages().items() if v}, "matmul_gflops": matmul_rates()}
+
+
+def read_records(paths: list[Path]) -> tuple[list[dict[str, Any]], list[tuple[int, ValidationReport]]]:
+    """The run headers and the reports (with their grid-row index) in ``paths``' JSON lines, in order.
+
+    Raises:
+        ValueError: a line that is not a record of this script (its text names the file and line).
+    """
+    runs, reports = [], []
+    for path in paths:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
                 continue
-            rows.append(
-                f"| {model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
-                f"| {t.predicted.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {t.error.peak_bytes:+.1%} "
-                f"| {t.predicted.speed.step_time_s:.3f} | {m.step_time_s:.3f} | {t.error.step_time_s:+.1%} "
-                f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |")
-        print(rows[-1], file=sys.stderr)
-    device = reports[0].device
-    name = "cpu" if device.type == "cpu" else (api.probe_hardware().gpu.catalog_id or "gpu")
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"validate_{name}.md"
-    rates = matmul_rates()
-    mem_err = [abs(t.error.peak_bytes) for r in reports for t in r.trials if t.error and t.error.peak_bytes is not None]
-    time_err = [abs(t.error.step_time_s) for r in reports for t in r.trials
-                if t.error and t.error.step_time_s is not None]
-    lines = [
-        f"# advisor validate: measured against predicted on {device.name} ({device.type})",
+            try:
+                record = json.loads(line)
+                if record.get("kind") == "run":
+                    runs.append(record)
+                else:
+                    reports.append((record["row"], ValidationReport.model_validate(record["report"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: not a validate_device record ({exc})") from exc
+    return runs, reports
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:+.1%}"
+
+
+def _err(predicted: float, measured: float | None) -> float | None:
+    return predicted / measured - 1 if measured else None
+
+
+def trial_rows(report: ValidationReport) -> list[str]:
+    """One markdown table row per trial of ``report``."""
+    rows = []
+    for t in report.trials:
+        m, p = t.measured, t.predicted
+        head = f"| {report.model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
+        if m is None or m.step_time_s is None:
+            rows.append(head + "|" * 14)
+            continue
+        reserved = f"{m.reserved_bytes / GIB:.3f}" if m.reserved_bytes else ""
+        used = (f"| {p.memory.device_bytes / GIB:.3f} | {m.device_bytes / GIB:.3f} "
+                f"| {_pct(_err(p.memory.device_bytes, m.device_bytes))} " if report.device.type == "cuda" else "| | | ")
+        rows.append(
+            head + f"| {p.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {_pct(t.error.peak_bytes)} "
+            + used + f"| {reserved} "
+            f"| {p.speed.step_time_s:.3f} | {m.step_time_s:.3f} | {_pct(t.error.step_time_s)} "
+            f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |")
+    return rows
+
+
+def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport]]) -> str:
+    """The markdown of ``runs``' headers and ``reports``' trials, with the median errors."""
+    device = reports[0][1].device if reports else None
+    title = f"{device.name} ({device.type})" if device else "(no trials yet)"
+    trials = [t for _, r in reports for t in r.trials if t.measured is not None and t.measured.step_time_s]
+    peak = [abs(t.error.peak_bytes) for t in trials if t.error and t.error.peak_bytes is not None]
+    used = [abs(_err(t.predicted.memory.device_bytes, t.measured.device_bytes)) for _, r in reports
+            if r.device.type == "cuda" for t in r.trials if t.measured is not None and t.measured.device_bytes]
+    step = [abs(t.error.step_time_s) for t in trials if t.error and t.error.step_time_s is not None]
+    lines = [f"# advisor validate: measured against predicted on {title}", ""]
+    for run in runs:
+        rates = run.get("matmul_gflops") or {}
+        packages = ", ".join(f"{k} {v}" for k, v in sorted(run.get("packages", {}).items()))
+        lines += [f"- {run['date']}: `{run['command']}`; torch {run['torch']}"
+                  f"{', CUDA ' + run['cuda'] if run.get('cuda') else ''}, transformers {run['transformers']}"
+                  f"{', ' + packages if packages else ''}; Python {run['python']}, {run['cpu_count']} CPU cores; "
+                  f"{run['steps']} timed steps per trial after the warm-up"
+                  + (f"; matmul (1024 × 768) @ (768 × 3072): "
+                     + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items()) if rates else "") + "."]
+    lines += [
         "",
-        f"Date: {date.today().isoformat()}. torch {device.torch_version}"
-        f"{', CUDA ' + device.cuda_version if device.cuda_version else ''}, Python {platform.python_version()}, "
-        f"{os.cpu_count()} CPU cores. {args.steps} timed steps per trial after the warm-up. "
-        f"Command: `.venv/bin/python benchmarks/validate_device.py --steps {args.steps}`.",
+        "Peak: live tensors (CUDA: `max_memory_allocated`; CPU: one warm-up step counted as the simulator counts). "
+        "Used (CUDA only): NVML's figure for the process, the CUDA context included, against advisor's "
+        "`device_bytes` (a process's peak RSS on the CPU only grows from row to row, so it is not compared). "
+        "Reserved: `max_memory_reserved`. Errors are predicted / measured − 1. "
+        "Spread: (p90 − p10) / median of the step times.",
         "",
-        "Peak memory is live tensors (CUDA: `max_memory_allocated`; CPU: one warm-up step counted as the "
-        "simulator counts). Errors are predicted / measured − 1. Spread: (p90 − p10) / median of the step times.",
-        "",
-        "| model | seq-len | plan | trial | status | predicted peak GiB | measured GiB | error | predicted step s "
-        "| measured s | error | spread | MFU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
-        f"Memory: median |error| {statistics.median(mem_err):.1%}, worst {max(mem_err):.1%} over {len(mem_err)} "
-        "trials." if mem_err else "",
-        f"Step time: median |error| {statistics.median(time_err):.1%}, worst {max(time_err):.1%}." if time_err else "",
-        "",
-        "## Matmul rates (the CPU precision rule)",
-        "",
-        "(1024 × 768) @ (768 × 3072), median of 5 × 20 runs: "
-        + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items())
-        + f" (bf16 / fp32 = {rates['bfloat16'] / rates['float32']:.2f}).",
+        "| model | seq-len | plan | trial | status | predicted peak GiB | measured GiB | error | predicted used GiB "
+        "| measured used GiB | error | reserved GiB | predicted step s | measured s | error | spread | MFU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(row for _, r in reports for row in trial_rows(r)),
         "",
     ]
-    for r in reports:
+    for label, errors in (("Peak", peak), ("Used", used), ("Step time", step)):
+        if errors:
+            lines.append(f"{label}: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
+                         f"{len(errors)} trials.")
+    for _, r in reports:
         if r.comparison and r.comparison.speedup:
             lines.append(f"- {r.model} --compare: {r.comparison.speedup:.2f}x the baseline's speed, "
                          f"{r.comparison.memory_saved_bytes / GIB:.2f} GiB less peak memory; verdict {r.verdict}.")
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="the first two rows only")
+    parser.add_argument("--stack", action="store_true", help="GPU only: also cross the software stack (STACK_GRID; "
+                                                             "rows whose package is missing are skipped)")
+    parser.add_argument("--rows", help="comma-separated row indices of the grid (--list shows them)")
+    parser.add_argument("--list", action="store_true", help="print the grid's rows and exit")
+    parser.add_argument("--budget-s", type=float, help="start no row after this many seconds")
+    parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"),
+                        help="where the records and the markdown go (default benchmarks/results)")
+    parser.add_argument("--render", nargs="+", metavar="RECORDS", help="only render these records' markdown")
+    parser.add_argument("--out", help="with --render: the markdown's path (default: stdout)")
+    args = parser.parse_args(argv)
+    if args.render:
+        text = render(*read_records([Path(p) for p in args.render]))
+        if args.out:
+            Path(args.out).write_text(text)
+        else:
+            sys.stdout.write(text)
+        return
+    import torch
+
+    gpu = torch.cuda.is_available()
+    hardware = api.probe_hardware()
+    rows = grid(gpu, args.stack, hardware.host.packages)
+    chosen = [int(i) for i in args.rows.split(",")] if args.rows else list(range(2 if args.quick else len(rows)))
+    if args.list:
+        for i, row in enumerate(rows):
+            print(f"{i}: {row.model} seq {row.seq_len} batch {row.global_batch_size} {row.settings}"
+                  f"{' --compare' if row.compare else ''}")
+        return
+    name = (hardware.gpu.catalog_id or "gpu") if gpu and hardware.gpu else "cpu"
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    records, markdown = out_dir / f"validate_{name}.jsonl", out_dir / f"validate_{name}.md"
+    with records.open("a") as f:
+        f.write(json.dumps(run_header(args.steps, argv)) + "\n")
+    start = time.monotonic()
+    for i in chosen:
+        if args.budget_s is not None and time.monotonic() - start > args.budget_s:
+            print(f"budget of {args.budget_s:.0f} s spent: rows from {i} not run", file=sys.stderr)
+            break
+        row = rows[i]
+        report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
+                              steps=args.steps, compare=row.compare, **row.settings)
+        with records.open("a") as f:
+            f.write(json.dumps({"kind": "row", "row": i, "report": report.model_dump(mode="json")}) + "\n")
+        markdown.write_text(render(*read_records([records])))
+        for line in trial_rows(report):
+            print(line, file=sys.stderr)
+    print(f"wrote {records} and {markdown}", file=sys.stderr)
 
 
 if __name__ == "__main__":

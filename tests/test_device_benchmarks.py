@@ -1,0 +1,78 @@
+"""benchmarks/validate_device.py and benchmarks/refit_device.py: the grid a device runs, records that survive a
+stopped run, and the constants the records imply (issue 13, item 4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import refit_device, validate_device
+from benchmarks.validate_device import Row, grid, packages_needed, read_records, render
+from probes.errors import ModelNotFoundError
+
+GIB = 2**30
+
+
+def test_implied_reserve_inverts_device_bytes() -> None:
+    # 4 GiB of states held exactly, 4 GiB of transient tensors taking 6 GiB of reserve: 1.5
+    assert refit_device.implied_reserve(10 * GIB, 8 * GIB, 4 * GIB, slack_bytes=0) == pytest.approx(1.5)
+    assert refit_device.implied_reserve(10 * GIB + 128, 8 * GIB, 4 * GIB, slack_bytes=128) == pytest.approx(1.5)
+    assert refit_device.implied_reserve(5 * GIB, 4 * GIB, 6 * GIB) is None  # nothing beside the states
+
+
+def test_activation_factor_takes_the_other_bytes_as_predicted() -> None:
+    # predicted 12 GiB of which 6 activations; measured 10: the activations were 4 GiB, 2/3 of the prediction
+    assert refit_device.activation_factor(10 * GIB, 12 * GIB, 6 * GIB) == pytest.approx(2 / 3)
+    assert refit_device.activation_factor(10 * GIB, 12 * GIB, 0) is None
+
+
+def test_the_stack_grid_skips_rows_whose_package_is_missing() -> None:
+    assert packages_needed({"attention": "flash-attention-2", "method": "qlora"}) == ["flash_attn", "bitsandbytes"]
+    assert packages_needed({"loss_kernel": "liger", "method": "lora"}) == ["liger_kernel", "peft"]
+    rows = grid(gpu=True, stack=True, installed={"peft": "0.21.2", "liger_kernel": "0.8.5"})
+    settings = [r.settings for r in rows]
+    assert rows[:2] == validate_device.GPU_GRID and all(r.compare for r in rows[:2])
+    assert not any(s.get("attention") == "flash-attention-2" or s.get("method") == "qlora" for s in settings)
+    assert any(s.get("loss_kernel") == "liger" for s in settings)
+    assert not any(r.compare for r in rows[2:])  # the stack rows run the plan alone: half the device time
+    assert grid(gpu=False, stack=True, installed={}) == validate_device.CPU_GRID
+
+
+def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeypatch) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,
+                                  "n_embd": 128, "n_head": 4, "n_positions": 256, "vocab_size": 1000}))
+    monkeypatch.setattr(validate_device, "CPU_GRID", [Row(str(config), 64, 8, {}), Row("no/such-model", 64, 8, {})])
+    monkeypatch.setattr(validate_device, "matmul_rates", lambda: {"float32": 1.0, "bfloat16": 1.0})
+    out = tmp_path / "out"
+    validate_device.main(["--rows", "0", "--steps", "2", "--out-dir", str(out)])
+    records = out / "validate_cpu.jsonl"
+    lines = [json.loads(x) for x in records.read_text().splitlines()]
+    assert [x["kind"] for x in lines] == ["run", "row"] and lines[1]["row"] == 0
+    runs, reports = read_records([records])
+    (_, report), = reports
+    assert report.trials[0].status == "ok"
+    markdown = (out / "validate_cpu.md").read_text()
+    assert "--rows 0 --steps 2" in markdown and f"| {config} | 64 | fp32, adamw, micro-batch 8 × 1 | plan | ok |" \
+        in markdown and "Peak: median |error|" in markdown
+    assert render(runs, reports) == markdown
+
+    # a second run appends; a row that cannot run stops the script with the earlier rows kept
+    with pytest.raises(ModelNotFoundError):
+        validate_device.main(["--rows", "1", "--out-dir", str(out)])
+    assert len(read_records([records])[1]) == 1
+
+    refit = refit_device.report([r for _, r in reports], "cpu")
+    assert "eager, standard loss, full | 1 |" in refit and "allocator reserve" not in refit  # no reserve on a CPU
+
+
+def test_a_record_file_that_is_not_one_says_where(tmp_path, capsys) -> None:
+    bad = tmp_path / "x.jsonl"
+    bad.write_text('{"kind": "run"}\nnot json\n')
+    with pytest.raises(ValueError, match=r"x.jsonl:2: not a validate_device record"):
+        read_records([bad])
+    with pytest.raises(SystemExit, match=r"refit_device: .*x.jsonl:2"):
+        refit_device.main([str(bad)])
+    with pytest.raises(SystemExit, match="no such file|No such file"):
+        refit_device.main([str(tmp_path / "missing.jsonl")])
