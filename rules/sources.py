@@ -177,6 +177,11 @@ TORCHAO_FLOAT8 = Source(title="torchao float8 training", url="https://github.com
 TE_FP8 = Source(title="NVIDIA Transformer Engine, Using FP8 with Transformer Engine",
                 url="https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html",
                 section="FP8 on Hopper and Ada: delayed scaling, which layers run in FP8")
+TORCHTITAN_H100_BENCH = Source(title="torchtitan: Llama 3.1 on H100 (end of 2024)",
+                               url="https://github.com/pytorch/torchtitan/blob/main/benchmarks/"
+                                   "llama3_h100_202412_torchtitan.md",
+                               section="Table 1: FSDP + torch.compile 77.0 GiB, + Float8 76.8 GiB (Llama 3.1 8B, "
+                                       "8 H100s)")
 PT2_PAPER = Source(title="Ansel et al. 2024, PyTorch 2: Faster Machine Learning Through Dynamic Python Bytecode "
                          "Transformation and Graph Compilation", url="https://pytorch.org/assets/pytorch2-2.pdf",
                    section="sec. 4.3 (AOTAutograd min-cut recomputation), sec. 6 (1.41x training speed-up on A100)")
