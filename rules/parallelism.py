@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Offload, Parallelism, Penalty, Setting
+from probes.vocabulary import Method, Offload, Parallelism, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -242,14 +242,17 @@ class ModelParallelLastResort(Rule):
     id = "parallelism.model-parallel-when-data-parallel-cannot"
     title = "tensor parallel inside an NVLink island, pipeline parallel across nodes, only when sharded data parallel does not fit"
     topic = "parallelism"
-    sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM, S.ACCELERATE_ND_PARALLEL, S.HF_TENSOR_PARALLEL]
+    sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM, S.ACCELERATE_ND_PARALLEL, S.HF_TENSOR_PARALLEL, S.HF_TP_CODE,
+               S.FSDP_QLORA]
     rationale = ("Megatron-LM's takeaways: use tensor parallelism up to the GPUs of a node (its 4 all-reduces per "
                  "layer need NVLink), pipeline parallelism across nodes (its bubble costs (p − 1)/m of the step), "
                  "and data parallelism for the rest; the HF guide: try sharded data parallel first and reach "
                  "for TP/PP when the model does not fit. Hugging Face's Trainer runs TP through accelerate 1.10 and "
                  "later (TrainingArguments.parallelism_config = ParallelismConfig(tp_size=t), alone or beside FSDP2, "
                  "not beside DDP) for models whose config has a base_model_tp_plan; PP needs Megatron-LM, "
-                 "DeepSpeed's pipeline engine or torch.distributed.pipelining.")
+                 "DeepSpeed's pipeline engine or torch.distributed.pipelining. None of these splits bitsandbytes' "
+                 "4-bit layers (transformers' TP shards only torchao and fine-grained fp8 weights; Megatron-LM has "
+                 "no QLoRA): a QLoRA base is sharded with FSDP (Answer.AI's FSDP + QLoRA).")
 
     def propose(self, facts: Facts) -> list[Effect]:
         hw = facts.hardware
@@ -278,6 +281,12 @@ class ModelParallelLastResort(Rule):
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         mp, gpus, per_node = plan.model_parallel_size, facts.hardware.num_gpus, max(len(facts.hardware.gpus), 1)
+        if mp > 1 and Method.of(plan.method).spec.quantized_base:
+            setting, value = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel) if plan.tensor_parallel > 1
+                              else (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel))
+            return self.forbid(setting, value, "bitsandbytes' 4-bit layers do not split over tensor or pipeline "
+                               "parallel ranks in any trainer (transformers' TP shards only torchao and fp8 weights): "
+                               "shard a QLoRA base with FSDP FULL_SHARD", hard=True)
         if mp > 1 and (gpus < mp or gpus % mp):
             return self.forbid(Setting.TENSOR_PARALLEL, plan.tensor_parallel,
                                f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel} "

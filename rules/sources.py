@@ -114,6 +114,11 @@ ACCELERATE_ND_PARALLEL = Source(title="Hugging Face blog: Accelerate ND-Parallel
 HF_TENSOR_PARALLEL = Source(title="transformers: Tensor parallelism for training",
                             url="https://huggingface.co/docs/transformers/main/en/tensor_parallelism",
                             section="models whose config defines base_model_tp_plan")
+HF_TP_CODE = Source(title="transformers: distributed/tensor_parallel.py",
+                    url="https://github.com/huggingface/transformers/blob/main/src/transformers/distributed/"
+                        "tensor_parallel.py",
+                    section="quantized weights split only where a quantizer marks them (_hf_quantized_needs_local_tp: "
+                            "torchao and fine-grained fp8; bitsandbytes does not)")
 LORA_PAPER = Source(title="Hu et al. 2021, LoRA: Low-Rank Adaptation of Large Language Models",
                     url="https://arxiv.org/abs/2106.09685", section="sec. 4 and 7")
 QLORA_PAPER = Source(title="Dettmers et al. 2023, QLoRA: Efficient Finetuning of Quantized LLMs",

@@ -141,3 +141,15 @@ def test_litgpt_fsdp_accumulation_holds_unsharded_gradients_of_every_block() -> 
     assert lit_full.memory.components.gradients_bytes == 2 * lit_full.model.num_parameters
     sharded = estimate(LLAMA2, gradient_accumulation_steps=4, **full).memory.components.gradients_bytes
     assert sharded == 2 * lit_full.model.num_parameters // 2  # bf16 shards over 2 GPUs
+
+
+def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tensor_parallel() -> None:
+    # Answer.AI's fsdp_qlora recipe (README, "A 70B QLoRA on two 24 GB GPUs"): bitsandbytes' 4-bit layers do not split
+    # over tensor-parallel ranks, so the NVLink-bridged pair shards the base with FSDP and offloads it to CPU RAM
+    config = ROOT / "benchmarks" / "published" / "configs" / "meta-llama--Llama-2-70b-hf"
+    rec = recommend(str(config), gpu="rtx-3090:2", method="qlora", seq_len=2048, host_memory_bytes=128 * 10**9)
+    plan = rec.plan
+    assert (plan.tensor_parallel, plan.pipeline_parallel) == (1, 1) and rec.memory.fits
+    assert (plan.parallelism, plan.offload) == ("fsdp-full-shard", "optimizer+parameters")
+    with pytest.raises(UsageError, match="4-bit layers"):
+        estimate(str(config), gpu="rtx-3090:2", method="qlora", seq_len=2048, tensor_parallel=2)
