@@ -410,8 +410,11 @@ def stack_notes(case: dict) -> list[str]:
         out.append("attention kernel not stated (advisor: SDPA)")
     elif attention not in ATTENTION:
         out.append(f"attention '{s['attention']}' (advisor: SDPA)")
-    if "TE +" in text or "TE =" in text:
+    stated = " ".join([case.get("notes") or "", s.get("framework") or ""])  # the quote's label can predate the code
+    if ("TE +" in stated or "TE =" in stated) and "No Transformer Engine layers" not in stated:
         out.append("Transformer Engine kernels")
+    if "with Liger's" in (s.get("framework") or "") and s.get("fused_loss") in (None, "none"):
+        out.append("Liger's layers without its fused loss (advisor: --liger-kernel is both; priced without)")
     if s.get("fused_loss") not in (None, "none", "chunked", "liger"):
         out.append(f"loss kernel '{s['fused_loss']}' (advisor: the standard loss)")
     if s.get("packing") and ATTENTION.get(attention) not in ("flash-attention-2", "flash-attention-3"):
