@@ -285,8 +285,8 @@ class ModelParallelLastResort(Rule):
             setting, value = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel) if plan.tensor_parallel > 1
                               else (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel))
             return self.forbid(setting, value, "bitsandbytes' 4-bit layers do not split over tensor or pipeline "
-                               "parallel ranks in any trainer (transformers' TP shards only torchao and fp8 weights): "
-                               "shard a QLoRA base with FSDP FULL_SHARD", hard=True)
+                               "parallel ranks (transformers' TP shards only torchao and fp8 weights; Megatron-LM has "
+                               "no QLoRA): shard a QLoRA base with FSDP FULL_SHARD", hard=True)
         if mp > 1 and (gpus < mp or gpus % mp):
             return self.forbid(Setting.TENSOR_PARALLEL, plan.tensor_parallel,
                                f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel} "

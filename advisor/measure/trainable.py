@@ -81,17 +81,26 @@ def _dtype_kwargs(weights_dtype: str | None) -> dict[str, Any]:
     return {key: getattr(torch, WEIGHT_DTYPES[WeightsDtype.of(weights_dtype)])}
 
 
-def build_model(model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None):
+def build_model(model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None,
+                init_device=None):
     """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads), held
     in ``weights_dtype`` (a :class:`~probes.vocabulary.WeightsDtype` value: 'bf16' is the plan's pure-bf16 model,
-    what ``from_pretrained(dtype=torch.bfloat16)`` loads; None or 'fp32': fp32)."""
+    what ``from_pretrained(dtype=torch.bfloat16)`` loads; None or 'fp32': fp32).
+
+    ``init_device`` (a ``torch.device``; None: the CPU): where random weights are created and initialised
+    (transformers honours a ``torch.device`` context). On a GPU that takes a fraction of a second, where an 8B
+    model's init on the CPU and copy took tens of seconds per trial; the memory peak is the same, the weights."""
+    import contextlib
+
+    import torch
     import transformers
 
     auto = getattr(transformers, Task(model.task).auto_class)
     kwargs = _dtype_kwargs(weights_dtype)
     if weights is not None:
         return auto.from_pretrained(str(weights), config=config, local_files_only=True, **kwargs)
-    return auto.from_config(config, **kwargs)
+    with torch.device(init_device) if init_device is not None else contextlib.nullcontext():
+        return auto.from_config(config, **kwargs)
 
 
 def apply_adapters(net, model: ModelProfile, plan: Plan):

@@ -171,12 +171,8 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     if Method.of(plan.method).spec.quantized_base:  # QLoRA: bitsandbytes quantizes the base while loading it
         net = build_quantized(model, config, plan, device, weights=local_weights_dir(model))
     else:
-        weights = local_weights_dir(model)
-        # random weights are initialised where they will train: on a GPU in a fraction of a second, where an 8B
-        # model's init on the CPU and copy took tens of seconds per trial (the peak is the same: the weights)
-        with torch.device(device) if cuda and weights is None else contextlib.nullcontext():
-            net = build_model(model, config, weights=weights, weights_dtype=plan.weights_dtype)
-        net = net.to(device)
+        net = build_model(model, config, weights=local_weights_dir(model), weights_dtype=plan.weights_dtype,
+                          init_device=device if cuda else None).to(device)
     net.train()
     if plan.loss_kernel == LossKernel.LIGER:  # the Trainer's use_liger_kernel=True does the same
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
