@@ -232,6 +232,37 @@ def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport
     return "\n".join(lines) + "\n"
 
 
+#: Seconds to build a row's model and start its trial, and what torch.compile adds to the warm-up (guesses for the
+#: listing, not measurements).
+BUILD_S, COMPILE_S = 15.0, 60.0
+
+
+def print_grid(rows: list[Row], steps: int, **where: Any) -> None:
+    """Print each row with its plan (the recommendation, or the row's fixed plan when it sets the micro-batch) (``where``: ``gpu=`` a catalog GPU or ``hardware=``
+    this machine's profile), its predicted device memory, and a rough wall time: :data:`BUILD_S` (and
+    :data:`COMPILE_S` under compile) plus the warm-up
+    and timed optimizer steps at the predicted step time, twice with the fp32 baseline (``--compare``); a correction
+    or a larger-micro-batch trial adds as much again. The total helps split the grid over time-limited calls."""
+    from advisor.measure.validation import DEFAULT_WARMUP
+
+    total = 0.0
+    for i, row in enumerate(rows):
+        head = f"{i}: {row.model} seq {row.seq_len} batch {row.global_batch_size} {row.settings}" + (
+            " --compare" if row.compare else "")
+        price = api.estimate if "micro_batch_size" in row.settings else api.recommend  # a fixed plan, or advice
+        try:
+            rec = price(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size, **where,
+                        **row.settings)
+        except Exception as exc:  # noqa: BLE001 - a row that does not plan is listed with why
+            print(f"{head}: no plan ({exc})")
+            continue
+        seconds = (BUILD_S + (COMPILE_S if rec.plan.torch_compile else 0.0)
+                   + (DEFAULT_WARMUP + steps) * rec.speed.step_time_s) * (2 if row.compare else 1)
+        total += seconds
+        print(f"{head}: {rec.plan.describe()}; {rec.memory.device_bytes / GIB:.1f} GiB; about {seconds:.0f} s")
+    print(f"about {total:.0f} s in all, before corrections and larger-micro-batch trials")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -240,7 +271,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stack", action="store_true", help="GPU only: also cross the software stack (STACK_GRID; "
                                                              "rows whose package is missing are skipped)")
     parser.add_argument("--rows", help="comma-separated row indices of the grid (--list shows them)")
-    parser.add_argument("--list", action="store_true", help="print the grid's rows and exit")
+    parser.add_argument("--list", action="store_true", help="print the grid's rows, each with advisor's predicted "
+                                                            "memory and seconds, and exit")
+    parser.add_argument("--gpu", help="with --list: list the GPU grid (--stack: its stack rows too, as if every "
+                                      "package were installed) for this catalog GPU, e.g. h100-sxm")
     parser.add_argument("--budget-s", type=float, help="start no row after this many seconds")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"),
                         help="where the records and the markdown go (default benchmarks/results)")
@@ -254,6 +288,10 @@ def main(argv: list[str] | None = None) -> None:
         else:
             sys.stdout.write(text)
         return
+    if args.list and args.gpu:
+        rows = grid(True, args.stack, {p: "listed" for r in STACK_GRID for p in packages_needed(r.settings)})
+        print_grid(rows, args.steps, gpu=args.gpu)
+        return
     import torch
 
     gpu = torch.cuda.is_available()
@@ -261,9 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = grid(gpu, args.stack, hardware.host.packages)
     chosen = [int(i) for i in args.rows.split(",")] if args.rows else list(range(2 if args.quick else len(rows)))
     if args.list:
-        for i, row in enumerate(rows):
-            print(f"{i}: {row.model} seq {row.seq_len} batch {row.global_batch_size} {row.settings}"
-                  f"{' --compare' if row.compare else ''}")
+        print_grid(rows, args.steps, hardware=hardware)
         return
     name = (hardware.gpu.catalog_id or "gpu") if gpu and hardware.gpu else "cpu"
     out_dir = Path(args.out_dir)

@@ -76,3 +76,12 @@ def test_a_record_file_that_is_not_one_says_where(tmp_path, capsys) -> None:
         refit_device.main([str(bad)])
     with pytest.raises(SystemExit, match="no such file|No such file"):
         refit_device.main([str(tmp_path / "missing.jsonl")])
+
+
+def test_the_grid_is_listed_with_plans_memory_and_time_for_a_catalog_gpu(capsys) -> None:
+    validate_device.main(["--list", "--gpu", "h100-sxm", "--stack"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [x for x in lines if x[:1].isdigit()]
+    assert len(rows) == len(validate_device.GPU_GRID) + len(validate_device.STACK_GRID)
+    assert all(" GiB; about " in x for x in rows), rows  # every row plans on an H100 (no row is left to OOM)
+    assert "micro-batch 1 × 8, eager" in rows[2] and lines[-1].startswith("about ")
