@@ -95,7 +95,9 @@ class Fp32WithoutTensorCores(Rule):
     rationale = ("Mixed precision is fast because tensor cores run 16-bit matmuls; without them (pre-Volta GPUs, "
                  "CPUs without AMX) it saves some activation memory but gains no speed, and CPU autocast supports "
                  "bf16 only. On CPUs with AVX-512 BF16 but no AMX, oneDNN's bf16 matmuls measured slower than "
-                 "fp32's (advisor validate on a Xeon with avx512_bf16: 154 vs 286 GFLOP/s; a gpt2 step 0.82x as fast).")
+                 "fp32's (advisor validate on a Xeon with avx512_bf16: 154 vs 286 GFLOP/s; a gpt2 step 0.82x as fast); "
+                 "with neither, bf16 is converted around every matmul (a Xeon with AVX-512 alone: 35-60 vs "
+                 "194-211 GFLOP/s; a gpt2 step 0.49x as fast).")
 
     def propose(self, facts: Facts) -> list[Effect]:
         gpu = facts.gpu
@@ -112,7 +114,8 @@ class Fp32WithoutTensorCores(Rule):
                                                             "several times faster than fp32"))
         elif "avx512_bf16" not in flags:
             effects.append(self.forbid(Setting.PRECISION, Precision.BF16,
-                                       "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 is not faster"))
+                                       "training on a CPU without AMX or AVX-512 bf16 instructions: bf16 runs about "
+                                       "half as fast as fp32"))
         # AVX-512 BF16 without AMX: allowed, not preferred; bf16 saves activation memory but a gpt2 step
         # ran 0.82x as fast as fp32 (advisor validate, benchmarks/results/validate_cpu.md), so the speed
         # model ranks fp32 first unless memory needs bf16
