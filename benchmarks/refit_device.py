@@ -78,6 +78,11 @@ def clean_trials(reports) -> list[Trial]:
             if t.status == "ok" and t.measured is not None and t.measured.step_time_s]
 
 
+def _known(values) -> list[float]:
+    """The values that are not None."""
+    return [v for v in values if v is not None]
+
+
 def _median(values: list[float]) -> str:
     return f"{statistics.median(values):.3f} (n={len(values)}, range {min(values):.3f}-{max(values):.3f})" \
         if values else "no trials"
@@ -88,9 +93,9 @@ def report(reports, device_type: str) -> str:
     trials = clean_trials(reports)
     lines = [f"# What the device records imply ({device_type}, {len(trials)} clean trials)", ""]
     if device_type == "cuda":
-        reserve = [x for t in trials if t.measured.reserved_bytes for x in [implied_reserve(
-            t.measured.reserved_bytes, t.measured.peak_bytes, persistent_bytes(t.predicted.memory.components))]
-            if x is not None]
+        reserve = _known(implied_reserve(t.measured.reserved_bytes, t.measured.peak_bytes,
+                                         persistent_bytes(t.predicted.memory.components))
+                         for t in trials if t.measured.reserved_bytes)
         context = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials
                    if t.measured.reserved_bytes and t.measured.device_bytes]
         lines += [f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
@@ -103,9 +108,8 @@ def report(reports, device_type: str) -> str:
               "| step time predicted / measured |", "|---|---|---|---|---|"]
     for key, ts in sorted(groups.items()):
         share = [t.predicted.memory.components.activations_bytes / t.predicted.memory.peak_bytes for t in ts]
-        act = [x for t in ts for x in [activation_factor(t.measured.peak_bytes, t.predicted.memory.peak_bytes,
-                                                         t.predicted.memory.components.activations_bytes)]
-               if x is not None]
+        act = _known(activation_factor(t.measured.peak_bytes, t.predicted.memory.peak_bytes,
+                                       t.predicted.memory.components.activations_bytes) for t in ts)
         speed = [t.predicted.speed.step_time_s / t.measured.step_time_s for t in ts]
         lines.append(f"| {key} | {len(ts)} | {statistics.median(share):.0%} | {_median(act)} | {_median(speed)} |")
     return "\n".join(lines) + "\n"
