@@ -282,7 +282,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="with --render: the markdown's path (default: stdout)")
     args = parser.parse_args(argv)
     if args.render:
-        text = render(*read_records([Path(p) for p in args.render]))
+        try:
+            text = render(*read_records([Path(p) for p in args.render]))
+        except (OSError, ValueError) as exc:
+            sys.exit(f"validate_device: {exc}")
         if args.out:
             Path(args.out).write_text(text)
         else:

@@ -76,6 +76,8 @@ def test_a_record_file_that_is_not_one_says_where(tmp_path, capsys) -> None:
         refit_device.main([str(bad)])
     with pytest.raises(SystemExit, match="no such file|No such file"):
         refit_device.main([str(tmp_path / "missing.jsonl")])
+    with pytest.raises(SystemExit, match=r"validate_device: .*x.jsonl:2"):
+        validate_device.main(["--render", str(bad)])
 
 
 def test_the_grid_is_listed_with_plans_memory_and_time_for_a_catalog_gpu(capsys) -> None:
