@@ -91,6 +91,7 @@ class Setting(Vocabulary):
     PACKING = "packing"
     FP8 = "fp8"
     OPTIMIZER_IN_BACKWARD = "optimizer_in_backward"
+    ACTIVATION_OFFLOADING = "activation_offloading"
     EXPERT_PARALLEL = "expert_parallel"
     CHECKPOINTING = "checkpointing"
     LEGACY_BITSANDBYTES = "legacy_bitsandbytes"

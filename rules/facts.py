@@ -104,6 +104,11 @@ class Plan(BaseModel):
     optimizer_in_backward: bool = Field(False, description="run each parameter's optimizer step as soon as its "
                                                            "gradient is ready and free the gradient (torchtune "
                                                            "optimizer_in_bwd): no accumulation, no clipping")
+    activation_offloading: bool = Field(False, description="move the tensors the forward saves for backward to pinned "
+                                                           "CPU RAM and back (TRL's SFTConfig activation_offloading, "
+                                                           "torchtune's OffloadActivations), CUDA streams overlapping "
+                                                           "the copies with compute; with checkpointing, each "
+                                                           "block's input")
     expert_parallel: int = Field(1, description="expert parallel degree: GPUs of a data-parallel group that split a "
                                                 "mixture of experts' routed experts (all-to-all token exchange); "
                                                 "1: none")
@@ -176,6 +181,8 @@ class Plan(BaseModel):
             parts.insert(1 if self.method != Method.FULL else 0, f"{self.weights_dtype} weights")
         if self.gradient_checkpointing:
             parts.append("checkpointing" if self.checkpointing == Checkpointing.FULL else f"{self.checkpointing} checkpointing")
+        if self.activation_offloading:
+            parts.append("activation offloading")
         if self.optimizer_in_backward:
             parts.append("optimizer step in backward")
         if self.expert_parallel > 1:

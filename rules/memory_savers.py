@@ -1,9 +1,9 @@
-"""Memory savers that cost speed: activation (gradient) checkpointing, full or selective."""
+"""Memory savers that cost speed: activation (gradient) checkpointing, full or selective, and activation offloading."""
 
 from __future__ import annotations
 
-from probes.kernels import Checkpointing
-from probes.vocabulary import Penalty, Setting
+from probes.kernels import Checkpointing, Framework
+from probes.vocabulary import Device, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -70,3 +70,50 @@ class SelectiveCheckpointing(Rule):
                           "(activation_checkpoint.mode = 'selective'), torchtune (ac_mode) or "
                           "torch.utils.checkpoint.create_selective_checkpoint_contexts in your own loop",
                           setting=Setting.CHECKPOINTING)]
+
+
+@register
+class ActivationOffloading(Rule):
+    id = "memory.activation-offloading"
+    title = "activation offloading to CPU RAM only when the saved activations are what does not fit"
+    topic = "memory"
+    sources = [S.TRL_ACTIVATION_OFFLOADING, S.TORCHTUNE_ACTIVATION_OFFLOADING, S.MEGATRON_CPU_OFFLOADING]
+    rationale = ("Saved-tensor hooks copy every tensor the forward saves for backward to pinned CPU RAM on a side "
+                 "stream and bring it back when the backward needs it, so the GPU keeps about one block's "
+                 "activations. Beside checkpointing only each block's input crosses PCIe and the copies hide behind "
+                 "the compute; without it every saved tensor does, which PCIe cannot carry as fast as the GPU "
+                 "computes. The numerics do not change. TRL's trainers (activation_offloading=True), torchtune "
+                 "(enable_activation_offloading) and Megatron (cpu_offloading, pipeline parallel size 1) run it; "
+                 "the HF Trainer and LitGPT do not.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.gpu is None:
+            return [self.forbid(Setting.ACTIVATION_OFFLOADING, True, "on the CPU the activations are in RAM already",
+                                hard=True)]
+        return [self.fallback(Setting.ACTIVATION_OFFLOADING, True, "copies the saved activations to CPU RAM and back "
+                              "over PCIe beside the compute: only when they are what does not fit",
+                              penalty=Penalty.SLOWER),
+                self.fallback(Setting.ACTIVATION_OFFLOADING, True, "without checkpointing every saved tensor crosses "
+                              "PCIe, more than it carries beside the compute of a fast GPU",
+                              penalty=Penalty.SLOWER, when={Setting.GRADIENT_CHECKPOINTING: False})]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not plan.activation_offloading:
+            return []
+        return [self.warn("activation offloading: the HF Trainer has no such option: use TRL's SFTTrainer with "
+                          "SFTConfig(activation_offloading=True), torchtune (enable_activation_offloading: True) or "
+                          "trl.models.get_act_offloading_ctx_manager(model) around the forward in your own loop; it "
+                          "pins host RAM for the activations", setting=Setting.ACTIVATION_OFFLOADING)]
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if not plan.activation_offloading:
+            return None
+        why = None
+        if plan.device != Device.CUDA:
+            why = "on the CPU the activations are in RAM already"
+        elif plan.pipeline_parallel > 1:
+            why = ("Megatron offloads activations only at pipeline parallel size 1, and TRL and torchtune run no "
+                   "pipeline")
+        elif plan.framework == Framework.LITGPT:
+            why = "LitGPT has no activation offloading"
+        return self.forbid(Setting.ACTIVATION_OFFLOADING, True, why, hard=True) if why else None

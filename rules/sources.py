@@ -228,3 +228,17 @@ TORCH_SAC = Source(title="PyTorch torch.utils.checkpoint: selective activation c
                    url="https://pytorch.org/docs/stable/checkpoint.html"
                        "#torch.utils.checkpoint.create_selective_checkpoint_contexts",
                    section="create_selective_checkpoint_contexts")
+TRL_ACTIVATION_OFFLOADING = Source(title="TRL: SFTConfig activation_offloading and get_act_offloading_ctx_manager",
+                                   url="https://huggingface.co/docs/trl/main/en/model_utils"
+                                       "#trl.models.get_act_offloading_ctx_manager",
+                                   section="get_act_offloading_ctx_manager (OffloadActivations: pinned memory, "
+                                           "streams, forward stash of 5, the output head kept)")
+TORCHTUNE_ACTIVATION_OFFLOADING = Source(title="torchtune: memory optimization overview",
+                                         url="https://pytorch.org/torchtune/stable/tutorials/memory_optimizations.html"
+                                             "#activation-offloading",
+                                         section="Activation Offloading (enable_activation_offloading; use with "
+                                                 "activation checkpointing)")
+MEGATRON_CPU_OFFLOADING = Source(title="Megatron Bridge: CPU offloading",
+                                 url="https://docs.nvidia.com/nemo/megatron-bridge/latest/training/cpu-offloading.html",
+                                 section="Activation offloading (cpu_offloading_activations): pipeline parallel size "
+                                         "must be 1")

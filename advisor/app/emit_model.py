@@ -81,8 +81,8 @@ def lora_config(rec: Recommendation) -> dict[str, Any] | None:
 
 def load_notes(rec: Recommendation) -> list[str]:
     """Comment lines: how the training script loads the model (``model_kwargs.json``), wraps it in the adapters
-    (``lora_config.json``), where ZeRO-Infinity offloads, and how to run the optimizer step in backward (torchtune's
-    ``optimizer_in_bwd``; the Trainer has none)."""
+    (``lora_config.json``), where ZeRO-Infinity offloads, how to offload activations (TRL's ``activation_offloading``) and
+    how to run the optimizer step in backward (torchtune's ``optimizer_in_bwd``; the Trainer has none)."""
     plan = rec.plan
     dtype = WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)]
     lines = [f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
@@ -101,6 +101,11 @@ def load_notes(rec: Recommendation) -> list[str]:
     if plan.loss_kernel == LossKernel.CHUNKED:
         lines.append("# Chunked cross-entropy is a torchtune / custom-loop loss (CEWithChunkedOutputLoss); the "
                      "Trainer has none.")
+    if plan.activation_offloading:
+        lines += ["# The plan offloads activations to CPU RAM, which the HF Trainer has no option for: use TRL's SFTTrainer "
+                  "with SFTConfig(activation_offloading=True),",
+                  "# torchtune's enable_activation_offloading: True, or in your own loop wrap the forward (and loss) in",
+                  "#   with trl.models.get_act_offloading_ctx_manager(model): loss = model(**batch).loss"]
     if Offload.of(plan.offload).nvme:
         lines.append(f"# {DS_CONFIG_FILE} offloads to NVMe under {NVME_PATH}: edit nvme_path to a folder "
                      "on a local NVMe drive.")

@@ -126,7 +126,8 @@ class WorkloadOptions(_Options):
 #: The plan settings ``estimate`` and ``validate`` take as flags (``Plan`` fields; their descriptions are the help).
 PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
               "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
-              "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "expert_parallel", "checkpointing",
+              "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "activation_offloading", "expert_parallel",
+              "checkpointing",
               "legacy_bitsandbytes", "double_quant", "framework")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).

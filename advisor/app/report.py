@@ -175,6 +175,9 @@ def _bar(used: float, width: int, style: str) -> Text:
     return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
 
 
+#: What a fallback's rationale says when the plan fits without it (:mod:`advisor.engine.recommendation`): the card
+#: folds those settings into one ``spared`` row of the values not needed.
+_SPARED = " fits without "
 #: Settings the plan line already shows (by value, or by its absence): not repeated in the card's folded row.
 _IN_PLAN_LINE = ("method", "precision", "weights_dtype", "tf32", "optimizer", "micro_batch_size",
                  "gradient_accumulation_steps", "gradient_checkpointing", "num_gpus")
@@ -187,7 +190,8 @@ def _line(*parts) -> Text:
 
 def plan_card(rec: Recommendation, width: int) -> Group:
     """The recommendation at a glance, for an 80 × 24 terminal: the plan on one line, each decided setting as
-    ``name = value — reason`` on one line, the settings the rules left one value folded into one row, memory
+    ``name = value — reason`` on one line, the fallbacks the plan fits without in one row, the settings the rules
+    left one value folded into one row, memory
     with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
     :func:`print_recommendation`'s full report."""
     m, sp, mem = rec.model, rec.speed, rec.memory
@@ -197,9 +201,13 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     lines += [_line((f"note: {note}", "dim")) for note in m.notes]
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
     decided = {n: d for n, d in rec.settings.items() if _decided(d)}
-    pad = max((len(n) for n in decided), default=0)
+    spared = {n: d.rationale.partition(_SPARED)[2] for n, d in decided.items() if _SPARED in d.rationale}
+    pad = max((len(n) for n in decided if n not in spared), default=0)
     for name, d in decided.items():
-        lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
+        if name not in spared:
+            lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
+    if spared:
+        lines.append(_folded(list(spared.values()), width, label="spared ", lead="not needed to fit: "))
     fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
     if fixed:
         lines.append(_folded(fixed, width))
@@ -224,11 +232,12 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     return Group(*lines, *footer)
 
 
-def _folded(items: list[str], width: int, most: int = 2) -> Text:
-    """The card's ``also`` row: the settings without a decision, on at most ``most`` lines (the rest: --explain)."""
+def _folded(items: list[str], width: int, most: int = 2, label: str = "also   ", lead: str = "") -> Text:
+    """A card row of ``items`` on at most ``most`` lines (the rest: --explain): ``also``, the settings without a
+    decision; ``spared``, the fallbacks the plan fits without."""
     for n in range(len(items), 0, -1):
         rest = f", … {len(items) - n} more (--explain)" if n < len(items) else ""
-        row = Text.assemble(("also   ", "bold"), ", ".join(items[:n]) + rest)
+        row = Text.assemble((label, "bold"), lead + ", ".join(items[:n]) + rest)
         if _height(row, width) <= most:
             return row
     return row

@@ -1,5 +1,5 @@
 """Bytes moved between devices and to the host, in seconds: data-parallel collectives (DDP, ZeRO, FSDP), tensor and
-pipeline parallel exchanges, and offloading to CPU RAM or NVMe. :mod:`advisor.engine.speed` adds them to a step.
+pipeline parallel exchanges, and offloading to CPU RAM (states, parameters, activations) or NVMe. :mod:`advisor.engine.speed` adds them to a step.
 """
 
 from __future__ import annotations
@@ -192,6 +192,20 @@ NVME_BYTES_PER_S = 5e9
 DEQUANT_BYTES_PER_PARAM = 4.5
 
 
+def parameter_fetch_seconds(model: ModelProfile, plan: Plan) -> float:
+    """Seconds one pass (a forward or a backward) spends fetching this GPU's parameter shard from CPU RAM over PCIe
+    under parameter offload (0 without it): 16-bit parameters, or the frozen base's stored bytes (NF4 under QLoRA)
+    under LoRA / QLoRA."""
+    offload = Offload.of(plan.offload)
+    if not offload.parameters and not (offload.optimizer and Method.of(plan.method).spec.adapters):
+        return 0.0
+    pcie = PCIE_GBPS[4] * 1e9
+    dp = max(plan.data_parallel_size, 1)
+    if Method.of(plan.method).spec.adapters:
+        return adapter_rank_sizes(model, plan)[0] / dp / pcie
+    return 2 * model.num_parameters / plan.model_parallel_size / dp / pcie
+
+
 def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float) -> float:
     """Time offloading adds to one optimizer step, seconds.
 
@@ -210,18 +224,42 @@ def offload_seconds(model: ModelProfile, plan: Plan, compute_s_per_micro: float)
     pcie = PCIE_GBPS[4] * 1e9
     method = Method.of(plan.method)
     if method.spec.adapters:  # the frozen base's shard (its stored bytes) up twice a micro-batch; the adapters step
-        base, A = (x / max(plan.data_parallel_size, 1) for x in adapter_rank_sizes(model, plan))  # this GPU's shard
-        per_micro = 2 * base / pcie
+        A = adapter_rank_sizes(model, plan)[1] / max(plan.data_parallel_size, 1)  # this GPU's shard
+        per_micro = 2 * parameter_fetch_seconds(model, plan)
         exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
         return 8 * A / pcie + A * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S + (
             plan.gradient_accumulation_steps * exposed)
     seconds = 4 * P / pcie + P * HOST_OPTIMIZER_BYTES_PER_PARAM / HOST_OPTIMIZER_BYTES_PER_S
-    per_micro = 0.0
-    if offload.parameters:
-        per_micro = 2 * 2 * P / pcie  # this GPU's shard, up for the forward and again for the backward
+    per_micro = 2 * parameter_fetch_seconds(model, plan)  # up for the forward and again for the backward
     if offload.nvme:
         state_bytes = (4 + 4 + (OPTIMIZER_SPECS[plan.optimizer].state_bytes_per_param or 4)) * P
         seconds += 2 * state_bytes / NVME_BYTES_PER_S
         per_micro = max(per_micro, 2 * 2 * P / NVME_BYTES_PER_S)
     exposed = max(per_micro - 0.5 * compute_s_per_micro, 0.5 * per_micro)
     return seconds + plan.gradient_accumulation_steps * exposed
+
+
+def activation_offload_seconds(offloaded_bytes: float, compute_s: float, recompute_share: float,
+                               gpu: GPUInfo | None, fetch_s: float = 0.0) -> float:
+    """Time activation offloading adds to one micro-batch, seconds: the saved tensors go to pinned CPU RAM during
+    the forward and come back during the backward, each way over the GPU's PCIe link (:data:`PCIE_GBPS`, one
+    direction), on a side stream beside the compute (TRL's / torchtune's ``OffloadActivations`` with
+    ``use_streams``). A copy hides behind the compute of its own pass and no more: the forward is
+    1 / (3 + r) of ``compute_s`` and the backward (with the recomputation r of checkpointing) the rest, less the
+    time parameter offload's fetches hold the same host-to-device direction then (``fetch_s``), and what exceeds a
+    pass is exposed. Not yet measured by this project: torchtune's and Transformer Engine's docs report a
+    small slowdown when checkpointing leaves one tensor a block to copy, a large one without checkpointing.
+
+    Args:
+        offloaded_bytes: :func:`advisor.engine.memory.offloaded_activation_bytes` of one micro-batch.
+        compute_s: the micro-batch's compute on one device (forward, backward and recomputation), seconds.
+        recompute_share: the forward's share the backward computes again (0 without checkpointing, 1 under full).
+        gpu: the device (None: no PCIe link, nothing to add).
+        fetch_s: :func:`parameter_fetch_seconds` of the plan (the backward's parameter fetches share the link).
+    """
+    if not offloaded_bytes or gpu is None:
+        return 0.0
+    gen = gpu.pcie_generation or 4
+    one_way = offloaded_bytes / gbyte_to_bytes_per_s(PCIE_GBPS.get(gen, PCIE_GBPS[4]))
+    forward = compute_s / (3 + recompute_share)
+    return max(one_way - forward, 0.0) + max(one_way - max(compute_s - forward - fetch_s, 0.0), 0.0)

@@ -20,7 +20,8 @@ Components follow the HF guide's anatomy of model memory
   ZeRO / FSDP and LoRA columns, ``tests/test_activation_classes.py``; it under-counts autocast over fp32 weights
   by 8-21 % and GPT-2's Python GELU by a third);
 - checkpointing keeps each checkpointed block's input, and under a selective policy what it saves
-  (:mod:`advisor.engine.checkpointing`);
+  (:mod:`advisor.engine.checkpointing`); activation offloading (TRL's ``OffloadActivations``, torchtune's) moves
+  what the blocks save to pinned CPU RAM and keeps one block's worth on the GPU (:data:`OFFLOAD_RESIDENT`);
 - lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
   forward; in backward only those autograd saved remain (under checkpointing, the head's); the
   end of backward holds every gradient plus two embedding-sized temporaries; then the optimizer
@@ -72,6 +73,13 @@ CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds m
 #: torchtitan, PEFT's and Answer.AI's runs (``benchmarks/published.py``) lean the other way, so it is not refitted.
 TRANSIENT_RESERVE = 1.25
 ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
+#: Blocks' saved tensors an activation-offloading plan keeps on the GPU: one block's. TRL's ``OffloadActivations``
+#: (``trl/models/activation_offloading.py``, torchtune's design) keeps the 5 latest offloaded tensors alive until
+#: their copy ends (``max_fwd_stash_size``): at the forward's end the final norm's and the loss's, with the last
+#: block's input under checkpointing; the backward brings back one autograd node's tensors at a time and frees the
+#: previous node's. The output head is not offloaded (``NoOpManager`` on ``lm_head``); a checkpointed block's
+#: recomputation runs outside the hooks, as without offloading. Read from the code, not yet measured by this project.
+OFFLOAD_RESIDENT = 1
 MIXED_COLUMN = "mixed"  #: the activations.json column of fp32 weights under autocast (:func:`calibration_keys`)
 LEGACY_BNB_SUFFIX = "+keeps-inputs"  #: QLoRA columns of bitsandbytes < 0.43.2 (:func:`calibration_keys`)
 
@@ -208,10 +216,13 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
         # block's recomputable internals or at the head's logits; the backward starts with the loss gradient
         kept = c["ckpt_layer_h"] * sbh + _selective_kept(model, plan, seq_len)
         checkpointed = checkpointed_blocks(plan, layers)
-        forward = checkpointed * kept + (layers - checkpointed) * full_layer + max(transient, head)
+        blocks = checkpointed * kept + (layers - checkpointed) * full_layer
+        if plan.activation_offloading:
+            blocks = OFFLOAD_RESIDENT * (kept if checkpointed >= layers else full_layer)  # the rest in CPU RAM
+        forward = blocks + max(transient, head)
         extra = grad_v(c["ckpt_backward_v"]) + c["ckpt_backward_h"] * sbh
     else:
-        forward = layers * full_layer + head
+        forward = (OFFLOAD_RESIDENT if plan.activation_offloading else layers) * full_layer + head
         extra = start_of_backward
     return int(max(forward, 0)), int(max(extra, 0))
 
@@ -240,8 +251,10 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
         kept = residual_bytes(plan) * s * b * h + _selective_kept(model, plan, s)
         layers = kept * checkpointed + sum(per_layer[checkpointed:])
         recomputed = max(per_layer)  # in backward, once the logits' gradient is consumed: not beside the head
+        if plan.activation_offloading:  # the rest in CPU RAM
+            layers = OFFLOAD_RESIDENT * (kept if checkpointed >= len(per_layer) else max(per_layer))
     else:
-        layers = sum(per_layer)
+        layers = OFFLOAD_RESIDENT * max(per_layer, default=0) if plan.activation_offloading else sum(per_layer)
         recomputed = 0
     r = residual_bytes(plan)  # the embedding's output and the residual stream, in the weights' dtype under bf16
     embeddings = r * s * b * h * (2 if model.family == Family.ENCODER_DECODER else 1) + (s * b * h if model.dropout else 0)
@@ -259,6 +272,19 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     return layers + embeddings + max(head_input + logits, recomputed), loss_grad
 
 
+def offload_host_bytes(model: ModelProfile, plan: Plan, seq_len: int, nodes: int = 1) -> int:
+    """Pinned CPU RAM one node holds for offloaded activations, bytes: each GPU's
+    :func:`offloaded_activation_bytes`, each tensor rounded up to a power of two as PyTorch's caching host allocator
+    allocates pinned blocks (``CachingHostAllocator``: ``PowerOf2Ceil``; priced at the block input's size, the tensor
+    checkpointing offloads), times the node's GPUs."""
+    offloaded = offloaded_activation_bytes(model, plan, seq_len)
+    if not offloaded:
+        return 0
+    tensor = plan.micro_batch_size * seq_len * model.hidden_size * 2
+    rounding = (1 << max(tensor - 1, 1).bit_length()) / tensor
+    return int(offloaded * rounding * max(plan.num_gpus, 1) // max(nodes, 1))
+
+
 def persistent_bytes(components: MemoryComponents) -> int:
     """Bytes of the model states (weights and their 16-bit copies, gradients, optimizer states): what the caching
     allocator holds at exact sizes (:data:`TRANSIENT_RESERVE`)."""
@@ -270,9 +296,21 @@ def activation_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> i
     checkpointed or not: the memory-bound work of a step scales with it, and fused kernels (compile, Liger) shrink
     it as they shrink what is saved (:func:`fused_layer_savings`)."""
     eager = Attention.of(plan.attention).spec.keeps_scores
-    if plan.gradient_checkpointing:
-        plan = plan.model_copy(update={"gradient_checkpointing": False})
+    if plan.gradient_checkpointing or plan.activation_offloading:
+        plan = plan.model_copy(update={"gradient_checkpointing": False, "activation_offloading": False})
     return _activation_bytes(model, plan, seq_len, eager)[0]
+
+
+def offloaded_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> int:
+    """Bytes of saved activations one micro-batch's forward moves to CPU RAM under activation offloading, per device
+    (0 without it): what the blocks would keep on the GPU without it, less the one block's worth that stays
+    (:data:`OFFLOAD_RESIDENT`). The copies cross PCIe once each way per micro-batch
+    (:func:`advisor.engine.communication.activation_offload_seconds`)."""
+    if not plan.activation_offloading:
+        return 0
+    eager = Attention.of(plan.attention).spec.keeps_scores
+    kept = _activation_bytes(model, plan.model_copy(update={"activation_offloading": False}), seq_len, eager)[0]
+    return max(kept - _activation_bytes(model, plan, seq_len, eager)[0], 0) // max(plan.tensor_parallel, 1)
 
 
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES, states_bytes: int = 0) -> int:
@@ -335,7 +373,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
     device = device_bytes(int(peak), plan, context, persistent_bytes(components))
     usable = int(capacity_bytes * (1 - safety_margin))
-    host = host_bytes(model, plan, nodes)
+    host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes)
     host_fits = host == 0 or host_capacity_bytes is None or host <= host_capacity_bytes * (1 - HOST_SAFETY_MARGIN)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and host_fits, components=components,

@@ -2,7 +2,8 @@
 
 Search space: method × precision × weights dtype × tf32 × optimizer × activation checkpointing × micro-batch
 (divisors of the per-device batch, so gradient accumulation is a whole number) × parallelism × offload ×
-tensor / pipeline / expert parallel × the optimizer step in backward (at accumulation 1 only).
+tensor / pipeline / expert parallel × the optimizer step in backward (at accumulation 1 only) × activation
+offloading.
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
 the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
@@ -38,7 +39,8 @@ SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline 
 #: The settings the planner searches (the rest are set by rules).
 SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
             Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
-            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL)
+            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL,
+            Setting.ACTIVATION_OFFLOADING)
 
 
 @dataclass
@@ -141,6 +143,7 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.PACKING: [True, False],
         Setting.FP8: [True, False],
         Setting.OPTIMIZER_IN_BACKWARD: [False, True],
+        Setting.ACTIVATION_OFFLOADING: [False, True],
         Setting.EXPERT_PARALLEL: [1] + expert_parallel_degrees(facts.model, gpus),
     }
 
@@ -200,12 +203,13 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
 #: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs; the
 #: step in backward also needs accumulation 1, which :func:`_micro_batches` keeps to).
 LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTIMIZER_IN_BACKWARD,
-          Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
+          Setting.ACTIVATION_OFFLOADING, Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule]
              ) -> list[tuple[Any, ...]]:
-    """The (method, precision, weights dtype, step in backward, expert parallel, parallelism, offload) tuples no rule
+    """The (method, precision, weights dtype, step in backward, activation offloading, expert parallel, parallelism,
+    offload) tuples no rule
     refuses for ``plan``'s tensor / pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, at
     accumulation 1, so one plan per tuple stands for all its candidates)."""
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
@@ -236,8 +240,10 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
 
 
 def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
-    """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this)."""
-    return sum(e.penalty for e in pricing.fallbacks if e.setting in LAYOUT and e.applies(values))
+    """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this: a fallback
+    whose ``when`` reads a setting outside the layout, such as checkpointing, may not apply to all of them)."""
+    return sum(e.penalty for e in pricing.fallbacks
+               if e.setting in LAYOUT and all(k in LAYOUT for k in e.when or {}) and e.applies(values))
 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,

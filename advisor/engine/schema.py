@@ -17,7 +17,8 @@ plan.optimizer_in_backward, plan.expert_parallel; model.routed_parameters; Compa
 plan.legacy_bitsandbytes (QLoRA on bitsandbytes < 0.43.2), plan.framework (transformers, litgpt). 1.10:
 plan.lora_targets / workload.lora_targets "q-v" (the query and value projections: PEFT's default);
 plan.double_quant (QLoRA's NF4 with double quantization, or plain NF4). 1.11: plan.framework "megatron"
-(Megatron-style fused layers and optimizer).
+(Megatron-style fused layers and optimizer). 1.12: plan.activation_offloading (the saved activations in pinned
+CPU RAM: TRL's / torchtune's OffloadActivations).
 """
 
-SCHEMA_VERSION = "1.11"
+SCHEMA_VERSION = "1.12"

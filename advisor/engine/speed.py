@@ -7,7 +7,7 @@ guide, "forward vs backward Execution Speed"); activation checkpointing adds one
 
 Time = matmul FLOPs / (peak rate of the precision × efficiency) + memory-bound work
 (elementwise ops, the optimizer step, fp16 loss-scaling) / memory bandwidth + exposed
-communication. Efficiency grows with the tokens per micro-batch and the hidden size and drops
+communication (activation offloading's copies beyond the compute they hide behind). Efficiency grows with the tokens per micro-batch and the hidden size and drops
 when the tokens dimension is not a tensor-core multiple (NVIDIA "Tensor Core Requirements").
 
 First calibration: the seeds' V100 bert-large runs (fp16 about 2x fp32, checkpointing about
@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
-from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
+from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes, offloaded_activation_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
@@ -29,8 +29,8 @@ from probes.kernels import Attention
 from probes.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from rules.facts import Plan
 
-from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, communication_seconds,
-                                          model_parallel_seconds, offload_seconds)
+from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, activation_offload_seconds, communication_seconds,
+                                          model_parallel_seconds, offload_seconds, parameter_fetch_seconds)
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -241,6 +241,8 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
+    micro_time += activation_offload_seconds(offloaded_activation_bytes(model, plan, seq_len) / pp, compute,
+                                             recompute_shares(model, plan)[0], gpu, parameter_fetch_seconds(model, plan))
     k = plan.gradient_accumulation_steps
     sharded = PARALLELISM_SPECS[plan.parallelism].stage
     params_here = trained / (tp * pp) / (plan.data_parallel_size if sharded else 1)

@@ -49,6 +49,7 @@ def _more_gpus(facts: Facts, base: str) -> str | None:
             how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
             how += [f"expert parallel {p.expert_parallel}"] if p.expert_parallel > 1 else []
             how += ["the optimizer step in backward"] if p.optimizer_in_backward else []
+            how += ["activation offloading"] if p.activation_offloading else []
             how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
             return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
     return None

@@ -158,6 +158,9 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
         return (f"--simulate runs the Trainer's full activation checkpointing, not {plan.checkpointing}: use the "
                 "analytic estimate")
+    if plan.activation_offloading:
+        return ("--simulate counts the live tensors of one device and cannot see activation offloading's copies "
+                "in CPU RAM: use the analytic estimate")
     if method.spec.quantized_base and missing_reason() is not None:
         return f"--simulate cannot run {method}: {missing_reason()}"
     if optimizer.spec.package is not None:

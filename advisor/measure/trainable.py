@@ -228,3 +228,36 @@ def synthetic_batch(model: ModelProfile, config, batch: int, seq_len: int, gener
     out = {"input_ids": torch.randint(0, model.vocab_size, (batch, seq_len), **kw)}
     out.update(label_kwargs(model, config, batch, seq_len, generator))
     return out
+
+
+class Rows:
+    """A map-style dataset over the rows of a dict of tensors (DataLoader's default collate stacks them)."""
+
+    def __init__(self, tensors: dict) -> None:
+        self.tensors = tensors
+        self.n = len(next(iter(tensors.values())))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict:
+        return {k: v[i] for k, v in self.tensors.items()}
+
+
+def offloading(net, plan: Plan):
+    """The context the forward runs in: TRL's activation offloading for a plan with it
+    (``trl.models.get_act_offloading_ctx_manager``, what ``SFTConfig(activation_offloading=True)`` builds: pinned
+    memory, a side stream, the output head kept on the GPU), else a null context.
+
+    Raises:
+        UsageError: the plan offloads activations and TRL is not installed.
+    """
+    import contextlib
+
+    if not plan.activation_offloading:
+        return contextlib.nullcontext()
+    try:
+        from trl.models import get_act_offloading_ctx_manager
+    except ImportError as err:
+        raise UsageError(f"activation offloading runs TRL's OffloadActivations: pip install trl ({err})") from None
+    return get_act_offloading_ctx_manager(net)

@@ -8,7 +8,8 @@ the planned workers and pinned memory, and trained for warm-up steps and then ti
 exactly the plan: autocast bf16 / fp16 with ``torch.amp.GradScaler`` for fp16 (PyTorch
 "Automatic Mixed Precision", https://pytorch.org/docs/stable/amp.html), the TF32 flags
 (https://pytorch.org/docs/stable/notes/cuda.html#tensorfloat-32-tf32-on-ampere-and-later-devices),
-activation checkpointing, gradient accumulation, the optimizer and ``torch.compile``.
+activation checkpointing, activation offloading (TRL's), gradient accumulation, the optimizer and
+``torch.compile``.
 
 Measurements: on CUDA, ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()``, the
 memory NVML shows in use by this process, and step times from CUDA events; on the CPU, the peak
@@ -39,8 +40,9 @@ from pathlib import Path
 from typing import Any
 
 from advisor.measure.outcome import RankOutcome, StepEvent, StepUpdate, TrialOutcome, TrialSpec, parse_event
-from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, build_quantized, enable_checkpointing,
-                                       hf_config, local_weights_dir, make_optimizer, synthetic_batch)
+from advisor.measure.trainable import (Rows, apply_adapters, autocast_dtype, build_model, build_quantized,
+                                       enable_checkpointing, hf_config, local_weights_dir, make_optimizer, offloading,
+                                       synthetic_batch)
 from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
 from probes.kernels import LossKernel
 from probes.model import ModelProfile
@@ -53,20 +55,6 @@ _SEVERITY: dict[str, int] = {"oom": 0, "nonfinite": 1, "error": 2, "interrupted"
 
 class _Stopped(Exception):
     """The stop event was set: end at this step boundary."""
-
-
-class _Rows:
-    """A map-style dataset over the rows of a dict of tensors (DataLoader's default collate stacks them)."""
-
-    def __init__(self, tensors: dict) -> None:
-        self.tensors = tensors
-        self.n = len(next(iter(tensors.values())))
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> dict:
-        return {k: v[i] for k, v in self.tensors.items()}
 
 
 def run_trial(model: ModelProfile, plan: Plan, seq_len: int, *, steps: int = 10, warmup: int = 2,
@@ -159,6 +147,7 @@ class _Loop:
     scaler: Any  #: the fp16 GradScaler, or None
     accumulation: int  #: micro-batches per optimizer step
     non_blocking: bool  #: copy the pinned batches asynchronously
+    offload: Any  #: the activation-offloading context the forward runs in (TRL's), or a null context
 
 
 def _setup(torch, spec: TrialSpec, dist) -> _Loop:
@@ -183,6 +172,7 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     net = apply_adapters(net, model, plan)  # LoRA / QLoRA: PEFT's adapters over the frozen base
     if dist is not None:
         net = dist.wrap(net)
+    offload = offloading(net, plan)
     optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
     forward = torch.compile(net) if spec.torch_compile else net
     scaler = torch.amp.GradScaler(device.type) if plan.precision == Precision.FP16 else None
@@ -190,12 +180,12 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     generator = torch.Generator().manual_seed(dist.rank if dist is not None else 0)
     rows = synthetic_batch(model, config, plan.micro_batch_size * accumulation * (spec.warmup + spec.steps),
                            spec.seq_len, generator)
-    loader = torch.utils.data.DataLoader(_Rows(rows), batch_size=plan.micro_batch_size, shuffle=False,
+    loader = torch.utils.data.DataLoader(Rows(rows), batch_size=plan.micro_batch_size, shuffle=False,
                                          num_workers=spec.dataloader_num_workers,
                                          pin_memory=spec.dataloader_pin_memory and cuda, drop_last=True)
     return _Loop(net=net, forward=forward, optimizer=optimizer, batches=iter(loader), loader=loader, device=device,
                  dtype=autocast_dtype(plan.precision), scaler=scaler, accumulation=accumulation,
-                 non_blocking=spec.dataloader_pin_memory)
+                 non_blocking=spec.dataloader_pin_memory, offload=offload)
 
 
 def _train(torch, spec: TrialSpec, memory: TrialMemory, outcome: TrialOutcome,
@@ -270,7 +260,8 @@ def _optimizer_step(torch, loop: _Loop, tracker, dist):
         sync = dist.sync(loop.net, last) if dist is not None else contextlib.nullcontext()
         mark_phase(tracker, "forward")
         with sync, torch.autocast(loop.device.type, dtype=loop.dtype, enabled=loop.dtype is not None):
-            loss = loop.forward(**batch).loss / loop.accumulation
+            with loop.offload:  # the forward only, as TRL's SFTTrainer does
+                loss = loop.forward(**batch).loss / loop.accumulation
             mark_phase(tracker, "backward")
             (loop.scaler.scale(loss) if loop.scaler is not None else loss).backward()
         step_loss += loss.detach()

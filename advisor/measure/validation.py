@@ -140,7 +140,8 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         The report (bytes, seconds): every trial, the verdict, the confirmed plan and the comparison.
     Raises:
         UsageError: a plan for another device, several GPUs, steps / warm-up < 1, or a method this machine cannot
-            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft).
+            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft), or
+            activation offloading without TRL.
     """
     _check(facts, plan, steps, warmup)
     started = time.perf_counter()
@@ -187,6 +188,10 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.framework != Framework.TRANSFORMERS:
         raise UsageError(f"trials run transformers' model and the Trainer's loop, not "
                          f"{Framework.of(plan.framework).label}: validate a plan without --framework")
+    if plan.activation_offloading and importlib.util.find_spec("trl") is None:
+        raise UsageError("trials offload activations with TRL's OffloadActivations (what SFTConfig("
+                         "activation_offloading=True) runs): pip install trl, or validate the plan without "
+                         "--activation-offloading")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")

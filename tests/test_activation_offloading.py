@@ -1,0 +1,104 @@
+"""Activation offloading (TRL's / torchtune's OffloadActivations): what it keeps on the GPU, what it pins in CPU RAM,
+what its copies cost, when the planner takes it, and what a trial needs to run it."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from advisor.app import api
+from advisor.engine.communication import PCIE_GBPS, activation_offload_seconds
+from advisor.engine.memory import OFFLOAD_RESIDENT, offload_host_bytes, offloaded_activation_bytes
+from advisor.engine.planner import search
+from probes.errors import UsageError
+from probes.units import GIB
+
+LLAMA = "meta-llama/Llama-3.1-8B"
+LORA = dict(method="lora", precision="bf16", weights_dtype="bf16")
+
+
+def _estimate(**settings):
+    return api.estimate(LLAMA, gpu="h100-sxm", seq_len=8192, **{**LORA, **settings})
+
+
+def test_with_checkpointing_it_keeps_one_block_input_on_the_gpu_and_pins_the_rest() -> None:
+    kept = _estimate(gradient_checkpointing=True)
+    offloaded = _estimate(gradient_checkpointing=True, activation_offloading=True)
+    model, plan = offloaded.model, offloaded.plan
+    moved = offloaded_activation_bytes(model, plan, 8192)
+    block_input = 8192 * model.hidden_size * 2  # one bf16 residual-stream tensor
+    # the blocks' inputs but OFFLOAD_RESIDENT move to CPU RAM: (layers - 1) inputs, within the calibration's rounding
+    assert moved == pytest.approx((model.num_layers - OFFLOAD_RESIDENT) * block_input, rel=0.05)
+    assert kept.memory.components.activations_bytes - offloaded.memory.components.activations_bytes == moved
+    assert kept.memory.device_bytes > offloaded.memory.device_bytes
+    # pinned host RAM: what moved, each 64 MiB tensor already a power of two
+    assert offloaded.memory.host_bytes == offload_host_bytes(model, plan, 8192) == moved
+    assert kept.memory.host_bytes == 0
+
+
+def test_without_checkpointing_it_keeps_about_one_block() -> None:
+    full = _estimate()
+    offloaded = _estimate(activation_offloading=True)
+    layers = full.model.num_layers
+    per_block = offloaded_activation_bytes(offloaded.model, offloaded.plan, 8192) / (layers - OFFLOAD_RESIDENT)
+    assert full.memory.components.activations_bytes > layers * per_block
+    assert offloaded.memory.components.activations_bytes < full.memory.components.activations_bytes / 4
+
+
+def test_checkpointed_copies_hide_behind_compute_and_full_ones_do_not_on_an_h100() -> None:
+    """Beside checkpointing one tensor a block crosses PCIe, which the compute hides; without it every saved tensor
+    does, which PCIe 5 carries slower than an H100 computes."""
+    ckpt = _estimate(gradient_checkpointing=True)
+    ckpt_offload = _estimate(gradient_checkpointing=True, activation_offloading=True)
+    offload = _estimate(activation_offloading=True)
+    assert ckpt_offload.speed.step_time_s == pytest.approx(ckpt.speed.step_time_s, rel=0.01)
+    assert offload.speed.step_time_s > 1.5 * ckpt.speed.step_time_s
+
+
+def test_the_copy_time_is_what_exceeds_each_pass() -> None:
+    class Gpu:  # what activation_offload_seconds reads of a GPUInfo
+        pcie_generation = 4
+
+    one_way = 48e9 / (PCIE_GBPS[4] * 1e9)  # 2 s each way
+    assert activation_offload_seconds(48e9, 30.0, 0.0, Gpu()) == 0.0  # 10 s forward, 20 s backward: hidden
+    assert activation_offload_seconds(48e9, 3.0, 0.0, Gpu()) == pytest.approx(one_way - 1.0)  # 1 s of 2 hidden
+    assert activation_offload_seconds(48e9, 3.0, 0.0, Gpu(), fetch_s=2.0) == pytest.approx(2 * one_way - 1.0)
+    assert activation_offload_seconds(0, 3.0, 0.0, Gpu()) == activation_offload_seconds(48e9, 3.0, 0.0, None) == 0.0
+
+
+def test_the_planner_offloads_only_when_nothing_without_it_fits() -> None:
+    assert not search(api.make_facts(LLAMA, gpu="rtx-4090", seq_len=2048, global_batch_size=8)).best.plan.activation_offloading
+    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=32768, global_batch_size=8, method="lora")
+    assert rec.plan.activation_offloading
+    decision = rec.settings["activation_offloading"]
+    assert "only when they are what does not fit" in decision.rationale
+    assert all(a.reason.startswith("does not fit") for a in decision.alternatives)
+
+
+def test_the_cpu_and_pipelines_refuse_it() -> None:
+    with pytest.raises(UsageError, match="in RAM already"):
+        api.estimate("gpt2", gpu=None, activation_offloading=True)
+    with pytest.raises(UsageError, match="pipeline parallel size 1"):
+        api.estimate(LLAMA, gpu="a100-80gb:2", nodes=2, pipeline_parallel=2, activation_offloading=True)
+
+
+def test_a_trial_needs_trl_before_anything_runs() -> None:
+    """The validator says in one line what a trial of an offloading plan needs: TRL (here), then the plan's GPU."""
+    facts = api.make_facts(LLAMA, gpu="h100-sxm", seq_len=512, global_batch_size=8)
+    plan = _estimate(gradient_checkpointing=True, activation_offloading=True, micro_batch_size=8).plan
+    from advisor.measure.validation import validate
+
+    expected = "pip install trl" if importlib.util.find_spec("trl") is None else "no CUDA device here|GPUs"
+    with pytest.raises(UsageError, match=expected):
+        validate(facts, plan)
+
+
+def test_the_emitted_notes_name_trl() -> None:
+    from advisor.app.emit_model import load_notes
+
+    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=32768, global_batch_size=8, method="lora")
+    assert rec.plan.activation_offloading
+    assert any("SFTConfig(activation_offloading=True)" in line for line in load_notes(rec))
+    assert "activation offloading" in rec.plan.describe()
+    assert rec.memory.host_bytes > 20 * GIB
