@@ -151,5 +151,9 @@ def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tens
     plan = rec.plan
     assert (plan.tensor_parallel, plan.pipeline_parallel) == (1, 1) and rec.memory.fits
     assert (plan.parallelism, plan.offload) == ("fsdp-full-shard", "optimizer+parameters")
+    # the explanation says why tensor parallelism is out (the search refused every layout with it), not "not needed"
+    tp = rec.settings["tensor_parallel"]
+    assert "4-bit layers" in tp.rationale and "not needed" not in tp.rationale
+    assert [a.value for a in tp.alternatives if "4-bit layers" in a.reason] == [2]
     with pytest.raises(UsageError, match="4-bit layers"):
         estimate(str(config), gpu="rtx-3090:2", method="qlora", seq_len=2048, tensor_parallel=2)

@@ -88,6 +88,21 @@ def order(fitting: list[Candidate], objective: str) -> list[Candidate]:
 
 
 @dataclass
+class LayoutLog:
+    """What the search learnt of the layouts (:data:`LAYOUT` with the tensor / pipeline split): the (setting, value)
+    pairs some legal layout had, and for the others a rule's refusal, so an explanation can tell a value no layout
+    could take (and why) from one that was not needed."""
+
+    legal: set[tuple[str, Any]] = field(default_factory=set)
+    refused: dict[tuple[str, Any], Effect] = field(default_factory=dict)
+
+    def refusal_of(self, setting: str, value: Any) -> Effect | None:
+        """The refusal that kept every layout from ``setting = value``, or None (some layout had it, or none was
+        tried)."""
+        return None if (setting, value) in self.legal else self.refused.get((setting, value))
+
+
+@dataclass
 class PlanningResult:
     """Everything the planner decided, for the recommendation and its explanation."""
 
@@ -97,6 +112,7 @@ class PlanningResult:
     domains: dict[str, list[Any]]
     effects: list[Effect]  #: propose-phase effects of every rule
     check_effects: list[Effect]  #: check-phase effects on the chosen plan
+    layouts: LayoutLog = field(default_factory=LayoutLog)  #: the legal and refused layout values
 
     @property
     def fitting(self) -> list[Candidate]:
@@ -206,16 +222,27 @@ LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTI
           Setting.ACTIVATION_OFFLOADING, Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
 
 
-def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule]
-             ) -> list[tuple[Any, ...]]:
+def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule],
+             log: LayoutLog | None = None) -> list[tuple[Any, ...]]:
     """The (method, precision, weights dtype, step in backward, activation offloading, expert parallel, parallelism,
     offload) tuples no rule
     refuses for ``plan``'s tensor / pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, at
     accumulation 1, so one plan per tuple stands for all its candidates)."""
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
     plan = plan.model_copy(update={Setting.GRADIENT_ACCUMULATION_STEPS: 1})
-    return [combo for combo in product(*choices)
-            if refusal(facts, plan.model_copy(update=dict(zip(LAYOUT, combo))), refusing) is None]
+    log = log if log is not None else LayoutLog()
+    split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel))
+    legal = []
+    for combo in product(*choices):
+        values = dict(zip(LAYOUT, combo))
+        refused = refusal(facts, plan.model_copy(update=values), refusing)
+        if refused is None:
+            legal.append(combo)
+            log.legal.update([*values.items(), *split])
+        else:
+            value = values.get(refused.setting, dict(split).get(refused.setting))
+            log.refused.setdefault((refused.setting, value), refused)
+    return legal
 
 
 def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing) -> list[Candidate]:
@@ -247,7 +274,7 @@ def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
-                bound: int | None = None) -> list[Candidate]:
+                bound: int | None = None, log: LayoutLog | None = None) -> list[Candidate]:
     """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
 
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
@@ -285,7 +312,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
                       pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
                       lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts))
-        for combo in _layouts(facts, layout, allowed, strategies, refusing):
+        for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
             plan = with_stack(facts, layout.model_copy(update=dict(zip(LAYOUT, combo))), allowed, refusing)
             if plan is None:
                 continue
@@ -327,16 +354,17 @@ def search(facts: Facts) -> PlanningResult:
     effects = propose_effects(facts)
     domain = domains(facts)
     allowed = _allowed(domain, effects)
-    candidates = _candidates(facts, allowed, effects, model_parallel=False)
+    log = LayoutLog()
+    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
                       and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
     mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
-                                  bound=fitting[0].penalty if fitting else None)
+                                  bound=fitting[0].penalty if fitting else None, log=log)
         fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
     return PlanningResult(facts=facts, best=best, candidates=candidates, domains=domain, effects=effects,
-                          check_effects=checks)
+                          check_effects=checks, layouts=log)

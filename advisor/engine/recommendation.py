@@ -93,6 +93,9 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
     with_value = [c for c in result.candidates if getattr(c.plan, setting) == value]
     if not with_value:
+        refused = result.layouts.refusal_of(setting, value)
+        if refused is not None:  # no layout the search tried could take it
+            return f"{refused.reason} [{refused.rule_id}]"
         fallbacks = [e for e in result.effects if e.kind == "fallback" and e.setting == setting and e.matches(value)]
         if fallbacks:
             return f"not needed: a plan without it fits; {fallbacks[0].reason} [{fallbacks[0].rule_id}]"
@@ -251,7 +254,10 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
                or (e.kind in ("prefer", "fallback") and e.applies(chosen))]
     if not reasons:
         unused = [e for e in touching if e.kind == "fallback"]
-        if unused:
+        blocked = [result.layouts.refusal_of(setting, e.value) for e in unused if not isinstance(e.value, list)]
+        if unused and len(blocked) == len(unused) and all(blocked):  # no layout could take any of them
+            reasons = [f"the only value a layout can take: {blocked[0].reason}"]
+        elif unused:
             values = ", ".join(dict.fromkeys(_fmt(e.value) for e in unused))
             reasons = [f"not needed: the {_chosen(result)} fits without {setting}={values}"]
         else:
