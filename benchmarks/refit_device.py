@@ -13,7 +13,8 @@ imply beside the constant advisor uses now, each a median over the trials that r
 - **the CUDA context and library workspaces** (:data:`advisor.engine.memory.CUDA_CONTEXT_BYTES`): NVML's figure
   for the process less ``max_memory_reserved``;
 - **the activations per stack**: the measured peak less everything the prediction holds besides activations,
-  over the predicted activations, grouped by attention kernel, loss kernel, compile, checkpointing and method
+  over the predicted activations, grouped by attention kernel, loss kernel, compile, checkpointing, activation
+  offloading and method
   (the factor the stack's activation coefficients are off by; shown with the activations' share of the peak, since
   a small share makes the factor noisy);
 - **the speed per stack**: predicted over measured step time, grouped the same way.
@@ -62,13 +63,16 @@ def activation_factor(measured_peak_bytes: int, predicted_peak_bytes: int, predi
 
 
 def stack_key(trial: Trial) -> str:
-    """The stack a trial ran: attention kernel, loss kernel, compile, checkpointing and method."""
+    """The stack a trial ran: attention kernel, loss kernel, compile, checkpointing, activation offloading and
+    method."""
     p = trial.plan
     parts = [p.attention, f"{p.loss_kernel} loss", p.method]
     if p.torch_compile:
         parts.append("compile")
     if p.gradient_checkpointing:
         parts.append(f"{p.checkpointing} checkpointing")
+    if p.activation_offloading:
+        parts.append("activation offloading")
     return ", ".join(parts)
 
 

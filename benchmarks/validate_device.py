@@ -67,8 +67,9 @@ CPU_GRID = [
     Row("t5-small", 128, 8, {}),
 ]
 GPU_GRID = [Row("gpt2", None, None, {}, compare=True), Row("bert-large-uncased", 512, None, {}, compare=True)]
-#: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger, checkpointing and the QLoRA base, on
-#: Llama-3.1-8B's LoRA fine-tuning at a fixed plan so only the stack moves (Liger patches llama models).
+#: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger, checkpointing, activation offloading
+#: and the QLoRA base, on Llama-3.1-8B's LoRA fine-tuning at a fixed plan so only the stack moves (Liger patches llama
+#: models).
 _FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16"}
 STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
     # eager keeps the s x s scores: 118 GiB predicted at micro-batch 2, so it runs 1 x 8 (67 GiB on an 80 GB H100)
@@ -78,16 +79,17 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
     {"attention": "sdpa", "gradient_checkpointing": True},
     {"attention": "sdpa", "torch_compile": True, "gradient_checkpointing": True},
     {"attention": "sdpa", "method": "qlora"}, {"attention": "sdpa", "method": "qlora", "gradient_checkpointing": True},
+    {"attention": "sdpa", "gradient_checkpointing": True, "activation_offloading": True},  # TRL's OffloadActivations
 )]
 
 
 def packages_needed(settings: dict[str, Any]) -> list[str]:
     """The optional packages (import names) a row's settings need: its attention kernel's, loss kernel's and
-    method's (:mod:`probes.kernels`, :mod:`probes.vocabulary`)."""
+    method's (:mod:`probes.kernels`, :mod:`probes.vocabulary`), and TRL for activation offloading."""
     specs = (Attention.of(settings.get("attention", Attention.SDPA)).spec,
              LossKernel.of(settings.get("loss_kernel", LossKernel.STANDARD)).spec,
              Method.of(settings.get("method", Method.FULL)).spec)
-    return [s.package for s in specs if s.package]
+    return [s.package for s in specs if s.package] + (["trl"] if settings.get("activation_offloading") else [])
 
 
 def grid(gpu: bool, stack: bool, installed: dict[str, str | None]) -> list[Row]:

@@ -168,7 +168,7 @@ LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2",
 #: Optional packages the probes report (import name → distribution name): what makes a plan value runnable here.
 STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3",
                   "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",
-                  "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft"}
+                  "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft", "trl": "trl"}
 #: How to install a package that pip cannot (FlashAttention-3 is built from the flash-attention repository's hopper/
 #: folder: https://github.com/Dao-AILab/flash-attention#flashattention-3-beta-release).
 INSTALL = {"flash_attn_interface": "build flash-attention's hopper/ folder (python setup.py install)"}

@@ -102,3 +102,19 @@ def test_the_emitted_notes_name_trl() -> None:
     assert any("SFTConfig(activation_offloading=True)" in line for line in load_notes(rec))
     assert "activation offloading" in rec.plan.describe()
     assert rec.memory.host_bytes > 20 * GIB
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available()
+                    or importlib.util.find_spec("trl") is None, reason="needs a CUDA GPU and TRL")
+def test_cuda_trial_offloads_the_checkpoints_it_was_priced_to() -> None:
+    """On a GPU: TRL's OffloadActivations lowers the measured peak by about what advisor prices as offloaded."""
+    kw = dict(seq_len=1024, global_batch_size=8, micro_batch_size=8, gradient_checkpointing=True, steps=3)
+    kept, offloaded = (api.validate("gpt2", activation_offloading=on, **kw).trials[0] for on in (False, True))
+    assert kept.status == offloaded.status == "ok"
+    priced = api.estimate("gpt2", seq_len=1024, micro_batch_size=8, gradient_checkpointing=True,
+                          activation_offloading=True)
+    moved = offloaded_activation_bytes(priced.model, offloaded.plan, 1024)
+    saved = kept.measured.peak_bytes - offloaded.measured.peak_bytes
+    assert saved > 0.5 * moved
+    assert abs(offloaded.error.peak_bytes) < 0.25

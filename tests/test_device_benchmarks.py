@@ -30,6 +30,7 @@ def test_activation_factor_takes_the_other_bytes_as_predicted() -> None:
 def test_the_stack_grid_skips_rows_whose_package_is_missing() -> None:
     assert packages_needed({"attention": "flash-attention-2", "method": "qlora"}) == ["flash_attn", "bitsandbytes"]
     assert packages_needed({"loss_kernel": "liger", "method": "lora"}) == ["liger_kernel", "peft"]
+    assert packages_needed({"activation_offloading": True, "method": "lora"}) == ["peft", "trl"]
     rows = grid(gpu=True, stack=True, installed={"peft": "0.21.2", "liger_kernel": "0.8.5"})
     settings = [r.settings for r in rows]
     assert rows[:2] == validate_device.GPU_GRID and all(r.compare for r in rows[:2])
