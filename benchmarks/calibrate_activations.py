@@ -69,7 +69,7 @@ FAMILIES = {
 #: The families whose sequence-classification head is calibrated too (T5's checks each row's EOS tokens, data-dependent,
 #: which fake tensors cannot run; the later decoders' heads are priced by the structural formula, to keep the run short)
 CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mistral"}
-#: The step classes calibrated for each family (``advisor.engine.memory.calibration_keys`` names their columns):
+#: The step classes calibrated for each family (``advisor.engine.calibration.calibration_keys`` names their columns):
 #: (precision, weights dtype, method, LoRA targets). LoRA columns are for the family's default task head.
 _FP32, _BF16, _W32, _W16 = Precision.FP32.value, Precision.BF16.value, WeightsDtype.FP32.value, WeightsDtype.BF16.value
 VARIANTS = [(_FP32, _W32, Method.FULL.value, None), (_BF16, _W32, Method.FULL.value, None),

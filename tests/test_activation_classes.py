@@ -2,7 +2,7 @@
 (fp32 weights under autocast, or 16-bit weights, which is also ZeRO's and FSDP's compute), frozen layers (LoRA keeps
 no input for a frozen weight; QLoRA's bitsandbytes layers did before 0.43.2) and tensor parallelism with sequence
 parallelism.
-Each class has its own calibrated column (``advisor/engine/memory.py:calibration_keys``)."""
+Each class has its own calibrated column (``advisor/engine/calibration.py:calibration_keys``)."""
 
 from __future__ import annotations
 

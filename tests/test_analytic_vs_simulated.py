@@ -58,7 +58,7 @@ _WHY = {
                 "checkpointing no copies are held through the forward, and the estimate holds 2 B/param",
 }
 # The recorded misses of a third kind, activations over bf16 weights priced as under AMP's fp32 weights and frozen
-# layers' inputs counted, are fixed (per-class calibration, advisor/engine/memory.py:calibration_keys): those rows now
+# layers' inputs counted, are fixed (per-class calibration, advisor/engine/calibration.py:calibration_keys): those rows now
 # run as plain tests, which must pass, until the results file is regenerated.
 
 

@@ -377,3 +377,19 @@ def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the
     fetch = 2 * (base / 2) / (PCIE_GBPS[4] * 1e9)  # the shard crosses PCIe for the forward and the backward
     exposed, hidden = offload_seconds(model, plan, 0.0), offload_seconds(model, plan, 1e9)
     assert exposed > fetch and hidden == pytest.approx(exposed - fetch / 2)  # prefetch hides at most half
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["adamw", "adamw-8bit", "sgd", "adafactor"]), st.booleans(), st.sampled_from([1, 2, 8]),
+       st.booleans(), st.sampled_from(["fp32", "bf16"]), st.booleans())
+def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(optimizer, tf32, steps, ckpt, precision,
+                                                                       offload) -> None:
+    """advisor.engine.memory remembers activations by plan less tf32, optimizer and accumulation: computed afresh,
+    plans that differ only in those keep the same activations."""
+    from advisor.engine.memory import _NOT_ACTIVATIONS, _activation_bytes, _activation_bytes_of
+
+    assert _NOT_ACTIVATIONS == {"tf32", "optimizer", "gradient_accumulation_steps"}
+    base = _plan(precision=precision, gradient_checkpointing=ckpt, activation_offloading=offload, device="cuda")
+    varied = base.model_copy(update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps})
+    fresh = _activation_bytes_of(GPT2, varied, 512, False)
+    assert fresh == _activation_bytes_of(GPT2, base, 512, False) == _activation_bytes(GPT2, varied, 512, False)

@@ -43,20 +43,17 @@ Known limitations:
 
 from __future__ import annotations
 
-import json
-from functools import lru_cache
-from importlib import resources
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
 from probes.units import MIB
 from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
+from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
-                                       residual_bytes, sixteen_bit_weights)
-from probes.kernels import Attention, Checkpointing, Framework, LossKernel
-from probes.vocabulary import PARALLELISM_SPECS, Device, Family, LoraTargets, Method, Precision, Task, WeightsDtype
+                                       residual_bytes)
+from probes.kernels import Attention, Checkpointing, LossKernel
+from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -80,8 +77,6 @@ ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the sa
 #: previous node's. The output head is not offloaded (``NoOpManager`` on ``lm_head``); a checkpointed block's
 #: recomputation runs outside the hooks, as without offloading. Read from the code, not yet measured by this project.
 OFFLOAD_RESIDENT = 1
-MIXED_COLUMN = "mixed"  #: the activations.json column of fp32 weights under autocast (:func:`calibration_keys`)
-LEGACY_BNB_SUFFIX = "+keeps-inputs"  #: QLoRA columns of bitsandbytes < 0.43.2 (:func:`calibration_keys`)
 
 
 class MemoryComponents(BaseModel):
@@ -105,8 +100,10 @@ class MemoryEstimate(BaseModel):
     capacity_bytes: int = Field(description="device memory (RAM on the CPU), bytes")
     usable_bytes: int = Field(description="capacity less the safety margin: plans must keep device_bytes below it")
     fits: bool = Field(description="device_bytes <= usable_bytes, and host_bytes within the host's usable RAM")
-    host_bytes: int = Field(0, description="CPU RAM one node holds for offloaded states and parameters, bytes "
-                                           "(0 without offload)")
+    host_bytes: int = Field(0, description="CPU RAM one node holds for offloaded states, parameters and "
+                                           "activations, bytes (0 without offload)")
+    activations_offloaded_bytes: int = Field(0, description="saved activations one micro-batch moves to pinned CPU "
+                                                            "RAM per device under activation offloading, bytes")
     host_capacity_bytes: int | None = Field(None, description="the node's RAM the offload is checked against, "
                                                               "bytes (None: not checked)")
     components: MemoryComponents
@@ -126,64 +123,6 @@ def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
         return 0
     return selective_kept_bytes(model, plan, seq_len, compute_bytes(plan))
-
-
-@lru_cache(maxsize=1)
-def _calibration() -> dict:
-    """Per-family activation coefficients fitted to simulated steps (benchmarks/calibrate_activations.py)."""
-    text = resources.files("advisor").joinpath("data/activations.json").read_text(encoding="utf-8")
-    return json.loads(text)
-
-
-def calibration_keys(plan: Plan) -> list[str]:
-    """The columns of ``advisor/data/activations.json`` that price ``plan``'s activations, most specific first.
-
-    A column is one class of simulated steps (benchmarks/calibrate_activations.py): ``fp32``; ``mixed`` (fp32
-    weights under autocast: fp32 residual stream and norms); ``bf16`` (16-bit weights, "pure bf16": the residual
-    stream in 16 bits), which is also what ZeRO and FSDP compute with under mixed precision: DeepSpeed casts the
-    module to the 16-bit dtype and keeps the fp32 masters in the optimizer (ZeRO paper sec. 5;
-    https://www.deepspeed.ai/docs/config-json/#bfloat16-training-options), FSDP gathers parameters in
-    ``MixedPrecision.param_dtype`` (https://pytorch.org/docs/stable/fsdp.html#torch.distributed.fsdp.MixedPrecision);
-    and, for LoRA / QLoRA, the same with ``+lora-<targets>``: a frozen linear layer saves no
-    input for a weight gradient (PyTorch saves a matmul's input only when the weight requires grad), while each
-    adapter saves its own. QLoRA has its own columns (``+qlora-<targets>``), fitted to steps over bitsandbytes'
-    4-bit layers (:mod:`advisor.measure.quantized_base`): since bitsandbytes 0.43.2 their ``MatMul4Bit`` keeps no
-    input for backward (``ctx.tensors = (None, B)`` in ``bitsandbytes/autograd/_functions.py``), and PEFT's 4-bit
-    LoRA layer does not cast its input to the fp32 adapters under autocast (``peft/tuners/lora/bnb.py``); older
-    versions kept the input of every 4-bit layer (``(A, B)``, changed by bitsandbytes PR 1270:
-    https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270): the ``+keeps-inputs`` columns
-    (``Plan.legacy_bitsandbytes``). A family without QLoRA columns falls back to LoRA's
-    (legacy: full fine-tuning's). The last column is the fallback every family has. A LitGPT plan
-    (``Plan.framework``) looks for the same columns prefixed ``litgpt:`` first, fitted to LitGPT's own simulated step
-    (``benchmarks/calibrate_litgpt.py``), then the transformers model's. A Megatron-style plan has none: its
-    fused layers keep what :func:`advisor.engine.structural.layer_activation_bytes` counts."""
-    if plan.framework == Framework.MEGATRON:
-        return []
-    keys = _transformers_keys(plan)
-    if plan.framework == Framework.LITGPT:  # LitGPT's own columns first, then the transformers model's
-        return [f"{Framework.LITGPT.value}:{k}" for k in keys] + keys
-    return keys
-
-
-def _transformers_keys(plan: Plan) -> list[str]:
-    """:func:`calibration_keys` for the transformers + PEFT step."""
-    if plan.precision == Precision.FP32:
-        return [Precision.FP32.value]
-    base = WeightsDtype.BF16.value if sixteen_bit_weights(plan) else MIXED_COLUMN
-    spec = Method.of(plan.method).spec
-    if not spec.adapters:
-        return list(dict.fromkeys([base, MIXED_COLUMN]))
-    # q and v adapters without their own columns: the q, k, v, o ones, which keep at most what the k and o adapters
-    # add (their inputs: 4·h bytes a token per layer under LoRA without checkpointing, nothing under QLoRA or
-    # checkpointing, on the simulated Llama step)
-    targets = [plan.lora_targets] + ([LoraTargets.ATTENTION.value] if plan.lora_targets == LoraTargets.QUERY_VALUE
-                                     else [])
-    if spec.quantized_base and plan.legacy_bitsandbytes:
-        # without its column: full fine-tuning's, which keeps every linear layer's input too
-        return [f"{base}+{plan.method}-{t}{LEGACY_BNB_SUFFIX}" for t in targets] + [base, MIXED_COLUMN]
-    columns = [f"{base}+{method}-{t}" for method in dict.fromkeys([plan.method, Method.LORA.value]) for t in targets]
-    # (a 4-bit layer without its input is a frozen one: QLoRA falls back to LoRA's column)
-    return list(dict.fromkeys([*columns, base, MIXED_COLUMN]))
 
 
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
@@ -227,7 +166,27 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     return int(max(forward, 0)), int(max(extra, 0))
 
 
+#: Plan fields the activations do not depend on, which the planner varies within a layout: a memo key leaves them out.
+_NOT_ACTIVATIONS = frozenset({"tf32", "optimizer", "gradient_accumulation_steps"})
+_MEMO: dict[tuple, tuple[ModelProfile, tuple[int, int]]] = {}
+_MEMO_ENTRIES = 8192
+
+
 def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool) -> tuple[int, int]:
+    """:func:`_activation_bytes_of`, remembered: a search prices thousands of plans whose activations repeat (each
+    entry keeps its model alive, so the model's ``id`` in the key cannot be reused by another object)."""
+    key = (id(model), seq_len, eager, *(v for k, v in plan.__dict__.items() if k not in _NOT_ACTIVATIONS))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    result = _activation_bytes_of(model, plan, seq_len, eager)
+    if len(_MEMO) >= _MEMO_ENTRIES:
+        _MEMO.clear()
+    _MEMO[key] = (model, result)
+    return result
+
+
+def _activation_bytes_of(model: ModelProfile, plan: Plan, seq_len: int, eager: bool) -> tuple[int, int]:
     """(bytes held at the end of the forward pass, what the start of backward adds), bytes.
 
     Families and task heads of the calibration table use coefficients fitted to simulated steps;
@@ -272,12 +231,13 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
     return layers + embeddings + max(head_input + logits, recomputed), loss_grad
 
 
-def offload_host_bytes(model: ModelProfile, plan: Plan, seq_len: int, nodes: int = 1) -> int:
+def offload_host_bytes(model: ModelProfile, plan: Plan, seq_len: int, nodes: int = 1,
+                       offloaded: int | None = None) -> int:
     """Pinned CPU RAM one node holds for offloaded activations, bytes: each GPU's
     :func:`offloaded_activation_bytes`, each tensor rounded up to a power of two as PyTorch's caching host allocator
     allocates pinned blocks (``CachingHostAllocator``: ``PowerOf2Ceil``; priced at the block input's size, the tensor
-    checkpointing offloads), times the node's GPUs."""
-    offloaded = offloaded_activation_bytes(model, plan, seq_len)
+    checkpointing offloads), times the node's GPUs (``offloaded``: the per-device bytes, when already worked out)."""
+    offloaded = offloaded_activation_bytes(model, plan, seq_len) if offloaded is None else offloaded
     if not offloaded:
         return 0
     tensor = plan.micro_batch_size * seq_len * model.hidden_size * 2
@@ -309,8 +269,14 @@ def offloaded_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) ->
     if not plan.activation_offloading:
         return 0
     eager = Attention.of(plan.attention).spec.keeps_scores
+    return _offloaded(model, plan, seq_len, eager, _activation_bytes(model, plan, seq_len, eager)[0])
+
+
+def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resident: int) -> int:
+    """:func:`offloaded_activation_bytes` given the activations an offloading plan keeps (``resident``, before the
+    tensor-parallel split)."""
     kept = _activation_bytes(model, plan.model_copy(update={"activation_offloading": False}), seq_len, eager)[0]
-    return max(kept - _activation_bytes(model, plan, seq_len, eager)[0], 0) // max(plan.tensor_parallel, 1)
+    return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
 
 
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES, states_bytes: int = 0) -> int:
@@ -345,6 +311,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     """
     eager = Attention.of(attention or plan.attention).spec.keeps_scores
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
+    offloaded = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0
     tp = max(plan.tensor_parallel, 1)
     if tp > 1:
         # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
@@ -373,8 +340,9 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
     device = device_bytes(int(peak), plan, context, persistent_bytes(components))
     usable = int(capacity_bytes * (1 - safety_margin))
-    host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes)
+    host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes, offloaded)
     host_fits = host == 0 or host_capacity_bytes is None or host <= host_capacity_bytes * (1 - HOST_SAFETY_MARGIN)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and host_fits, components=components,
-                          host_bytes=host, host_capacity_bytes=host_capacity_bytes)
+                          host_bytes=host, host_capacity_bytes=host_capacity_bytes,
+                          activations_offloaded_bytes=offloaded)

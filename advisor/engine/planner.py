@@ -245,8 +245,17 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     return legal
 
 
-def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing) -> list[Candidate]:
+def _twin(plan: Plan) -> tuple:
+    """A plan's settings with activation offloading off: the key of the plan it would spare (:func:`_micro_batches`)."""
+    return tuple((k, v) for k, v in plan.__dict__.items() if k != Setting.ACTIVATION_OFFLOADING)
+
+
+def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing,
+                   spared: set[tuple] = frozenset()) -> list[Candidate]:
     """``plan`` at each micro-batch of ``micros`` (ascending), with the accumulation that keeps the global batch.
+
+    An activation-offloading candidate whose twin without offloading fits (``spared``: :func:`_twin` keys) is not
+    priced: it pays a fallback more for the same plan, no faster, so it can win under neither objective.
 
     Memory grows with the micro-batch while gradients accumulate, so once one does not fit the larger ones
     with accumulation cannot either: they are skipped (the explanations and suggestions read only plans that fit
@@ -258,9 +267,10 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
         steps = per_replica // micro
         if (overflow or plan.optimizer_in_backward) and steps > 1:  # the step in backward cannot accumulate
             continue
-        candidate = evaluate(facts, plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro,
-                                                            Setting.GRADIENT_ACCUMULATION_STEPS: steps}),
-                             pricing=pricing)
+        sized = plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro, Setting.GRADIENT_ACCUMULATION_STEPS: steps})
+        if spared and plan.activation_offloading and _twin(sized) in spared:
+            continue
+        candidate = evaluate(facts, sized, pricing=pricing)
         overflow = overflow or not candidate.fits
         out.append(candidate)
     return out
@@ -280,7 +290,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
     larger per-replica batch, and a single replica (t·p = GPUs) runs without a data-parallel wrapper.
 
-    Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload) are priced last, cheapest
+    Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload), and those that offload
+    activations (a fallback whatever its rung, and the costliest layouts to price), are priced last, cheapest
     first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
     than they do (``bound``: the least penalty of a fitting plan found before this call).
     """
@@ -317,30 +328,40 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
             if plan is None:
                 continue
             penalty = _layout_penalty(pricing, plan.__dict__)
-            if penalty < Penalty.ADAPTERS:
+            if penalty < Penalty.ADAPTERS and not plan.activation_offloading:
                 light.append((plan, micros, gbs // dp))
             else:
                 heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
     out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
                                                                                 per_replica, pricing)]
+    return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
+
+
+def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], int]], out: list[Candidate],
+                      allowed: dict[str, list[Any]], pricing: Pricing, bound: int | None) -> list[Candidate]:
+    """``out`` (the light layouts' candidates) and the heavy layouts' (``(penalty, order, layout, micro-batches,
+    per-replica batch)``), cheapest first while they could still win (:func:`_candidates`)."""
     speed = facts.workload.objective == Objective.SPEED
+    spared = {_twin(c.plan) for c in out if c.fits}
     for penalty, _, plan, micros, per_replica in sorted(heavy, key=lambda h: h[:2]):
         least = min([c.penalty for c in out if c.fits] + ([bound] if bound is not None else []), default=None)
         if speed and least is not None and least < penalty:
             break
-        out += _layout_candidates(facts, plan, allowed, micros, per_replica, pricing)
+        priced = _layout_candidates(facts, plan, allowed, micros, per_replica, pricing, spared)
+        spared.update(_twin(c.plan) for c in priced if c.fits and not c.plan.activation_offloading)
+        out += priced
     return out
 
 
 def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]], micros: list[int],
-                       per_replica: int, pricing: Pricing) -> list[Candidate]:
+                       per_replica: int, pricing: Pricing, spared: set[tuple] = frozenset()) -> list[Candidate]:
     """Every candidate of one layout: tf32 x optimizer x checkpointing x micro-batch."""
     out = []
     for tf32, optimizer, ckpt in product(allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
                                          allowed[Setting.GRADIENT_CHECKPOINTING]):
         out += _micro_batches(facts, layout.model_copy(update={
             Setting.TF32: tf32, Setting.OPTIMIZER: optimizer, Setting.GRADIENT_CHECKPOINTING: ckpt}),
-            micros, per_replica, pricing)
+            micros, per_replica, pricing, spared)
     return out
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
-from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes, offloaded_activation_bytes
+from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
@@ -241,7 +241,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
     mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
-    micro_time += activation_offload_seconds(offloaded_activation_bytes(model, plan, seq_len) / pp, compute,
+    micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu, parameter_fetch_seconds(model, plan))
     k = plan.gradient_accumulation_steps
     sharded = PARALLELISM_SPECS[plan.parallelism].stage
