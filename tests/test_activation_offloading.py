@@ -83,15 +83,20 @@ def test_the_cpu_and_pipelines_refuse_it() -> None:
         api.estimate(LLAMA, gpu="a100-80gb:2", nodes=2, pipeline_parallel=2, activation_offloading=True)
 
 
-def test_a_trial_needs_trl_before_anything_runs() -> None:
-    """The validator says in one line what a trial of an offloading plan needs: TRL (here), then the plan's GPU."""
-    facts = api.make_facts(LLAMA, gpu="h100-sxm", seq_len=512, global_batch_size=8)
-    plan = _estimate(gradient_checkpointing=True, activation_offloading=True, micro_batch_size=8).plan
-    from advisor.measure.validation import validate
+def test_a_trial_says_in_one_line_what_it_needs(monkeypatch) -> None:
+    """The validator refuses an offloading plan on the CPU (the rule's reason) and, on a GPU, without TRL; the
+    trial's context is TRL's, and a missing TRL is one line."""
+    from advisor.measure.trainable import offloading
 
-    expected = "pip install trl" if importlib.util.find_spec("trl") is None else "no CUDA device here|GPUs"
-    with pytest.raises(UsageError, match=expected):
-        validate(facts, plan)
+    cpu = api.make_facts("gpt2", gpu=None, seq_len=128, global_batch_size=8)
+    with pytest.raises(UsageError, match="in RAM already"):
+        api.validate("gpt2", seq_len=128, global_batch_size=8, activation_offloading=True, gradient_checkpointing=True,
+                     steps=1, hardware=cpu.hardware)
+    monkeypatch.setitem(__import__("sys").modules, "trl", None)  # as if TRL were not installed
+    plan = _estimate(gradient_checkpointing=True, activation_offloading=True).plan
+    with pytest.raises(UsageError, match="pip install trl"):
+        offloading(object(), plan)
+    assert offloading(object(), plan.model_copy(update={"activation_offloading": False})).__enter__() is None
 
 
 def test_the_emitted_notes_name_trl() -> None:

@@ -80,7 +80,8 @@ def add_parser(sub, epilog: str) -> None:
                                                   "(default: none, this machine's recommendation)")
     add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
                   ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
-                   "optimizer", "gradient_checkpointing", "parallelism", "lora_rank", "lora_targets"),
+                   "optimizer", "gradient_checkpointing", "activation_offloading", "parallelism", "lora_rank",
+                   "lora_targets"),
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
                                         "(FULL_SHARD)"}, unset="this machine's recommendation")
     add_arguments(p, TrialOptions)

@@ -188,10 +188,6 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.framework != Framework.TRANSFORMERS:
         raise UsageError(f"trials run transformers' model and the Trainer's loop, not "
                          f"{Framework.of(plan.framework).label}: validate a plan without --framework")
-    if plan.activation_offloading and importlib.util.find_spec("trl") is None:
-        raise UsageError("trials offload activations with TRL's OffloadActivations (what SFTConfig("
-                         "activation_offloading=True) runs): pip install trl, or validate the plan without "
-                         "--activation-offloading")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")
@@ -222,6 +218,10 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
         where = "no CUDA device here" if device == Device.CPU else "a GPU here"
         raise UsageError(f"the plan trains on {plan.device} but there is {where}: validate it where it runs")
     planner.require_legal(facts, plan)
+    if plan.activation_offloading and importlib.util.find_spec("trl") is None:
+        raise UsageError("trials offload activations with TRL's OffloadActivations (what SFTConfig("
+                         "activation_offloading=True) runs): pip install trl, or validate the plan without "
+                         "--activation-offloading")
 
 
 def _compare(session: Session, confirmed: Trial | None, plan: Plan) -> Comparison:
