@@ -53,7 +53,7 @@ from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_byt
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
                                        residual_bytes)
 from probes.kernels import Attention, Checkpointing, LossKernel
-from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
+from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
 from rules.facts import Plan
 
 CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
@@ -257,7 +257,7 @@ def activation_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> i
     it as they shrink what is saved (:func:`fused_layer_savings`)."""
     eager = Attention.of(plan.attention).spec.keeps_scores
     if plan.gradient_checkpointing or plan.activation_offloading:
-        plan = plan.model_copy(update={"gradient_checkpointing": False, "activation_offloading": False})
+        plan = plan.model_copy(update={Setting.GRADIENT_CHECKPOINTING: False, Setting.ACTIVATION_OFFLOADING: False})
     return _activation_bytes(model, plan, seq_len, eager)[0]
 
 
@@ -275,7 +275,7 @@ def offloaded_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int) ->
 def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resident: int) -> int:
     """:func:`offloaded_activation_bytes` given the activations an offloading plan keeps (``resident``, before the
     tensor-parallel split)."""
-    kept = _activation_bytes(model, plan.model_copy(update={"activation_offloading": False}), seq_len, eager)[0]
+    kept = _activation_bytes(model, plan.model_copy(update={Setting.ACTIVATION_OFFLOADING: False}), seq_len, eager)[0]
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
 
 
