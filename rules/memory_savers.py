@@ -72,6 +72,9 @@ class SelectiveCheckpointing(Rule):
                           setting=Setting.CHECKPOINTING)]
 
 
+_IN_RAM_ALREADY = "on the CPU the activations are in RAM already"
+
+
 @register
 class ActivationOffloading(Rule):
     id = "memory.activation-offloading"
@@ -81,15 +84,14 @@ class ActivationOffloading(Rule):
     rationale = ("Saved-tensor hooks copy every tensor the forward saves for backward to pinned CPU RAM on a side "
                  "stream and bring it back when the backward needs it, so the GPU keeps about one block's "
                  "activations. Beside checkpointing only each block's input crosses PCIe and the copies hide behind "
-                 "the compute; without it every saved tensor does, which PCIe cannot carry as fast as the GPU "
-                 "computes. The numerics do not change. TRL's trainers (activation_offloading=True), torchtune "
+                 "the compute; without it every saved tensor does, more than PCIe carries beside the compute of a fast "
+                 "GPU. The numerics do not change. TRL's trainers (activation_offloading=True), torchtune "
                  "(enable_activation_offloading) and Megatron (cpu_offloading, pipeline parallel size 1) run it; "
                  "the HF Trainer and LitGPT do not.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         if facts.gpu is None:
-            return [self.forbid(Setting.ACTIVATION_OFFLOADING, True, "on the CPU the activations are in RAM already",
-                                hard=True)]
+            return [self.forbid(Setting.ACTIVATION_OFFLOADING, True, _IN_RAM_ALREADY, hard=True)]
         return [self.fallback(Setting.ACTIVATION_OFFLOADING, True, "copies the saved activations to CPU RAM and back "
                               "over PCIe beside the compute: only when they are what does not fit",
                               penalty=Penalty.SLOWER),
@@ -110,7 +112,7 @@ class ActivationOffloading(Rule):
             return None
         why = None
         if plan.device != Device.CUDA:
-            why = "on the CPU the activations are in RAM already"
+            why = _IN_RAM_ALREADY
         elif plan.pipeline_parallel > 1:
             why = ("Megatron offloads activations only at pipeline parallel size 1, and TRL and torchtune run no "
                    "pipeline")

@@ -8,6 +8,7 @@ Imports torch, transformers and peft when called (off the fast path).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from pathlib import Path
 from typing import Any
@@ -252,8 +253,6 @@ def offloading(net, plan: Plan):
     Raises:
         UsageError: the plan offloads activations and TRL is not installed.
     """
-    import contextlib
-
     if not plan.activation_offloading:
         return contextlib.nullcontext()
     try:
