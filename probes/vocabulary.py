@@ -547,7 +547,8 @@ class Penalty(IntEnum):
     RISKY = 3  #: convergence may suffer (Adafactor), or a framework beyond the Trainer (tensor / pipeline / expert
     #: parallel)
     ADAPTERS = 6  #: trains low-rank adapters, not the model: above any sum of the light full fine-tuning fallbacks
-    QUANTIZED_ADAPTERS = 7  #: adapters over a 4-bit base: quantization error and dequantization time besides
+    QUANTIZED_ADAPTERS = 7  #: adapters over a 4-bit base: LoRA plus one light fallback (dequantization time, a small
+    #: quantization error: NF4 with double quantization matched 16-bit LoRA, QLoRA sec. 4)
     OFFLOAD_OPTIMIZER = 8  #: optimizer states in CPU RAM: every step crosses PCIe
     OFFLOAD_ALL = 9  #: optimizer states and parameters in CPU RAM: the slowest plan in RAM
     OFFLOAD_NVME = 10  #: optimizer states and parameters on NVMe (ZeRO-Infinity): slower still

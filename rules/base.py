@@ -60,6 +60,9 @@ class Effect(BaseModel):
     when: dict[Setting, Any] | None = None
     """a ``fallback`` or ``prefer`` that holds only in plans with these other settings (e.g. bf16 weights cost
     precision only when every weight trains: ``{method: full}``); a value may be a list: any of"""
+    package: str | None = None
+    """a soft ``forbid`` that installing this package lifts (its import name, a key of
+    :data:`probes.kernels.STACK_PACKAGES`): the value would run where the plan trains once it is installed"""
 
     def matches(self, value: Any) -> bool:
         """Whether a setting value is the one this effect names (``value`` may be a list: any of)."""
@@ -105,8 +108,10 @@ class Rule:
         return None
 
     # helpers: rules build effects with these, so every effect carries the rule id
-    def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False) -> Effect:
-        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard)
+    def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False,
+               package: str | None = None) -> Effect:
+        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard,
+                      package=package)
 
     def prefer(self, setting: Setting, value: Any, reason: str, *, when: dict[Setting, Any] | None = None) -> Effect:
         return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id, when=when)

@@ -28,14 +28,16 @@ class AdaptersWhenFullDoesNotFit(Rule):
     topic = "method"
     sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA, S.FSDP_QLORA]
     rationale = ("LoRA freezes the model and trains low-rank adapters (r·(d_in + d_out) per layer): no gradients or "
-                 "optimizer states for the base, so a 7B model fine-tunes on a 24 GB card; QLoRA also stores the "
-                 "frozen base in 4-bit NF4 (a 65B model on one 48 GB GPU). They train adapters, not the model: on "
-                 "instruction tuning they match full fine-tuning when every linear layer has adapters (QLoRA "
-                 "sec. 4-5), but they learn less new knowledge in long continued pre-training (Biderman et al. "
-                 "2024). So full fine-tuning wins whenever it fits with light fallbacks (checkpointing, bf16 "
-                 "weights, 8-bit states); adapters come before offloading the optimizer to the CPU. Under adapters "
-                 "only the frozen base is worth offloading: FSDP's CPU offload keeps its shards in CPU RAM and "
-                 "fetches a block at a time, which is how Answer.AI trains a 70B QLoRA on two 24 GB GPUs.")
+                 "optimizer states for the base, so a 7B model fine-tunes on a 24 GB card; QLoRA also stores the frozen"
+                 " base in 4-bit NF4 (a 65B model on one 48 GB GPU). They train adapters, not the model: on instruction"
+                 " tuning they match full fine-tuning when every linear layer has adapters (QLoRA sec. 4-5), but they "
+                 "learn less new knowledge in long continued pre-training (Biderman et al. 2024). So full fine-tuning "
+                 "wins whenever it fits with light fallbacks (checkpointing, bf16 weights, 8-bit states); adapters come"
+                 " before offloading the optimizer to the CPU. QLoRA's NF4 with double quantization matched 16-bit LoRA"
+                 " (QLoRA sec. 4), so QLoRA is weighed as LoRA plus one light fallback: a QLoRA plan without "
+                 "checkpointing wins over a LoRA plan that needs it when it is faster. Under adapters only the frozen "
+                 "base is worth offloading: FSDP's CPU offload keeps its shards in CPU RAM and fetches a block at a "
+                 "time, which is how Answer.AI trains a 70B QLoRA on two 24 GB GPUs.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         w = facts.workload
@@ -49,9 +51,10 @@ class AdaptersWhenFullDoesNotFit(Rule):
                                "adapters to merge"),
                    self.fallback(Setting.METHOD, Method.LORA, "trains low-rank adapters, not every weight: only when "
                                  "full fine-tuning does not fit without a heavy fallback", penalty=Penalty.ADAPTERS),
-                   self.fallback(Setting.METHOD, Method.QLORA, "adapters over a 4-bit base: quantization error and "
-                                 "dequantization time on top of LoRA's trade-off: only when LoRA does not fit",
-                                 penalty=Penalty.QUANTIZED_ADAPTERS)]
+                   self.fallback(Setting.METHOD, Method.QLORA, "adapters over a 4-bit base: dequantization time and a "
+                                 "small quantization error on top of LoRA's trade-off, weighed as one light fallback "
+                                 "more: when LoRA does not fit, or needs a fallback (checkpointing) QLoRA is faster "
+                                 "without", penalty=Penalty.QUANTIZED_ADAPTERS)]
         if facts.on_cpu:
             effects.append(self.forbid(Setting.METHOD, Method.QLORA, "bitsandbytes' 4-bit training kernels are built "
                                                                      "for CUDA; CPU RAM is rarely the limit"))

@@ -38,7 +38,7 @@ def package_missing(rule: Rule, facts: Facts, setting: Setting, value: str, pack
                                                                                  "where you train (--gpu)"
     install = INSTALL.get(package, f"pip install {STACK_PACKAGES[package]}")
     return rule.forbid(setting, value, f"needs {STACK_PACKAGES[package]}, which {where}: {install}, or say "
-                                       f"{flag} {value}")
+                                       f"{flag} {value}", package=package)
 
 
 @register

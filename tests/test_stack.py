@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from advisor.app.api import estimate, recommend
+from conftest import hardware
 from probes.errors import AdvisorError, UsageError
 from probes.kernels import Attention, LossKernel
 from probes.vocabulary import values
@@ -74,6 +75,38 @@ def test_catalog_gpus_plan_without_optional_packages_and_price_them() -> None:
     assert (rec.plan.attention, rec.plan.loss_kernel, rec.plan.fp8) == ("sdpa", "standard", False)
     liger = next(a for a in rec.settings["loss_kernel"].alternatives if a.value == "liger")
     assert "pip install liger-kernel" in liger.reason and "GiB less" in liger.reason and "faster" in liger.reason
+
+
+def test_a_missing_package_that_would_make_the_plan_faster_is_a_gain_with_its_plan() -> None:
+    """On a 24 GB L4 the Trainer's fp32 logits leave Qwen2.5-7B at 4096 tokens to QLoRA; Liger's fused loss makes
+    room for LoRA over bf16 weights: the gain carries that plan and how to install it (the card's row:
+    tests/test_report.py)."""
+    rec = recommend("Qwen/Qwen2.5-7B", gpu="l4", seq_len=4096, global_batch_size=32)
+    assert rec.plan.method == "qlora" and rec.plan.loss_kernel == "standard"
+    (gain,) = [g for g in rec.gains if g.setting == "loss_kernel"]
+    assert (gain.value, gain.package, gain.install) == ("liger", "liger-kernel", "pip install liger-kernel")
+    assert gain.plan.method == "lora" and gain.plan.loss_kernel == "liger"
+    assert gain.speedup == pytest.approx(gain.tokens_per_s / rec.speed.tokens_per_s) and gain.speedup > 1.1
+    assert gain.device_bytes <= rec.memory.usable_bytes
+    # installed where the plan trains: the planner takes it, and nothing is left to gain from it
+    here = hardware({"gpu": "l4", "gpu_overrides": {}, "host": {"packages": {"liger_kernel": "0.6.2"}}})
+    installed = recommend("Qwen/Qwen2.5-7B", hardware=here, seq_len=4096, global_batch_size=32)
+    assert installed.plan.loss_kernel == "liger" and installed.plan.method == "lora"
+    assert not [g for g in installed.gains if g.setting == "loss_kernel"]
+
+
+def test_a_package_is_a_gain_only_when_it_alone_holds_back_a_faster_plan() -> None:
+    # Liger does not patch GPT-2 (a hard forbid): nothing to install; FlashAttention-2 is as fast as SDPA's kernels
+    assert recommend("gpt2", gpu="a100-80gb").gains == []
+    # Llama-2-7B on an A100 80GB: Liger saves memory the plan does not need, at the same speed
+    rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=2048)
+    liger = next(a for a in rec.settings["loss_kernel"].alternatives if a.value == "liger")
+    assert "pip install liger-kernel" in liger.reason and "as fast" in liger.reason
+    assert rec.gains == []
+    # on Hopper both FlashAttention-3 and Liger would be faster: the fastest first
+    hopper = recommend(LLAMA, gpu="h100-sxm", seq_len=4096)
+    assert [g.package for g in hopper.gains] == ["flash-attn-3", "liger-kernel"]
+    assert hopper.gains[0].speedup >= hopper.gains[1].speedup > 1
 
 
 def test_a_pinned_kernel_that_cannot_run_is_one_line() -> None:

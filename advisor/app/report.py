@@ -206,6 +206,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     for name, d in decided.items():
         if name not in spared:
             lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
+    if rec.gains:
+        lines.append(_folded([f"{g.package} ({_gain_words(g, rec)})" for g in rec.gains], width, most=1,
+                             label="gain   ", lead="install "))
     if spared:
         lines.append(_folded(list(spared.values()), width, label="spared ", lead="not needed to fit: "))
     fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
@@ -230,6 +233,15 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if len(shown) < len(rec.warnings):
         lines.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
     return Group(*lines, *footer)
+
+
+def _gain_words(gain, rec: Recommendation) -> str:
+    """What a :class:`~advisor.engine.decisions.PackageGain` brings against the chosen plan, in words: the method
+    when it changes (a faster kernel can make LoRA fit where QLoRA was needed), the speed-up and the memory."""
+    method = f"{gain.plan.method}: " if gain.plan.method != rec.plan.method else ""
+    words = f"{method}{(gain.speedup - 1) * 100:.0f} % faster"
+    more = (gain.device_bytes - rec.memory.device_bytes) / GIB
+    return words + (f", {abs(more):.1f} GiB {'more' if more > 0 else 'less'}" if abs(more) >= 0.05 else "")
 
 
 def _folded(items: list[str], width: int, most: int = 2, label: str = "also   ", lead: str = "") -> Text:
@@ -295,6 +307,9 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
         console.print(w)
     for idea in rec.suggestions:
         console.print(Text(idea, style="yellow"))
+    for gain in rec.gains:
+        console.print(Text(f"install {gain.package} ({gain.install}): {gain.setting}={_value(gain.value)}, "
+                           f"{_gain_words(gain, rec)}: {gain.plan.describe()}", style="yellow"))
     console.print(Text("Sources", style="bold"))
     for url, n in numbers.items():
         console.print(Text(f"[{n}] {titles[url]} <{url}>", style="dim"))

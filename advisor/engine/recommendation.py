@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.memory import MemoryEstimate
-from advisor.engine.decisions import (AlternativeValue, SettingDecision, SourceRef, Warning, _fmt,  # noqa: F401
-                                      _sources, decide_stack)
+from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDecision, SourceRef,  # noqa: F401
+                                      Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.planner import MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, order, search
 from advisor.engine.schema import SCHEMA_VERSION
@@ -66,6 +66,9 @@ class Recommendation(BaseModel):
     """what the rules want the user to know"""
     suggestions: list[str] = Field(default_factory=list, description="slow, consider: faster catalog hardware when "
                                    "the plan offloads or needs risky fallbacks")
+    gains: list[PackageGain] = Field(default_factory=list, description="what installing a package the plan could not "
+                                     "assume where it trains would bring: the stack values held back only by it, "
+                                     "each with the best plan it allows, fastest first")
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
 
     def value(self, setting: Setting) -> Any:
@@ -293,8 +296,10 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
         searched = [s for s in searched if s != Setting.TF32]
     for setting in searched:
         settings[setting] = _decide_searched(setting, result, best)
+    gains: list[PackageGain] = []
     for setting in STACK_SETTINGS:
-        settings[setting] = decide_stack(setting, result, best)
+        settings[setting], held_back = decide_stack(setting, result, best)
+        gains += held_back
     accumulation = [e for e in result.check_effects
                     if e.kind == "set" and e.setting == Setting.GRADIENT_ACCUMULATION_STEPS]
     settings[Setting.GRADIENT_ACCUMULATION_STEPS] = _decide_set(Setting.GRADIENT_ACCUMULATION_STEPS, accumulation)
@@ -318,6 +323,7 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
         memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
+        gains=sorted(gains, key=lambda g: -g.speedup),
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,
                                        fallback_penalty=c.penalty) for c in runners])
