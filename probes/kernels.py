@@ -71,6 +71,25 @@ ATTENTION_SPECS: dict[Attention, AttentionSpec] = {
 }
 
 
+#: Closed-form model types (``probes/architectures.py``) whose transformers modelling code has no FlashAttention path:
+#: T5 adds its relative position bias to the attention scores (``_supports_flash_attn = False`` in transformers 5.24's
+#: ``models/t5/modeling_t5.py``). Every closed-form type runs SDPA. Other model types are read from their class
+#: (:func:`supported_attention`, ``probes/meta_count.py``).
+NO_FLASH_ATTENTION_TYPES = frozenset({"t5"})
+
+
+def supported_attention(sdpa: bool, flash: bool) -> list[str]:
+    """The attention implementations a transformers model class runs (:class:`Attention` values, best first): eager
+    always, SDPA where the class declares ``_supports_sdpa``, FlashAttention-2 and -3 where it declares
+    ``_supports_flash_attn`` (``_supports_flash_attn_2`` before transformers 5). Anything else makes
+    ``from_pretrained(attn_implementation=...)`` raise "does not support ... yet" (transformers docs, "GPU
+    inference": the architectures with FlashAttention-2 and with SDPA,
+    https://huggingface.co/docs/transformers/v4.49.0/perf_infer_gpu_one)."""
+    flash_kernels = (Attention.FLASH_ATTENTION_3, Attention.FLASH_ATTENTION_2)
+    return [a.value for a in Attention if a == Attention.EAGER or (a == Attention.SDPA and sdpa)
+            or (a in flash_kernels and flash)]
+
+
 @dataclass(frozen=True)
 class LossKernelSpec:
     """What one loss implementation keeps of the vocabulary-sized logits, and what it needs.

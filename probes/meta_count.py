@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from probes.kernels import supported_attention
 from probes.shapes import ParamGroup, Shape, capacity_factor
 from probes.errors import BadConfigError
 from probes.vocabulary import Family, Task
@@ -34,11 +35,12 @@ def _gated(groups: list[ParamGroup]) -> bool:
 
 
 def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
-                         default_task: Callable) -> tuple[Shape, str, bool]:
+                         default_task: Callable) -> tuple[Shape, str, bool, list[str]]:
     """Build the model from ``config`` on the meta device.
 
     Returns:
-        (shape, family, supports_gradient_checkpointing)
+        (shape, family, supports_gradient_checkpointing, the attention implementations its class runs:
+        :func:`probes.kernels.supported_attention` of its ``_supports_sdpa`` / ``_supports_flash_attn`` flags)
     Raises:
         BadConfigError: transformers does not know the model type, or cannot build it.
     """
@@ -47,10 +49,7 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
 
     cfg_dict = dict(config)
     model_type = cfg_dict.pop("model_type")
-    try:
-        hf_config = transformers.AutoConfig.for_model(model_type, **cfg_dict)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadConfigError(f"transformers does not know model_type '{model_type}': {exc}") from None
+    hf_config = _hf_config(model_type, cfg_dict)
     if getattr(hf_config, "is_encoder_decoder", False):
         family = Family.ENCODER_DECODER
     elif any(str(a).endswith(("ForMaskedLM",)) for a in cfg_dict.get("architectures") or []):
@@ -89,7 +88,33 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
     )
     if any(g.routed for g in groups):
         _add_moe_facts(shape, hf_config, experts)
-    return shape, family, bool(getattr(model, "supports_gradient_checkpointing", False))
+    return shape, family, bool(getattr(model, "supports_gradient_checkpointing", False)), _attention_kernels(model)
+
+
+def _hf_config(model_type: str, cfg_dict: dict):
+    """transformers' config object of ``model_type`` from the config.json's other keys.
+
+    Raises:
+        BadConfigError: transformers does not know the type, or its validation rejects a value (a ValueError,
+            a TypeError, huggingface_hub's StrictDataclassError, ...).
+    """
+    import transformers
+
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise BadConfigError(f"transformers does not know model_type '{model_type}'")
+    try:
+        return transformers.AutoConfig.for_model(model_type, **cfg_dict)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()
+        raise BadConfigError(f"transformers rejects this '{model_type}' config: "
+                             f"{' '.join(line.strip() for line in first[:2])}") from None
+
+
+def _attention_kernels(model) -> list[str]:
+    """The attention implementations the model's class declares (:func:`probes.kernels.supported_attention`)."""
+    flash = getattr(model, "_supports_flash_attn", None)
+    flash = getattr(model, "_supports_flash_attn_2", False) if flash is None else flash  # transformers 4
+    return supported_attention(bool(getattr(model, "_supports_sdpa", False)), bool(flash))
 
 
 def _parameter_groups(model, experts: int) -> list[ParamGroup]:

@@ -32,6 +32,7 @@ from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
+from probes.kernels import NO_FLASH_ATTENTION_TYPES, Attention, supported_attention
 from probes.limits import MAX_MODEL_ID
 from probes.vocabulary import Family, Task, values
 
@@ -122,6 +123,10 @@ class ModelProfile(BaseModel):
     pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
     supports_gradient_checkpointing: bool
     """transformers implements activation checkpointing for this model type"""
+    attention_kernels: list[str] = Field(
+        default_factory=lambda: values(Attention),
+        description="attention implementations transformers' code for this model type runs (eager always; sdpa, "
+                    "flash-attention-2 / -3 where its class declares them), best first")
     dropout: bool = Field(description="the config trains with dropout (masks are kept for backward)")
     notes: list[str] = Field(default_factory=list, description="how the config was found, when it matters")
     parameter_shapes: list[tuple[tuple[int, ...], int]] = Field(
@@ -347,10 +352,11 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
             raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
         method = "closed-form"
         supports_ckpt = True
+        kernels = supported_attention(sdpa=True, flash=model_type not in NO_FLASH_ATTENTION_TYPES)
     else:
         from probes.meta_count import shape_on_meta_device
 
-        shape, family, supports_ckpt = shape_on_meta_device(config, task, num_labels, default_task)
+        shape, family, supports_ckpt, kernels = shape_on_meta_device(config, task, num_labels, default_task)
         chosen = task or default_task(config, family)
         _check_task(model_id, family, chosen)
         method = "meta-device"
@@ -369,7 +375,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         max_position_embeddings=shape.max_positions, gated_mlp=shape.gated_mlp,
         tied_embeddings=bool(shape.tied_embeddings), checkpoint_dtype=dtype,
         pretrained_in_bf16=dtype == "bfloat16" or model_type in _BF16_PRETRAINED_TYPES,
-        supports_gradient_checkpointing=supports_ckpt,
+        supports_gradient_checkpointing=supports_ckpt, attention_kernels=kernels,
         dropout=_has_dropout(config),
         parameter_shapes=[(g.shape, g.count) for g in shape.groups],
     )

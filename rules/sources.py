@@ -164,6 +164,10 @@ FLASH_ATTENTION_3 = Source(title="Shah et al. 2024, FlashAttention-3", url="http
 HF_ATTENTION = Source(title="transformers docs, Attention backends",
                       url="https://huggingface.co/docs/transformers/attention_interface",
                       section="attn_implementation: eager, sdpa, flash_attention_2, flash_attention_3")
+HF_ATTENTION_SUPPORT = Source(title="transformers docs, GPU inference",
+                              url="https://huggingface.co/docs/transformers/v4.49.0/perf_infer_gpu_one",
+                              section="FlashAttention-2 and PyTorch scaled dot product attention: the architectures "
+                                      "that support each (the model classes' _supports_sdpa / _supports_flash_attn)")
 TORCH_SDPA = Source(title="PyTorch docs, scaled_dot_product_attention",
                     url="https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html",
                     section="flash, memory-efficient and math backends")

@@ -46,13 +46,15 @@ class AttentionKernel(Rule):
     id = "stack.attention-kernel"
     title = "the fastest attention kernel the GPU, the precision and the installed packages allow"
     topic = "stack"
-    sources = [S.FLASH_ATTENTION_2, S.FLASH_ATTENTION_3, S.TORCH_SDPA, S.HF_ATTENTION]
+    sources = [S.FLASH_ATTENTION_2, S.FLASH_ATTENTION_3, S.TORCH_SDPA, S.HF_ATTENTION, S.HF_ATTENTION_SUPPORT]
     rationale = ("Eager attention materialises the s x s probabilities of every head and keeps them for backward; "
                  "fused kernels (FlashAttention, torch's SDPA) tile the computation in on-chip memory and keep "
                  "O(s). SDPA is in torch and dispatches to FlashAttention-2 kernels for fp16 / bf16 on Ampere and "
                  "newer (memory-efficient kernels otherwise); the flash-attn package's own kernels are a little "
                  "faster and attend within packed documents; FlashAttention-3 uses Hopper's asynchronous tensor "
-                 "cores for 1.5-2x FlashAttention-2's speed on H100.")
+                 "cores for 1.5-2x FlashAttention-2's speed on H100. Not every architecture has every kernel in "
+                 "transformers: T5 adds a relative position bias to the scores and has no FlashAttention path, MPT, "
+                 "BLOOM and DeBERTa-v2 run eager attention only; the model profile says which its class declares.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         asked = pinned(self, facts, Setting.ATTENTION)
@@ -71,9 +73,10 @@ class AttentionKernel(Rule):
                                            f"{spec.min_cc[0]}.{spec.min_cc[1]}"
                                            + (" (Hopper only)" if spec.max_cc_major else " or newer")
                                            + f"; this GPU has {gpu.compute_capability}", hard=True))
-            elif not asked and (missing := package_missing(self, facts, Setting.ATTENTION, kernel, spec.package)):
+            elif (not asked and kernel in facts.model.attention_kernels
+                  and (missing := package_missing(self, facts, Setting.ATTENTION, kernel, spec.package))):
                 effects.append(missing)
-        if not asked:
+        if not asked and Attention.SDPA in facts.model.attention_kernels:  # else eager is transformers' only kernel
             effects.append(self.forbid(Setting.ATTENTION, Attention.EAGER, "keeps the s x s scores of every head: "
                                        "more memory and slower than SDPA; only when asked for"))
         return effects
@@ -82,6 +85,13 @@ class AttentionKernel(Rule):
         if Attention.of(plan.attention).spec.half_only and plan.precision == Precision.FP32:
             return self.forbid(Setting.ATTENTION, plan.attention, "FlashAttention runs fp16 / bf16 only; this plan "
                                                                   "computes in fp32", hard=True)
+        model = facts.model
+        if plan.framework == Framework.TRANSFORMERS and plan.attention not in model.attention_kernels:
+            implementation = Attention.of(plan.attention).spec.implementation
+            return self.forbid(Setting.ATTENTION, plan.attention, f"transformers' {model.model_type} code has no "
+                               f"{plan.attention} path (its class does not declare it: from_pretrained("
+                               f"attn_implementation='{implementation}') raises); it runs "
+                               f"{', '.join(model.attention_kernels)}", hard=True)
         return None
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:

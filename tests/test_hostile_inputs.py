@@ -154,6 +154,17 @@ def test_deep_nesting_is_a_bad_config_not_a_recursion_error(folder: Path, text: 
     assert_clean(code, err, seconds)
 
 
+def test_a_config_transformers_rejects_is_a_bad_config(folder: Path) -> None:
+    """transformers' own config validation (huggingface_hub's strict dataclasses raise their own error type, not a
+    ValueError): MPT's attn_config.attn_pdrop typed as an int, given as 0.0."""
+    path = folder / "mpt.json"
+    path.write_text(json.dumps({"model_type": "mpt", "d_model": 64, "n_heads": 2, "n_layers": 1, "vocab_size": 100,
+                                "attn_config": {"attn_pdrop": 0.0}}))
+    code, _, err, seconds = cli("profile", "--model", str(path))
+    assert code == ExitCode.BAD_CONFIG and "transformers rejects this 'mpt' config" in err and "attn_pdrop" in err
+    assert_clean(code, err, seconds)
+
+
 def test_grouped_query_heads_must_divide() -> None:
     with pytest.raises(BadConfigError, match="num_attention_heads 8 is not a multiple of num_key_value_heads 3"):
         profile_from_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,

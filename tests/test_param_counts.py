@@ -122,7 +122,7 @@ def test_moe_closed_form_equals_the_meta_device_fallback(config) -> None:
     from probes.meta_count import shape_on_meta_device
     from probes.model import default_task
 
-    meta, _, _ = shape_on_meta_device(config, None, 2, default_task)
+    meta, *_ = shape_on_meta_device(config, None, 2, default_task)
     closed = BUILDERS[config["model_type"]](config, "causal-lm", 2)
     fields = ("num_parameters", "matmul_parameters", "active_parameters", "active_matmul_parameters", "num_experts",
               "experts_per_token", "shared_experts", "moe_layers", "ffn", "capacity_factor")

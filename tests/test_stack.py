@@ -3,6 +3,8 @@ explains what it did not pick, and that any pinned stack is a plan or one docume
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -10,6 +12,7 @@ from advisor.app.api import estimate, recommend
 from conftest import hardware
 from probes.errors import AdvisorError, UsageError
 from probes.kernels import Attention, LossKernel
+from probes.model import profile_model
 from probes.vocabulary import values
 
 LLAMA = "meta-llama/Llama-3.1-8B"
@@ -107,6 +110,34 @@ def test_a_package_is_a_gain_only_when_it_alone_holds_back_a_faster_plan() -> No
     hopper = recommend(LLAMA, gpu="h100-sxm", seq_len=4096)
     assert [g.package for g in hopper.gains] == ["flash-attn-3", "liger-kernel"]
     assert hopper.gains[0].speedup >= hopper.gains[1].speedup > 1
+
+
+def _mpt(folder) -> str:
+    """A small MPT config (MosaicML's model_type 'mpt'): transformers' MptForCausalLM declares no SDPA and no
+    FlashAttention (transformers 5.24: ``_supports_sdpa = False``), so from_pretrained takes eager attention only."""
+    config = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 256, "n_heads": 4, "n_layers": 2,
+              "expansion_ratio": 4, "max_seq_len": 512, "vocab_size": 1024, "no_bias": True,
+              "attn_config": {"alibi": True}}
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_a_model_class_without_sdpa_plans_eager_attention(tmp_path) -> None:
+    mpt = _mpt(tmp_path)
+    assert profile_model(mpt).attention_kernels == ["eager"]
+    rec = recommend(mpt, gpu="a100-80gb", seq_len=512)
+    assert rec.plan.attention == "eager" and not rec.gains
+    sdpa = next(a for a in rec.settings["attention"].alternatives if a.value == "sdpa")
+    assert "transformers' mpt code has no sdpa path" in sdpa.reason
+    assert estimate(mpt, gpu="a100-80gb", seq_len=512).plan.attention == "eager"  # estimate's default follows
+    with pytest.raises(UsageError, match="transformers' mpt code has no sdpa path"):
+        estimate(mpt, gpu="a100-80gb", seq_len=512, attention="sdpa")
+    with pytest.raises(UsageError, match=r"no plan can run with --attention flash-attention-2 here: transformers' mpt"):
+        recommend(mpt, gpu="a100-80gb", seq_len=512, attention="flash-attention-2")
+    # the closed-form families: T5 runs SDPA but has no FlashAttention path
+    assert profile_model("t5-small").attention_kernels == ["sdpa", "eager"]
+    with pytest.raises(UsageError, match="transformers' t5 code has no flash-attention-2 path"):
+        estimate("t5-small", gpu="a100-80gb", attention="flash-attention-2")
 
 
 def test_a_pinned_kernel_that_cannot_run_is_one_line() -> None:

@@ -39,7 +39,7 @@ from advisor.engine.suggestions import faster_hardware, no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
-from probes.kernels import Framework
+from probes.kernels import Attention, Framework
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
@@ -215,10 +215,16 @@ def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
     GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
-    replicas (else 'none'; with an offload, the ZeRO stage that offloads it), and QLoRA's 4-bit backward as this
-    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`)."""
+    replicas (else 'none'; with an offload, the ZeRO stage that offloads it), QLoRA's 4-bit backward as this
+    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`), and the device's default
+    attention (:meth:`Attention.default`) where transformers' code for the model has it, eager where not (MPT, say).
+    """
     g = facts.gpu
     s = {**ESTIMATE_DEFAULTS, **settings}
+    default = Attention.default(Device.CPU if g is None else Device.CUDA)
+    if ("attention" not in settings and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
+            and default not in facts.model.attention_kernels):
+        s["attention"] = Attention.EAGER
     if "precision" not in settings:
         s["precision"] = Precision.FP32 if g is None or not g.tensor_cores else (
             Precision.BF16 if g.bf16 else Precision.FP16)

@@ -102,6 +102,7 @@ def model_table(m: ModelProfile) -> Table:
         ("max positions", str(m.max_position_embeddings) if m.max_position_embeddings else "unbounded"),
         ("checkpoint dtype", m.checkpoint_dtype + (" (pretrained in bf16)" if m.pretrained_in_bf16 else "")),
         ("gradient checkpointing", "supported" if m.supports_gradient_checkpointing else "not supported"),
+        ("attention kernels", ", ".join(m.attention_kernels) + " (transformers' implementations)"),
     ]
     for k, v in rows:
         t.add_row(k, v)

@@ -34,11 +34,13 @@ def _refusing_rules() -> list[Rule]:
     return [rule for rule in REGISTRY.values() if type(rule).refuse is not Rule.refuse]
 
 
-def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None) -> Effect | None:
-    """The first rule's hard ``forbid`` of a combination of the plan's settings, or None."""
+def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None, *, layout_only: bool = False
+            ) -> Effect | None:
+    """The first rule's hard ``forbid`` of a combination of the plan's settings, or None (``layout_only``: not a
+    refusal of a stack setting's value, which :func:`with_stack` settles for each layout after it)."""
     for rule in rules if rules is not None else _refusing_rules():
         effect = rule.refuse(facts, plan)
-        if effect is not None:
+        if effect is not None and not (layout_only and effect.setting in STACK_SETTINGS):
             return effect
     return None
 

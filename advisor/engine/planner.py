@@ -235,7 +235,7 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     legal = []
     for combo in product(*choices):
         values = dict(zip(LAYOUT, combo))
-        refused = refusal(facts, plan.model_copy(update=values), refusing)
+        refused = refusal(facts, plan.model_copy(update=values), refusing, layout_only=True)
         if refused is None:
             legal.append(combo)
             log.legal.update([*values.items(), *split])

@@ -19,7 +19,8 @@ plan.lora_targets / workload.lora_targets "q-v" (the query and value projections
 plan.double_quant (QLoRA's NF4 with double quantization, or plain NF4). 1.11: plan.framework "megatron"
 (Megatron-style fused layers and optimizer). 1.12: plan.activation_offloading (the saved activations in pinned
 CPU RAM: TRL's / torchtune's OffloadActivations) and memory.activations_offloaded_bytes. 1.13: recommendation.gains
-(what installing a package the plan could not assume where it trains would bring, with the best plan it allows).
+(what installing a package the plan could not assume where it trains would bring, with the best plan it allows);
+model.attention_kernels (the attention implementations transformers' code for the model type runs).
 """
 
 SCHEMA_VERSION = "1.13"
