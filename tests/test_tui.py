@@ -363,6 +363,7 @@ def test_snapshot_model_error(snap_compare) -> None:
         await pilot.pause()
         box = pilot.app.query_one("#model-input")
         box.value = "no-such-org/no-such-model"
+        box.cursor_blink = False  # a steady cursor: the picture must not depend on when the blink timer fired
         box.focus()
         await pilot.press("enter")
         await _ready(lambda a: ModelFailed in kinds(a))(pilot)  # and let the error line settle, as the others do
