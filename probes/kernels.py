@@ -128,6 +128,7 @@ LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
     LossKernel.LIGER: LossKernelSpec(0.0, 0.0, grad_logits=False, package="liger_kernel", fused_layers=True),
 }
 
+
 class Checkpointing(Vocabulary):
     """What activation checkpointing keeps and recomputes, when ``gradient_checkpointing`` is on.
 
@@ -177,6 +178,30 @@ class Framework(Vocabulary):
 FRAMEWORK_LABELS = {Framework.TRANSFORMERS: "transformers' model with PEFT's adapters and the Trainer's loop",
                     Framework.LITGPT: "LitGPT's own model code and loops",
                     Framework.MEGATRON: "Megatron-style fused layers and optimizer (Megatron-Core, NeMo)"}
+
+
+def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKernelSpec:
+    """What a plan's loss keeps of the logits as it runs: its kernel's :class:`LossKernelSpec`, except the standard
+    loss compiled with the model, which keeps what chunked cross-entropy keeps (2 B a logit, 4 in fp32).
+
+    transformers computes a model's loss in its ``forward`` (``self.loss_function``: ``ForCausalLMLoss`` in
+    ``transformers/loss/loss_utils.py`` upcasts the logits and calls ``cross_entropy``), so ``torch.compile(model)``,
+    the Trainer's ``torch_compile=True`` and advisor's trials, compiles the loss too. Inductor then fuses the fp32
+    upcast, log-softmax and NLL into reductions over the 16-bit logits, and AOTAutograd's min-cut partitioner
+    saves those logits with each row's max and log-sum-exp and recomputes the softmax in the backward (Ansel et
+    al. 2024, https://pytorch.org/assets/pytorch2-2.pdf sec. 4.3, "recompute pointwise ops, save the smallest cut").
+    Measured with torch 2.13's Inductor on the CPU: the Trainer's loss saves 8.0 B a logit for the backward
+    eagerly, 2.0 compiled (``tests/test_stack.py::test_a_compiled_loss_saves_the_16_bit_logits_only``).
+    torchtitan compiles its loss with the model since April 2025 (``torchtitan/components/loss.py``,
+    ``build_cross_entropy_loss``); its December 2024 code did not ("compiling loss function causes CUDA errors").
+    LitGPT's and Megatron's losses run outside a compiled model (their frameworks keep their own columns).
+
+    Raises ValueError for an unknown loss kernel or framework name.
+    """
+    kernel = LossKernel.of(loss_kernel)
+    if kernel == LossKernel.STANDARD and torch_compile and Framework.of(framework) == Framework.TRANSFORMERS:
+        return LOSS_KERNEL_SPECS[LossKernel.CHUNKED]
+    return kernel.spec
 
 
 #: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:

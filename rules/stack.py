@@ -10,7 +10,7 @@ the plan runs with what transformers and torch give, and the recommendation pric
 from __future__ import annotations
 
 from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
-                           legacy_bitsandbytes)
+                           legacy_bitsandbytes, loss_kept)
 from probes.vocabulary import Method, Parallelism, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -108,13 +108,15 @@ class LossKernelRule(Rule):
     id = "stack.loss-kernel"
     title = "Liger's fused kernels where installed and supported; the Trainer's loss otherwise"
     topic = "stack"
-    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE]
+    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE, S.PT2_PAPER]
     rationale = ("A causal LM's loss materialises batch x sequence x vocabulary logits, upcast to fp32 with their "
                  "log-softmax: for a 128k vocabulary that is more than all the layers' activations. Liger's fused "
                  "linear cross-entropy computes logits, loss and gradient chunk by chunk and never holds them "
                  "whole; its RMSNorm and SwiGLU kernels keep fewer tensors too (the paper: 60 % less memory and "
                  "20 % more throughput on Llama 3 8B). torchtune's chunked cross-entropy keeps the 16-bit logits "
-                 "and upcasts one chunk at a time. The Trainer turns Liger on with use_liger_kernel=True.")
+                 "and upcasts one chunk at a time. The Trainer turns Liger on with use_liger_kernel=True. "
+                 "transformers computes the loss in the model's forward, so torch.compile fuses it too: the upcast "
+                 "and log-softmax become reductions over the 16-bit logits, which alone are saved.")
 
     def propose(self, facts: Facts) -> list[Effect]:
         asked = pinned(self, facts, Setting.LOSS_KERNEL)
@@ -142,7 +144,10 @@ class LossKernelRule(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         kernel = LossKernel.of(plan.loss_kernel)
         if kernel == LossKernel.STANDARD:
-            return [self.set(Setting.LOSS_KERNEL, kernel, "the Trainer's loss: full logits, fp32 log-softmax")]
+            fused = loss_kept(kernel, plan.torch_compile, plan.framework) != kernel.spec
+            return [self.set(Setting.LOSS_KERNEL, kernel, "the Trainer's loss, compiled with the model: 16-bit "
+                                                          "logits, the fp32 log-softmax fused" if fused else
+                             "the Trainer's loss: full logits, fp32 log-softmax")]
         return [self.set(Setting.LOSS_KERNEL, kernel, "no vocabulary-sized fp32 logits: fused linear cross-entropy, "
                                                       "RMSNorm, SwiGLU and RoPE kernels (use_liger_kernel=True)"
                          if kernel == LossKernel.LIGER else "16-bit logits, upcast one chunk at a time")]

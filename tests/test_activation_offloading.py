@@ -69,7 +69,7 @@ def test_the_copy_time_is_what_exceeds_each_pass() -> None:
 
 def test_the_planner_offloads_only_when_nothing_without_it_fits() -> None:
     assert not search(api.make_facts(LLAMA, gpu="rtx-4090", seq_len=2048, global_batch_size=8)).best.plan.activation_offloading
-    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=32768, global_batch_size=8, method="lora")
+    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=65536, global_batch_size=8, method="lora")
     assert rec.plan.activation_offloading
     decision = rec.settings["activation_offloading"]
     assert "only when they are what does not fit" in decision.rationale
@@ -102,11 +102,11 @@ def test_a_trial_says_in_one_line_what_it_needs(monkeypatch) -> None:
 def test_the_emitted_notes_name_trl() -> None:
     from advisor.app.emit_model import load_notes
 
-    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=32768, global_batch_size=8, method="lora")
+    rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=65536, global_batch_size=8, method="lora")
     assert rec.plan.activation_offloading
     assert any("SFTConfig(activation_offloading=True)" in line for line in load_notes(rec))
     assert "activation offloading" in rec.plan.describe()
-    assert rec.memory.host_bytes > 20 * GIB
+    assert rec.memory.host_bytes >= rec.memory.activations_offloaded_bytes > 10 * GIB  # 31 block inputs of 512 MiB
 
 
 @pytest.mark.cuda

@@ -101,7 +101,7 @@ def test_profile_of_a_mixture_of_experts() -> None:
     (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
     (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),
     (["recommend", "--model", "gpt2", "--seq-len", "abc"], ExitCode.USAGE, "whole number"),
-    (["recommend", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "t4", "--seq-len", "8192"],
+    (["recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384"],
      ExitCode.NO_FIT, "would fit"),
     (["frobnicate"], ExitCode.USAGE, "invalid choice"),
 ])
@@ -124,7 +124,7 @@ def test_bad_config_files(tmp_path, content, code) -> None:
 
 
 def test_no_fit_json_goes_to_stdout() -> None:
-    out = advisor("recommend", "--model", "meta-llama/Meta-Llama-3-8B", "--gpu", "t4", "--seq-len", "8192", "--json")
+    out = advisor("recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384", "--json")
     assert out.returncode == ExitCode.NO_FIT
     data = json.loads(out.stdout)
     assert data["fits"] is False and data["suggestions"]

@@ -43,7 +43,7 @@ def test_cost_per_billion_tokens_and_sorting_by_cost() -> None:
 
 
 def test_a_gpu_where_nothing_fits_comes_last() -> None:
-    c = compare("meta-llama/Meta-Llama-3-8B", gpus=["t4", "h100-sxm"], seq_len=8192)
+    c = compare("meta-llama/Llama-3.1-8B", gpus=["t4", "h100-sxm"], seq_len=16384)
     assert [r.fits for r in c.rows] == [True, False] and c.rows[1].plan is None
     assert c.rows[1].device_bytes > c.rows[1].usable_bytes
 

@@ -172,7 +172,7 @@ async def test_method_option_of_advisor_tui_opens_on_its_plan() -> None:
 
 
 async def test_planning_failure_is_shown_not_raised() -> None:
-    app = RecordingApp(model="meta-llama/Meta-Llama-3-8B", gpu="t4", seq_len=8192, hardware=CPU_HW)
+    app = RecordingApp(model="meta-llama/Llama-3.1-8B", gpu="t4", seq_len=16384, hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: PlanningFailed in kinds(app))
         assert "would fit" in app.messages[-1].error and app.recommendation is None

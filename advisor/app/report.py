@@ -192,8 +192,8 @@ def _line(*parts) -> Text:
 def plan_card(rec: Recommendation, width: int) -> Group:
     """The recommendation at a glance, for an 80 × 24 terminal: the plan on one line, each decided setting as
     ``name = value — reason`` on one line, the fallbacks the plan fits without in one row, the settings the rules
-    left one value folded into one row, memory
-    with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
+    left one value folded into one row (each on two lines, or one when the decided settings leave no room for a
+    warning), memory with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
     :func:`print_recommendation`'s full report."""
     m, sp, mem = rec.model, rec.speed, rec.memory
     lines: list[Text] = [Text.assemble((m.id, "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
@@ -210,30 +210,35 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if rec.gains:
         lines.append(_folded([f"{g.package} ({_gain_words(g, rec)})" for g in rec.gains], width, most=1,
                              label="gain   ", lead="install "))
-    if spared:
-        lines.append(_folded(list(spared.values()), width, label="spared ", lead="not needed to fit: "))
     fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
-    if fixed:
-        lines.append(_folded(fixed, width))
+
+    def folded(most: int) -> list[Text]:  # the spared and also rows, each on at most ``most`` lines
+        rows = [(list(spared.values()), "spared ", "not needed to fit: "), (fixed, "also   ", "")]
+        return [_folded(items, width, most, label=label, lead=lead) for items, label, lead in rows if items]
+
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
     fits = ("fits", "green") if mem.fits else ("does not fit", "red")
-    lines.append(_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
-                       f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits))
-    lines.append(Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"))
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
-    lines.append(_line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step · {sp.tokens_per_s:,.0f} tokens/s · "
-                       f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}"))
+    figures = [_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
+                     f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits),
+               Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
+               _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step · {sp.tokens_per_s:,.0f} tokens/s · "
+                     f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     if rec.hardware.gpu is None:
         footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",
                                 "yellow")))
-    used = sum(_height(part, width) for part in (*lines, *footer))
+    for most in (2, 1):  # many decided settings: the folded rows give up their second line to keep 24
+        card = [*lines, *folded(most), *figures]
+        used = sum(_height(part, width) for part in (*card, *footer))
+        if used + bool(rec.warnings) <= CARD_LINES:
+            break
     room = max(1, CARD_LINES - used)
     shown = rec.warnings if len(rec.warnings) <= room else rec.warnings[:room - 1]
-    lines += [_line(("! ", "yellow"), w.message) for w in shown]
+    card += [_line(("! ", "yellow"), w.message) for w in shown]
     if len(shown) < len(rec.warnings):
-        lines.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
-    return Group(*lines, *footer)
+        card.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
+    return Group(*card, *footer)
 
 
 def _gain_words(gain, rec: Recommendation) -> str:

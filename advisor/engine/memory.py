@@ -52,7 +52,7 @@ from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
                                        residual_bytes)
-from probes.kernels import Attention, Checkpointing, LossKernel
+from probes.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
 from rules.facts import Plan
 
@@ -110,9 +110,15 @@ class MemoryEstimate(BaseModel):
     """the peak's parts, bytes each"""
 
 
+def _loss(plan: Plan) -> LossKernelSpec:
+    """What the plan's loss keeps as it runs (:func:`probes.kernels.loss_kept`)."""
+    return loss_kept(plan.loss_kernel, plan.torch_compile, plan.framework)
+
+
 def _logit_scale(plan: Plan) -> float:
-    """The share of the standard loss's logit bytes the plan's loss kernel keeps (:class:`LossKernelSpec`)."""
-    spec, standard = LossKernel.of(plan.loss_kernel).spec, LossKernel.STANDARD.spec
+    """The share of the standard loss's logit bytes the plan's loss keeps as it runs (:func:`loss_kept`: its
+    kernel's :class:`LossKernelSpec`, or chunked cross-entropy's when torch.compile compiles the standard loss)."""
+    spec, standard = _loss(plan), LossKernel.STANDARD.spec
     if plan.precision == Precision.FP32:
         return spec.logit_bytes_fp32 / standard.logit_bytes_fp32
     return spec.logit_bytes / standard.logit_bytes
@@ -134,7 +140,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
     layers = model.num_layers / 2 if model.family == Family.ENCODER_DECODER else model.num_layers
     full_layer = c["layer_h"] * sbh + c["layer_f"] * sbf + c["layer_s"] * b * nss
     full_layer -= fused_layer_savings(model, plan, seq_len, c["layer_f"])
-    loss = LossKernel.of(plan.loss_kernel).spec
+    loss = _loss(plan)
     logits = _logit_scale(plan) * c["head_v"] * sbv if c["head_v"] > 1 else c["head_v"] * sbv
     grad_v = (lambda coefficient: coefficient * sbv if loss.grad_logits or coefficient < 1 else 0.0)
     start_of_backward = grad_v(c["backward_v"]) + c["backward_h"] * sbh
@@ -223,7 +229,7 @@ def _activation_bytes_of(model: ModelProfile, plan: Plan, seq_len: int, eager: b
         head_input = (a + final_norm) * s * b * h  # final norm's input (and fp32 copy) + LM-head input
         # the standard loss keeps 16-bit logits, their fp32 copy and log_softmax; chunked and fused kernels less
         logits = _logit_scale(plan) * (4 + 4 + (2 if (plan.precision != Precision.FP32) else 0)) * s * b * v
-        loss_grad = a * s * b * v if LossKernel.of(plan.loss_kernel).spec.grad_logits else 0
+        loss_grad = a * s * b * v if _loss(plan).grad_logits else 0
     else:
         head_input = (a + final_norm) * b * h * s
         logits = 0
