@@ -104,6 +104,13 @@ def test_estimate_simulates_lora_and_bf16_plans_within_10_percent(tiny) -> None:
         assert abs(est.simulated.analytic_error) < 0.10, (kw, est.simulated)
 
 
+def test_a_compiled_plan_is_not_simulated_eagerly(tiny) -> None:
+    """Fake tensors run the eager model: a compiled plan (whose loss and pointwise ops Inductor fuses) is refused in
+    one line rather than compared with an eager step."""
+    with pytest.raises(UsageError, match="--no-torch-compile"):
+        estimate(tiny, gpu="a100-80gb", seq_len=128, micro_batch_size=4, torch_compile=True, simulate=True)
+
+
 TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128,
               "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
               "vocab_size": 1000, "max_position_embeddings": 256}

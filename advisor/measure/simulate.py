@@ -155,6 +155,9 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
                 f"estimate{litgpt}")
     if plan.parallelism != Parallelism.NONE:
         return "--simulate runs one device: drop --parallelism / use one GPU"
+    if plan.torch_compile:  # Inductor's fusions (the loss's, the pointwise ops') are what compile changes
+        return ("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
+                "like with like")
     if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
         return (f"--simulate runs the Trainer's full activation checkpointing, not {plan.checkpointing}: use the "
                 "analytic estimate")
