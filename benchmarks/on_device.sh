@@ -2,7 +2,7 @@
 # Run THERE, on a lent GPU machine, with .whl carried (benchmarks/device_wheels.sh made it here): installs the
 # wheels into /tmp/site, then runs benchmarks/validate_device.py with the given arguments, its records and
 # markdown written to $OUT (what comes back) or benchmarks/results. Example (README, "Measuring on a GPU"):
-#   bash benchmarks/on_device.sh --stack --budget-s 480
+#   bash benchmarks/on_device.sh --stack --edge --budget-s 480
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -d .whl ]; then

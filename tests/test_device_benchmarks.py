@@ -40,6 +40,27 @@ def test_the_stack_grid_skips_rows_whose_package_is_missing() -> None:
     assert grid(gpu=False, stack=True, installed={}) == validate_device.CPU_GRID
 
 
+def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
+    from advisor.app import api
+    from advisor.engine.memory import ALLOCATOR_SLACK_BYTES
+
+    def share(row: Row, micro: int) -> tuple[float, bool]:
+        est = api.estimate(row.model, seq_len=row.seq_len, global_batch_size=micro, gpu="a100-80gb",
+                           **{**row.settings, "micro_batch_size": micro})
+        m = est.memory
+        return (m.peak_bytes + m.components.cuda_context_bytes + ALLOCATOR_SLACK_BYTES) / m.capacity_bytes, m.fits
+
+    rows = validate_device.edge_rows(gpu="a100-80gb")
+    assert [r.model for r in rows] == [b.model for b in validate_device.EDGE_BASES]
+    for row in rows:
+        micro = row.settings["micro_batch_size"]
+        assert row.global_batch_size == micro and row.settings["gradient_accumulation_steps"] == 1
+        (inside, fits), (over, _) = share(row, micro), share(row, micro + 1)
+        assert inside <= validate_device.EDGE_SHARE < over
+        assert not fits  # the point of the rows: advisor's verdict, with the roomy-GPU reserve, says no
+    assert validate_device.edge_rows(gpu="t4")[0].settings["micro_batch_size"] < rows[0].settings["micro_batch_size"]
+
+
 def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeypatch) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,
