@@ -94,7 +94,8 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
 #: run, and their ``max_memory_reserved`` when they do, measure the reserve a full GPU needs (issue 13).
 EDGE_SHARE = 0.95
 EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False}),  # precision: the GPU's default (bf16 from Ampere)
-              Row("meta-llama/Llama-3.1-8B", 2048, None, {"method": "lora", "attention": "sdpa", "torch_compile": False})]
+              Row("meta-llama/Llama-3.1-8B", 2048, None,
+                  {"method": "lora", "attention": "sdpa", "torch_compile": False})]
 EDGE_MAX_MICRO_BATCH = 1024
 
 
