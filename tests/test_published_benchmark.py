@@ -79,3 +79,15 @@ def test_the_allocator_reserve_check_reads_both_published_readings_and_inverts_t
         assert ar.implied_reserve(r["allocated"], r["modelled"], r["states"]) == pytest.approx(TRANSIENT_RESERVE)
         assert r["implied_with_context"] < r["implied"]
     assert {line.split(":")[0] for line in ar.summary(table)} == {"reserve one GPU", "reserve FSDP", "reserve all"}
+
+
+def test_unstated_checkpointing_under_peft_qlora_is_peft_s_default() -> None:
+    """PEFT's ``prepare_model_for_kbit_training`` turns checkpointing on: a QLoRA source on transformers + PEFT that
+    does not state it is priced with it, and says so; a source that states it keeps its own value."""
+    cases = {c["id"]: c for c in load_cases()}
+    unstated = run_case(cases["unsloth-readme-hf-fa2-llama-70b-80gb-maxctx"])
+    assert "checkpointing" in unstated.plan
+    assert any("prepare_model_for_kbit_training" in w for w in unstated.why)
+    assert not any("gradient_checkpointing" in w for w in unstated.why)  # no longer left to advisor's default
+    stated = run_case(cases["hfqlora-fsdpqlora-llama2-7b-ctx512-mb1-2x3090"])
+    assert not any("prepare_model_for_kbit_training" in w for w in stated.why)
