@@ -82,6 +82,19 @@ def test_estimate_probe_profile_rules_schema() -> None:
     assert "Recommendation" in json.loads(schema.stdout)["schemas"]
 
 
+def test_estimate_calls_a_plan_within_capacity_but_not_the_margin_tight() -> None:
+    """LitGPT's Llama-2-7B LoRA on an A10G trained at 19.77 GB max_memory_allocated (litgpt config_hub README,
+    ``benchmarks/published/litgpt.jsonl``): within the GPU, beyond the 10 % margin."""
+    args = ("estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a10g", "--method", "lora", "--lora-rank",
+            "32", "--lora-targets", "q-v", "--weights-dtype", "bf16", "--micro-batch-size", "2", "--seq-len", "512",
+            "--framework", "litgpt")
+    memory = json.loads(advisor(*args, "--json").stdout)["memory"]
+    assert memory["usable_bytes"] < memory["device_bytes"] <= memory["capacity_bytes"]
+    assert (memory["fits"], memory["fits_capacity"]) == (False, True)
+    table = advisor(*args, env={**ENV, "COLUMNS": "120"})
+    assert table.returncode == 0 and "tight: no margin" in table.stdout, table.stdout
+
+
 def test_profile_of_a_mixture_of_experts() -> None:
     # Mistral AI, "Mixtral of experts" (https://mistral.ai/news/mixtral-of-experts): 46.7B total, 12.9B per token
     out = advisor("profile", "--model", "mistralai/Mixtral-8x7B-v0.1", "--json")

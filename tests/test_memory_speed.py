@@ -36,6 +36,17 @@ def test_memory_grows_with_the_micro_batch(b, seq, precision, ckpt, opt) -> None
     assert small.device_bytes > small.peak_bytes  # allocator reserve and CUDA context come on top
 
 
+def test_a_plan_within_capacity_but_not_the_margin_is_tight() -> None:
+    device = _mem(micro_batch_size=8).device_bytes
+    verdicts = {}
+    for share in (0.80, 0.95, 1.01):  # device memory as a share of the capacity
+        mem = estimate_memory(GPT2, _plan(micro_batch_size=8), 512, int(device / share))
+        assert mem.device_bytes == device
+        verdicts[share] = (mem.fits, mem.fits_capacity, mem.verdict)
+    assert verdicts == {0.80: (True, True, "fits"), 0.95: (False, True, "tight"),
+                        1.01: (False, False, "does not fit")}
+
+
 def test_the_documents_bytes_per_parameter() -> None:
     P = GPT2.num_parameters
     fp32 = _mem(precision="fp32").components

@@ -122,6 +122,16 @@ def _moe_rows(m: ModelProfile) -> list[tuple[str, str]]:
             ("active parameters", f"{m.active_parameters:,} per token ({m.active_matmul_parameters:,} in matmuls)")]
 
 
+#: The colour of each memory verdict (:attr:`MemoryEstimate.verdict`).
+VERDICT_COLOURS = {"fits": "green", "tight": "yellow", "does not fit": "red"}
+
+
+def verdict_words(mem: MemoryEstimate) -> tuple[str, str]:
+    """(the memory verdict in words, its colour): a tight plan says what it lacks."""
+    words = "tight: no margin" if mem.verdict == "tight" else mem.verdict
+    return words, VERDICT_COLOURS[mem.verdict]
+
+
 def memory_table(mem: MemoryEstimate) -> Table:
     """Memory components against capacity."""
     t = Table(title="Memory per device", title_justify="left")
@@ -134,8 +144,8 @@ def memory_table(mem: MemoryEstimate) -> Table:
         t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
     t.add_row("peak (live tensors)", gib(mem.peak_bytes), "", style="bold")
     t.add_row("device in use (NVML)", gib(mem.device_bytes), "", style="bold")
-    fits = "[green]fits[/]" if mem.fits else "[red]does not fit[/]"
-    t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", fits)
+    words, colour = verdict_words(mem)
+    t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", Text(words, style=colour))
     return t
 
 
@@ -217,7 +227,7 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         return [_folded(items, width, most, label=label, lead=lead) for items, label, lead in rows if items]
 
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
-    fits = ("fits", "green") if mem.fits else ("does not fit", "red")
+    fits = verdict_words(mem)
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
     figures = [_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
                      f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits),

@@ -20,7 +20,8 @@ plan.double_quant (QLoRA's NF4 with double quantization, or plain NF4). 1.11: pl
 (Megatron-style fused layers and optimizer). 1.12: plan.activation_offloading (the saved activations in pinned
 CPU RAM: TRL's / torchtune's OffloadActivations) and memory.activations_offloaded_bytes. 1.13: recommendation.gains
 (what installing a package the plan could not assume where it trains would bring, with the best plan it allows);
-model.attention_kernels (the attention implementations transformers' code for the model type runs).
+model.attention_kernels (the attention implementations transformers' code for the model type runs). 1.14:
+memory.fits_capacity (device memory within the whole capacity: a tight plan when fits is false).
 """
 
-SCHEMA_VERSION = "1.13"
+SCHEMA_VERSION = "1.14"
