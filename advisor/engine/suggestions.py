@@ -130,4 +130,6 @@ def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
     summary = (f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
                f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
                "usable")
+    if closest.memory.fits_capacity:  # a tight plan: it may run without the safety margin
+        summary += f" (tight: within the {closest.memory.capacity_bytes / GIB:.1f} GiB capacity, it may run)"
     return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas, closest=closest)
