@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from advisor.app.report import verdict_words
+from advisor.app.report import VERDICTS
 from advisor.engine.memory import MemoryEstimate
 from probes.units import GIB
 from advisor.engine.recommendation import Recommendation, SettingDecision
@@ -43,7 +43,7 @@ def memory_bar(memory: MemoryEstimate, width: int = 60) -> Group:
         if parts.get(key, 0):
             legend.append("■ ", style=colour)
             legend.append(f"{label} {parts[key] / GIB:.2f}  ")
-    words, colour = verdict_words(memory)
+    words, colour = VERDICTS[memory.verdict]
     fits = Text(words, style=f"bold {colour}")
     head = Text.assemble(f"Memory: {memory.device_bytes / GIB:.2f} GiB of {memory.usable_bytes / GIB:.2f} GiB usable "
                          f"({memory.capacity_bytes / GIB:.1f} GiB, ▒ = safety margin) ", fits)

@@ -122,14 +122,8 @@ def _moe_rows(m: ModelProfile) -> list[tuple[str, str]]:
             ("active parameters", f"{m.active_parameters:,} per token ({m.active_matmul_parameters:,} in matmuls)")]
 
 
-#: The colour of each memory verdict (:attr:`MemoryEstimate.verdict`).
-VERDICT_COLOURS = {"fits": "green", "tight": "yellow", "does not fit": "red"}
-
-
-def verdict_words(mem: MemoryEstimate) -> tuple[str, str]:
-    """(the memory verdict in words, its colour): a tight plan says what it lacks."""
-    words = "tight: no margin" if mem.verdict == "tight" else mem.verdict
-    return words, VERDICT_COLOURS[mem.verdict]
+#: Each memory verdict (:attr:`MemoryEstimate.verdict`) in words and colour: a tight plan says what it lacks.
+VERDICTS = {"fits": ("fits", "green"), "tight": ("tight: no margin", "yellow"), "does not fit": ("does not fit", "red")}
 
 
 def memory_table(mem: MemoryEstimate) -> Table:
@@ -144,7 +138,7 @@ def memory_table(mem: MemoryEstimate) -> Table:
         t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
     t.add_row("peak (live tensors)", gib(mem.peak_bytes), "", style="bold")
     t.add_row("device in use (NVML)", gib(mem.device_bytes), "", style="bold")
-    words, colour = verdict_words(mem)
+    words, colour = VERDICTS[mem.verdict]
     t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", Text(words, style=colour))
     return t
 
@@ -227,7 +221,7 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         return [_folded(items, width, most, label=label, lead=lead) for items, label, lead in rows if items]
 
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
-    fits = verdict_words(mem)
+    fits = VERDICTS[mem.verdict]
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
     figures = [_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
                      f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits),
