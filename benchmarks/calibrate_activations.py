@@ -58,6 +58,7 @@ FAMILIES = {
     "llama": ("meta-llama/Llama-2-7b-hf", ["num_hidden_layers"], "intermediate_size", None),
     "mistral": ("mistralai/Mistral-7B-v0.1", ["num_hidden_layers"], "intermediate_size", None),
     "qwen2": ("Qwen/Qwen2.5-7B", ["num_hidden_layers"], "intermediate_size", None),
+    "qwen3": ("Qwen/Qwen3-8B", ["num_hidden_layers"], "intermediate_size", None),
     "gemma": (str(PUBLISHED / "google--gemma-2b"), ["num_hidden_layers"], "intermediate_size", None),
     "phi": (str(PUBLISHED / "microsoft--phi-2"), ["num_hidden_layers"], "intermediate_size", None),
     "phi3": (str(PUBLISHED / "microsoft--Phi-3-mini-4k-instruct"), ["num_hidden_layers"], "intermediate_size", None),
@@ -212,9 +213,13 @@ def main() -> None:
     if unknown:
         sys.exit(f"calibrate_activations.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
     table: dict = json.loads(out.read_text()) if (args or only) and out.exists() else {}
-    table["_meta"] = {"date": str(date.today()), "torch": torch.__version__,
-                      "transformers": transformers.__version__, "python": platform.python_version(),
-                      "method": __doc__.split("\n\n")[1].replace("\n", " ")}
+    run = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
+           "python": platform.python_version()}
+    if table.get("_meta") and (args or only):  # a partial refit: the other columns keep the provenance they had
+        for family in chosen:
+            table["_meta"].setdefault("refits", {})[family] = {**run, **({"only": only} if only else {})}
+    else:
+        table["_meta"] = {**run, "method": __doc__.split("\n\n")[1].replace("\n", " ")}
     for family in chosen:
         model_id = FAMILIES[family][0]
         kept = table.get(family, {}) if only else {}

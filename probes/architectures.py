@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from probes.decoders import llama, mixtral, qwen2, qwen2_moe
+from probes.decoders import llama, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe
 from probes.shapes import FamilyName, ParamGroup, Shape, TaskName, linear, norm, task_head, tied_head
 from probes.vocabulary import Family, Task
 
@@ -160,11 +160,13 @@ def opt(cfg: dict, task: TaskName, num_labels: int) -> Shape:
 BUILDERS: dict[str, Callable[[dict, TaskName, int], Shape]] = {
     "gpt2": gpt2, "bert": bert, "roberta": roberta, "distilbert": distilbert, "t5": t5,
     "opt": opt, "llama": llama, "mistral": llama, "qwen2": qwen2, "mixtral": mixtral, "qwen2_moe": qwen2_moe,
+    "qwen3": qwen3, "qwen3_moe": qwen3_moe,
 }
 
 #: model_type → family, for the closed-form builders.
 FAMILIES: dict[str, FamilyName] = {
     "gpt2": Family.DECODER_ONLY, "opt": Family.DECODER_ONLY, "llama": Family.DECODER_ONLY, "mistral": Family.DECODER_ONLY,
     "qwen2": Family.DECODER_ONLY, "mixtral": Family.DECODER_ONLY, "qwen2_moe": Family.DECODER_ONLY,
+    "qwen3": Family.DECODER_ONLY, "qwen3_moe": Family.DECODER_ONLY,
     "bert": Family.ENCODER_ONLY, "roberta": Family.ENCODER_ONLY, "distilbert": Family.ENCODER_ONLY, "t5": Family.ENCODER_DECODER,
 }

@@ -1,8 +1,9 @@
-"""Closed-form shapes of the Llama-layout decoders: Llama, Mistral, Qwen2, and the mixture-of-experts
-Mixtral and Qwen-MoE (GQA attention, SwiGLU MLPs or experts, RMSNorm, rotary positions).
+"""Closed-form shapes of the Llama-layout decoders: Llama, Mistral, Qwen2, Qwen3, and the mixture-of-experts
+Mixtral, Qwen-MoE and Qwen3-MoE (GQA attention, SwiGLU MLPs or experts, RMSNorm, rotary positions).
 
 Sources: transformers 5.23 ``modeling_llama.py``, ``modeling_mistral.py``, ``modeling_qwen2.py``,
-``modeling_mixtral.py``, ``modeling_qwen2_moe.py`` and their configuration classes,
+``modeling_mixtral.py``, ``modeling_qwen2_moe.py``, 5.24 ``modeling_qwen3.py``, ``modeling_qwen3_moe.py`` and their
+configuration classes,
 https://github.com/huggingface/transformers/tree/main/src/transformers/models
 """
 
@@ -31,13 +32,20 @@ def _dims(cfg: dict, defaults: dict) -> _Dims:
     get = lambda key: cfg.get(key, defaults[key])  # noqa: E731
     h, heads = get("hidden_size"), get("num_attention_heads")
     kv = cfg.get("num_key_value_heads") or defaults.get("num_key_value_heads") or heads
-    return _Dims(h, get("num_hidden_layers"), heads, kv, cfg.get("head_dim") or h // heads, get("vocab_size"))
+    hd = cfg.get("head_dim") or defaults.get("head_dim") or h // heads
+    return _Dims(h, get("num_hidden_layers"), heads, kv, hd, get("vocab_size"))
 
 
 def _attention(d: _Dims, qkv_bias: bool, o_bias: bool) -> list[ParamGroup]:
     groups = linear("layers.self_attn.q_proj", d.h, d.heads * d.hd, d.layers, bias=qkv_bias)
     groups += linear("layers.self_attn.kv_proj", d.h, d.kv * d.hd, 2 * d.layers, bias=qkv_bias)
     return groups + linear("layers.self_attn.o_proj", d.heads * d.hd, d.h, d.layers, bias=o_bias)
+
+
+def _qk_norms(d: _Dims) -> list[ParamGroup]:
+    """Qwen3's RMSNorms over each head's queries and keys (``q_norm``, ``k_norm``: head_dim weights each, shared by
+    the heads; Qwen3 technical report, https://arxiv.org/abs/2505.09388 sec. 2: QK-Norm in place of QKV bias)."""
+    return norm("layers.self_attn.qk_norms", d.hd, 2 * d.layers, bias=False)
 
 
 def _swiglu(name: str, h: int, ffn: int, count: int, bias: bool = False) -> list[ParamGroup]:
@@ -86,6 +94,10 @@ _QWEN2 = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 3
           "vocab_size": 151936}
 _MIXTRAL = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
             "vocab_size": 32000}
+_QWEN3 = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+          "head_dim": 128, "vocab_size": 151936}  # Qwen3Config's head_dim is 128 whatever hidden / heads
+_QWEN3_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
+              "vocab_size": 151936}
 _QWEN2_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
               "vocab_size": 151936}
 
@@ -135,3 +147,29 @@ def qwen2_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     blocks += linear("layers.mlp.shared_expert_gate", d.h, 1, moe_layers, bias=False)
     return _decoder(cfg, task, num_labels, d, blocks, k * width + shared, num_experts=experts, experts_per_token=k,
                     shared_experts=1 if shared else 0, moe_layers=moe_layers, capacity_factor=capacity_factor(cfg))
+
+
+def qwen3(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Qwen3 (dense): the Llama layout without biases (``attention_bias``, default off) and with QK-Norm."""
+    d, ffn = _dims(cfg, _QWEN3), cfg.get("intermediate_size", 22016)
+    bias = cfg.get("attention_bias", False)
+    blocks = _attention(d, bias, bias) + _qk_norms(d) + _swiglu("layers.mlp", d.h, ffn, d.layers)
+    return _decoder(cfg, task, num_labels, d, blocks, ffn)
+
+
+def qwen3_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Qwen3-MoE: the Qwen3 layout; MoE blocks (every ``decoder_sparse_step``-th, not in ``mlp_only_layers``) route
+    each token to k of E experts, with no shared expert (Qwen3 technical report, https://arxiv.org/abs/2505.09388
+    sec. 2); the other blocks keep a dense MLP. ``ffn`` is the width a token passes through in a MoE block."""
+    d = _dims(cfg, _QWEN3_MOE)
+    experts, k = cfg.get("num_experts", 128), cfg.get("num_experts_per_tok", 8)
+    width, dense_ffn = cfg.get("moe_intermediate_size", 768), cfg.get("intermediate_size", 6144)
+    step, dense_only = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or [])
+    moe_layers = sum(1 for i in range(d.layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+    bias = cfg.get("attention_bias", False)
+    blocks = _attention(d, bias, bias) + _qk_norms(d) + _swiglu("layers.mlp", d.h, dense_ffn, d.layers - moe_layers)
+    if not moe_layers:
+        return _decoder(cfg, task, num_labels, d, blocks, dense_ffn)
+    blocks += _routed_experts(d.h, width, experts, moe_layers)
+    return _decoder(cfg, task, num_labels, d, blocks, k * width, num_experts=experts, experts_per_token=k,
+                    moe_layers=moe_layers, capacity_factor=capacity_factor(cfg))

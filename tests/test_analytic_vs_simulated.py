@@ -29,6 +29,7 @@ _SAME_LAYOUT = ("the Llama layout and coefficients the Llama-2-7B and Llama-3-8B
 #: catalog model → why the unit grid leaves it out
 SKIPPED = {
     "mistralai/Mixtral-8x7B-v0.1": _MOE, "Qwen/Qwen1.5-MoE-A2.7B": _MOE, "deepseek-ai/DeepSeek-V2-Lite": _MOE,
+    "Qwen/Qwen3-30B-A3B": _MOE,
     "meta-llama/Llama-3.1-8B": "the tensors and seq-len of meta-llama/Meta-Llama-3-8B (only RoPE scaling and max "
                                "positions differ): the same rows",
     "meta-llama/Llama-3.1-70B": _SAME_LAYOUT, "huggyllama/llama-65b": _SAME_LAYOUT,

@@ -55,22 +55,27 @@ def test_published_counts() -> None:
     nemo = profile_model("mistralai/Mistral-Nemo-Base-2407")  # head_dim 128, not 5120 / 32
     assert nemo.num_parameters == 12_247_782_400 and nemo.head_dim == 128
     assert profile_model("huggyllama/llama-65b").num_parameters == 65_285_660_672
+    qwen3 = profile_model("Qwen/Qwen3-8B")  # QK-Norm, no biases; Qwen's model card: 8.2B
+    assert qwen3.num_parameters == 8_190_735_360 and qwen3.parameter_count_method == "closed-form"
 
 
-@pytest.mark.parametrize("model_id, total, active, published_total, published_active", [
+@pytest.mark.parametrize("model_id, total, active, published_total, published_active, rel_active", [
     # Mistral AI, "Mixtral of experts" (https://mistral.ai/news/mixtral-of-experts): 46.7B total, 12.9B per token
-    ("mistralai/Mixtral-8x7B-v0.1", 46_702_792_704, 12_879_925_248, 46.7e9, 12.9e9),
+    ("mistralai/Mixtral-8x7B-v0.1", 46_702_792_704, 12_879_925_248, 46.7e9, 12.9e9, 0.01),
     # Qwen, "Qwen1.5-MoE" (https://qwenlm.github.io/blog/qwen-moe/): 14.3B total, 2.7B activated
-    ("Qwen/Qwen1.5-MoE-A2.7B", 14_315_784_192, 2_689_173_504, 14.3e9, 2.7e9),
+    ("Qwen/Qwen1.5-MoE-A2.7B", 14_315_784_192, 2_689_173_504, 14.3e9, 2.7e9, 0.01),
     # DeepSeek-AI 2024, DeepSeek-V2 (https://arxiv.org/abs/2405.04434) appendix B: 15.7B total, 2.4B activated,
     # which leaves out the 0.21B input embedding (a lookup): 2.66B - 0.21B = 2.45B
-    ("deepseek-ai/DeepSeek-V2-Lite", 15_706_484_224, 2_661_150_208, 15.7e9, 2.45e9 + 102400 * 2048),
+    ("deepseek-ai/DeepSeek-V2-Lite", 15_706_484_224, 2_661_150_208, 15.7e9, 2.45e9 + 102400 * 2048, 0.01),
+    # Qwen3-30B-A3B's model card (https://huggingface.co/Qwen/Qwen3-30B-A3B): 30.5B in total and 3.3B activated,
+    # the latter truncated: 48 blocks' attention 0.906B + 8 of 128 experts 1.812B + routers + embedding and head
+    ("Qwen/Qwen3-30B-A3B", 30_532_122_624, 3_353_032_704, 30.5e9, 3.3e9, 0.02),
 ])
-def test_moe_total_and_active_counts(model_id, total, active, published_total, published_active) -> None:
+def test_moe_total_and_active_counts(model_id, total, active, published_total, published_active, rel_active) -> None:
     p = profile_model(model_id)
     assert (p.num_parameters, p.active_parameters) == (total, active)
     assert p.num_parameters == pytest.approx(published_total, rel=0.005)
-    assert p.active_parameters == pytest.approx(published_active, rel=0.01)
+    assert p.active_parameters == pytest.approx(published_active, rel=rel_active)
     assert p.active_parameters == _active_on_meta_device(model_id)
     assert p.active_matmul_parameters < p.active_parameters < p.num_parameters
     assert p.capacity_factor is None  # dropless in transformers
@@ -111,6 +116,10 @@ TINY_MOE = [
      "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 6,
      "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 80,
      "decoder_sparse_step": 2, "mlp_only_layers": [3], "vocab_size": 500},
+    {"model_type": "qwen3_moe", "architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 160,
+     "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "num_experts": 6,
+     "num_experts_per_tok": 2, "moe_intermediate_size": 32, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+     "vocab_size": 500},
 ]
 
 
@@ -128,6 +137,19 @@ def test_moe_closed_form_equals_the_meta_device_fallback(config) -> None:
               "experts_per_token", "shared_experts", "moe_layers", "ffn", "capacity_factor")
     assert {f: getattr(closed, f) for f in fields} == {f: getattr(meta, f) for f in fields}
     assert closed.num_parameters == _count_config(config)
+
+
+@pytest.mark.parametrize("extra", [{}, {"head_dim": 16, "attention_bias": True, "tie_word_embeddings": True}])
+def test_qwen3_closed_form_equals_transformers(extra) -> None:
+    """Qwen3Config's head_dim is 128 when a config leaves it out (not hidden / heads); biases and tied embeddings
+    as asked."""
+    from probes.architectures import BUILDERS
+    config = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+              "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 500, **extra}
+    shape = BUILDERS["qwen3"](config, "causal-lm", 2)
+    assert shape.num_parameters == _count_config(config)
+    assert shape.head_dim == extra.get("head_dim", 128)
 
 
 def test_meta_device_fallback_for_other_architectures(tmp_path) -> None:
