@@ -7,7 +7,8 @@ length, micro-batch, accumulation, precision, weights dtype, optimizer, checkpoi
 offload, method and LoRA rank / targets (QLoRA: double quantization or not), and the stack (:func:`stack_options`: attention kernel, loss kernel,
 compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbytes' version for QLoRA, with
 reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
-``estimate``'s own default and named in the case's "why it may differ" column; nothing is invented. A case
+``estimate``'s own default, or to the source's framework's where it has one (QLoRA through PEFT: checkpointing on,
+:func:`_peft_kbit_recipe`), and named in the case's "why it may differ" column; nothing is invented. A case
 advisor cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
 is listed as skipped with its reason.
 
