@@ -72,6 +72,13 @@ def _routed_experts(h: int, width: int, experts: int, router_count: int) -> list
             ParamGroup("layers.mlp.experts.down_proj", (experts, h, width), router_count, True, True)]
 
 
+def _moe_blocks(cfg: dict, layers: int, experts: int) -> int:
+    """Blocks with a sparse MoE MLP under Qwen-MoE's rule: every ``decoder_sparse_step``-th block not in
+    ``mlp_only_layers`` (transformers ``Qwen2MoeDecoderLayer``, ``Qwen3MoeDecoderLayer``)."""
+    step, dense_only = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or [])
+    return sum(1 for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+
+
 def _decoder(cfg: dict, task: TaskName, num_labels: int, d: _Dims, blocks: list[ParamGroup], ffn: int,
              **moe) -> Shape:
     """A Llama-layout decoder: embedding, ``blocks``, two RMSNorms per block and a final one, the head."""
@@ -135,8 +142,7 @@ def qwen2_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     d = _dims(cfg, _QWEN2_MOE)
     experts, k = cfg.get("num_experts", 60), cfg.get("num_experts_per_tok", 4)
     width, shared = cfg.get("moe_intermediate_size", 1408), cfg.get("shared_expert_intermediate_size", 5632)
-    step, dense_only = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or [])
-    moe_layers = sum(1 for i in range(d.layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+    moe_layers = _moe_blocks(cfg, d.layers, experts)
     dense_ffn = cfg.get("intermediate_size", 5632)
     blocks = _attention(d, cfg.get("qkv_bias", True), False)
     blocks += _swiglu("layers.mlp", d.h, dense_ffn, d.layers - moe_layers)
@@ -164,8 +170,7 @@ def qwen3_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     d = _dims(cfg, _QWEN3_MOE)
     experts, k = cfg.get("num_experts", 128), cfg.get("num_experts_per_tok", 8)
     width, dense_ffn = cfg.get("moe_intermediate_size", 768), cfg.get("intermediate_size", 6144)
-    step, dense_only = cfg.get("decoder_sparse_step", 1), set(cfg.get("mlp_only_layers") or [])
-    moe_layers = sum(1 for i in range(d.layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
+    moe_layers = _moe_blocks(cfg, d.layers, experts)
     bias = cfg.get("attention_bias", False)
     blocks = _attention(d, bias, bias) + _qk_norms(d) + _swiglu("layers.mlp", d.h, dense_ffn, d.layers - moe_layers)
     if not moe_layers:
