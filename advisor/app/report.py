@@ -7,7 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from advisor.engine.memory import MemoryEstimate
+from advisor.engine.memory import MemoryEstimate, Verdict
 from probes.units import GIB
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.speed import SpeedEstimate
@@ -123,7 +123,8 @@ def _moe_rows(m: ModelProfile) -> list[tuple[str, str]]:
 
 
 #: Each memory verdict (:attr:`MemoryEstimate.verdict`) in words and colour: a tight plan says what it lacks.
-VERDICTS = {"fits": ("fits", "green"), "tight": ("tight: no margin", "yellow"), "does not fit": ("does not fit", "red")}
+VERDICTS = {Verdict.FITS: ("fits", "green"), Verdict.TIGHT: ("tight: no margin", "yellow"),
+            Verdict.NO_FIT: ("does not fit", "red")}
 
 
 def memory_table(mem: MemoryEstimate) -> Table:

@@ -43,6 +43,8 @@ Known limitations:
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
@@ -79,6 +81,14 @@ ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the sa
 OFFLOAD_RESIDENT = 1
 
 
+class Verdict(StrEnum):
+    """Whether one step's memory fits its device (:attr:`MemoryEstimate.verdict`)."""
+
+    FITS = "fits"  #: device memory within the capacity less the safety margin
+    TIGHT = "tight"  #: within the capacity, not the margin: it should run, but the planner does not pick it
+    NO_FIT = "does not fit"
+
+
 class MemoryComponents(BaseModel):
     """Bytes by kind, per device."""
 
@@ -113,10 +123,10 @@ class MemoryEstimate(BaseModel):
     """the peak's parts, bytes each"""
 
     @property
-    def verdict(self) -> str:
-        """'fits' (within the safety margin), 'tight' (within the capacity, not the margin: it should run, as
-        published runs at 0.84-0.99 of their GPU did, but the planner does not pick it) or 'does not fit'."""
-        return "fits" if self.fits else "tight" if self.fits_capacity else "does not fit"
+    def verdict(self) -> Verdict:
+        """:class:`Verdict` of ``fits`` and ``fits_capacity``: a tight plan should run, as published runs at
+        0.84-0.99 of their GPU did (``benchmarks/results/published.md``)."""
+        return Verdict.FITS if self.fits else Verdict.TIGHT if self.fits_capacity else Verdict.NO_FIT
 
 
 def _loss(plan: Plan) -> LossKernelSpec:
