@@ -28,6 +28,9 @@ COMMANDS = {
     "advisor recommend --model meta-llama/Llama-2-7b-hf --gpu a100-80gb:8 --json":
         [sys.executable, "-m", "advisor", "recommend", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb:8",
          "--json"],
+    "advisor recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu h100-sxm:8 --json":
+        [sys.executable, "-m", "advisor", "recommend", "--model", "mistralai/Mixtral-8x7B-v0.1", "--gpu", "h100-sxm:8",
+         "--json"],
     "advisor estimate --model gpt2 --gpu t4 --json":
         [sys.executable, "-m", "advisor", "estimate", "--model", "gpt2", "--gpu", "t4", "--json"],
 }

@@ -10,8 +10,8 @@ the blocks' fp32 absmax constants to 8 bits with a second-level fp32 constant pe
 bitsandbytes leaves the embedding and the output head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``;
 transformers skips ``lm_head``).
 
-Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter) is counted
-as three (r·(3h + 3h)), within r·2h per layer; bias vectors stay unquantized (a few parameters).
+Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter; Phi-3's ``qkv_proj`` and
+``gate_up_proj``) is counted as its parts (r·(3h + 3h)), within r·2h per layer; bias vectors stay unquantized (a few parameters).
 """
 
 from __future__ import annotations

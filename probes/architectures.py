@@ -6,7 +6,7 @@ tensors (:class:`ParamGroup`) that transformers creates for a task head, and the
 groups; a test checks it equals what transformers counts on the meta device for every catalog
 model. Tied input/output embeddings are one tensor (counted once) used by two matmuls.
 
-The Llama-layout decoders (Llama, Mistral, Qwen2, Mixtral, Qwen-MoE) are in :mod:`probes.decoders`; the
+The Llama-layout decoders (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi-3, Mixtral, the Qwen MoEs) are in :mod:`probes.decoders`; the
 tensor and shape types in :mod:`probes.shapes`.
 
 Sources: the transformers modelling files (``modeling_gpt2.py``, ``modeling_bert.py``,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from probes.decoders import llama, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe
+from probes.decoders import gemma, gemma2, gemma3_text, llama, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe
 from probes.shapes import FamilyName, ParamGroup, Shape, TaskName, linear, norm, task_head, tied_head
 from probes.vocabulary import Family, Task
 
@@ -160,13 +160,19 @@ def opt(cfg: dict, task: TaskName, num_labels: int) -> Shape:
 BUILDERS: dict[str, Callable[[dict, TaskName, int], Shape]] = {
     "gpt2": gpt2, "bert": bert, "roberta": roberta, "distilbert": distilbert, "t5": t5,
     "opt": opt, "llama": llama, "mistral": llama, "qwen2": qwen2, "mixtral": mixtral, "qwen2_moe": qwen2_moe,
-    "qwen3": qwen3, "qwen3_moe": qwen3_moe,
+    "qwen3": qwen3, "qwen3_moe": qwen3_moe, "gemma": gemma, "gemma2": gemma2, "gemma3_text": gemma3_text, "phi3": phi3,
 }
+
+#: Task heads of its family a closed-form type has no transformers class for (transformers 5.24's Auto mappings:
+#: no ``GemmaForQuestionAnswering``, ``Gemma2…``, ``Gemma3…``, ``Phi3ForQuestionAnswering``), so no plan for them.
+MISSING_TASKS: dict[str, frozenset[str]] = {t: frozenset({Task.QUESTION_ANSWERING.value})
+                                             for t in ("gemma", "gemma2", "gemma3_text", "phi3")}
 
 #: model_type → family, for the closed-form builders.
 FAMILIES: dict[str, FamilyName] = {
     "gpt2": Family.DECODER_ONLY, "opt": Family.DECODER_ONLY, "llama": Family.DECODER_ONLY, "mistral": Family.DECODER_ONLY,
     "qwen2": Family.DECODER_ONLY, "mixtral": Family.DECODER_ONLY, "qwen2_moe": Family.DECODER_ONLY,
-    "qwen3": Family.DECODER_ONLY, "qwen3_moe": Family.DECODER_ONLY,
+    "qwen3": Family.DECODER_ONLY, "qwen3_moe": Family.DECODER_ONLY, "gemma": Family.DECODER_ONLY,
+    "gemma2": Family.DECODER_ONLY, "gemma3_text": Family.DECODER_ONLY, "phi3": Family.DECODER_ONLY,
     "bert": Family.ENCODER_ONLY, "roberta": Family.ENCODER_ONLY, "distilbert": Family.ENCODER_ONLY, "t5": Family.ENCODER_DECODER,
 }

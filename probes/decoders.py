@@ -1,10 +1,11 @@
-"""Closed-form shapes of the Llama-layout decoders: Llama, Mistral, Qwen2, Qwen3, and the mixture-of-experts
-Mixtral, Qwen-MoE and Qwen3-MoE (GQA attention, SwiGLU MLPs or experts, RMSNorm, rotary positions).
+"""Closed-form shapes of the Llama-layout decoders: Llama, Mistral, Qwen2, Qwen3, Gemma (1, 2 and 3's text model),
+Phi-3, and the mixture-of-experts Mixtral, Qwen-MoE and Qwen3-MoE (GQA attention, gated MLPs or experts, RMSNorm,
+rotary positions).
 
 Sources: transformers 5.23 ``modeling_llama.py``, ``modeling_mistral.py``, ``modeling_qwen2.py``,
-``modeling_mixtral.py``, ``modeling_qwen2_moe.py``, 5.24 ``modeling_qwen3.py``, ``modeling_qwen3_moe.py`` and their
-configuration classes,
-https://github.com/huggingface/transformers/tree/main/src/transformers/models
+``modeling_mixtral.py``, ``modeling_qwen2_moe.py``, 5.24 ``modeling_qwen3.py``, ``modeling_qwen3_moe.py``,
+``modeling_gemma.py``, ``modeling_gemma2.py``, ``modeling_gemma3.py``, ``modeling_phi3.py`` and their configuration
+classes, https://github.com/huggingface/transformers/tree/main/src/transformers/models
 """
 
 from __future__ import annotations
@@ -80,18 +81,20 @@ def _moe_blocks(cfg: dict, layers: int, experts: int) -> int:
 
 
 def _decoder(cfg: dict, task: TaskName, num_labels: int, d: _Dims, blocks: list[ParamGroup], ffn: int,
-             **moe) -> Shape:
-    """A Llama-layout decoder: embedding, ``blocks``, two RMSNorms per block and a final one, the head."""
-    tied = cfg.get("tie_word_embeddings", False)
+             tied_default: bool = False, block_norms: int = 2, positions: int | None = None, **moe) -> Shape:
+    """A Llama-layout decoder: embedding, ``blocks``, ``block_norms`` RMSNorms per block and a final one, the head
+    (tied to the embedding as ``tie_word_embeddings`` says, else as the config class does: ``tied_default``;
+    ``positions``: the config class's ``max_position_embeddings``)."""
+    tied = cfg.get("tie_word_embeddings", tied_default)
     groups = [ParamGroup("embed_tokens.weight", (d.vocab, d.h))] + blocks
-    groups += norm("layers.norms", d.h, 2 * d.layers, bias=False) + norm("norm", d.h, bias=False)
+    groups += norm("layers.norms", d.h, block_norms * d.layers, bias=False) + norm("norm", d.h, bias=False)
     if task == Task.CAUSAL_LM and tied:
         groups = tied_head(groups, "embed_tokens.weight")
     elif task == Task.CAUSAL_LM:
         groups += linear("lm_head", d.h, d.vocab, bias=False)
     groups += task_head(task, d.h, num_labels, seq_cls_bias=False)
     return Shape(Family.DECODER_ONLY, d.layers, 0, d.layers, d.h, d.heads, d.kv, d.hd, ffn, d.vocab,
-                 cfg.get("max_position_embeddings"), True, tied, groups, **moe)
+                 cfg.get("max_position_embeddings", positions), True, tied, groups, **moe)
 
 
 #: Defaults of the config classes (transformers 5.23 ``LlamaConfig``, ``Qwen2Config``, ``MixtralConfig``,
@@ -105,6 +108,13 @@ _QWEN3 = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 3
           "head_dim": 128, "vocab_size": 151936}  # Qwen3Config's head_dim is 128 whatever hidden / heads
 _QWEN3_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
               "vocab_size": 151936}
+_GEMMA = {"hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+          "head_dim": 256, "vocab_size": 256000, "intermediate_size": 24576, "max_position_embeddings": 8192}
+_GEMMA2 = {"hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+           "head_dim": 256, "vocab_size": 256000, "intermediate_size": 9216, "max_position_embeddings": 8192}
+_GEMMA3_TEXT = {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072}
+_PHI3 = {"hidden_size": 3072, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32064,
+         "intermediate_size": 8192, "max_position_embeddings": 4096}
 _QWEN2_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
               "vocab_size": 151936}
 
@@ -178,3 +188,43 @@ def qwen3_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     blocks += _routed_experts(d.h, width, experts, moe_layers)
     return _decoder(cfg, task, num_labels, d, blocks, k * width, num_experts=experts, experts_per_token=k,
                     moe_layers=moe_layers, capacity_factor=capacity_factor(cfg))
+
+
+def _gemma(cfg: dict, task: TaskName, num_labels: int, defaults: dict, qk_norm: bool, block_norms: int) -> Shape:
+    """The Gemma layout: Llama's, with GeGLU MLPs (gate, up and down projections as SwiGLU's), the head tied to the
+    embedding unless the config says otherwise, and (Gemma 2, 3) norms before and after each sub-layer."""
+    d, ffn = _dims(cfg, defaults), cfg.get("intermediate_size", defaults["intermediate_size"])
+    bias = cfg.get("attention_bias", False)
+    blocks = _attention(d, bias, bias) + (_qk_norms(d) if qk_norm else []) + _swiglu("layers.mlp", d.h, ffn, d.layers)
+    return _decoder(cfg, task, num_labels, d, blocks, ffn, tied_default=True, block_norms=block_norms,
+                    positions=defaults["max_position_embeddings"])
+
+
+def gemma(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Gemma (Gemma Team 2024, https://arxiv.org/abs/2403.08295 sec. 2): multi-query or multi-head attention with
+    256-wide heads, GeGLU, two RMSNorms per block, a 256k vocabulary whose embedding is the head."""
+    return _gemma(cfg, task, num_labels, _GEMMA, qk_norm=False, block_norms=2)
+
+
+def gemma2(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Gemma 2 (Gemma Team 2024, https://arxiv.org/abs/2408.00118 sec. 2): Gemma's layout with GQA and four RMSNorms
+    per block (before and after attention and the MLP)."""
+    return _gemma(cfg, task, num_labels, _GEMMA2, qk_norm=False, block_norms=4)
+
+
+def gemma3_text(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Gemma 3's text model (``gemma3_text``: Gemma 3 1B, and the language model of the larger ones; Gemma Team
+    2025, https://arxiv.org/abs/2503.19786 sec. 2): Gemma 2's layout with QK-Norm in place of soft-capping."""
+    return _gemma(cfg, task, num_labels, _GEMMA3_TEXT, qk_norm=True, block_norms=4)
+
+
+def phi3(cfg: dict, task: TaskName, num_labels: int) -> Shape:
+    """Phi-3 and Phi-4 (``phi3``: Abdin et al. 2024, https://arxiv.org/abs/2404.14219 sec. 2): the Llama layout with
+    the q, k and v projections fused into one ``qkv_proj`` and the gate and up projections into one
+    ``gate_up_proj`` (the tensors the optimizer steps and Adafactor factors), no biases, an untied head."""
+    d, ffn = _dims(cfg, _PHI3), cfg.get("intermediate_size", _PHI3["intermediate_size"])
+    blocks = linear("layers.self_attn.qkv_proj", d.h, (d.heads + 2 * d.kv) * d.hd, d.layers, bias=False)
+    blocks += linear("layers.self_attn.o_proj", d.heads * d.hd, d.h, d.layers, bias=False)
+    blocks += linear("layers.mlp.gate_up_proj", d.h, 2 * ffn, d.layers, bias=False)
+    blocks += linear("layers.mlp.down_proj", ffn, d.h, d.layers, bias=False)
+    return _decoder(cfg, task, num_labels, d, blocks, ffn, positions=_PHI3["max_position_embeddings"])

@@ -73,9 +73,20 @@ ATTENTION_SPECS: dict[Attention, AttentionSpec] = {
 
 #: Closed-form model types (``probes/architectures.py``) whose transformers modelling code has no FlashAttention path:
 #: T5 adds its relative position bias to the attention scores (``_supports_flash_attn = False`` in transformers 5.24's
-#: ``models/t5/modeling_t5.py``). Every closed-form type runs SDPA. Other model types are read from their class
+#: ``models/t5/modeling_t5.py``). Every closed-form type but :data:`NO_SDPA_ATTENTION_TYPES` runs SDPA. Other model types are read from their class
 #: (:func:`supported_attention`, ``probes/meta_count.py``).
 NO_FLASH_ATTENTION_TYPES = frozenset({"t5"})
+#: Closed-form model types whose transformers class has no SDPA path: Gemma 2 soft-caps its attention logits, which
+#: SDPA cannot (``_supports_sdpa = False  # sdpa does not support softcapping`` in transformers 5.24's
+#: ``models/gemma2/modeling_gemma2.py``); eager and FlashAttention (its ``softcap`` argument) can.
+NO_SDPA_ATTENTION_TYPES = frozenset({"gemma2"})
+
+
+def closed_form_attention(model_type: str) -> list[str]:
+    """The attention implementations (:func:`supported_attention`) of a closed-form model type's transformers class:
+    SDPA but for :data:`NO_SDPA_ATTENTION_TYPES`, FlashAttention but for :data:`NO_FLASH_ATTENTION_TYPES`."""
+    return supported_attention(sdpa=model_type not in NO_SDPA_ATTENTION_TYPES,
+                               flash=model_type not in NO_FLASH_ATTENTION_TYPES)
 
 
 def supported_attention(sdpa: bool, flash: bool) -> list[str]:

@@ -45,7 +45,8 @@ ALL_LINEAR = "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.
 #: The attention projections q, k, v and output of each model type, as PEFT's ``target_modules`` (a module
 #: matches when its name ends with ``.`` + an entry). Source: the attention classes of transformers'
 #: modeling files (``models/<type>/modeling_<type>.py``): LlamaAttention and its copies (Mistral, Mixtral,
-#: Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE) ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; GPT2Attention one fused
+#: Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Gemma 1-3) ``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``; Phi3Attention one
+#: fused ``qkv_proj`` and ``o_proj``; GPT2Attention one fused
 #: ``c_attn`` (q, k and v) and ``c_proj`` (``attn.c_proj``: the MLP has a ``c_proj`` too); BertSelfAttention
 #: ``query``, ``key``, ``value`` and BertSelfOutput's ``dense`` (``attention.output.dense``: the MLP's output
 #: is ``output.dense`` too), RoBERTa the same; DistilBERT's MultiHeadSelfAttention ``q_lin``, ``k_lin``,
@@ -53,7 +54,9 @@ ALL_LINEAR = "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.
 #: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``. tests/test_emit.py checks each against the model built.
 ATTENTION_MODULES: dict[str, tuple[str, ...]] = {
     **{t: ("q_proj", "k_proj", "v_proj", "o_proj")
-       for t in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe")},
+       for t in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                 "gemma3_text")},
+    "phi3": ("qkv_proj", "o_proj"),
     "gpt2": ("c_attn", "attn.c_proj"),
     "bert": ("query", "key", "value", "attention.output.dense"),
     "roberta": ("query", "key", "value", "attention.output.dense"),

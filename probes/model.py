@@ -27,12 +27,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from probes.architectures import BUILDERS, FAMILIES
+from probes.architectures import BUILDERS, FAMILIES, MISSING_TASKS
 from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
-from probes.kernels import NO_FLASH_ATTENTION_TYPES, Attention, supported_attention
+from probes.kernels import Attention, closed_form_attention
 from probes.limits import MAX_MODEL_ID
 from probes.vocabulary import Family, Task, values
 
@@ -345,14 +345,14 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
     if builder is not None:
         family = FAMILIES[model_type]
         chosen = task or default_task(config, family)
-        _check_task(model_id, family, chosen)
+        _check_task(model_id, family, chosen, MISSING_TASKS.get(model_type, frozenset()))
         try:
             shape = builder(config, chosen, num_labels)
         except (TypeError, ValueError, ZeroDivisionError) as exc:
             raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
         method = "closed-form"
         supports_ckpt = True
-        kernels = supported_attention(sdpa=True, flash=model_type not in NO_FLASH_ATTENTION_TYPES)
+        kernels = closed_form_attention(model_type)
     else:
         from probes.meta_count import shape_on_meta_device
 
@@ -362,9 +362,9 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         method = "meta-device"
     dtype = _dtype(config)
     return ModelProfile(
-        id=model_id, source=source, config_path=path, model_type=model_type,
+        id=model_id, source=source, config_path=path, model_type=model_type, num_parameters=shape.num_parameters,
         architectures=list(config.get("architectures") or []), family=shape.family, task=chosen,
-        supported_tasks=[t.value for t in Family(shape.family).tasks], num_parameters=shape.num_parameters,
+        supported_tasks=[t.value for t in Family(shape.family).tasks if t not in MISSING_TASKS.get(model_type, ())],
         matmul_parameters=shape.matmul_parameters, active_parameters=shape.active_parameters,
         active_matmul_parameters=shape.active_matmul_parameters, num_experts=shape.num_experts,
         experts_per_token=shape.experts_per_token, shared_experts=shape.shared_experts, moe_layers=shape.moe_layers,
@@ -390,10 +390,10 @@ def _has_dropout(config: dict) -> bool:
     return any(isinstance(config.get(k), (int, float)) and config[k] > 0 for k in _DROPOUT_KEYS)
 
 
-def _check_task(model_id: str, family: FamilyName, task: TaskName) -> None:
-    if task not in Family(family).tasks:
-        raise UsageError(f"task '{task}' does not fit '{model_id}' ({family}); "
-                         f"choose one of: {', '.join(Family(family).tasks)}")
+def _check_task(model_id: str, family: FamilyName, task: TaskName, missing: frozenset[str] = frozenset()) -> None:
+    tasks = [t for t in Family(family).tasks if t not in missing]  # missing: MISSING_TASKS of a closed-form type
+    if task not in tasks:
+        raise UsageError(f"task '{task}' does not fit '{model_id}' ({family}); choose one of: {', '.join(tasks)}")
 
 
 __all__ = ["ModelProfile", "ParamGroup", "TASKS", "catalog_ids", "load_config", "profile_model",

@@ -76,7 +76,8 @@ def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeyp
     (_, report), = reports
     assert report.trials[0].status == "ok"
     markdown = (out / "validate_cpu.md").read_text()
-    assert "--rows 0 --steps 2" in markdown and f"| {config} | 64 | fp32, adamw, micro-batch 8 × 1 | plan | ok |" \
+    precision = report.trials[0].plan.precision  # fp32, or bf16 on a CPU with AMX (rules/precision.py)
+    assert "--rows 0 --steps 2" in markdown and f"| {config} | 64 | {precision}, adamw, micro-batch 8 × 1 | plan | ok |" \
         in markdown and "Peak: median |error|" in markdown
     assert render(runs, reports) == markdown
 

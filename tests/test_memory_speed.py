@@ -404,3 +404,29 @@ def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(optimi
     varied = base.model_copy(update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps})
     fresh = _activation_bytes_of(GPT2, varied, 512, False)
     assert fresh == _activation_bytes_of(GPT2, base, 512, False) == _activation_bytes(GPT2, varied, 512, False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["none", "ddp", "zero-2", "fsdp-full-shard"]), st.sampled_from(["full", "lora"]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 8]), st.booleans(), st.sampled_from(["sdpa", "eager"]),
+       st.booleans())
+def test_the_states_memo_leaves_out_only_what_the_states_do_not_read(parallelism, method, micro, steps, ckpt,
+                                                                     attention, compile_) -> None:
+    """advisor.engine.states remembers the model states by plan less the fields ``_NOT_STATES`` names: no line of
+    states.py reads one of them, and plans that differ only in them (accumulation: only in how many micro-batches
+    beyond one) get the states computed afresh."""
+    import re
+    from pathlib import Path
+
+    from advisor.engine import states
+
+    read = set(re.findall(r"plan\.([a-z_0-9]+)", Path(states.__file__).read_text()))
+    assert not read & (states._NOT_STATES - {"gradient_accumulation_steps"})
+    gpus = 1 if parallelism == "none" else 4
+    base = _plan(parallelism=parallelism, method=method, num_gpus=gpus, weights_dtype="bf16")
+    varied = base.model_copy(update={"micro_batch_size": micro, "gradient_accumulation_steps": steps,
+                                     "gradient_checkpointing": ckpt, "attention": attention,
+                                     "torch_compile": compile_, "tf32": not ckpt})
+    assert states.model_states(GPT2, varied, 1) == states._model_states_of(GPT2, varied, 1)
+    if steps == 1:
+        assert states._model_states_of(GPT2, varied, 1) == states._model_states_of(GPT2, base, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,46 @@ def test_factored_statistics_match_transformers_adafactor_on_fused_experts(tmp_p
     stats = sum(t.numel() for state in optimizer.state.values() for k, t in state.items()
                 if k in ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq"))
     assert stats == profile.factored_statistics_elements
+
+
+_PUBLISHED_CONFIGS = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "configs"
+TINY_GEMMA_PHI = [
+    {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 500},
+    {"model_type": "gemma", "architectures": ["GemmaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 500,
+     "attention_bias": True, "tie_word_embeddings": False},
+    {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 500, "pad_token_id": 0,
+     "tie_word_embeddings": True},
+]
+GEMMA_PHI = [json.loads((_PUBLISHED_CONFIGS / m / "config.json").read_text()) for m in (
+    "google--gemma-2b", "google--gemma-7b", "google--gemma-2-2b", "google--gemma-2-9b",
+    "microsoft--Phi-3-mini-4k-instruct")] + TINY_GEMMA_PHI
+
+
+@pytest.mark.parametrize("config", GEMMA_PHI, ids=[f"{c['model_type']}-{c['hidden_size']}" for c in GEMMA_PHI])
+def test_gemma_and_phi3_closed_forms_equal_the_meta_device_profile(config, monkeypatch) -> None:
+    """Gemma 1-3 and Phi-3 in closed form (no torch): every field of the profile equals what transformers' model on the
+    meta device gives (parameters, the tensors' shapes the optimizer and Adafactor see, the attention kernels: Gemma 2
+    has no SDPA path), for each task head transformers has, and the head it lacks is refused."""
+    from probes.architectures import BUILDERS, MISSING_TASKS
+    from probes.errors import UsageError
+    from probes.model import profile_from_config
+
+    model_type = config["model_type"]
+    for task in Family.DECODER_ONLY.tasks:
+        if task in MISSING_TASKS[model_type]:
+            with pytest.raises(UsageError, match="does not fit"):
+                profile_from_config(config, "m", task=task)
+            continue
+        closed = profile_from_config(config, "m", task=task)
+        with monkeypatch.context() as m:
+            m.delitem(BUILDERS, model_type)  # probes.model reads the same dict
+            meta = profile_from_config(config, "m", task=task)
+        assert (closed.parameter_count_method, meta.parameter_count_method) == ("closed-form", "meta-device")
+        skip = {"parameter_count_method", "parameter_shapes", "supported_tasks"}
+        assert closed.model_dump(exclude=skip) == meta.model_dump(exclude=skip)
+        assert sorted(s for s, n in closed.parameter_shapes for _ in range(n)) == sorted(
+            s for s, n in meta.parameter_shapes for _ in range(n))
+        assert Task.QUESTION_ANSWERING not in closed.supported_tasks

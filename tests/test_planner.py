@@ -133,7 +133,7 @@ def test_model_parallel_replicas_set_the_data_parallel_size() -> None:
 def test_memory_objective_stays_within_its_speed_tolerance() -> None:
     """`--objective memory` (issue 14): the least memory among plans within 10 % of the fastest plan's tokens/s and
     its fallbacks, not fp32 + Adafactor + checkpointing at 15 % MFU to save 0.15 GiB."""
-    from advisor.engine.planner import MEMORY_SPEED_TOLERANCE
+    from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE
 
     fast = recommend("gpt2", gpu="a100-80gb")
     lean = recommend("gpt2", gpu="a100-80gb", objective="memory")
@@ -152,3 +152,84 @@ def test_slow_plans_name_faster_hardware() -> None:
     assert len(slow.suggestions) == 1 and "--gpu h200:1" in slow.suggestions[0]
     assert "method=lora" in slow.suggestions[0] and "x)" in slow.suggestions[0]
     assert recommend("gpt2", gpu="a100-80gb").suggestions == []
+
+
+def _same_best(f) -> None:
+    full, bounded = search(f), search(f, best_only=True)
+    assert (full.best is None) == (bounded.best is None)
+    if full.best is not None:
+        assert bounded.best.plan == full.best.plan
+        assert (bounded.best.penalty, bounded.best.speed.tokens_per_s) == (full.best.penalty, full.best.speed.tokens_per_s)
+        assert len(bounded.candidates) <= len(full.candidates)
+    else:  # nothing fits: every candidate is priced, as the suggestions read them
+        assert [c.plan for c in bounded.candidates] == [c.plan for c in full.candidates]
+
+
+@pytest.mark.parametrize("gpu, model, seq_len, workload", [
+    ("t4", "meta-llama/Llama-2-7b-hf", 1024, {}),  # adapters, checkpointing: high penalties
+    ("a10g", "meta-llama/Llama-2-7b-hf", 2048, {"objective": "memory"}),
+    ("a100-80gb:8", "meta-llama/Llama-2-7b-hf", 2048, {"attention": "flash-attention-2"}),
+    ("rtx-4090:2", "mistralai/Mistral-7B-v0.1", 1024, {"method": "full"}),  # offload or model parallel
+    ("a100-40gb:8", "mistralai/Mixtral-8x7B-v0.1", 1024, {}),  # expert parallel, model parallel
+    ("t4", "meta-llama/Llama-3.1-70B", 4096, {}),  # nothing fits
+    ("v100-16gb", "gpt2-xl", 1024, {"objective": "memory"}),
+])
+def test_best_only_search_finds_the_full_search_s_best(gpu, model, seq_len, workload) -> None:
+    """``search(best_only=True)`` (what the stack, method and GPU comparisons run) prices fewer plans and picks the
+    same best plan as the full search, under both objectives, or prices them all when nothing fits."""
+    from conftest import facts
+
+    _same_best(facts(gpu, model, seq_len=seq_len, global_batch_size=64, workload=workload))
+
+
+@settings(max_examples=20, deadline=None)
+@given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "l4", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
+       model=st.sampled_from(["gpt2", "gpt2-xl", "bert-large-uncased", "t5-base", "facebook/opt-1.3b"]),
+       seq_len=st.sampled_from([128, 512, 1024]), gbs=st.sampled_from([8, 32, 64]),
+       objective=st.sampled_from(["speed", "memory"]))
+def test_best_only_search_agrees_on_small_models(gpu, model, seq_len, gbs, objective) -> None:
+    from conftest import facts
+
+    _same_best(facts(gpu, model, seq_len=seq_len, global_batch_size=gbs, workload={"objective": objective}))
+
+
+def test_no_rule_s_refusal_reads_the_workload() -> None:
+    """The planner reuses settled layouts across searches that differ only in the workload (``planner._LAYOUTS``): it
+    may because no ``refuse`` (nor a method of its rule it calls) reads ``facts.workload``."""
+    import ast
+    import inspect
+    import textwrap
+
+    from advisor.engine.legality import _refusing_rules
+
+    for rule in _refusing_rules():
+        tree = ast.parse(textwrap.dedent(inspect.getsource(type(rule))))
+        methods = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
+        todo, seen = ["refuse"], set()
+        while todo:
+            name = todo.pop()
+            seen.add(name)
+            for node in ast.walk(methods[name]):
+                assert not (isinstance(node, ast.Attribute) and node.attr == "workload"), (rule.id, name)
+                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+                        and node.attr in methods and node.attr not in seen):
+                    todo.append(node.attr)
+
+
+def test_settled_layouts_are_reused_only_as_they_would_be_settled(make_facts) -> None:
+    """A search after another of the same model and hardware (the explanation's searches of other stack values)
+    finds what it finds on its own: the same candidates, best plan and layout log."""
+    from advisor.engine import planner
+
+    base = make_facts("a100-80gb:4", "meta-llama/Llama-2-7b-hf", seq_len=2048)
+    other = base.model_copy(update={"workload": base.workload.model_copy(update={"attention": "eager"})})
+    planner._LAYOUTS.clear()
+    search(base)
+    settled = len(planner._LAYOUTS)
+    after = search(other)
+    assert len(planner._LAYOUTS) == settled  # every layout came from the first search
+    planner._LAYOUTS.clear()
+    alone = search(other)
+    assert [c.plan for c in after.candidates] == [c.plan for c in alone.candidates]
+    assert after.best.plan == alone.best.plan
+    assert (after.layouts.legal, after.layouts.refused) == (alone.layouts.legal, alone.layouts.refused)

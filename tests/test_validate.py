@@ -78,9 +78,9 @@ def test_gpt2_cpu_plan_runs_end_to_end() -> None:
 
 def test_memory_limit_forces_oom_and_a_smaller_micro_batch_keeps_the_global_batch(tiny) -> None:
     facts = api.make_facts(tiny, seq_len=128, global_batch_size=16, hardware=CPU)
-    from advisor.engine import planner
+    from advisor.engine.candidates import evaluate
 
-    peak = {mb: planner.evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory
+    peak = {mb: evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory
             .peak_bytes for mb in (16, 8)}
     limit = (peak[16] + peak[8]) // 2
     report = api.validate(tiny, seq_len=128, global_batch_size=16, micro_batch_size=16, precision="fp32", steps=2,
@@ -139,10 +139,10 @@ def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
         f = make_facts(hw, seq_len=128, global_batch_size=8)
         session = Session(f, api_runtime(), 1, 1, 6, None, None, threading.Event(), None)
         plan = _plan(device="cuda", precision="fp16", num_gpus=1)
-        from advisor.engine import planner
+        from advisor.engine.candidates import evaluate
         from advisor.measure.report_models import Predicted, RuntimeSettings, Trial
 
-        c = planner.evaluate(f, plan)
+        c = evaluate(f, plan)
         trial = Trial(role="plan", reason="", plan=plan, runtime=RuntimeSettings(), status="nonfinite",
                       predicted=Predicted(memory=c.memory, speed=c.speed), wall_s=0.0)
         return session.correction(trial), session.warnings

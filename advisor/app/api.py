@@ -31,6 +31,7 @@ from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, EST
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
+from advisor.engine.candidates import evaluate
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION
@@ -160,7 +161,7 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
 def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any
               ) -> Recommendation:
     """Recommend the fastest plan that fits (``objective='memory'``: the least device memory within
-    :data:`advisor.engine.planner.MEMORY_SPEED_TOLERANCE` of the fastest plan).
+    :data:`advisor.engine.candidates.MEMORY_SPEED_TOLERANCE` of the fastest plan).
 
     ``options``: hardware and workload options (module docstring); ``hardware`` replaces the probe.
 
@@ -267,7 +268,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
                                                           global_batch_size=plan.global_batch_size),
                                      "model": model_here})
-    candidate = planner.evaluate(facts, plan)
+    candidate = evaluate(facts, plan)
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
                     model=facts.model, workload=facts.workload)

@@ -104,7 +104,7 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str
     from advisor.engine import planner
 
     facts = api._facts(profile, api.parse(api._options(*api._RECOMMEND), {**opts, "gpu": spec}), None)
-    result = planner.search(facts)
+    result = planner.search(facts, best_only=True)
     hw = facts.hardware
     name = spec.partition(":")[0].strip().lower()
     price = prices.get(name)

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.engine.planner import Candidate, PlanningResult, evaluate, refusal, search
+from advisor.engine.candidates import Candidate, evaluate
+from advisor.engine.planner import PlanningResult, refusal, search
 from probes.kernels import INSTALL, STACK_PACKAGES
 from probes.units import GIB
 from rules import REGISTRY, Plan
@@ -114,7 +115,8 @@ def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: C
     domain = result.domains[setting]
     figures, gain = None, None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
-        other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}))
+        other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
+                       best_only=True)
         if other.best is not None:
             figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
             gain = _gain(setting, value, forbids, other.best, best)

@@ -44,6 +44,7 @@ Known limitations:
 from __future__ import annotations
 
 from enum import StrEnum
+from operator import itemgetter
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -193,6 +194,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
 
 #: Plan fields the activations do not depend on, which the planner varies within a layout: a memo key leaves them out.
 _NOT_ACTIVATIONS = frozenset({"tf32", "optimizer", "gradient_accumulation_steps"})
+_ACTIVATION_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_ACTIVATIONS))  #: the memo key's
 _MEMO: dict[tuple, tuple[ModelProfile, tuple[int, int]]] = {}
 _MEMO_ENTRIES = 8192
 
@@ -200,7 +202,7 @@ _MEMO_ENTRIES = 8192
 def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool) -> tuple[int, int]:
     """:func:`_activation_bytes_of`, remembered: a search prices thousands of plans whose activations repeat (each
     entry keeps its model alive, so the model's ``id`` in the key cannot be reused by another object)."""
-    key = (id(model), seq_len, eager, *(v for k, v in plan.__dict__.items() if k not in _NOT_ACTIVATIONS))
+    key = (id(model), seq_len, eager, _ACTIVATION_FIELDS(plan.__dict__))
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is model:
         return hit[1]

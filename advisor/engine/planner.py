@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.engine.memory import CUDA_CONTEXT_BYTES, MemoryEstimate, estimate_memory
-from advisor.engine.speed import SpeedEstimate, estimate_speed
+from advisor.engine.candidates import Candidate, Pricing, evaluate, order
 from probes.errors import UsageError
 from probes.kernels import Attention, LossKernel
 from probes.limits import divisors
@@ -33,58 +32,12 @@ from rules.stack import installed_legacy_bitsandbytes
 from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
                                      refusal, require_legal, require_runnable_pins, with_stack)
 
-SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
-SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
 
 #: The settings the planner searches (the rest are set by rules).
 SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
             Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
             Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL,
             Setting.ACTIVATION_OFFLOADING)
-
-
-@dataclass
-class Candidate:
-    """One evaluated plan."""
-
-    plan: Plan
-    memory: MemoryEstimate
-    speed: SpeedEstimate
-    penalty: int
-    preferences: int
-    fallbacks: list[Effect] = field(default_factory=list)
-
-    @property
-    def fits(self) -> bool:
-        return self.memory.fits
-
-    def key(self) -> tuple:
-        """Sort key for the 'speed' objective: best first."""
-        return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
-
-    def memory_key(self) -> tuple:
-        """Sort key among the plans the 'memory' objective may pick: least device memory first, then as ``key``."""
-        return (self.memory.device_bytes, *self.key())
-
-
-#: The 'memory' objective's speed tolerance: it takes the least device memory among the plans that fit within 10 %
-#: of the fastest plan's tokens/s and pay no fallback the fastest plan does not pay (no checkpointing, Adafactor,
-#: adapters or offload that speed did not need). A stated trade, not a fit: memory saved below that costs more time
-#: than a user who asked for headroom, not for a slower run, would accept.
-MEMORY_SPEED_TOLERANCE = 0.10
-
-
-def order(fitting: list[Candidate], objective: str) -> list[Candidate]:
-    """The plans that fit, best first under ``objective``: 'speed' by :meth:`Candidate.key`; 'memory' the plans
-    within :data:`MEMORY_SPEED_TOLERANCE` of the fastest (at its penalty) by least memory, then the others."""
-    by_speed = sorted(fitting, key=Candidate.key)
-    if objective != Objective.MEMORY or not by_speed:
-        return by_speed
-    fastest = by_speed[0]
-    floor = (1 - MEMORY_SPEED_TOLERANCE) * fastest.speed.tokens_per_s
-    near = [c for c in by_speed if c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor]
-    rest = [c for c in by_speed if not (c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor)]
-    return sorted(near, key=Candidate.memory_key) + rest
 
 
 @dataclass
@@ -117,16 +70,6 @@ class PlanningResult:
     @property
     def fitting(self) -> list[Candidate]:
         return order([c for c in self.candidates if c.fits], self.facts.workload.objective)
-
-
-def capacity_bytes(facts: Facts) -> int:
-    """Memory a plan may use on one device: GPU memory, or host RAM when training on the CPU."""
-    if facts.gpu is not None:
-        return facts.gpu.memory_total_bytes
-    host = facts.hardware.host
-    return host.ram_bytes if host and host.ram_bytes else 0
-
-
 
 
 def domains(facts: Facts) -> dict[str, list[Any]]:
@@ -172,54 +115,15 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
     return allowed
 
 
-@dataclass(frozen=True)
-class Pricing:
-    """What pricing a plan reads from the facts and the rules, worked out once per search (the planner
-    prices thousands of plans): capacity (bytes), links, the network (bytes/s) and the effects that rank."""
-
-    capacity_bytes: int
-    host_capacity_bytes: int | None
-    cuda_context_bytes: int
-    nvlink: bool
-    inter_node_bytes_per_s: float
-    fallbacks: tuple[Effect, ...]
-    preferences: tuple[Effect, ...]
-
-    @classmethod
-    def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
-        return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
-                   cuda_context_bytes=facts.hardware.cuda_context_bytes or CUDA_CONTEXT_BYTES,
-                   nvlink=facts.hardware.nvlink_ring,
-                   inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
-                   fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
-                   preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
-
-
-def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
-             ) -> Candidate:
-    """Memory, speed, penalty and preferences of one plan (``pricing``: :class:`Pricing` of the facts and
-    effects, when the caller prices many plans)."""
-    if pricing is None:
-        pricing = Pricing.of(facts, effects if effects is not None else propose_effects(facts))
-    margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
-    hw = facts.hardware
-    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
-                             host_capacity_bytes=pricing.host_capacity_bytes,
-                             cuda_context_bytes=pricing.cuda_context_bytes)
-    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
-                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
-                           mean_sample_len=facts.workload.mean_sample_len)
-    values = plan.__dict__
-    fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
-    prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
-    return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
-                     preferences=prefs, fallbacks=fallbacks)
-
-
 #: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs; the
 #: step in backward also needs accumulation 1, which :func:`_micro_batches` keeps to).
 LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTIMIZER_IN_BACKWARD,
           Setting.ACTIVATION_OFFLOADING, Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
+
+
+#: The settings :func:`_layout_candidates` crosses a layout with, before the micro-batch: each combination is a group.
+CROSSED = (Setting.TF32, Setting.OPTIMIZER, Setting.GRADIENT_CHECKPOINTING)
+GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule],
@@ -231,18 +135,42 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
     plan = plan.model_copy(update={Setting.GRADIENT_ACCUMULATION_STEPS: 1})
     log = log if log is not None else LayoutLog()
+    key = (id(facts.model), id(facts.hardware), tuple(plan.__dict__.values()), *map(tuple, choices), *map(id, refusing))
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
+        if len(_LAYOUTS) >= _LAYOUTS_ENTRIES:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (facts.model, facts.hardware, *_settle(facts, plan, choices, refusing))
+    legal, pairs, refused = hit[2:]
+    log.legal.update(pairs)
+    for setting_value, effect in refused:
+        log.refused.setdefault(setting_value, effect)
+    return legal
+
+
+#: Layouts settled before (:func:`_settle`), by model, hardware, the layout's other settings and the values tried: the
+#: rules' ``refuse`` reads nothing else of the facts (a test checks that none reads the workload), so the searches of
+#: other stack values and methods that explain a recommendation reuse the first search's. Each entry keeps its model
+#: and hardware alive, so their ``id`` in the key cannot be reused by another object.
+_LAYOUTS: dict[tuple, tuple] = {}
+_LAYOUTS_ENTRIES = 256
+
+
+def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[Rule]
+            ) -> tuple[list[tuple[Any, ...]], set[tuple[str, Any]], list[tuple[tuple[str, Any], Effect]]]:
+    """(the legal layout tuples, the (setting, value) pairs they hold with the tensor / pipeline split, each refused
+    (setting, value) with the refusal, in order) of :func:`_layouts`."""
     split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel))
-    legal = []
+    legal, pairs, refused = [], set(split), []
     for combo in product(*choices):
         values = dict(zip(LAYOUT, combo))
-        refused = refusal(facts, plan.model_copy(update=values), refusing, layout_only=True)
-        if refused is None:
+        effect = refusal(facts, plan.model_copy(update=values), refusing, layout_only=True)
+        if effect is None:
             legal.append(combo)
-            log.legal.update([*values.items(), *split])
+            pairs.update(values.items())
         else:
-            value = values.get(refused.setting, dict(split).get(refused.setting))
-            log.refused.setdefault((refused.setting, value), refused)
-    return legal
+            refused.append(((effect.setting, values.get(effect.setting, dict(split).get(effect.setting))), effect))
+    return legal, (pairs if legal else set()), refused
 
 
 def _twin(plan: Plan) -> tuple:
@@ -276,15 +204,19 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
     return out
 
 
+def _within(effect: Effect, settings: tuple[str, ...]) -> bool:
+    """Whether a fallback reads only ``settings`` (its own and its ``when``'s)."""
+    return effect.setting in settings and all(k in settings for k in effect.when or {})
+
+
 def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
     """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this: a fallback
     whose ``when`` reads a setting outside the layout, such as checkpointing, may not apply to all of them)."""
-    return sum(e.penalty for e in pricing.fallbacks
-               if e.setting in LAYOUT and all(k in LAYOUT for k in e.when or {}) and e.applies(values))
+    return sum(e.penalty for e in pricing.fallbacks if _within(e, LAYOUT) and e.applies(values))
 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
-                bound: int | None = None, log: LayoutLog | None = None) -> list[Candidate]:
+                bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False) -> list[Candidate]:
     """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
 
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
@@ -293,7 +225,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload), and those that offload
     activations (a fallback whatever its rung, and the costliest layouts to price), are priced last, cheapest
     first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
-    than they do (``bound``: the least penalty of a fitting plan found before this call).
+    than they do (``bound``: the least penalty of a fitting plan found before this call). ``best_only``: only the
+    candidates that could be the best plan (:func:`_best_candidates`).
     """
     device = Device.CPU if facts.gpu is None else Device.CUDA
     gpus = facts.hardware.num_gpus
@@ -332,9 +265,44 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                 light.append((plan, micros, gbs // dp))
             else:
                 heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
+    if best_only:
+        ranked = light + [h[2:] for h in sorted(heavy, key=lambda h: h[:2])]
+        return _best_candidates(facts, ranked, allowed, pricing, bound)
     out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
                                                                                 per_replica, pricing)]
     return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
+
+
+def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]],
+                     pricing: Pricing, bound: int | None) -> list[Candidate]:
+    """The candidates that could be the best plan, in the order the full search prices them (``layouts``: light, then
+    heavy cheapest first, as ``(layout, micro-batches, per-replica batch)``), so the same plan wins, ties included.
+
+    Each layout's groups (:data:`CROSSED`: tf32 × optimizer × checkpointing, every micro-batch) are priced in the
+    order of the penalty the settings they share carry (:data:`GROUP`), and none once a plan that fits pays less than
+    the next group (``bound``: such a penalty found before). Exact under both objectives: the best plan pays the least
+    penalty of the plans that fit (:func:`order`); a group that pays more can hold neither the fastest plan nor one
+    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search."""
+    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
+    groups = []
+    for layout, micros, per_replica in layouts:
+        base, values = _layout_penalty(pricing, layout.__dict__), dict(layout.__dict__)
+        for combo in product(*(allowed[s] for s in CROSSED)):
+            values.update(zip(CROSSED, combo))
+            penalty = base + sum(e.penalty for e in own if e.applies(values))
+            groups.append((penalty, len(groups), layout, combo, micros, per_replica))
+    priced: list[tuple[int, list[Candidate]]] = []
+    spared: set[tuple] = set()
+    least = bound
+    for penalty, rank, layout, combo, micros, per_replica in sorted(groups, key=lambda g: g[:2]):
+        if least is not None and least < penalty:
+            break
+        group = layout.model_copy(update=dict(zip(CROSSED, combo)))
+        batch = _micro_batches(facts, group, micros, per_replica, pricing, spared)
+        spared.update(_twin(c.plan) for c in batch if c.fits and not c.plan.activation_offloading)
+        least = min([c.penalty for c in batch if c.fits] + ([least] if least is not None else []), default=None)
+        priced.append((rank, batch))
+    return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
 
 
 def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], int]], out: list[Candidate],
@@ -355,18 +323,20 @@ def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int],
 
 def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]], micros: list[int],
                        per_replica: int, pricing: Pricing, spared: set[tuple] = frozenset()) -> list[Candidate]:
-    """Every candidate of one layout: tf32 x optimizer x checkpointing x micro-batch."""
+    """Every candidate of one layout: its groups (:data:`CROSSED`: tf32 x optimizer x checkpointing) x micro-batch."""
     out = []
-    for tf32, optimizer, ckpt in product(allowed[Setting.TF32], allowed[Setting.OPTIMIZER],
-                                         allowed[Setting.GRADIENT_CHECKPOINTING]):
-        out += _micro_batches(facts, layout.model_copy(update={
-            Setting.TF32: tf32, Setting.OPTIMIZER: optimizer, Setting.GRADIENT_CHECKPOINTING: ckpt}),
-            micros, per_replica, pricing, spared)
+    for combo in product(*(allowed[s] for s in CROSSED)):
+        out += _micro_batches(facts, layout.model_copy(update=dict(zip(CROSSED, combo))),
+                              micros, per_replica, pricing, spared)
     return out
 
 
-def search(facts: Facts) -> PlanningResult:
+def search(facts: Facts, best_only: bool = False) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
+
+    ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
+    best plan of another stack value, method or GPU); ``candidates`` then holds only those priced on the way
+    (:func:`_best_candidates`), all of them when nothing fits.
 
     Tensor and pipeline parallel plans are evaluated only when they could win: under the 'speed'
     objective, when no plan without them fits at a lower fallback penalty than theirs (the rules make
@@ -376,14 +346,14 @@ def search(facts: Facts) -> PlanningResult:
     domain = domains(facts)
     allowed = _allowed(domain, effects)
     log = LayoutLog()
-    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log)
+    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
                       and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
     mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
-                                  bound=fitting[0].penalty if fitting else None, log=log)
+                                  bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only)
         fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []

@@ -11,7 +11,8 @@ from advisor.engine.memory import MemoryEstimate
 from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDecision, SourceRef,  # noqa: F401
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
-from advisor.engine.planner import MEMORY_SPEED_TOLERANCE, SEARCHED, Candidate, PlanningResult, order, search
+from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
+from advisor.engine.planner import SEARCHED, PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.speed import SpeedEstimate
@@ -186,11 +187,11 @@ def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     return "fastest plan that fits" if fits else "fastest plan"
 
 
-def _pinned_search(result: PlanningResult, method: str | None) -> PlanningResult:
+def _pinned_search(result: PlanningResult, method: str | None, best_only: bool = False) -> PlanningResult:
     """The planner's search with the method fixed (what the best plan of another method would be); None: the
-    planner's own choice of method."""
+    planner's own choice of method. ``best_only``: :func:`advisor.engine.planner.search`'s."""
     workload = result.facts.workload.model_copy(update={"method": method})
-    return search(result.facts.model_copy(update={"workload": workload}))
+    return search(result.facts.model_copy(update={"workload": workload}), best_only=best_only)
 
 
 def _method_alternatives(result: PlanningResult, best: Candidate) -> list[AlternativeValue]:
@@ -200,7 +201,7 @@ def _method_alternatives(result: PlanningResult, best: Candidate) -> list[Altern
     if result.facts.workload.method is None:
         return [AlternativeValue(value=m, reason=_method_alternative(m, result, best))
                 for m in result.domains[Setting.METHOD] if m != value]
-    unpinned = _pinned_search(result, None)
+    unpinned = _pinned_search(result, None, best_only=True)  # its facts and effects only
     out = []
     for m in result.domains[Setting.METHOD]:
         if m == value:
@@ -218,7 +219,9 @@ def _method_alternative(method: str, result: PlanningResult, best: Candidate) ->
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(method)]
     if forbids:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
-    other = _pinned_search(result, method)
+    other = _pinned_search(result, method, best_only=True)
+    if other.best is not None and other.best.plan.offload != Offload.NONE:
+        other = _pinned_search(result, method)  # every plan without offload, for the smallest of them
     if not other.candidates:  # the other settings asked for rule this method out (fp8 over a 4-bit base, say)
         return str(no_layout_error(other.facts, other.effects))
     if other.best is None:

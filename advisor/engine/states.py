@@ -14,6 +14,7 @@ one layer's gradients (:func:`_optimizer_in_backward`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from operator import itemgetter
 
 from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, head_matmul_parameters,
                              largest_block_matrix, quantized_parameters)
@@ -33,7 +34,7 @@ def _optimizer_state_bytes(model: ModelProfile, optimizer: Optimizer, weights: W
     return int(per_param * model.num_parameters)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelStates:
     """Model-state bytes per device: the parameters as held (``weights``), autocast's 16-bit copies (and
     QLoRA's dequantized layer), gradients, DDP's bucket copy, optimizer states and the optimizer step's
@@ -254,7 +255,31 @@ def _no_sync_gradients(states: ModelStates, model: ModelProfile, plan: Plan, spl
     return replace(states, grads=max(states.grads, WeightsDtype.of(plan.weights_dtype).bytes * P))
 
 
+#: Plan fields the model states do not read, which the planner varies within a layout: a memo key leaves them out
+#: (accumulation only matters as more than one micro-batch, :func:`_no_sync_gradients`).
+_NOT_STATES = frozenset({"tf32", "gradient_checkpointing", "micro_batch_size", "gradient_accumulation_steps",
+                         "activation_offloading", "attention", "loss_kernel", "torch_compile", "packing", "fp8",
+                         "checkpointing"})
+_STATES_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_STATES))  #: the memo key's
+_MEMO: dict[tuple, tuple[ModelProfile, ModelStates]] = {}
+_MEMO_ENTRIES = 4096
+
+
 def model_states(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
+    """:func:`_model_states_of`, remembered: a search prices thousands of plans whose states repeat (each entry keeps
+    its model alive, so the model's ``id`` in the key cannot be reused by another object)."""
+    key = (id(model), nodes, plan.gradient_accumulation_steps > 1, _STATES_FIELDS(plan.__dict__))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    result = _model_states_of(model, plan, nodes)
+    if len(_MEMO) >= _MEMO_ENTRIES:
+        _MEMO.clear()
+    _MEMO[key] = (model, result)
+    return result
+
+
+def _model_states_of(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates:
     """Model-state bytes per device, with model parallelism's split (Narayanan et al. 2021,
     https://arxiv.org/abs/2104.04473 sec. 2: each GPU holds 1/(t·p) of the parameters, gradients and
     optimizer states; tensor parallel splits each matrix, the vocabulary-parallel head and embedding too)."""

@@ -5,6 +5,7 @@ risky one): the catalog GPU that would run it much faster (:func:`faster_hardwar
 from __future__ import annotations
 
 from advisor.engine import planner
+from advisor.engine.candidates import Candidate
 from advisor.engine.legality import no_layout_error
 from probes.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
@@ -17,10 +18,10 @@ GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 GPUS_PER_NODE = 8
 
 
-def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> planner.Candidate | None:
+def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> Candidate | None:
     """The best plan on catalog hardware ``gpu`` over ``nodes`` (None: nothing fits)."""
     hw = profile_from_catalog(gpu, nodes)
-    return planner.search(facts.model_copy(update={"hardware": hw, "packages": {}})).best
+    return planner.search(facts.model_copy(update={"hardware": hw, "packages": {}}), best_only=True).best
 
 
 def _larger_gpu(facts: Facts) -> str | None:
@@ -62,7 +63,8 @@ def _adapters(facts: Facts) -> list[str]:
         return []
     found = []
     for method in (Method.LORA, Method.QLORA):
-        best = planner.search(facts.model_copy(update={"workload": w.model_copy(update={"method": method.value})})).best
+        workload = w.model_copy(update={"method": method.value})
+        best = planner.search(facts.model_copy(update={"workload": workload}), best_only=True).best
         if best is not None:
             found.append(f"--method {method}: {best.memory.device_bytes / GIB:.1f} GiB per GPU "
                          f"(trains r={best.plan.lora_rank} adapters, not every weight)")

@@ -20,7 +20,7 @@ import math
 import statistics
 import threading
 
-from advisor.engine import planner
+from advisor.engine.candidates import evaluate
 from advisor.engine.memory import device_bytes, persistent_bytes
 from advisor.engine.planner import divisors
 from advisor.engine.speed import SpeedEstimate
@@ -109,7 +109,7 @@ class Session:
 
         runtime = runtime or self.runtime
         seq_len = self.facts.workload.seq_len
-        candidate = planner.evaluate(self.facts, plan)
+        candidate = evaluate(self.facts, plan)
         if self.progress:
             self.progress(TrialStarted(index=len(self.trials) + 1, role=role, plan=plan,
                                        total_steps=self.steps + self.warmup,
@@ -196,7 +196,7 @@ class Session:
         if any(t.status == "oom" and t.plan.micro_batch_size <= larger.micro_batch_size
                and all(getattr(t.plan, k) == getattr(larger, k) for k in same) for t in self.trials):
             return confirmed  # already ran out of memory there
-        predicted = planner.evaluate(self.facts, larger).memory
+        predicted = evaluate(self.facts, larger).memory
         scale = confirmed.measured.peak_bytes / max(confirmed.predicted.memory.peak_bytes, 1)
         projected_peak = int(predicted.peak_bytes * scale)
         room = (projected_peak <= self.limit if self.limit else

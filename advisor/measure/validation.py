@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from advisor.engine import planner
+from advisor.engine.candidates import Candidate, evaluate
 from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSettings, Trial, TrialDevice,
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
@@ -70,7 +71,7 @@ def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | Non
     options = [plan.model_copy(update={"optimizer": opt.value, "gradient_checkpointing": ckpt})
                for opt in (Optimizer.ADAMW, Optimizer.ADAFACTOR)
                for ckpt in dict.fromkeys((plan.gradient_checkpointing, True))]
-    candidates = sorted((planner.evaluate(facts, p) for p in options), key=planner.Candidate.key)
+    candidates = sorted((evaluate(facts, p) for p in options), key=Candidate.key)
     fitting = [c for c in candidates if c.fits]
     chosen = (fitting or candidates)[0].plan
     name = "8-bit Adam" if plan.optimizer == Optimizer.ADAMW_8BIT else spec.summary

@@ -1,0 +1,112 @@
+"""One priced plan (:class:`Candidate`), how a plan is priced (:func:`evaluate`: memory, speed and the rules'
+penalties and preferences) and how the plans that fit are ranked (:func:`order`): what the planner's search, the
+explanations and ``advisor estimate`` share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from advisor.engine.legality import propose_effects
+from advisor.engine.memory import CUDA_CONTEXT_BYTES, MemoryEstimate, estimate_memory
+from advisor.engine.speed import SpeedEstimate, estimate_speed
+from probes.vocabulary import Device, Objective
+from rules import Effect, Facts, Plan
+
+SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
+SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
+
+
+@dataclass
+class Candidate:
+    """One evaluated plan."""
+
+    plan: Plan
+    memory: MemoryEstimate
+    speed: SpeedEstimate
+    penalty: int
+    preferences: int
+    fallbacks: list[Effect] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    def key(self) -> tuple:
+        """Sort key for the 'speed' objective: best first."""
+        return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
+
+    def memory_key(self) -> tuple:
+        """Sort key among the plans the 'memory' objective may pick: least device memory first, then as ``key``."""
+        return (self.memory.device_bytes, *self.key())
+
+
+#: The 'memory' objective's speed tolerance: it takes the least device memory among the plans that fit within 10 %
+#: of the fastest plan's tokens/s and pay no fallback the fastest plan does not pay (no checkpointing, Adafactor,
+#: adapters or offload that speed did not need). A stated trade, not a fit: memory saved below that costs more time
+#: than a user who asked for headroom, not for a slower run, would accept.
+MEMORY_SPEED_TOLERANCE = 0.10
+
+
+def order(fitting: list[Candidate], objective: str) -> list[Candidate]:
+    """The plans that fit, best first under ``objective``: 'speed' by :meth:`Candidate.key`; 'memory' the plans
+    within :data:`MEMORY_SPEED_TOLERANCE` of the fastest (at its penalty) by least memory, then the others."""
+    by_speed = sorted(fitting, key=Candidate.key)
+    if objective != Objective.MEMORY or not by_speed:
+        return by_speed
+    fastest = by_speed[0]
+    floor = (1 - MEMORY_SPEED_TOLERANCE) * fastest.speed.tokens_per_s
+    near = [c for c in by_speed if c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor]
+    rest = [c for c in by_speed if not (c.penalty <= fastest.penalty and c.speed.tokens_per_s >= floor)]
+    return sorted(near, key=Candidate.memory_key) + rest
+
+
+def capacity_bytes(facts: Facts) -> int:
+    """Memory a plan may use on one device: GPU memory, or host RAM when training on the CPU."""
+    if facts.gpu is not None:
+        return facts.gpu.memory_total_bytes
+    host = facts.hardware.host
+    return host.ram_bytes if host and host.ram_bytes else 0
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What pricing a plan reads from the facts and the rules, worked out once per search (the planner
+    prices thousands of plans): capacity (bytes), links, the network (bytes/s) and the effects that rank."""
+
+    capacity_bytes: int
+    host_capacity_bytes: int | None
+    cuda_context_bytes: int
+    nvlink: bool
+    inter_node_bytes_per_s: float
+    fallbacks: tuple[Effect, ...]
+    preferences: tuple[Effect, ...]
+
+    @classmethod
+    def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
+        return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
+                   cuda_context_bytes=facts.hardware.cuda_context_bytes or CUDA_CONTEXT_BYTES,
+                   nvlink=facts.hardware.nvlink_ring,
+                   inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
+                   fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
+                   preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
+
+
+def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
+             ) -> Candidate:
+    """Memory, speed, penalty and preferences of one plan (``pricing``: :class:`Pricing` of the facts and
+    effects, when the caller prices many plans)."""
+    if pricing is None:
+        pricing = Pricing.of(facts, effects if effects is not None else propose_effects(facts))
+    margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
+    hw = facts.hardware
+    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
+                             host_capacity_bytes=pricing.host_capacity_bytes,
+                             cuda_context_bytes=pricing.cuda_context_bytes)
+    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
+                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
+                           mean_sample_len=facts.workload.mean_sample_len)
+    values = plan.__dict__
+    fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
+    prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
+    return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
+                     preferences=prefs, fallbacks=fallbacks)
