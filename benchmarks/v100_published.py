@@ -5,11 +5,12 @@ https://huggingface.co/docs/transformers/v4.18.0/en/performance): bert-large-unc
 sequence-classification head, seq-len 512, the Trainer, one V100-SXM2-16GB. The figures are NVML
 "used" after training ("GPU memory occupied: N MB", N = used // 1024**2, so MiB): the CUDA context
 (1343 MiB there: "the kernels alone take up 1.3GB") plus the caching allocator's reserve, so they
-are compared with ``device_bytes``. That 2022 setup ran BERT with eager attention (no SDPA yet), so
-each row is priced as the command line prices it, with what the notebook states:
+are compared with ``device_bytes``. That 2022 setup ran BERT with eager attention (no SDPA yet) on CUDA 11.2
+(its nvidia-smi: driver 460.91.03), which loads every kernel eagerly, so each row is priced as the command line
+prices it, with what the notebook states:
 
     advisor estimate --model bert-large-uncased --task sequence-classification --gpu v100-16gb --seq-len 512 \
-        --attention eager --cuda-context 1343MiB --precision P --optimizer O --micro-batch-size b \
+        --attention eager --cuda-version 11.2 --precision P --optimizer O --micro-batch-size b \
         --gradient-accumulation-steps k [--gradient-checkpointing]
 
 (through :func:`advisor.app.api.estimate`, the function the command calls).
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.app.api import estimate  # noqa: E402
 
 MIB = 1024**2
-CONTEXT_MIB = 1343  #: measured in the notebook: torch.ones((1, 1)).to("cuda") -> 1343 MB used
+CUDA_VERSION = "11.2"  #: the notebook's nvidia-smi; the eager context it implies is the 1343 MiB measured there
 
 #: (row, micro-batch, accumulation, checkpointing, precision, optimizer, published MiB)
 ROWS = [
@@ -51,7 +52,7 @@ def rows() -> list[tuple[str, int, int, float]]:
     out = []
     for name, micro, accum, ckpt, precision, optimizer, published in ROWS:
         est = estimate("bert-large-uncased", task="sequence-classification", gpu="v100-16gb", seq_len=512,
-                       attention="eager", cuda_context_bytes=CONTEXT_MIB * MIB, precision=precision,
+                       attention="eager", cuda_version=CUDA_VERSION, precision=precision,
                        optimizer=optimizer, micro_batch_size=micro, gradient_accumulation_steps=accum,
                        gradient_checkpointing=ckpt)
         predicted = est.memory.device_bytes / MIB

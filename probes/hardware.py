@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from probes.cuda_stack import ModuleLoading, default_context_bytes, lazy_loading, module_loading_env, torch_build
 from probes.units import gbit_to_bytes_per_s
 from probes.vocabulary import DEFAULT_NETWORK, Network, literal
 
@@ -128,6 +129,12 @@ class HostInfo(BaseModel):
     packages: dict[str, str | None] = Field(default_factory=dict, description="optional training packages by import "
                                             "name (flash_attn, liger_kernel, ...): installed version, or None when "
                                             "absent (:func:`probes.kernels.installed_packages`)")
+    torch_version: str | None = Field(None, description="the installed torch's release, e.g. '2.5.1+cu121'; None "
+                                                        "without torch")
+    torch_cuda_version: str | None = Field(None, description="the CUDA runtime the installed torch was built with "
+                                                             "(torch.version.cuda), e.g. '12.1'; None for a CPU build")
+    cuda_module_loading: str | None = Field(None, description="CUDA_MODULE_LOADING as this process's environment "
+                                                              "sets it (LAZY, EAGER, DEFAULT); None when unset")
 
 
 class HardwareProfile(BaseModel):
@@ -150,8 +157,29 @@ class HardwareProfile(BaseModel):
     host_memory_bytes: int | None = Field(None, description="RAM of one node for offloaded states, bytes, as given "
                                                             "(--host-memory); None: the probed host's RAM")
     cuda_context_bytes: int | None = Field(None, description="device memory the CUDA context and library workspaces "
-                                                             "take, bytes, as given (--cuda-context); None: "
-                                                             "advisor's default (500 MiB, CUDA 12 lazy loading)")
+                                                             "take, bytes, as given (--cuda-context) or measured "
+                                                             "(probe --measure-context); None: by module loading "
+                                                             "(:attr:`context_bytes`)")
+    cuda_version: str | None = Field(None, description="the CUDA runtime the training process uses, as given "
+                                                       "(--cuda-version, e.g. 11.8); None: the local torch build's, "
+                                                       "or for catalog GPUs a current one (12.2 or newer)")
+
+    @property
+    def module_loading(self) -> ModuleLoading:
+        """Whether CUDA loads the training process's kernels lazily, and why (:func:`probes.cuda_stack.lazy_loading`
+        of ``cuda_version`` or the local torch build's, the local torch release, ``CUDA_MODULE_LOADING`` and the
+        GPU's driver; catalog GPUs: the CUDA version given, else a current stack)."""
+        host = None if self.source == "catalog" else self.host
+        return lazy_loading(self.cuda_version or (host.torch_cuda_version if host else None),
+                            host.torch_version if host else None, host.cuda_module_loading if host else None,
+                            self.gpu.driver_version if self.gpu else None)
+
+    @property
+    def context_bytes(self) -> int:
+        """Device memory the CUDA context, loaded kernels and library workspaces take on each GPU, bytes:
+        ``cuda_context_bytes`` as given or measured, else by :attr:`module_loading`
+        (:data:`probes.cuda_stack.LAZY_CONTEXT_BYTES` or :data:`~probes.cuda_stack.EAGER_CONTEXT_BYTES`)."""
+        return self.cuda_context_bytes or default_context_bytes(self.module_loading.lazy)
 
     @property
     def gpu(self) -> GPUInfo | None:
@@ -306,5 +334,7 @@ def read_host() -> HostInfo:
         pass
     from probes.kernels import installed_packages
 
+    torch_version, torch_cuda = torch_build()
     return HostInfo(cpu_cores=cores, ram_bytes=ram, cpu_model=model, cpu_flags=flags, cpu_mhz=mhz,
-                    packages=installed_packages())
+                    packages=installed_packages(), torch_version=torch_version, torch_cuda_version=torch_cuda,
+                    cuda_module_loading=module_loading_env())

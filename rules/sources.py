@@ -246,3 +246,11 @@ MEGATRON_CPU_OFFLOADING = Source(title="Megatron Bridge: CPU offloading",
                                  url="https://docs.nvidia.com/nemo/megatron-bridge/latest/training/cpu-offloading.html",
                                  section="Activation offloading (cpu_offloading_activations): pipeline parallel size "
                                          "must be 1")
+CUDA_LAZY_LOADING = Source(title="CUDA C++ Programming Guide: Lazy Loading",
+                           url="https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/lazy-loading.html",
+                           section="Change history (11.7: introduced; 12.2: default on Linux), Requirements for "
+                                   "Lazy Loading (driver R515+), CUDA_MODULE_LOADING")
+TORCH_LAZY_LOADING = Source(title="pytorch/pytorch PR 86509: set CUDA_MODULE_LOADING to LAZY when not set",
+                            url="https://github.com/pytorch/pytorch/pull/86509",
+                            section="description: the context takes 287,047,680 bytes lazily against 666,632,192 "
+                                    "eagerly (torch 1.13)")

@@ -1,4 +1,5 @@
-"""The software stack: attention kernel, loss kernel, padding-free packing, fp8 matmuls, and bitsandbytes' version.
+"""The software stack: attention kernel, loss kernel, padding-free packing, fp8 matmuls, bitsandbytes' version, the
+model code (framework), and how CUDA loads its kernels.
 
 The planner takes, for each layout, the first value of each stack setting that the rules allow and no rule
 refuses (``Plan.attention`` etc.; values declared fastest first in :mod:`probes.kernels`). A value whose package
@@ -9,6 +10,7 @@ the plan runs with what transformers and torch give, and the recommendation pric
 
 from __future__ import annotations
 
+from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES
 from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
                            legacy_bitsandbytes, loss_kept)
 from probes.vocabulary import Method, Parallelism, Precision, Setting, Task, values
@@ -308,3 +310,30 @@ class FrameworkRule(Rule):
                 f"GPU holds an unsharded gradient of {what} until the last one; fewer, larger micro-batches "
                 "shorten that", Setting.GRADIENT_ACCUMULATION_STEPS))
         return effects
+
+
+@register
+class CudaModuleLoading(Rule):
+    id = "stack.cuda-module-loading"
+    title = "the CUDA context: about 0.5 GiB per GPU with lazy module loading, 1.3 GiB without"
+    topic = "stack"
+    sources = [S.CUDA_LAZY_LOADING, S.TORCH_LAZY_LOADING, S.HF_ANATOMY]
+    rationale = ("Each training process holds device memory outside torch's allocator: the CUDA context and the "
+                 "kernels loaded into it. Loaded eagerly, every kernel of torch, cuBLAS and cuDNN comes in at "
+                 "start-up: the HF guide measured 1343 MB on a V100 before any tensor of the model (CUDA 11.2). "
+                 "CUDA 11.7 added lazy loading (each kernel on first use; a driver of R515 or newer), torch 1.13 "
+                 "turns it on when CUDA_MODULE_LOADING is unset, and CUDA 12.2 makes it the default: the bare "
+                 "context then takes a few hundred MB. advisor prices the context by the CUDA version "
+                 "(--cuda-version; the local torch build when probing), or as measured or given (--cuda-context).")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        hardware = facts.hardware
+        if facts.gpu is None or hardware.cuda_context_bytes:
+            return []
+        loading = hardware.module_loading
+        if loading.lazy:
+            return []
+        more = (EAGER_CONTEXT_BYTES - LAZY_CONTEXT_BYTES) / 2**30
+        return [self.warn(f"{loading.why}: every kernel loads at start-up and the CUDA context takes "
+                          f"{EAGER_CONTEXT_BYTES / 2**30:.1f} GiB of each GPU, {more:.1f} GiB more than lazily (priced "
+                          f"so); {loading.fix}")]

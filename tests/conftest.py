@@ -21,14 +21,16 @@ GIB = 1024**3
 
 
 def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None,
-             packages: dict[str, str | None] | None = None) -> HostInfo:
-    """``packages``: installed versions by import name, as ``probes.kernels.installed_packages`` reports them."""
+             packages: dict[str, str | None] | None = None, **stack: str) -> HostInfo:
+    """``packages``: installed versions by import name, as ``probes.kernels.installed_packages`` reports them;
+    ``stack``: torch_version, torch_cuda_version, cuda_module_loading as the probe reads them."""
     return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0,
-                    packages=packages or {})
+                    packages=packages or {}, **stack)
 
 
 def hardware(spec: str | dict) -> HardwareProfile:
-    """'cpu', a catalog spec 'NAME[:COUNT]', or a dict {gpu: spec, nodes, gpu_overrides, host, links: pcie}."""
+    """'cpu', a catalog spec 'NAME[:COUNT]', or a dict {gpu: spec, nodes, gpu_overrides, host, links: pcie, given}
+    (``given``: HardwareProfile fields as the options set them, e.g. cuda_version)."""
     if isinstance(spec, str):
         spec = {"gpu": spec}
     if spec["gpu"] == "cpu":
@@ -43,7 +45,7 @@ def hardware(spec: str | dict) -> HardwareProfile:
         hw = hw.model_copy(update={"host": cpu_host(**spec["host"])})
     if spec.get("links") == "pcie":
         hw = hw.model_copy(update={"links": [GPULink(a=link.a, b=link.b, pcie_relation="PHB") for link in hw.links]})
-    return hw
+    return hw.model_copy(update=spec["given"]) if spec.get("given") else hw
 
 
 def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = None, seq_len: int = 512,

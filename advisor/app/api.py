@@ -65,7 +65,8 @@ def _options(*groups: type[BaseModel]) -> type[BaseModel]:
 
 def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[str] | str | None = None,
                    inter_node_gbps: float | None = None, host_memory_bytes: int | None = None,
-                   nics_per_node: int | None = None, cuda_context_bytes: int | None = None) -> HardwareProfile:
+                   nics_per_node: int | None = None, cuda_context_bytes: int | None = None,
+                   cuda_version: str | None = None) -> HardwareProfile:
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
@@ -73,19 +74,23 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     ``inter_node_gbps``, in Gb/s per NIC, is given); a list or a comma-separated string. ``nics_per_node``: the
     node's network adapters, which its GPUs share (default: 1 on Ethernet, one per GPU on InfiniBand).
     ``host_memory_bytes``: RAM per node for offload (default: this machine's RAM; unknown for catalog GPUs).
-    ``cuda_context_bytes``: the CUDA context's device memory (default 500 MiB).
+    ``cuda_context_bytes``: the CUDA context's device memory per GPU, bytes (default
+    :attr:`probes.hardware.HardwareProfile.context_bytes`: 500 MiB with lazy module loading, 1343 MiB without).
+    ``cuda_version``: the CUDA runtime torch is built with where the plan runs ('11.8'; default: this machine's
+    torch build, or a current one for ``gpu``); before 11.7 CUDA loads every kernel eagerly.
 
     Raises:
         UnknownGPUError: unknown catalog name or a GPU count beyond 1..:data:`probes.limits.MAX_GPUS_PER_NODE`.
         UsageError: nodes outside 1..:data:`probes.limits.MAX_NODES`, a value of the wrong type, NaN or infinity,
-            an unknown or contradictory interconnect.
+            an unknown or contradictory interconnect, a ``cuda_version`` that is not X.Y.
     """
     if isinstance(interconnect, (list, tuple)):
         if not all(isinstance(name, str) for name in interconnect):
             raise UsageError(f"--interconnect {interconnect!r}: give link names (nvlink, pcie, infiniband, ethernet)")
         interconnect = ",".join(interconnect)
     given = dict(gpu=gpu, nodes=nodes, interconnect=interconnect, inter_node_gbps=inter_node_gbps,
-                 nics_per_node=nics_per_node, host_memory_bytes=host_memory_bytes, cuda_context_bytes=cuda_context_bytes)
+                 nics_per_node=nics_per_node, host_memory_bytes=host_memory_bytes, cuda_context_bytes=cuda_context_bytes,
+                 cuda_version=cuda_version)
     return _hardware(parse(HardwareOptions, given))
 
 
@@ -99,7 +104,8 @@ def _hardware(opts: BaseModel) -> HardwareProfile:
             profile = profile.model_copy(update={"nodes": opts.nodes})
     update = interconnect_update(profile, opts.interconnect)
     for option, field in (("inter_node_gbps", "inter_node_gbit_s"), ("host_memory_bytes", "host_memory_bytes"),
-                          ("nics_per_node", "nics_per_node"), ("cuda_context_bytes", "cuda_context_bytes")):
+                          ("nics_per_node", "nics_per_node"), ("cuda_context_bytes", "cuda_context_bytes"),
+                          ("cuda_version", "cuda_version")):
         if getattr(opts, option) is not None:
             update[field] = getattr(opts, option)
     return profile.model_copy(update=update) if update else profile

@@ -44,13 +44,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.gpu and args.gpu.strip().lower() == "list":
         return _list_gpus(args)
     hw = probe_hardware(**collect(args, HardwareOptions))
+    if args.measure_context:
+        hw = _measured_context(hw, given=bool(args.gpu))
     if args.json:
         _print_json(hw)
     else:
-        from advisor.app.report import hardware_table
+        from advisor.app.hardware_report import hardware_table
 
         _console().print(hardware_table(hw))
     return ExitCode.OK
+
+
+def _measured_context(hw, given: bool):
+    """``hw`` with the CUDA context measured on this machine's first GPU (:func:`probes.cuda_stack.
+    measure_context_bytes`: imports torch, seconds).
+
+    Raises:
+        UsageError: with ``--gpu`` (a catalog GPU is not here), without a GPU, torch's CUDA or NVML's per-process
+            figure."""
+    from probes.cuda_stack import measure_context_bytes
+    from probes.errors import UsageError
+
+    if given or not hw.gpus:
+        raise UsageError("--measure-context measures this machine's GPU: " + ("drop --gpu" if given else
+                                                                                "no NVIDIA GPU was found here"))
+    measured = measure_context_bytes(0)
+    if measured is None:
+        raise UsageError("--measure-context needs torch with CUDA and NVML's figure for this process: say "
+                         "--cuda-context SIZE instead")
+    note = (f"CUDA context measured: {measured / 2**20:,.0f} MiB (NVML's figure for this process less torch's "
+            f"reserved memory); plan with it: --cuda-context {measured // 2**20}MiB")
+    return hw.model_copy(update={"cuda_context_bytes": measured, "notes": [*hw.notes, note]})
 
 
 def _list_gpus(args: argparse.Namespace) -> int:
@@ -241,6 +265,16 @@ def _add_estimate(sub) -> None:
     p.set_defaults(func=cmd_estimate)
 
 
+def _add_probe(sub) -> None:
+    """``advisor probe``: the hardware options, --measure-context and --json."""
+    p = sub.add_parser("probe", help="the hardware: GPUs (NVML), links, host", epilog=EXIT_CODES_HELP)
+    add_arguments(p, HardwareOptions)
+    p.add_argument("--measure-context", action="store_true", help="measure the CUDA context on this machine's GPU "
+                   "(imports torch: seconds; default: off, priced by --cuda-version)")
+    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
+    p.set_defaults(func=cmd_probe)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
     from advisor.app.emit import TARGETS
@@ -252,11 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    p = sub.add_parser("probe", help="the hardware: GPUs (NVML), links, host", epilog=EXIT_CODES_HELP)
-    add_arguments(p, HardwareOptions)
-    p.add_argument("--json", action="store_true", help="print JSON (default: off)")
-    p.set_defaults(func=cmd_probe)
-
+    _add_probe(sub)
     p = sub.add_parser("profile", help="a model's facts from its config.json", epilog=EXIT_CODES_HELP)
     add_arguments(p, ModelOptions, required=("model",))
     add_arguments(p, HubOptions)

@@ -82,10 +82,16 @@ class HardwareOptions(_Options):
                                                                   "machine's RAM; unknown for --gpu)",
                                           json_schema_extra={"metavar": "SIZE", "flag": "--host-memory", "size": True})
     cuda_context_bytes: int | None = Field(None, ge=1, description="device memory the CUDA context and libraries "
-                                                                   "take, e.g. 1343MiB (CUDA 11 without lazy "
-                                                                   "loading); default 500MiB",
+                                                                   "take per GPU, e.g. 1343MiB (default: by "
+                                                                   "--cuda-version: 500MiB with lazy module "
+                                                                   "loading, CUDA 11.7+; 1343MiB before)",
                                            json_schema_extra={"metavar": "SIZE", "flag": "--cuda-context",
                                                               "size": True})
+    cuda_version: str | None = Field(None, pattern=r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$",
+                                     description="the CUDA runtime torch is built with where you train "
+                                                 "(torch.version.cuda), e.g. 11.8 (default: this machine's torch; "
+                                                 "for --gpu a current one, 12.2+)",
+                                     json_schema_extra={"metavar": "X.Y"})
 
 
 class ModelOptions(_Options):
@@ -257,6 +263,8 @@ def _message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
         return f"{_flag(name)} {given!r}: {first['msg'].removeprefix('Value error, ')}"
     if kind == "extra_forbidden":
         return f"unknown option '{name}'"
+    if kind == "string_pattern_mismatch":  # the metavar says the form (--cuda-version X.Y)
+        return f"{_flag(name)} {given!r}: must look like {extra.get('metavar') or ctx.get('pattern')}"
     return f"{_flag(name)} {given!r}: {first['msg']}"
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from advisor.engine.legality import propose_effects
-from advisor.engine.memory import CUDA_CONTEXT_BYTES, MemoryEstimate, estimate_memory
+from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
 from probes.vocabulary import Device, Objective
 from rules import Effect, Facts, Plan
@@ -84,7 +84,7 @@ class Pricing:
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
         return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
-                   cuda_context_bytes=facts.hardware.cuda_context_bytes or CUDA_CONTEXT_BYTES,
+                   cuda_context_bytes=facts.hardware.context_bytes,
                    nvlink=facts.hardware.nvlink_ring,
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
                    fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),

@@ -55,11 +55,12 @@ from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
                                        residual_bytes)
+from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from probes.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
 from rules.facts import Plan
 
-CUDA_CONTEXT_BYTES = 500 * MIB  #: CUDA 12 with lazy module loading; the seeds measured 1343 MiB on CUDA 11.2
+CUDA_CONTEXT_BYTES = LAZY_CONTEXT_BYTES  #: the default context: lazy module loading (probes/cuda_stack.py; eager: 1343 MiB)
 #: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
 #: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of
 #: changing sizes fragment the cached blocks (PyTorch "CUDA semantics: memory management",

@@ -21,7 +21,9 @@ plan.double_quant (QLoRA's NF4 with double quantization, or plain NF4). 1.11: pl
 CPU RAM: TRL's / torchtune's OffloadActivations) and memory.activations_offloaded_bytes. 1.13: recommendation.gains
 (what installing a package the plan could not assume where it trains would bring, with the best plan it allows);
 model.attention_kernels (the attention implementations transformers' code for the model type runs). 1.14:
-memory.fits_capacity (device memory within the whole capacity: a tight plan when fits is false).
+memory.fits_capacity (device memory within the whole capacity: a tight plan when fits is false). 1.15:
+hardware.cuda_version (--cuda-version), host.torch_version, torch_cuda_version, cuda_module_loading (what sets the
+CUDA context's size).
 """
 
-SCHEMA_VERSION = "1.14"
+SCHEMA_VERSION = "1.15"

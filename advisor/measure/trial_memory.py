@@ -13,7 +13,6 @@ Takes torch as an argument (imported by the trial, off the fast path).
 from __future__ import annotations
 
 import gc
-import os
 import resource
 import sys
 
@@ -58,19 +57,9 @@ def _peak_rss() -> int:
 
 def _nvml_used_bytes(torch) -> int | None:
     """GPU memory NVML shows in use by this process (all processes when per-process data is hidden)."""
-    try:
-        import pynvml
+    from probes.nvml_probe import bus_id, process_used_bytes
 
-        pynvml.nvmlInit()
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-        handle = pynvml.nvmlDeviceGetHandleByPciBusId(bus)
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            if proc.pid == os.getpid() and proc.usedGpuMemory:
-                return int(proc.usedGpuMemory)
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # NVML missing, old driver, no permission: the reserved bytes stand in
-        return None
+    return process_used_bytes(bus_id(torch.cuda.get_device_properties(torch.cuda.current_device())))
 
 
 class TrialMemory:
