@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -197,7 +198,8 @@ def _profile(ref: str, task: str | None) -> ModelProfile:
 
 
 def hardware_options(case: dict, notes: list[str]) -> dict:
-    """``gpu``, ``nodes`` and ``interconnect`` of a case (COUNT per node, as ``--gpu NAME:COUNT``).
+    """``gpu``, ``nodes`` and ``interconnect`` of a case (COUNT per node, as ``--gpu NAME:COUNT``), and its stack's
+    CUDA version where the source states one (``--cuda-version``: the CUDA context by module loading).
 
     Raises:
         Skip: a GPU the catalog does not have, or one the source does not name.
@@ -218,6 +220,9 @@ def hardware_options(case: dict, notes: list[str]) -> dict:
     link = (hw.get("interconnect") or "").lower()
     if link in NETWORKS and (nodes > 1 or link in ("nvlink", "pcie")):
         opts["interconnect"] = link
+    cuda = str(case["stack"].get("cuda") or "")
+    if re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", cuda):
+        opts["cuda_version"] = cuda
     return opts
 
 
