@@ -13,6 +13,7 @@ from __future__ import annotations
 from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES
 from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
                            legacy_bitsandbytes, loss_kept)
+from probes.units import GIB
 from probes.vocabulary import Method, Parallelism, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -333,7 +334,7 @@ class CudaModuleLoading(Rule):
         loading = hardware.module_loading
         if loading.lazy:
             return []
-        more = (EAGER_CONTEXT_BYTES - LAZY_CONTEXT_BYTES) / 2**30
+        more = (EAGER_CONTEXT_BYTES - LAZY_CONTEXT_BYTES) / GIB
         return [self.warn(f"{loading.why}: every kernel loads at start-up and the CUDA context takes "
-                          f"{EAGER_CONTEXT_BYTES / 2**30:.1f} GiB of each GPU, {more:.1f} GiB more than lazily (priced "
+                          f"{EAGER_CONTEXT_BYTES / GIB:.1f} GiB of each GPU, {more:.1f} GiB more than lazily (priced "
                           f"so); {loading.fix}")]

@@ -158,3 +158,16 @@ def test_the_command_line_takes_the_cuda_version_and_refuses_to_measure_without_
     assert catalog.returncode == ExitCode.USAGE and "drop --gpu" in catalog.stderr
     probe = advisor("probe", "--gpu", "t4", "--cuda-version", "11.6")
     assert probe.returncode == 0 and "context 1,343 MiB per GPU (CUDA 11.6 predates lazy" in probe.stdout
+
+
+def test_a_measured_context_is_planned_with_and_noted(monkeypatch) -> None:
+    from advisor.app.cli import _measured_context
+
+    probed = hardware({"gpu": "t4", "gpu_overrides": {}})
+    monkeypatch.setattr(cuda_stack, "measure_context_bytes", lambda index=0: 612 * MIB)
+    measured = _measured_context(probed, given=False)
+    assert measured.context_bytes == 612 * MIB and "--cuda-context 612MiB" in measured.notes[-1]
+    assert "as given or measured" in cuda_stack_line(measured).plain
+    monkeypatch.setattr(cuda_stack, "measure_context_bytes", lambda index=0: None)
+    with pytest.raises(UsageError, match="say --cuda-context SIZE instead"):
+        _measured_context(probed, given=False)

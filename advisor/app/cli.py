@@ -20,7 +20,7 @@ from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.kernels import LossKernel
-from probes.units import GIB
+from probes.units import GIB, MIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
 
@@ -72,8 +72,8 @@ def _measured_context(hw, given: bool):
     if measured is None:
         raise UsageError("--measure-context needs torch with CUDA and NVML's figure for this process: say "
                          "--cuda-context SIZE instead")
-    note = (f"CUDA context measured: {measured / 2**20:,.0f} MiB (NVML's figure for this process less torch's "
-            f"reserved memory); plan with it: --cuda-context {measured // 2**20}MiB")
+    note = (f"CUDA context measured: {measured / MIB:,.0f} MiB (NVML's figure for this process less torch's "
+            f"reserved memory); plan with it: --cuda-context {measured // MIB}MiB")
     return hw.model_copy(update={"cuda_context_bytes": measured, "notes": [*hw.notes, note]})
 
 
