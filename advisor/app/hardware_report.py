@@ -18,7 +18,7 @@ _LINK_MATRIX_MOST = 16
 
 
 def hardware_table(hw: HardwareProfile) -> Group:
-    """GPUs, links and host of a hardware profile."""
+    """GPUs, links, the CUDA stack (with GPUs: :func:`cuda_stack_line`) and the host of a hardware profile."""
     parts = []
     if hw.gpus:
         t = Table(title=f"GPUs ({hw.source}{f', {hw.nodes} nodes' if hw.nodes > 1 else ''})", title_justify="left")
