@@ -266,7 +266,9 @@ async def test_entering_a_step_focuses_its_first_field(step: str, focused: str) 
     app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("TabbedContent").active = step
-        await pilot.pause()
+        # the focus moves after the tab's activation message is handled: under load (the CI's two workers) one
+        # pause was not always enough, so wait for it (a wrong field still fails: the wait times out)
+        await wait_for(pilot, lambda: app.focused is not None and app.focused.id == focused, timeout=10)
         assert app.focused is not None and app.focused.id == focused
 
 
