@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from probes.adapters import adapter_parameters, frozen_base_bytes
+from probes.errors import UsageError
+from probes.kernels import Framework
+from probes.lora_config import target_modules
 from probes.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
                                WeightsDtype)
 from rules import sources as S
@@ -194,3 +197,28 @@ class DoubleQuantization(Rule):
         return [self.warn(f"NF4 without double quantization keeps an fp32 constant per 64 weights: "
                           f"{saving / 2**30:.2f} GiB more per GPU than with it (bnb_4bit_use_double_quant=True; "
                           "LitGPT: --quantize bnb.nf4-dq)", Setting.DOUBLE_QUANT)]
+
+
+@register
+class LoraTargetsTheModelHas(Rule):
+    id = "method.lora-targets"
+    title = "adapters only on layers the model has as PEFT names them: q and v apart, or named attention projections"
+    topic = "method"
+    sources = [S.PEFT_LORA, S.LORA_PAPER]
+    rationale = ("PEFT adapts whole linear layers, the modules its target_modules name. GPT-2's c_attn and "
+                 "Phi-3's qkv_proj compute q, k and v in one layer, so adapters on q and v alone cannot be made "
+                 "there: only on the fused layer (--lora-targets attention). advisor knows the attention "
+                 "projections of the model types in probes/lora_config.py (from transformers' modeling files); "
+                 "other types take all-linear. Refused where the plan is priced, not only when its LoraConfig "
+                 "is written: a recommendation is one --emit can write. LitGPT's own code (--framework litgpt) "
+                 "adapts q and v inside its fused qkv layer.")
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if not Method.of(plan.method).spec.adapters or plan.framework != Framework.TRANSFORMERS:
+            return None
+        try:
+            target_modules(facts.model, plan.lora_targets)
+        except UsageError as err:  # the one statement of which targets a model type has
+            return self.forbid(Setting.LORA_TARGETS, plan.lora_targets, str(err), hard=True)
+        return None
+

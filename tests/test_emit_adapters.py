@@ -11,7 +11,7 @@ import warnings
 import pytest
 import yaml
 
-from advisor.app.api import recommend
+from advisor.app.api import estimate, recommend
 from advisor.app.emit import (LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, accelerate_config, deepspeed_config,
                               render, training_args)
 from advisor.app.emit_model import model_kwargs
@@ -161,6 +161,18 @@ def test_query_value_adapters_on_a_fused_qkv_layer_are_one_clear_error(tmp_path)
     path.write_text(json.dumps({"model_type": "gpt2", **_tiny("gpt2")}))
     with pytest.raises(UsageError, match="fused"):
         lora_config_kwargs(profile_model(str(path)), 4, LoraTargets.QUERY_VALUE.value)
+
+
+def test_query_value_adapters_on_a_fused_layer_are_refused_where_the_plan_is_priced() -> None:
+    """The rule method.lora-targets refuses what lora_config_kwargs cannot write, so no recommendation or estimate
+    is one --emit cannot write; a plan that does not ask for q-v adapters is untouched."""
+    fix = r"one fused layer \(c_attn\), which PEFT adapts whole: use --lora-targets attention \[method.lora-targets\]"
+    with pytest.raises(UsageError, match=r"no plan can run with --method lora, --lora-targets q-v here: .*" + fix):
+        recommend("gpt2", gpu="t4", method="lora", lora_targets="q-v")
+    with pytest.raises(UsageError, match=r"^--lora-targets q-v: .*" + fix):
+        estimate("gpt2", gpu="t4", method="lora", lora_targets="q-v")
+    assert recommend("gpt2", gpu="t4", method="lora", lora_targets="attention").plan.lora_targets == "attention"
+    assert estimate("gpt2", gpu="t4", method="lora", lora_targets="q-v", framework="litgpt").plan.lora_targets == "q-v"
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "opt", "t5", "bert", "gpt2"])

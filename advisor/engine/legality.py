@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.errors import UsageError
-from probes.vocabulary import Device, Optimizer, Parallelism, Precision
+from probes.vocabulary import Device, Method, Optimizer, Parallelism, Precision
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 from rules.facts import STACK_SETTINGS
@@ -123,7 +123,9 @@ def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
     for and the first rule that refuses them on the plainest plan of this hardware."""
     pins = facts.workload.pinned()
     method = {"method": facts.workload.method} if facts.workload.method else {}
-    asked = ", ".join(_shown(k, v) for k, v in {**method, **pins}.items()) or "these settings"
+    if method and Method.of(facts.workload.method).spec.adapters:  # the adapters asked for, which a rule may refuse
+        method.update(lora_rank=facts.workload.lora_rank, lora_targets=facts.workload.lora_targets)
+    asked = ", ".join(_shown(k, v) for k, v in {**method, **pins}.items() if k != "lora_rank") or "these settings"
     gpu = facts.gpu
     precision = (Precision.BF16 if gpu is not None and gpu.bf16 else
                  Precision.FP16 if gpu is not None and gpu.tensor_cores else Precision.FP32)
