@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import published  # noqa: E402
-from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, CUDA_CONTEXT_BYTES, TRANSIENT_RESERVE,  # noqa: E402
+from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
+from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
                                    device_bytes, persistent_bytes)
 from probes.vocabulary import Parallelism  # noqa: E402
 
@@ -59,7 +60,7 @@ def rows() -> list[dict]:
         out.append(dict(id=case["id"], sharded=Parallelism.of(est.plan.parallelism).stage > 0,
                         allocated=allocated, reading=reading, states=states,
                         implied=implied_reserve(allocated, reading, states),
-                        implied_with_context=implied_reserve(allocated, reading, states, CUDA_CONTEXT_BYTES),
+                        implied_with_context=implied_reserve(allocated, reading, states, LAZY_CONTEXT_BYTES),
                         modelled=device_bytes(allocated, est.plan, 0, states)))
     return out
 

@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from advisor.app.api import estimate  # noqa: E402
+from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
 from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, legacy_bitsandbytes  # noqa: E402
@@ -221,7 +222,7 @@ def hardware_options(case: dict, notes: list[str]) -> dict:
     if link in NETWORKS and (nodes > 1 or link in ("nvlink", "pcie")):
         opts["interconnect"] = link
     cuda = str(case["stack"].get("cuda") or "")
-    if re.fullmatch(r"\d{1,2}\.\d{1,2}(\.\d{1,3})?", cuda):
+    if re.match(CUDA_VERSION_PATTERN, cuda):
         opts["cuda_version"] = cuda
     return opts
 

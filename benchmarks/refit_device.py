@@ -10,7 +10,7 @@ imply beside the constant advisor uses now, each a median over the trials that r
   (max_memory_allocated − S)``, ``S`` the predicted model states (:func:`advisor.engine.memory.persistent_bytes`),
   which the allocator holds at their exact sizes. Both readings come from one run, so this is the allocator's
   behaviour rather than advisor's error;
-- **the CUDA context and library workspaces** (:data:`advisor.engine.memory.CUDA_CONTEXT_BYTES`): NVML's figure
+- **the CUDA context and library workspaces** (:data:`probes.cuda_stack.LAZY_CONTEXT_BYTES`): NVML's figure
   for the process less ``max_memory_reserved``;
 - **the activations per stack**: the measured peak less everything the prediction holds besides activations,
   over the predicted activations, grouped by attention kernel, loss kernel, compile, checkpointing, activation
@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, CUDA_CONTEXT_BYTES, TRANSIENT_RESERVE,  # noqa: E402
+from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
+from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
                                    persistent_bytes)
 from advisor.measure.report_models import Trial  # noqa: E402
 from benchmarks.validate_device import read_records  # noqa: E402
@@ -103,7 +104,7 @@ def report(reports, device_type: str) -> str:
         context = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials
                    if t.measured.reserved_bytes and t.measured.device_bytes]
         lines += [f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
-                  f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {CUDA_CONTEXT_BYTES / MIB:.0f}",
+                  f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {LAZY_CONTEXT_BYTES / MIB:.0f}",
                   ""]
     groups: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:

@@ -45,6 +45,8 @@ LAZY_BY_DEFAULT_CUDA = (12, 2)  #: lazy loading on by default on Linux from this
 LAZY_FROM_DRIVER = 515  #: lazy loading needs an R515+ user-mode driver ("CUDA Driver Version Requirement")
 TORCH_SETS_LAZY = (1, 13)  #: torch sets CUDA_MODULE_LOADING=LAZY when unset from this release (PR 86509)
 MODULE_LOADING_ENV = "CUDA_MODULE_LOADING"
+#: A CUDA version as ``torch.version.cuda`` spells it ('12.1', '11.8'): what ``--cuda-version`` accepts.
+CUDA_VERSION_PATTERN = r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$"
 
 
 def version_tuple(version: str | None) -> tuple[int, ...] | None:

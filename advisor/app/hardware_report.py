@@ -6,8 +6,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from advisor.app.report import _value as value
-from advisor.app.report import gib
+from advisor.app.report import gib, value_text
 from probes.hardware import HardwareProfile
 from probes.units import MIB
 
@@ -29,7 +28,7 @@ def hardware_table(hw: HardwareProfile) -> Group:
             peak = g.peak_tflops
             peak16 = f"{(peak.bf16 or peak.fp16):g} TFLOP/s" if peak and (peak.bf16 or peak.fp16) else "—"
             t.add_row(str(g.index), g.name, g.compute_capability, gib(g.memory_total_bytes),
-                      f"gen {g.tensor_core_generation}" if g.tensor_cores else "no", value(g.bf16), value(g.tf32),
+                      f"gen {g.tensor_core_generation}" if g.tensor_cores else "no", value_text(g.bf16), value_text(g.tf32),
                       str(g.alignment_multiple), peak16,
                       f"{g.memory_bandwidth_gbps:g} GB/s" if g.memory_bandwidth_gbps else "—",
                       f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",

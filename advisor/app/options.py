@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
+from probes.cuda_stack import CUDA_VERSION_PATTERN
 from probes.errors import UsageError
 from probes.kernels import STACK_PACKAGES
 from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
@@ -87,7 +88,7 @@ class HardwareOptions(_Options):
                                                                    "loading, CUDA 11.7+; 1343MiB before)",
                                            json_schema_extra={"metavar": "SIZE", "flag": "--cuda-context",
                                                               "size": True})
-    cuda_version: str | None = Field(None, pattern=r"^\d{1,2}\.\d{1,2}(\.\d{1,3})?$",
+    cuda_version: str | None = Field(None, pattern=CUDA_VERSION_PATTERN,
                                      description="the CUDA runtime torch is built with where you train "
                                                  "(torch.version.cuda), e.g. 11.8 (default: this machine's torch; "
                                                  "for --gpu a current one, 12.2+)",

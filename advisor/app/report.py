@@ -21,7 +21,8 @@ def gib(n: int | float | None) -> str:
     return "—" if n is None else f"{n / GIB:,.2f} GiB"
 
 
-def _value(v) -> str:
+def value_text(v) -> str:
+    """A setting's value for display: booleans lower-case ('true'), the rest as str."""
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -154,11 +155,11 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     pad = max((len(n) for n in decided if n not in spared), default=0)
     for name, d in decided.items():
         if name not in spared:
-            lines.append(_line(f"{name:<{pad}} = ", (_value(d.value), "cyan"), (f" — {d.rationale}", "dim")))
+            lines.append(_line(f"{name:<{pad}} = ", (value_text(d.value), "cyan"), (f" — {d.rationale}", "dim")))
     if rec.gains:
         lines.append(_folded([f"{g.package} ({_gain_words(g, rec)})" for g in rec.gains], width, most=1,
                              label="gain   ", lead="install "))
-    fixed = [f"{n}={_value(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
+    fixed = [f"{n}={value_text(d.value)}" for n, d in rec.settings.items() if n not in decided and n not in _IN_PLAN_LINE]
 
     def folded(most: int) -> list[Text]:  # the spared and also rows, each on at most ``most`` lines
         rows = [(list(spared.values()), "spared ", "not needed to fit: "), (fixed, "also   ", "")]
@@ -247,8 +248,8 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
         why = Text(s.rationale, overflow="fold")
         if s.rule_ids or refs:
             why.append(f"\n{', '.join(s.rule_ids)} {refs}".rstrip(), style="dim")
-        alts = Text("\n".join(f"{_value(a.value)}: {a.reason}" for a in s.alternatives), overflow="fold")
-        t.add_row(name, _value(s.value), why, alts)
+        alts = Text("\n".join(f"{value_text(a.value)}: {a.reason}" for a in s.alternatives), overflow="fold")
+        t.add_row(name, value_text(s.value), why, alts)
     console.print(t)
     console.print(memory_table(rec.memory))
     console.print(speed_table(rec.speed))
@@ -262,7 +263,7 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
     for idea in rec.suggestions:
         console.print(Text(idea, style="yellow"))
     for gain in rec.gains:
-        console.print(Text(f"install {gain.package} ({gain.install}): {gain.setting}={_value(gain.value)}, "
+        console.print(Text(f"install {gain.package} ({gain.install}): {gain.setting}={value_text(gain.value)}, "
                            f"{_gain_words(gain, rec)}: {gain.plan.describe()}", style="yellow"))
     console.print(Text("Sources", style="bold"))
     for url, n in numbers.items():

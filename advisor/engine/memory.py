@@ -60,7 +60,6 @@ from probes.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec,
 from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
 from rules.facts import Plan
 
-CUDA_CONTEXT_BYTES = LAZY_CONTEXT_BYTES  #: the default context: lazy module loading (probes/cuda_stack.py; eager: 1343 MiB)
 #: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
 #: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of
 #: changing sizes fragment the cached blocks (PyTorch "CUDA semantics: memory management",
@@ -307,7 +306,7 @@ def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resid
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
 
 
-def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_BYTES, states_bytes: int = 0) -> int:
+def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_BYTES, states_bytes: int = 0) -> int:
     """What the device shows in use for a live-tensor peak of which ``states_bytes`` are model states
     (:func:`persistent_bytes`): the caching allocator's reserve (the states, the rest × :data:`TRANSIENT_RESERVE`,
     :data:`ALLOCATOR_SLACK_BYTES`) plus the CUDA context; on the CPU, the peak itself."""
@@ -319,7 +318,7 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = CUDA_CONTEXT_
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10, *, attention: str | None = None,
-                    cuda_context_bytes: int = CUDA_CONTEXT_BYTES, nodes: int = 1,
+                    cuda_context_bytes: int = LAZY_CONTEXT_BYTES, nodes: int = 1,
                     host_capacity_bytes: int | None = None) -> MemoryEstimate:
     """Estimate the memory of one training step of ``plan`` on one device.
 
