@@ -33,6 +33,7 @@ SKIPPED = {
     "meta-llama/Llama-3.1-8B": "the tensors and seq-len of meta-llama/Meta-Llama-3-8B (only RoPE scaling and max "
                                "positions differ): the same rows",
     "meta-llama/Llama-3.1-70B": _SAME_LAYOUT, "huggyllama/llama-65b": _SAME_LAYOUT,
+    "meta-llama/Llama-2-13b-hf": _SAME_LAYOUT, "meta-llama/Llama-2-70b-hf": _SAME_LAYOUT,
 }
 CASES = [pytest.param(m, *g, 1 if (i + j) % 2 else 4, marks=[pytest.mark.skip(reason=SKIPPED[m])] if m in SKIPPED else [],
                       id=f"{m}-{g[0]}-{'ckpt' if g[1] else 'nockpt'}-{g[2]}-b{1 if (i + j) % 2 else 4}")

@@ -39,7 +39,7 @@ def test_plain_nf4_keeps_an_fp32_constant_per_64_weights() -> None:
     0.373 bits over the blocks' weights give (0.30 and 0.59 GB)."""
 
     assert NF4_PLAIN_BYTES_PER_PARAM * 8 == 4.5
-    for model_id, published in ((LLAMA2, 14.14e9 - 13.84e9), (str(ROOT / "benchmarks/published/configs/meta-llama--Llama-2-13b-hf"), 23.14e9 - 22.55e9)):
+    for model_id, published in ((LLAMA2, 14.14e9 - 13.84e9), ("meta-llama/Llama-2-13b-hf", 23.14e9 - 22.55e9)):
         kw = dict(model=model_id, gpu="a100-40gb", method="qlora", weights_dtype="bf16", seq_len=512)
         plain, dq = (estimate(**kw, double_quant=dq).memory.components.weights_bytes for dq in (False, True))
         assert plain - dq == pytest.approx(published, abs=0.02e9)
@@ -146,8 +146,8 @@ def test_litgpt_fsdp_accumulation_holds_unsharded_gradients_of_every_block() -> 
 def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tensor_parallel() -> None:
     # Answer.AI's fsdp_qlora recipe (README, "A 70B QLoRA on two 24 GB GPUs"): bitsandbytes' 4-bit layers do not split
     # over tensor-parallel ranks, so the NVLink-bridged pair shards the base with FSDP and offloads it to CPU RAM
-    config = ROOT / "benchmarks" / "published" / "configs" / "meta-llama--Llama-2-70b-hf"
-    rec = recommend(str(config), gpu="rtx-3090:2", method="qlora", seq_len=2048, host_memory_bytes=128 * 10**9)
+    config = "meta-llama/Llama-2-70b-hf"
+    rec = recommend(config, gpu="rtx-3090:2", method="qlora", seq_len=2048, host_memory_bytes=128 * 10**9)
     plan = rec.plan
     assert (plan.tensor_parallel, plan.pipeline_parallel) == (1, 1) and rec.memory.fits
     assert (plan.parallelism, plan.offload) == ("fsdp-full-shard", "optimizer+parameters")
@@ -156,4 +156,4 @@ def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tens
     assert "4-bit layers" in tp.rationale and "not needed" not in tp.rationale
     assert [a.value for a in tp.alternatives if "4-bit layers" in a.reason] == [2]
     with pytest.raises(UsageError, match="4-bit layers"):
-        estimate(str(config), gpu="rtx-3090:2", method="qlora", seq_len=2048, tensor_parallel=2)
+        estimate(config, gpu="rtx-3090:2", method="qlora", seq_len=2048, tensor_parallel=2)

@@ -56,6 +56,10 @@ def test_published_counts() -> None:
     nemo = profile_model("mistralai/Mistral-Nemo-Base-2407")  # head_dim 128, not 5120 / 32
     assert nemo.num_parameters == 12_247_782_400 and nemo.head_dim == 128
     assert profile_model("huggyllama/llama-65b").num_parameters == 65_285_660_672
+    # PEFT's MetaMathQA result file for Llama-3.2-3B's full fine-tuning (method_comparison/MetaMathQA/results/
+    # full-finetuning--llama-3.2-3B-lr_0.00001.json at 51c2ff66; benchmarks/published/peft-method-comparison.jsonl)
+    # trains all 3,212,749,824 parameters, the tied head counted once
+    assert profile_model("meta-llama/Llama-3.2-3B").num_parameters == 3_212_749_824
     qwen3 = profile_model("Qwen/Qwen3-8B")  # QK-Norm, no biases; Qwen's model card: 8.2B
     assert qwen3.num_parameters == 8_190_735_360 and qwen3.parameter_count_method == "closed-form"
 
