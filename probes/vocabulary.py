@@ -538,7 +538,8 @@ class Penalty(IntEnum):
     """What a fallback costs: one ladder for every rule, cheapest first; a rule names a rung, never a number.
 
     A plan's penalty is the sum of its fallbacks' rungs; under the 'speed' objective the planner takes the
-    plan with the least penalty that fits, then the fastest."""
+    plan with the least penalty that fits, at equal penalty the one with the fewest RISKY rungs (a plan that is
+    only slower beats one whose convergence may suffer), then the fastest."""
 
     NONE = 0
     SLOWER = 1  #: a bounded slowdown: activation checkpointing (~20-30 %); ZeRO-1/2 on a model DDP could hold

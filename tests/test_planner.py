@@ -31,6 +31,18 @@ def test_llama2_7b_on_a100_80gb_is_bf16_with_tf32() -> None:
     assert "fits only with" in fp32.reason and "adafactor" in fp32.reason
 
 
+def test_at_equal_penalty_8_bit_adam_with_checkpointing_beats_adafactor() -> None:
+    """Llama-3.2-3B's full fine-tuning on a 24 GB card: AdamW does not fit beside bf16 weights; 8-bit Adam fits with
+    activation checkpointing, Adafactor without it. Both pay the same fallback penalty (the ladder's 2 + 1 and 3),
+    and the rules take Adafactor "only when neither AdamW nor 8-bit Adam fits": the risky one loses the tie, even
+    though it is faster, and its row says by how much and why."""
+    rec = recommend("meta-llama/Llama-3.2-3B", gpu="rtx-4090", seq_len=2048)
+    assert (rec.plan.method, rec.plan.optimizer, rec.plan.gradient_checkpointing) == ("full", "adamw-8bit", True)
+    adafactor = next(a for a in rec.settings["optimizer"].alternatives if a.value == "adafactor")
+    assert "tokens/s (+" in adafactor.reason and "risky fallback, optimizer=adafactor" in adafactor.reason
+    assert not any("Adafactor was needed" in w.message for w in rec.warnings)
+
+
 def test_llama2_7b_on_8_a100s_is_sharded_and_uses_adamw() -> None:
     rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=2048)
     assert Parallelism.of(rec.plan.parallelism).stage >= 1 and rec.plan.optimizer == "adamw"  # ZeRO or FSDP

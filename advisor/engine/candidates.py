@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from advisor.engine.legality import propose_effects
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
-from probes.vocabulary import Device, Objective
+from probes.vocabulary import Device, Objective, Penalty
 from rules import Effect, Facts, Plan
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
@@ -31,9 +31,18 @@ class Candidate:
     def fits(self) -> bool:
         return self.memory.fits
 
+    @property
+    def risky(self) -> int:
+        """How many of its fallbacks are risky (:attr:`Penalty.RISKY`: convergence may suffer, or a framework beyond
+        the Trainer)."""
+        return sum(1 for e in self.fallbacks if e.penalty == Penalty.RISKY)
+
     def key(self) -> tuple:
-        """Sort key for the 'speed' objective: best first."""
-        return (self.penalty, -self.speed.tokens_per_s, -self.preferences)
+        """Sort key for the 'speed' objective, best first: the least fallback penalty; at equal penalty the fewest
+        risky fallbacks (a plan that is only slower beats one whose convergence may suffer: 8-bit AdamW with
+        activation checkpointing before Adafactor, whose rules take it "only when neither AdamW nor 8-bit Adam
+        fits"); then the fastest, then the most preferences met."""
+        return (self.penalty, self.risky, -self.speed.tokens_per_s, -self.preferences)
 
     def memory_key(self) -> tuple:
         """Sort key among the plans the 'memory' objective may pick: least device memory first, then as ``key``."""

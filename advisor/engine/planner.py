@@ -6,8 +6,8 @@ tensor / pipeline / expert parallel × the optimizer step in backward (at accumu
 offloading.
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
-the safety margin. Ranking ('speed' objective): least total fallback penalty, then highest estimated tokens/s, then
-most preferences met; the 'memory' objective takes the least device memory within :data:`MEMORY_SPEED_TOLERANCE`
+the safety margin. Ranking ('speed' objective): least total fallback penalty, then the fewest risky fallbacks
+(``Penalty.RISKY``), then highest estimated tokens/s, then most preferences met; the 'memory' objective takes the least device memory within :data:`MEMORY_SPEED_TOLERANCE`
 of the fastest plan.
 """
 

@@ -19,7 +19,7 @@ from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from probes.units import GIB
-from probes.vocabulary import Objective, Offload, Setting
+from probes.vocabulary import Objective, Offload, Penalty, Setting
 from rules import Effect, Plan, Workload
 from rules.facts import STACK_SETTINGS
 
@@ -91,6 +91,17 @@ def _what_else(candidate: Candidate, best: Candidate) -> str:
     return ", ".join(extra) or "a costlier fallback"
 
 
+def _riskier(alt: Candidate, best: Candidate) -> str:
+    """Why a plan that pays the same fallback penalty as the best one lost: it takes a risky fallback more
+    (:attr:`Candidate.risky`), whatever its speed."""
+    risky = [e for e in alt.fallbacks if e.penalty == Penalty.RISKY and e not in best.fallbacks]
+    what = "; ".join(f"{e.setting}={_fmt(getattr(alt.plan, e.setting))}: {e.reason} [{e.rule_id}]" for e in risky)
+    change = alt.speed.tokens_per_s / best.speed.tokens_per_s - 1
+    pace = f"{change:+.0%}" if abs(change) >= 0.005 else "as fast"
+    return (f"est. {alt.speed.tokens_per_s:,.0f} tokens/s ({pace}), but only with a risky fallback, {what}; at the "
+            "same fallback cost the plan without it is taken")
+
+
 def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
     if forbids:
@@ -131,6 +142,8 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
                 f"{e.setting}={_fmt(getattr(alt.plan, e.setting))}" for e in others))
         figures = f" (fits: {alt.memory.device_bytes / GIB:.1f} GiB, est. {alt.speed.tokens_per_s:,.0f} tokens/s)"
         return ("; ".join(parts) or f"fits only with {_what_else(alt, best)}") + figures
+    if alt.penalty == best.penalty and alt.risky > best.risky:
+        return _riskier(alt, best)
     slower = 1 - alt.speed.tokens_per_s / best.speed.tokens_per_s
     prefs = [e for e in result.effects if e.kind == "prefer" and e.setting == setting
              and e.matches(getattr(best.plan, setting))]
