@@ -7,8 +7,8 @@ offloading.
 Rules forbid values, mark others as fallbacks with a penalty (used only when nothing without
 them fits), or prefer values. A plan fits when its ``device_bytes`` stays under capacity less
 the safety margin. Ranking ('speed' objective): least total fallback penalty, then the fewest risky fallbacks
-(``Penalty.RISKY``), then highest estimated tokens/s, then most preferences met; the 'memory' objective takes the least device memory within :data:`MEMORY_SPEED_TOLERANCE`
-of the fastest plan.
+(``Penalty.RISKY``), then highest estimated tokens/s, then most preferences met; the 'memory' objective takes the
+least device memory within :data:`MEMORY_SPEED_TOLERANCE` of the fastest plan.
 """
 
 from __future__ import annotations
