@@ -84,11 +84,17 @@ class Recommendation(BaseModel):
         return decision.value
 
 
+def _settings_phrase(candidate: Candidate, effects: list[Effect]) -> str:
+    """``setting=value`` of the candidate's plan for each setting the fallbacks name, once each (a rule may charge
+    one value twice: activation offloading pays a rung more without checkpointing)."""
+    settings = dict.fromkeys(e.setting for e in effects)
+    return ", ".join(f"{s}={_fmt(getattr(candidate.plan, s))}" for s in settings)
+
+
 def _what_else(candidate: Candidate, best: Candidate) -> str:
     """The fallbacks a candidate needs beyond the best plan's, as a phrase."""
-    extra = [f"{e.setting}={_fmt(e.value if not isinstance(e.value, list) else getattr(candidate.plan, e.setting))}"
-             for e in candidate.fallbacks if e not in best.fallbacks]
-    return ", ".join(extra) or "a costlier fallback"
+    return _settings_phrase(candidate, [e for e in candidate.fallbacks if e not in best.fallbacks]) or \
+        "a costlier fallback"
 
 
 def _riskier(alt: Candidate, best: Candidate) -> str:
@@ -102,19 +108,34 @@ def _riskier(alt: Candidate, best: Candidate) -> str:
             "same fallback cost the plan without it is taken")
 
 
+def _unpriced_reason(setting: str, value: Any, result: PlanningResult) -> str:
+    """Why the search priced no plan with ``setting=value``: a rule refused every layout with it, a plan without
+    its fallback fits, or (a micro-batch) a smaller one already did not fit with accumulation, which
+    :func:`advisor.engine.planner._micro_batches` stops at since memory grows with the micro-batch."""
+    refused = result.layouts.refusal_of(setting, value)
+    if refused is not None:  # no layout the search tried could take it
+        return f"{refused.reason} [{refused.rule_id}]"
+    fallbacks = [e for e in result.effects if e.kind == "fallback" and e.setting == setting and e.matches(value)]
+    if fallbacks:
+        return f"not needed: a plan without it fits; {fallbacks[0].reason} [{fallbacks[0].rule_id}]"
+    if setting == Setting.MICRO_BATCH_SIZE:
+        smaller = [c for c in result.candidates if c.plan.micro_batch_size < value]
+        below = max((c.plan.micro_batch_size for c in smaller), default=None)
+        at_below = [c for c in smaller if c.plan.micro_batch_size == below]
+        if at_below and not any(c.fits for c in at_below):
+            closest = min(at_below, key=lambda c: c.memory.device_bytes)
+            return (f"does not fit: micro-batch {below} already needs {closest.memory.device_bytes / GIB:.1f} GiB of "
+                    f"{closest.memory.usable_bytes / GIB:.1f} GiB usable, and memory grows with the micro-batch")
+    return "not applicable to this hardware"
+
+
 def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
     if forbids:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
     with_value = [c for c in result.candidates if getattr(c.plan, setting) == value]
     if not with_value:
-        refused = result.layouts.refusal_of(setting, value)
-        if refused is not None:  # no layout the search tried could take it
-            return f"{refused.reason} [{refused.rule_id}]"
-        fallbacks = [e for e in result.effects if e.kind == "fallback" and e.setting == setting and e.matches(value)]
-        if fallbacks:
-            return f"not needed: a plan without it fits; {fallbacks[0].reason} [{fallbacks[0].rule_id}]"
-        return "not applicable to this hardware"
+        return _unpriced_reason(setting, value, result)
     fitting = sorted((c for c in with_value if c.fits), key=Candidate.key)
     if not fitting:
         closest = min(with_value, key=lambda c: c.memory.device_bytes)
@@ -138,8 +159,7 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
         others = [e for e in alt.fallbacks if e.setting != setting and e not in best.fallbacks]
         parts = [f"{own[0].reason} [{own[0].rule_id}]"] if own else []
         if others:
-            parts.append("here it fits only with " + ", ".join(
-                f"{e.setting}={_fmt(getattr(alt.plan, e.setting))}" for e in others))
+            parts.append("here it fits only with " + _settings_phrase(alt, others))
         figures = f" (fits: {alt.memory.device_bytes / GIB:.1f} GiB, est. {alt.speed.tokens_per_s:,.0f} tokens/s)"
         return ("; ".join(parts) or f"fits only with {_what_else(alt, best)}") + figures
     if alt.penalty == best.penalty and alt.risky > best.risky:
