@@ -82,6 +82,30 @@ def test_estimate_probe_profile_rules_schema() -> None:
     assert "Recommendation" in json.loads(schema.stdout)["schemas"]
 
 
+def test_estimate_s_global_batch_sets_the_accumulation_over_the_data_parallel_gpus() -> None:
+    """``--global-batch-size`` with a micro-batch sets the accumulation (64 / (4 × 4 GPUs) = 4), with an accumulation
+    alone the micro-batch; three that disagree, or a batch the GPUs cannot split, are one line and exit 2."""
+    def plan(*args: str) -> dict:
+        out = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb:4", *args, "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["plan"]
+
+    p = plan("--global-batch-size", "64", "--micro-batch-size", "4")
+    assert (p["micro_batch_size"], p["gradient_accumulation_steps"]) == (4, 4)
+    p = plan("--global-batch-size", "64", "--gradient-accumulation-steps", "2")
+    assert (p["micro_batch_size"], p["gradient_accumulation_steps"]) == (8, 2)
+    p = plan("--global-batch-size", "64")
+    assert (p["micro_batch_size"], p["gradient_accumulation_steps"]) == (1, 16)
+    assert plan("--micro-batch-size", "4")["gradient_accumulation_steps"] == 1  # no global batch: as given
+    for args, words in ((("--global-batch-size", "32", "--micro-batch-size", "4", "--gradient-accumulation-steps",
+                          "4"), "= 64 samples, not the global batch 32"),
+                        (("--global-batch-size", "6"), "does not split over 4 data-parallel replicas"),
+                        (("--global-batch-size", "64", "--micro-batch-size", "3"), "does not divide the global batch")):
+        out = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb:4", *args)
+        assert out.returncode == ExitCode.USAGE and words in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_estimate_calls_a_plan_within_capacity_but_not_the_margin_tight() -> None:
     """LitGPT's Llama-2-7B LoRA on an A10G trained at 19.77 GB max_memory_allocated (litgpt config_hub README,
     ``benchmarks/published/litgpt.jsonl``): within the GPU, beyond the 10 % margin."""

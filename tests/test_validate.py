@@ -395,3 +395,15 @@ def test_distributed_plans_this_machine_cannot_run_are_refused(tiny) -> None:
 def test_model_parallel_plans_are_not_trialled(tiny) -> None:
     with pytest.raises(UsageError, match="tensor / pipeline parallel"):
         api.validate(tiny, plan=_plan(cpu_processes=2, parallelism="none", tensor_parallel=2), hardware=CPU)
+
+
+def test_a_micro_batch_given_to_validate_keeps_the_global_batch_over_every_gpu() -> None:
+    """On 4 GPUs a micro-batch of 4 makes the global batch 64 with 4 accumulation steps (64 / (4 × 4)), not 16:
+    the data-parallel replicas count (:func:`advisor.app.plan_flags.split_batch`)."""
+    facts = api.make_facts("gpt2", gpu="a100-80gb:4", global_batch_size=64)
+    opts = api.parse(api._options(*api._VALIDATE), {"micro_batch_size": 4})
+    plan = api._plan_to_validate(facts, opts, 1)
+    assert (plan.micro_batch_size, plan.gradient_accumulation_steps, plan.data_parallel_size) == (4, 4, 4)
+    assert plan.global_batch_size == 64
+    with pytest.raises(UsageError, match="does not divide the global batch 64 over 4 data-parallel replicas"):
+        api._plan_to_validate(facts, api.parse(api._options(*api._VALIDATE), {"micro_batch_size": 32}), 1)

@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
-from advisor.app.trial_plan import split_batch, trial_label
-from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, ESTIMATE_DEFAULTS,
+from advisor.app.plan_flags import estimate_plan, given_settings, split_batch, trial_label
+from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
@@ -40,13 +40,12 @@ from advisor.engine.suggestions import faster_hardware, no_fit_error
 from probes.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
-from probes.kernels import Attention, Framework
+from probes.kernels import Framework
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
-from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
+from probes.vocabulary import Method, Parallelism
 from rules import Facts, Plan, Workload
 from rules.facts import STACK_SETTINGS
-from rules.stack import installed_legacy_bitsandbytes
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
@@ -213,61 +212,30 @@ class Estimate(BaseModel):
     """sequence length and global batch size"""
 
 
-def _given_settings(opts: BaseModel) -> dict[str, Any]:
-    """The plan settings among validated options that the user gave (not None)."""
-    return {name: getattr(opts, name) for name in PlanOptions.model_fields if getattr(opts, name) is not None}
-
-
-def _estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
-    """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
-    where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
-    GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
-    replicas (else 'none'; with an offload, the ZeRO stage that offloads it), QLoRA's 4-bit backward as this
-    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`), and the device's default
-    attention (:meth:`Attention.default`) where transformers' code for the model has it, eager where not (MPT, say).
-    """
-    g = facts.gpu
-    s = {**ESTIMATE_DEFAULTS, **settings}
-    default = Attention.default(Device.CPU if g is None else Device.CUDA)
-    if ("attention" not in settings and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
-            and default not in facts.model.attention_kernels):
-        s["attention"] = Attention.EAGER
-    if "precision" not in settings:
-        s["precision"] = Precision.FP32 if g is None or not g.tensor_cores else (
-            Precision.BF16 if g.bf16 else Precision.FP16)
-    tf32_here = bool(g is not None and g.tf32)
-    s["tf32"] = tf32_here and s.get("tf32", True) is not False
-    if "weights_dtype" not in settings:  # adapters' frozen base loads in bf16 (torch_dtype=torch.bfloat16)
-        adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
-        s["weights_dtype"] = WeightsDtype.BF16 if adapters and s["precision"] == Precision.BF16 else WeightsDtype.FP32
-    if "legacy_bitsandbytes" not in settings:  # QLoRA on this machine: its bitsandbytes' backward
-        s["legacy_bitsandbytes"] = installed_legacy_bitsandbytes(facts)
-    gpus = facts.hardware.num_gpus
-    if "parallelism" not in settings:
-        replicas = gpus // (s["tensor_parallel"] * s["pipeline_parallel"]) if gpus else 1
-        s["parallelism"] = Parallelism.DDP if replicas > 1 else Parallelism.NONE
-        offload = Offload.of(s["offload"])
-        if offload.optimizer:  # ZeRO-Offload: stage 2 offloads the optimizer, stage 3 the parameters too
-            s["parallelism"] = Parallelism.ZERO_3 if offload.parameters else Parallelism.ZERO_2
-    return Plan(device=Device.CPU if g is None else Device.CUDA, num_gpus=gpus, **s)
-
-
 def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any) -> Estimate:
     """Memory and speed of one given plan (no search).
 
-    ``options``: hardware and workload options, the plan settings (defaults: :func:`_estimate_plan`) and
-    ``simulate`` (also run a training step on fake tensors; imports torch).
+    ``options``: hardware and workload options, the plan settings (defaults:
+    :func:`advisor.app.plan_flags.estimate_plan`) and ``simulate`` (also run a training step on fake tensors; imports
+    torch). A ``global_batch_size`` sets the accumulation (or, given an accumulation alone, the micro-batch) that makes
+    it over the plan's data-parallel replicas (:func:`advisor.app.plan_flags.split_batch`); without one the global
+    batch is micro-batch × accumulation × replicas.
 
     Raises:
-        UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, or a plan the rules refuse
-            (ZeRO on one GPU, offload without sharding, ...: :func:`advisor.engine.planner.check_plan`).
+        UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, a global batch the micro-batch,
+            accumulation and replicas cannot make, or a plan the rules refuse (ZeRO on one GPU, offload without
+            sharding, ...: :func:`advisor.engine.planner.check_plan`).
         ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
     opts = parse(_options(*_ESTIMATE), options)
-    settings = _given_settings(opts)
+    settings = given_settings(opts)
     micro = settings.get("micro_batch_size", 1) * settings.get("gradient_accumulation_steps", 1)
     facts = _facts(model, opts.model_copy(update={"global_batch_size": micro}), hardware)
-    plan = _estimate_plan(facts, settings)
+    plan = estimate_plan(facts, settings)
+    if opts.global_batch_size is not None:  # the accumulation (or micro-batch) that makes it
+        batch = settings if {"micro_batch_size", "gradient_accumulation_steps"} & settings.keys() else {
+            **settings, "micro_batch_size": plan.micro_batch_size}
+        plan = estimate_plan(facts, split_batch(opts.global_batch_size, batch, plan.data_parallel_size))
     planner.require_legal(facts, plan)
     # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
     model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
@@ -314,13 +282,14 @@ def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     Raises:
         NoFitError: nothing fits and no setting was given. UsageError: a setting that does not divide the batch.
     """
-    overrides = _given_settings(opts)
+    overrides = given_settings(opts)
     parallelism = overrides.pop("parallelism", None)
     result = planner.search(facts)
     if result.best is None and (not overrides or not result.candidates):
         raise no_fit_error(result)
     base = (result.best or min(result.candidates, key=lambda c: c.memory.device_bytes)).plan
-    overrides = split_batch(base.global_batch_size, overrides)
+    replicas = base.model_copy(update=overrides).data_parallel_size
+    overrides = split_batch(base.global_batch_size, overrides, replicas)
     if processes > 1:
         overrides.update(cpu_processes=processes, parallelism=parallelism or Parallelism.DDP)
     elif parallelism is not None:

@@ -229,15 +229,16 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None, model_required: bool = True,
-                   objective: bool = True) -> None:
-    """--model, --task, the hardware flags and the workload flags."""
+                   objective: bool = True, helps: dict[str, str] | None = None) -> None:
+    """--model, --task, the hardware flags and the workload flags (``helps``: a workload flag's help for this
+    command)."""
     add_arguments(p, ModelOptions, required=("model",) if model_required else (),
                   helps={"model": model_help} if model_help else None)
     add_arguments(p, HubOptions)
     add_arguments(p, WorkloadOptions, ("task",))
     add_arguments(p, HardwareOptions)
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
-                  + ("from_scratch", "mean_sample_len"))
+                  + ("from_scratch", "mean_sample_len"), helps=helps)
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
@@ -256,9 +257,17 @@ def _liger_alias(group) -> None:
 def _add_estimate(sub) -> None:
     """``advisor estimate``: the workload flags and every plan setting."""
     p = sub.add_parser("estimate", help="memory and speed of one given plan", epilog=EXIT_CODES_HELP)
-    _workload_args(p, objective=False)
+    _workload_args(p, objective=False, helps={"global_batch_size": (
+        "samples per optimizer step: sets the accumulation that makes it over the data-parallel GPUs (or, with "
+        "--gradient-accumulation-steps alone, the micro-batch) (default: micro-batch x accumulation x data-parallel "
+        "GPUs)")})
     group = p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over several GPUs)")
-    add_arguments(group, PlanOptions, PLAN_FLAGS, defaults=ESTIMATE_DEFAULTS, unset="chosen for the hardware")
+    # the batch flags get no parser default: the API must see which of them --global-batch-size may set
+    batch = ("micro_batch_size", "gradient_accumulation_steps")
+    add_arguments(group, PlanOptions, PLAN_FLAGS, unset="chosen for the hardware",
+                  defaults={k: v for k, v in ESTIMATE_DEFAULTS.items() if k not in batch},
+                  helps={k: f"{PlanOptions.model_fields[k].description} (default: {ESTIMATE_DEFAULTS[k]}, or what "
+                            "--global-batch-size makes)" for k in batch})
     _liger_alias(group)
     add_arguments(p, SimulateOption)
     p.add_argument("--json", action="store_true", help="print JSON (default: off)")

@@ -1,0 +1,91 @@
+"""How ``estimate`` and ``validate`` turn the flags they are given into the plan they price or run: the defaults of the
+settings not given, a micro-batch or an accumulation alone that keeps the global batch, and how a trial names a
+strategy it runs in another's place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from advisor.app.options import ESTIMATE_DEFAULTS, PlanOptions
+from probes.errors import UsageError
+from probes.kernels import Attention, Framework
+from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
+from rules import Facts, Plan
+from rules.stack import installed_legacy_bitsandbytes
+
+
+def given_settings(opts: BaseModel) -> dict[str, Any]:
+    """The plan settings among validated options that the user gave (not None)."""
+    return {name: getattr(opts, name) for name in PlanOptions.model_fields if getattr(opts, name) is not None}
+
+
+def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
+    """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
+    where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
+    GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
+    replicas (else 'none'; with an offload, the ZeRO stage that offloads it), QLoRA's 4-bit backward as this
+    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`), and the device's default
+    attention (:meth:`Attention.default`) where transformers' code for the model has it, eager where not (MPT, say).
+    """
+    g = facts.gpu
+    s = {**ESTIMATE_DEFAULTS, **settings}
+    default = Attention.default(Device.CPU if g is None else Device.CUDA)
+    if ("attention" not in settings and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
+            and default not in facts.model.attention_kernels):
+        s["attention"] = Attention.EAGER
+    if "precision" not in settings:
+        s["precision"] = Precision.FP32 if g is None or not g.tensor_cores else (
+            Precision.BF16 if g.bf16 else Precision.FP16)
+    tf32_here = bool(g is not None and g.tf32)
+    s["tf32"] = tf32_here and s.get("tf32", True) is not False
+    if "weights_dtype" not in settings:  # adapters' frozen base loads in bf16 (torch_dtype=torch.bfloat16)
+        adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
+        s["weights_dtype"] = WeightsDtype.BF16 if adapters and s["precision"] == Precision.BF16 else WeightsDtype.FP32
+    if "legacy_bitsandbytes" not in settings:  # QLoRA on this machine: its bitsandbytes' backward
+        s["legacy_bitsandbytes"] = installed_legacy_bitsandbytes(facts)
+    gpus = facts.hardware.num_gpus
+    if "parallelism" not in settings:
+        replicas = gpus // (s["tensor_parallel"] * s["pipeline_parallel"]) if gpus else 1
+        s["parallelism"] = Parallelism.DDP if replicas > 1 else Parallelism.NONE
+        offload = Offload.of(s["offload"])
+        if offload.optimizer:  # ZeRO-Offload: stage 2 offloads the optimizer, stage 3 the parameters too
+            s["parallelism"] = Parallelism.ZERO_3 if offload.parameters else Parallelism.ZERO_2
+    return Plan(device=Device.CPU if g is None else Device.CUDA, num_gpus=gpus, **s)
+
+
+def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
+    """The micro-batch and accumulation that make the global batch ``gbs`` over ``replicas`` data-parallel replicas
+    (:attr:`rules.facts.Plan.data_parallel_size`): a micro-batch alone keeps it by changing the accumulation, and
+    the other way round; both must agree with it.
+
+    Raises:
+        UsageError: ``gbs`` does not split over the replicas, the given value does not divide each replica's batch,
+            or micro-batch × accumulation × replicas is not ``gbs``.
+    """
+    if gbs % replicas:
+        raise UsageError(f"--global-batch-size {gbs} does not split over {replicas} data-parallel replicas")
+    per = gbs // replicas
+    where = f"the global batch {gbs}" + (f" over {replicas} data-parallel replicas ({per} each)" if replicas > 1 else "")
+    for given, derived in (("micro_batch_size", "gradient_accumulation_steps"),
+                           ("gradient_accumulation_steps", "micro_batch_size")):
+        if given in overrides and derived not in overrides:
+            if per % overrides[given]:
+                raise UsageError(f"--{given.replace('_', '-')} {overrides[given]} does not divide {where}")
+            return {**overrides, derived: per // overrides[given]}
+    micro, steps = overrides.get("micro_batch_size"), overrides.get("gradient_accumulation_steps")
+    if micro is not None and steps is not None and micro * steps != per:
+        times = f" × {replicas} replicas" if replicas > 1 else ""
+        raise UsageError(f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps}{times} = "
+                         f"{micro * steps * replicas} samples, not the global batch {gbs}: give two of the three, or "
+                         "three that agree")
+    return overrides
+
+
+def trial_label(parallelism: Parallelism) -> str:
+    """How a trial runs a strategy: DeepSpeed's stages as their FSDP counterparts, DP as DDP."""
+    if parallelism.deepspeed or parallelism.fsdp:
+        fsdp = next(p for p in Parallelism if p.fsdp and p.stage == parallelism.stage)
+        return f"FSDP {fsdp.spec.fsdp_strategy}"
+    return parallelism.value.upper()
