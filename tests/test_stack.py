@@ -113,6 +113,26 @@ def test_packing_counts_useful_tokens() -> None:
         estimate("gpt2", gpu="a100-80gb", packing=True, attention="sdpa")  # SDPA would attend across samples
 
 
+def test_estimate_prices_the_mean_sample_length_and_a_row_bounds_what_a_packed_query_attends() -> None:
+    """``estimate`` reads ``mean_sample_len`` as ``recommend`` does: unpadded rows of 256-token samples carry a
+    quarter of the useful tokens, packed rows attend within 256-token documents (less attention work). A packed
+    document longer than a row is cut across rows: its queries attend within the row, so a 4096-token mean prices
+    the same step as full rows."""
+    def est(**kw):
+        return estimate("gpt2", gpu="a100-80gb", seq_len=1024, micro_batch_size=8, attention="flash-attention-2",
+                        **kw)
+
+    full, padded = est(packing=False), est(packing=False, mean_sample_len=256)
+    assert padded.speed.tokens_per_s == pytest.approx(full.speed.tokens_per_s / 4)
+    packed = est(packing=True, mean_sample_len=256)
+    assert packed.speed.step_time_s < full.speed.step_time_s
+    assert packed.speed.samples_per_s == pytest.approx(4 * full.speed.samples_per_s * full.speed.step_time_s
+                                                       / packed.speed.step_time_s)
+    long = est(packing=True, mean_sample_len=4096)
+    assert long.speed.step_time_s == full.speed.step_time_s
+    assert long.speed.samples_per_s == pytest.approx(full.speed.samples_per_s / 4)  # a document spans 4 rows
+
+
 def test_the_cuda_context_is_a_hardware_fact() -> None:
     small, large = _est(), _est(cuda_context_bytes=1343 * 2**20)
     assert large.memory.device_bytes - small.memory.device_bytes == (1343 - 500) * 2**20

@@ -239,9 +239,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     planner.require_legal(facts, plan)
     # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
     model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
-    facts = facts.model_copy(update={"workload": Workload(seq_len=facts.workload.seq_len,
-                                                          global_batch_size=plan.global_batch_size),
-                                     "model": model_here})
+    facts = facts.model_copy(update={"workload": facts.workload.model_copy(
+        update={"global_batch_size": plan.global_batch_size}), "model": model_here})
     candidate = evaluate(facts, plan)
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,

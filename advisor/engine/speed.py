@@ -224,7 +224,8 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
             documents of this length, and batch sizes count rows. ``tokens_per_s`` counts tokens, not padding.
     """
     peak, bandwidth = device_rates(plan, gpu, host)
-    attended = mean_sample_len if plan.packing and mean_sample_len else None
+    # a packed document longer than a row is cut across rows: a query attends within its row at most
+    attended = min(mean_sample_len, seq_len) if plan.packing and mean_sample_len else None
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
     compute, model_flops_micro = _compute_seconds(model, plan, seq_len, gpu, peak, attended)
     compute /= tp * pp
