@@ -91,3 +91,24 @@ if __name__ == "__main__" and "--record" in sys.argv:
                 (SNAPSHOTS / _name(case, width, explain)).write_text(render(model, options, width, explain),
                                                                     encoding="utf-8")
     print(f"recorded {len(list(SNAPSHOTS.iterdir()))} snapshots in {SNAPSHOTS}")
+
+
+def test_the_memory_table_gives_an_offload_s_host_ram_its_own_verdict() -> None:
+    """An optimizer offload that fits the GPU but not a 16 GB host: the device row says it fits, the host rows say
+    what the offload takes and that it does not fit; an unknown RAM says it was not checked."""
+    from advisor.app.api import estimate
+    from advisor.app.report import memory_table
+
+    def text(**kw) -> str:
+        est = estimate("meta-llama/Llama-2-7b-hf", gpu="rtx-4090", gradient_checkpointing=True,
+                       **{"offload": "optimizer", **kw})
+        console = Console(width=120, file=io.StringIO(), color_system=None, record=True)
+        console.print(memory_table(est.memory))
+        return console.export_text()
+
+    small = text(host_memory_bytes=16 * 10**9)
+    rows = {line.split("│")[1].strip(): line for line in small.splitlines() if line.count("│") >= 3}
+    assert "fits" in rows["usable of capacity"] and "does not fit" not in rows["usable of capacity"]
+    assert "GiB" in rows["host RAM (offload)"] and "does not fit" in rows["usable host RAM"]
+    assert "unchecked: --host-memory SIZE" in text()
+    assert "host RAM" not in text(offload="none", parallelism="none")

@@ -20,6 +20,7 @@ from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
 from probes.errors import AdvisorError, ExitCode, NoFitError
 from probes.kernels import LossKernel
+from probes.vocabulary import Offload
 from probes.units import GIB, MIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
@@ -168,7 +169,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         where = f"{p.num_gpus} GPU(s)" if p.num_gpus else "the CPU"
         split = (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
                  if p.model_parallel_size > 1 else "")
-        console.print(f"[bold]{est.model.id}[/]: {p.describe(data_parallel=False)}, {p.parallelism} on {where}{split}, "
+        strategy = "" if p.offload != Offload.NONE else f"{p.parallelism} "  # describe() names it with the offload
+        console.print(f"[bold]{est.model.id}[/]: {p.describe(data_parallel=False)}, {strategy}on {where}{split}, "
                       f"seq-len {est.workload.seq_len}", highlight=False)
         console.print(memory_table(est.memory))
         if est.simulated:

@@ -83,8 +83,16 @@ def memory_table(mem: MemoryEstimate) -> Table:
         t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
     t.add_row("peak (live tensors)", gib(mem.peak_bytes), "", style="bold")
     t.add_row("device in use (NVML)", gib(mem.device_bytes), "", style="bold")
-    words, colour = VERDICTS[mem.verdict]
+    words, colour = VERDICTS[mem.device_verdict if mem.host_bytes else mem.verdict]
     t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", Text(words, style=colour))
+    if mem.host_bytes:  # an offload: the host's RAM is the other half of the verdict
+        t.add_row("host RAM (offload)", gib(mem.host_bytes), "", style="bold")
+        usable = mem.host_usable_bytes
+        if usable is None:
+            t.add_row("usable host RAM", "unknown", Text("unchecked: --host-memory SIZE", style="yellow"))
+        else:
+            words, colour = VERDICTS[Verdict.FITS if mem.host_fits else Verdict.NO_FIT]
+            t.add_row("usable host RAM", f"{gib(usable)} of {gib(mem.host_capacity_bytes)}", Text(words, style=colour))
     return t
 
 

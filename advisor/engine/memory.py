@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
 from probes.units import MIB
-from advisor.engine.states import HOST_SAFETY_MARGIN, host_bytes, model_states
+from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, model_states
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
@@ -128,6 +128,24 @@ class MemoryEstimate(BaseModel):
         """:class:`Verdict` of ``fits`` and ``fits_capacity``: a tight plan should run, as published runs at
         0.84-0.99 of their GPU did (``benchmarks/results/published.md``)."""
         return Verdict.FITS if self.fits else Verdict.TIGHT if self.fits_capacity else Verdict.NO_FIT
+
+    @property
+    def device_verdict(self) -> Verdict:
+        """:class:`Verdict` of the device alone (``device_bytes`` against the usable bytes and the capacity),
+        whatever the host's RAM says."""
+        return Verdict.FITS if self.device_bytes <= self.usable_bytes else (
+            Verdict.TIGHT if self.device_bytes <= self.capacity_bytes else Verdict.NO_FIT)
+
+    @property
+    def host_usable_bytes(self) -> int | None:
+        """The host RAM an offload may take, bytes: the node's RAM less
+        :data:`advisor.engine.states.HOST_SAFETY_MARGIN` (None: the RAM is unknown, the offload unchecked)."""
+        return host_usable_bytes(self.host_capacity_bytes)
+
+    @property
+    def host_fits(self) -> bool:
+        """Whether the offload fits the host's usable RAM (true without offload or with the RAM unknown)."""
+        return host_fits(self.host_bytes, self.host_capacity_bytes)
 
 
 def _loss(plan: Plan) -> LossKernelSpec:
@@ -332,7 +350,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         cuda_context_bytes: the CUDA context and library workspaces (older CUDA versions: more).
         nodes: nodes of the plan (FSDP HYBRID_SHARD shards over one node's GPUs).
         host_capacity_bytes: one node's RAM, bytes: an offloading plan fits only if its :func:`host_bytes`
-            stay within it less :data:`HOST_SAFETY_MARGIN` (None: not checked).
+            stay within it less :data:`advisor.engine.states.HOST_SAFETY_MARGIN` (None: not checked).
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``, ``fits_capacity`` with
         the whole capacity (a plan between the two is tight: it should run, as published runs at 0.84-0.99 of
@@ -370,9 +388,9 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     device = device_bytes(int(peak), plan, context, persistent_bytes(components))
     usable = int(capacity_bytes * (1 - safety_margin))
     host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes, offloaded)
-    host_fits = host == 0 or host_capacity_bytes is None or host <= host_capacity_bytes * (1 - HOST_SAFETY_MARGIN)
+    on_host = host_fits(host, host_capacity_bytes)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
-                          usable_bytes=usable, fits=device <= usable and host_fits,
-                          fits_capacity=device <= capacity_bytes and host_fits, components=components,
+                          usable_bytes=usable, fits=device <= usable and on_host,
+                          fits_capacity=device <= capacity_bytes and on_host, components=components,
                           host_bytes=host, host_capacity_bytes=host_capacity_bytes,
                           activations_offloaded_bytes=offloaded)

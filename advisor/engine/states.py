@@ -357,3 +357,15 @@ def host_bytes(model: ModelProfile, plan: Plan, nodes: int = 1) -> int:
     states = _optimizer_state_bytes(model, Optimizer.of(plan.optimizer), weights) / plan.model_parallel_size
     per_param = 8 + (2 if offload.parameters else 0)
     return int((per_param * P + states) * per_gpu_share * HOST_BUFFER_FACTOR)
+
+
+def host_usable_bytes(capacity_bytes: int | None) -> int | None:
+    """A node's RAM less :data:`HOST_SAFETY_MARGIN`, bytes (None for an unknown RAM)."""
+    return None if capacity_bytes is None else int(capacity_bytes * (1 - HOST_SAFETY_MARGIN))
+
+
+def host_fits(offloaded_bytes: int, capacity_bytes: int | None) -> bool:
+    """Whether ``offloaded_bytes`` (:func:`host_bytes` and offloaded activations) fit a node of ``capacity_bytes``
+    RAM (:func:`host_usable_bytes`); true without offload (0) or with the RAM unknown (None)."""
+    usable = host_usable_bytes(capacity_bytes)
+    return offloaded_bytes == 0 or usable is None or offloaded_bytes <= usable
