@@ -287,8 +287,9 @@ class ModelParallelLastResort(Rule):
             return self.forbid(setting, value, "bitsandbytes' 4-bit layers do not split over tensor or pipeline "
                                "parallel ranks (transformers' TP shards only torchao and fp8 weights; Megatron-LM has "
                                "no QLoRA): shard a QLoRA base with FSDP FULL_SHARD", hard=True)
-        if mp > 1 and (gpus < mp or gpus % mp):
-            return self.forbid(Setting.TENSOR_PARALLEL, plan.tensor_parallel,
+        if mp > 1 and (gpus < mp or gpus % mp):  # names the split the plan asks for (pipeline alone: that one)
+            setting = Setting.TENSOR_PARALLEL if plan.tensor_parallel > 1 else Setting.PIPELINE_PARALLEL
+            return self.forbid(setting, getattr(plan, setting),
                                f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel} "
                                f"needs a multiple of {mp} GPUs, the hardware has {gpus}", hard=True)
         if plan.tensor_parallel > per_node:

@@ -48,7 +48,8 @@ def test_a_gpu_where_nothing_fits_comes_last() -> None:
     assert c.rows[1].device_bytes > c.rows[1].usable_bytes
 
 
-@pytest.mark.parametrize("kwargs, words", [({"sort": "cost"}, "needs prices"), ({"tokens": 0}, "at least 1")])
+@pytest.mark.parametrize("kwargs, words", [({"sort": "cost"}, "needs prices"), ({"tokens": 0}, "at least 1"),
+                                           ({"prices": {"h100-sxm": 3.0}}, "h100-sxm: not among the compared GPUs")])
 def test_refusals(kwargs: dict, words: str) -> None:
     with pytest.raises(UsageError, match=words):
         compare("gpt2", gpus=["t4"], **kwargs)
@@ -66,7 +67,8 @@ def test_cli_json_and_table() -> None:
 
 
 @pytest.mark.parametrize("args", [("--price-per-hour", "t4"), ("--price-per-hour", "nope=1"),
-                                  ("--price-per-hour", "t4=-1"), ("--tokens", "lots"), ("--gpu", "nope")])
+                                  ("--price-per-hour", "t4=-1"), ("--tokens", "lots"), ("--gpu", "nope"),
+                                  ("--gpu", "t4", "--price-per-hour", "l4=0.8")])
 def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
     out = advisor("compare", "--model", "gpt2", *args)
     assert out.returncode == ExitCode.USAGE and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr

@@ -257,3 +257,12 @@ def test_settled_layouts_are_reused_only_as_they_would_be_settled(make_facts) ->
     assert [c.plan for c in after.candidates] == [c.plan for c in alone.candidates]
     assert after.best.plan == alone.best.plan
     assert (after.layouts.legal, after.layouts.refused) == (alone.layouts.legal, alone.layouts.refused)
+
+
+def test_a_model_parallel_split_the_gpus_cannot_hold_names_the_flag_given() -> None:
+    from advisor.app.api import estimate
+
+    with pytest.raises(UsageError, match=r"^--pipeline-parallel 2: tensor parallel 1 x pipeline parallel 2 needs"):
+        estimate("gpt2", gpu="t4", pipeline_parallel=2)
+    with pytest.raises(UsageError, match=r"^--tensor-parallel 2: tensor parallel 2 x pipeline parallel 3 needs"):
+        estimate("gpt2", gpu="a100-80gb:8", tensor_parallel=2, pipeline_parallel=3)

@@ -133,8 +133,8 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
     ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
 
     Raises:
-        UsageError: tokens < 1, an unknown sort, a bad option. UnknownGPUError: an unknown GPU. ModelNotFoundError,
-        BadConfigError: from the model's profile.
+        UsageError: tokens < 1, an unknown sort, a bad option, a price for a GPU not compared.
+        UnknownGPUError: an unknown GPU. ModelNotFoundError, BadConfigError: from the model's profile.
     """
     from advisor.app.api import profile_model
     from probes.gpu_catalog import catalog
@@ -147,6 +147,11 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         raise UsageError("--sort cost needs prices: --price-per-hour NAME=USD (US dollars per GPU per hour), "
                          "repeatable")
     specs = gpus or list(catalog())
+    names = [spec.partition(":")[0].strip().lower() for spec in specs]
+    unused = [name for name in prices or {} if name not in names]
+    if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
+        raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "
+                         f"--gpu {unused[0]}, or leave --gpu out to compare every catalog GPU")
     profile = profile_model(model, options.get("task"))
     rows: list[CompareRow] = []
     workload = None
