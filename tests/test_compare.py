@@ -74,6 +74,17 @@ def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
     assert out.returncode == ExitCode.USAGE and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
 
 
+def test_cli_takes_recommend_s_workload_flags() -> None:
+    """--mean-sample-len, as recommend takes it: 256-token samples padded to 1024-token rows (no FlashAttention
+    on a catalog GPU, so no packing) carry a quarter of the useful tokens."""
+    def tokens_per_s(*args: str) -> float:
+        out = advisor("compare", "--model", "gpt2", "--gpu", "a100-80gb", *args, "--json")
+        assert out.returncode == 0, out.stderr
+        return Comparison.model_validate(json.loads(out.stdout)).rows[0].tokens_per_s
+
+    assert tokens_per_s("--mean-sample-len", "256") == pytest.approx(tokens_per_s() / 4, rel=0.01)
+
+
 def test_units_read_at_a_glance() -> None:
     assert [duration(s) for s in (45, 750, 3 * 3600, 5 * 86400)] == ["45 s", "12.5 min", "3.0 h", "5.0 d"]
     assert [count(n) for n in (10**9, 5 * 10**8, 12345)] == ["1B", "500M", "12,345"]

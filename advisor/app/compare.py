@@ -280,7 +280,8 @@ def add_parser(sub, epilog: str) -> None:
     p.add_argument("--gpu", action="append", metavar="NAME[:COUNT]",
                    help="a catalog GPU to compare, repeatable (default: one of every GPU in `advisor probe --gpu list`)")
     add_arguments(p, HardwareOptions, ("nodes", "interconnect", "inter_node_gbps", "host_memory_bytes"))
-    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch"))
+    add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch",
+                                       "mean_sample_len"))
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
                    help="training tokens the time column is for (default 1e9 tokens)")
