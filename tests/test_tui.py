@@ -443,3 +443,26 @@ async def test_the_workload_step_asks_for_a_stack_value() -> None:
         await wait_for(pilot, lambda: app.recommendation is not None)
         plan = app.recommendation.plan
         assert (plan.attention, plan.torch_compile) == ("eager", False)
+
+
+def test_the_memory_bar_gives_an_offload_s_host_ram_its_own_verdict() -> None:
+    """As the memory table does: the device line says the GPU fits, a host line what the offload takes and that
+    a 16 GB host cannot hold it; without the host's RAM, that it was not checked."""
+    import io
+
+    from rich.console import Console
+
+    from advisor.app.api import estimate
+    from tui.widgets import memory_bar
+
+    def text(**kw) -> str:
+        est = estimate("meta-llama/Llama-2-7b-hf", gpu="rtx-4090", offload="optimizer", gradient_checkpointing=True,
+                       **kw)
+        console = Console(width=200, file=io.StringIO(), color_system=None, record=True)
+        console.print(memory_bar(est.memory))
+        return console.export_text()
+
+    lines = text(host_memory_bytes=16 * 10**9).splitlines()
+    assert lines[0].startswith("Memory: ") and lines[0].rstrip().endswith(" fits")
+    assert lines[1].startswith("Host RAM (offload): ") and lines[1].rstrip().endswith("does not fit")
+    assert "unchecked: --host-memory SIZE" in text()

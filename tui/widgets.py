@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.app.report import VERDICTS
-from advisor.engine.memory import MemoryEstimate
+from advisor.engine.memory import MemoryEstimate, Verdict
 from probes.units import GIB
 from advisor.engine.recommendation import Recommendation, SettingDecision
 from probes.hardware import HardwareProfile
@@ -43,11 +43,22 @@ def memory_bar(memory: MemoryEstimate, width: int = 60) -> Group:
         if parts.get(key, 0):
             legend.append("■ ", style=colour)
             legend.append(f"{label} {parts[key] / GIB:.2f}  ")
-    words, colour = VERDICTS[memory.verdict]
+    words, colour = VERDICTS[memory.device_verdict if memory.host_bytes else memory.verdict]
     fits = Text(words, style=f"bold {colour}")
     head = Text.assemble(f"Memory: {memory.device_bytes / GIB:.2f} GiB of {memory.usable_bytes / GIB:.2f} GiB usable "
                          f"({memory.capacity_bytes / GIB:.1f} GiB, ▒ = safety margin) ", fits)
-    return Group(head, bar, legend)
+    if not memory.host_bytes:
+        return Group(head, bar, legend)
+    usable = memory.host_usable_bytes  # an offload: the host's RAM has its own verdict, as in the memory table
+    host = Text(f"Host RAM (offload): {memory.host_bytes / GIB:.2f} GiB of ")
+    if usable is None:
+        host.append("unknown RAM ")
+        host.append("unchecked: --host-memory SIZE", style="bold yellow")
+    else:
+        words, colour = VERDICTS[Verdict.FITS if memory.host_fits else Verdict.NO_FIT]
+        host.append(f"{usable / GIB:.2f} GiB usable ")
+        host.append(words, style=f"bold {colour}")
+    return Group(head, host, bar, legend)
 
 
 def hardware_summary(hw: HardwareProfile) -> Table | Text:
