@@ -161,8 +161,10 @@ class Packing(Rule):
     id = "stack.packing"
     title = "padding-free packing when samples are shorter than the sequence length"
     topic = "stack"
-    sources = [S.HF_PACKING_FA2, S.FLASH_ATTENTION_2]
-    rationale = ("Padding every sample to seq_len spends compute and memory on pad tokens. Padding-free packing "
+    sources = [S.HF_PACKING_FA2, S.FLASH_ATTENTION_2, S.PACKING_KUNDU, S.PACKING_KRELL]
+    rationale = ("Padding each batch to its longest sample (the collators' default) spends compute on pad tokens, "
+                 "more as the batch grows (advisor takes sample lengths as exponential: the longest of b samples "
+                 "averages H_b times the mean), and memory must hold a batch of seq_len rows. Padding-free packing "
                  "concatenates samples into full rows and passes position ids, so FlashAttention's variable-length "
                  "kernels attend within each sample (DataCollatorWithFlattening; up to 2x throughput in the "
                  "Hugging Face / IBM measurements) without cross-contamination. It needs FlashAttention (2 or 3); "

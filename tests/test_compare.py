@@ -75,14 +75,15 @@ def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
 
 
 def test_cli_takes_recommend_s_workload_flags() -> None:
-    """--mean-sample-len, as recommend takes it: 256-token samples padded to 1024-token rows (no FlashAttention
-    on a catalog GPU, so no packing) carry a quarter of the useful tokens."""
+    """--mean-sample-len, as recommend takes it: 256-token samples in 1024-token rows, unpacked (no FlashAttention
+    on a catalog GPU), padded to each micro-batch's longest: fewer useful tokens/s than full rows, more than a
+    quarter of them (the padding reaches the row's end only in the longest batches)."""
     def tokens_per_s(*args: str) -> float:
         out = advisor("compare", "--model", "gpt2", "--gpu", "a100-80gb", *args, "--json")
         assert out.returncode == 0, out.stderr
         return Comparison.model_validate(json.loads(out.stdout)).rows[0].tokens_per_s
 
-    assert tokens_per_s("--mean-sample-len", "256") == pytest.approx(tokens_per_s() / 4, rel=0.01)
+    assert 0.25 < tokens_per_s("--mean-sample-len", "256") / tokens_per_s() < 0.5
 
 
 def test_units_read_at_a_glance() -> None:

@@ -4,6 +4,7 @@ explains what it did not pick, and that any pinned stack is a plan or one docume
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -114,16 +115,19 @@ def test_packing_counts_useful_tokens() -> None:
 
 
 def test_estimate_prices_the_mean_sample_length_and_a_row_bounds_what_a_packed_query_attends() -> None:
-    """``estimate`` reads ``mean_sample_len`` as ``recommend`` does: unpadded rows of 256-token samples carry a
-    quarter of the useful tokens, packed rows attend within 256-token documents (less attention work). A packed
-    document longer than a row is cut across rows: its queries attend within the row, so a 4096-token mean prices
-    the same step as full rows."""
-    def est(**kw):
-        return estimate("gpt2", gpu="a100-80gb", seq_len=1024, micro_batch_size=8, attention="flash-attention-2",
-                        **kw)
+    """``estimate`` reads ``mean_sample_len`` as ``recommend`` does. Unpacked samples are padded to their
+    micro-batch's longest (:func:`advisor.engine.speed.padded_row_len`): one 256-token sample alone runs as a
+    256-token row would, eight run shorter rows than 1024 tokens but carry less useful text than full ones.
+    Packed rows attend within 256-token documents (less attention work); a packed document longer than a row is cut
+    across rows, so a 4096-token mean prices the same step as full rows."""
+    def est(micro: int = 8, seq_len: int = 1024, **kw):
+        return estimate("gpt2", gpu="a100-80gb", seq_len=seq_len, micro_batch_size=micro,
+                        attention="flash-attention-2", **kw)
 
+    alone, short = est(1, packing=False, mean_sample_len=256), est(1, seq_len=256, packing=False)
+    assert alone.speed.step_time_s == pytest.approx(short.speed.step_time_s, rel=1e-3)
     full, padded = est(packing=False), est(packing=False, mean_sample_len=256)
-    assert padded.speed.tokens_per_s == pytest.approx(full.speed.tokens_per_s / 4)
+    assert padded.speed.step_time_s < full.speed.step_time_s and padded.speed.tokens_per_s < full.speed.tokens_per_s
     packed = est(packing=True, mean_sample_len=256)
     assert packed.speed.step_time_s < full.speed.step_time_s
     assert packed.speed.samples_per_s == pytest.approx(4 * full.speed.samples_per_s * full.speed.step_time_s
@@ -131,6 +135,20 @@ def test_estimate_prices_the_mean_sample_length_and_a_row_bounds_what_a_packed_q
     long = est(packing=True, mean_sample_len=4096)
     assert long.speed.step_time_s == full.speed.step_time_s
     assert long.speed.samples_per_s == pytest.approx(full.speed.samples_per_s / 4)  # a document spans 4 rows
+
+
+def test_a_padded_row_is_the_expected_longest_sample_of_its_micro_batch() -> None:
+    """Exponential lengths of mean μ cut at s: E[max of b] = μ·Σ U^k/k, U = 1 − e^(−s/μ); μ·H_b when s ≫ μ."""
+    from advisor.engine.speed import padded_row_len
+
+    assert padded_row_len(256, 10**7, 1) == pytest.approx(256)
+    assert padded_row_len(256, 10**7, 4) == pytest.approx(256 * (1 + 1 / 2 + 1 / 3 + 1 / 4))
+    u = 1 - math.exp(-2)
+    assert padded_row_len(512, 1024, 2) == pytest.approx(512 * (u + u * u / 2))
+    assert 1000 < padded_row_len(256, 1024, 1024) <= 1024  # towards the sequence length, never past it
+    assert padded_row_len(2048, 1024, 8) == 1024  # samples that fill the row
+    assert [padded_row_len(256, 2048, b) for b in (1, 2, 4, 8)] == sorted(padded_row_len(256, 2048, b)
+                                                                         for b in (1, 2, 4, 8))
 
 
 def test_the_cuda_context_is_a_hardware_fact() -> None:

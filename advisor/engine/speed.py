@@ -17,6 +17,8 @@ model; the efficiency curve is a fit, not a measurement on your GPU (``advisor v
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
@@ -210,6 +212,22 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
     return seconds, model_linear + 3 * attention
 
 
+def padded_row_len(mean_sample_len: int, seq_len: int, micro_batch: int) -> float:
+    """Expected tokens per row of a micro-batch of ``micro_batch`` unpacked samples padded to its longest sample
+    (the Trainer's ``DataCollatorWithPadding`` and TRL's ``DataCollatorForLanguageModeling`` pad each batch to
+    its longest sample; Kundu et al. 2024, https://arxiv.org/abs/2407.09105 sec. 1), samples cut at ``seq_len``.
+
+    Assumption, not a fit: sample lengths are exponential with mean ``mean_sample_len`` (right-skewed, as
+    instruction and web text lengths are: Krell et al. 2021, https://arxiv.org/abs/2107.02027 fig. 1). The
+    expected maximum of b such lengths cut at s is μ·Σ_{k=1..b} U^k / k with U = 1 − e^(−s/μ) (the integral of
+    1 − (1 − e^(−x/μ))^b over [0, s]): one sample's own length at b = 1, μ·H_b (the harmonic number) for
+    s ≫ μ, never above s. Returns tokens (float); ``seq_len`` when the samples fill it."""
+    if mean_sample_len >= seq_len:
+        return float(seq_len)
+    u = 1.0 - math.exp(-seq_len / mean_sample_len)
+    return min(mean_sample_len * sum(u ** k / k for k in range(1, micro_batch + 1)), float(seq_len))
+
+
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
                    host: HostInfo | None, nvlink: bool = False, nodes: int = 1,
                    inter_node_bytes_per_s: float | None = None, mean_sample_len: int | None = None) -> SpeedEstimate:
@@ -220,14 +238,19 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         nvlink: all GPUs of a node are NVLink-joined; nodes: number of nodes;
         inter_node_bytes_per_s: network bandwidth between nodes per node (default: InfiniBand HDR).
         mean_sample_len: average tokens per sample before padding (None: samples fill ``seq_len``). Unpacked rows
-            carry one sample and its padding; packed rows (``plan.packing``) are full, their attention runs within
-            documents of this length, and batch sizes count rows. ``tokens_per_s`` counts tokens, not padding.
+            carry one sample padded to its micro-batch's longest (:func:`padded_row_len`: the step runs rows of
+            that expected length, while memory is planned for full ``seq_len`` rows, the longest a batch can
+            be); packed rows (``plan.packing``) are full, their attention runs within documents of this length,
+            and batch sizes count rows. ``tokens_per_s`` counts tokens, not padding.
     """
     peak, bandwidth = device_rates(plan, gpu, host)
     # a packed document longer than a row is cut across rows: a query attends within its row at most
     attended = min(mean_sample_len, seq_len) if plan.packing and mean_sample_len else None
+    row = seq_len  # tokens a row runs: full, or padded to the micro-batch's longest sample, a multiple of 8
+    if mean_sample_len and not plan.packing:  # (the collators' pad_to_multiple_of, which advisor sets to 8 or 64)
+        row = min(seq_len, 8 * math.ceil(padded_row_len(mean_sample_len, seq_len, plan.micro_batch_size) / 8))
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
-    compute, model_flops_micro = _compute_seconds(model, plan, seq_len, gpu, peak, attended)
+    compute, model_flops_micro = _compute_seconds(model, plan, row, gpu, peak, attended)
     compute /= tp * pp
     method = Method.of(plan.method)
     trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
@@ -235,12 +258,13 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
-    act_traffic = activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0]) / pp
+    act_traffic = (activation_traffic_bytes(model, plan, seq_len) * row / seq_len
+                   * (3.0 + recompute_shares(model, plan)[0]) / pp)
     if tp > 1:
         act_traffic /= tp  # tensor + sequence parallel split every activation of a layer (memory.py)
     if plan.torch_compile:
         act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
-    mp_comm = model_parallel_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
+    mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu, parameter_fetch_seconds(model, plan))
