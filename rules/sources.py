@@ -183,7 +183,8 @@ HF_PACKING_FA2 = Source(title="Hugging Face blog, Improving Hugging Face Trainin
                         section="DataCollatorWithFlattening: padding-free packing, up to 2x throughput")
 PACKING_KUNDU = Source(title="Kundu et al. 2024, Enhancing Training Efficiency Using Packing with Flash Attention",
                        url="https://arxiv.org/abs/2407.09105",
-                       section="sec. 1: padding to the longest sequence in each batch, the baseline packing improves on")
+                       section="abstract: padding to the longest sequence in each batch, the baseline packing "
+                               "improves on")
 PACKING_KRELL = Source(title="Krell et al. 2021, Efficient Sequence Packing without Cross-contamination",
                        url="https://arxiv.org/abs/2107.02027", section="fig. 1: skewed sequence-length distributions")
 TORCHAO_FLOAT8 = Source(title="torchao float8 training", url="https://github.com/pytorch/ao/tree/main/torchao/float8",

@@ -215,7 +215,7 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
 def padded_row_len(mean_sample_len: int, seq_len: int, micro_batch: int) -> float:
     """Expected tokens per row of a micro-batch of ``micro_batch`` unpacked samples padded to its longest sample
     (the Trainer's ``DataCollatorWithPadding`` and TRL's ``DataCollatorForLanguageModeling`` pad each batch to
-    its longest sample; Kundu et al. 2024, https://arxiv.org/abs/2407.09105 sec. 1), samples cut at ``seq_len``.
+    its longest sample; Kundu et al. 2024, https://arxiv.org/abs/2407.09105, abstract), samples cut at ``seq_len``.
 
     Assumption, not a fit: sample lengths are exponential with mean ``mean_sample_len`` (right-skewed, as
     instruction and web text lengths are: Krell et al. 2021, https://arxiv.org/abs/2107.02027 fig. 1). The
@@ -226,6 +226,14 @@ def padded_row_len(mean_sample_len: int, seq_len: int, micro_batch: int) -> floa
         return float(seq_len)
     u = 1.0 - math.exp(-seq_len / mean_sample_len)
     return min(mean_sample_len * sum(u ** k / k for k in range(1, micro_batch + 1)), float(seq_len))
+
+
+def _row_len(plan: Plan, seq_len: int, mean_sample_len: int | None) -> int:
+    """Tokens a row of the plan runs: ``seq_len`` when packed or full; unpacked, :func:`padded_row_len` rounded up
+    to a multiple of 8 (the collators' ``pad_to_multiple_of``, which advisor sets to 8 or 64)."""
+    if not mean_sample_len or plan.packing:
+        return seq_len
+    return min(seq_len, 8 * math.ceil(padded_row_len(mean_sample_len, seq_len, plan.micro_batch_size) / 8))
 
 
 def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: MemoryEstimate, gpu: GPUInfo | None,
@@ -246,9 +254,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     peak, bandwidth = device_rates(plan, gpu, host)
     # a packed document longer than a row is cut across rows: a query attends within its row at most
     attended = min(mean_sample_len, seq_len) if plan.packing and mean_sample_len else None
-    row = seq_len  # tokens a row runs: full, or padded to the micro-batch's longest sample, a multiple of 8
-    if mean_sample_len and not plan.packing:  # (the collators' pad_to_multiple_of, which advisor sets to 8 or 64)
-        row = min(seq_len, 8 * math.ceil(padded_row_len(mean_sample_len, seq_len, plan.micro_batch_size) / 8))
+    row = _row_len(plan, seq_len, mean_sample_len)
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
     compute, model_flops_micro = _compute_seconds(model, plan, row, gpu, peak, attended)
     compute /= tp * pp
