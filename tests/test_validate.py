@@ -407,3 +407,17 @@ def test_a_micro_batch_given_to_validate_keeps_the_global_batch_over_every_gpu()
     assert plan.global_batch_size == 64
     with pytest.raises(UsageError, match="does not divide the global batch 64 over 4 data-parallel replicas"):
         api._plan_to_validate(facts, api.parse(api._options(*api._VALIDATE), {"micro_batch_size": 32}), 1)
+
+
+def test_trials_with_a_mean_sample_length_are_compared_with_full_rows(tiny) -> None:
+    """A trial runs full rows of synthetic tokens, so its prediction is for full rows, whatever
+    ``--mean-sample-len`` says (the plan is still chosen for it), and the report says so."""
+    report = api.validate(tiny, seq_len=64, global_batch_size=4, micro_batch_size=4, precision="fp32", steps=1,
+                          mean_sample_len=16, hardware=CPU)
+    full = api.estimate(tiny, seq_len=64, micro_batch_size=4, precision="fp32", hardware=CPU)
+    padded = api.estimate(tiny, seq_len=64, micro_batch_size=4, precision="fp32", mean_sample_len=16, hardware=CPU)
+    assert padded.speed.step_time_s < full.speed.step_time_s
+    trial = report.trials[0]
+    assert trial.plan == full.plan
+    assert trial.predicted.speed.step_time_s == pytest.approx(full.speed.step_time_s)
+    assert any("full 64-token rows" in w and "--mean-sample-len" in w for w in report.warnings)

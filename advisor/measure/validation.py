@@ -120,6 +120,14 @@ def runtime_settings(facts: Facts, plan: Plan) -> RuntimeSettings:
     return RuntimeSettings(**values)
 
 
+def _full_rows(facts: Facts) -> Facts:
+    """The facts a trial is priced with: its rows are full ``seq_len`` rows of synthetic tokens, unpadded and
+    unpacked (:func:`advisor.measure.trial.run_trial`), so the workload's mean sample length is dropped."""
+    if facts.workload.mean_sample_len is None:
+        return facts
+    return facts.model_copy(update={"workload": facts.workload.model_copy(update={"mean_sample_len": None})})
+
+
 def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None, steps: int = DEFAULT_STEPS,
              warmup: int = DEFAULT_WARMUP, compare: bool = False, memory_limit_bytes: int | None = None,
              max_trials: int = DEFAULT_MAX_TRIALS, progress: ProgressHook | None = None,
@@ -148,8 +156,12 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     started = time.perf_counter()
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     stop = stop or threading.Event()
-    session = Session(facts, runtime or runtime_settings(facts, plan), steps, warmup, max_trials,
+    session = Session(_full_rows(facts), runtime or runtime_settings(facts, plan), steps, warmup, max_trials,
                       memory_limit_bytes, progress, stop, config)
+    if facts.workload.mean_sample_len is not None:
+        session.warnings.append(f"the trials run full {facts.workload.seq_len}-token rows of synthetic tokens, so "
+                                "they are compared with predictions for full rows, not for the "
+                                f"{facts.workload.mean_sample_len}-token samples of --mean-sample-len")
     swap = without_missing_packages(facts, plan)
     if swap is not None:
         plan, note = swap
