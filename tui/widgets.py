@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.app.report import VERDICTS
-from advisor.engine.memory import MemoryEstimate, Verdict
+from advisor.engine.memory import MemoryEstimate
 from probes.units import GIB
 from advisor.engine.recommendation import Recommendation, SettingDecision
 from probes.hardware import HardwareProfile
@@ -55,7 +55,7 @@ def memory_bar(memory: MemoryEstimate, width: int = 60) -> Group:
         host.append("unknown RAM ")
         host.append("unchecked: --host-memory SIZE", style="bold yellow")
     else:
-        words, colour = VERDICTS[Verdict.FITS if memory.host_fits else Verdict.NO_FIT]
+        words, colour = VERDICTS[memory.host_verdict]
         host.append(f"{usable / GIB:.2f} GiB usable ")
         host.append(words, style=f"bold {colour}")
     return Group(head, host, bar, legend)

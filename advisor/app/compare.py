@@ -99,6 +99,11 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
     return prices
 
 
+def _catalog_id(spec: str) -> str:
+    """The catalog id of a ``NAME[:COUNT]`` GPU spec, as prices are keyed."""
+    return spec.partition(":")[0].strip().lower()
+
+
 def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str, float]) -> tuple[CompareRow, Workload]:
     from advisor.app import api
     from advisor.engine import planner
@@ -106,7 +111,7 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str
     facts = api._facts(profile, api.parse(api._options(*api._RECOMMEND), {**opts, "gpu": spec}), None)
     result = planner.search(facts, best_only=True)
     hw = facts.hardware
-    name = spec.partition(":")[0].strip().lower()
+    name = _catalog_id(spec)
     price = prices.get(name)
     best = result.best
     if best is None:
@@ -147,7 +152,7 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         raise UsageError("--sort cost needs prices: --price-per-hour NAME=USD (US dollars per GPU per hour), "
                          "repeatable")
     specs = gpus or list(catalog())
-    names = [spec.partition(":")[0].strip().lower() for spec in specs]
+    names = [_catalog_id(spec) for spec in specs]
     unused = [name for name in prices or {} if name not in names]
     if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
         raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "

@@ -91,7 +91,7 @@ def memory_table(mem: MemoryEstimate) -> Table:
         if usable is None:
             t.add_row("usable host RAM", "unknown", Text("unchecked: --host-memory SIZE", style="yellow"))
         else:
-            words, colour = VERDICTS[Verdict.FITS if mem.host_fits else Verdict.NO_FIT]
+            words, colour = VERDICTS[mem.host_verdict]
             t.add_row("usable host RAM", f"{gib(usable)} of {gib(mem.host_capacity_bytes)}", Text(words, style=colour))
     return t
 

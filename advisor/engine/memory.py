@@ -143,9 +143,9 @@ class MemoryEstimate(BaseModel):
         return host_usable_bytes(self.host_capacity_bytes)
 
     @property
-    def host_fits(self) -> bool:
-        """Whether the offload fits the host's usable RAM (true without offload or with the RAM unknown)."""
-        return host_fits(self.host_bytes, self.host_capacity_bytes)
+    def host_verdict(self) -> Verdict:
+        """:class:`Verdict` of the offload against the host's usable RAM (fits without offload or unknown RAM)."""
+        return Verdict.FITS if host_fits(self.host_bytes, self.host_capacity_bytes) else Verdict.NO_FIT
 
 
 def _loss(plan: Plan) -> LossKernelSpec:
