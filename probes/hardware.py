@@ -137,6 +137,12 @@ class HostInfo(BaseModel):
                                                               "sets it (LAZY, EAGER, DEFAULT); None when unset")
 
 
+#: The :class:`HardwareProfile` fields a person gives (command-line options) rather than the probe or the catalog
+#: reads from the GPUs: they describe the site and the software stack, so they hold on other GPUs of the same site.
+GIVEN_SETTINGS = ("interconnect", "inter_node_gbit_s", "nics_per_node", "host_memory_bytes", "cuda_context_bytes",
+                  "cuda_version")
+
+
 class HardwareProfile(BaseModel):
     """Everything advisor knows about the hardware to plan for."""
 
@@ -163,6 +169,13 @@ class HardwareProfile(BaseModel):
     cuda_version: str | None = Field(None, description="the CUDA runtime the training process uses, as given "
                                                        "(--cuda-version, e.g. 11.8); None: the local torch build's, "
                                                        "or for catalog GPUs a current one (12.2 or newer)")
+
+    def with_settings_of(self, other: HardwareProfile) -> HardwareProfile:
+        """This profile with the settings ``other`` was given rather than read from its GPUs (:data:`GIVEN_SETTINGS`:
+        the network between nodes, host RAM, the CUDA context and version), where ``other`` has them: the same
+        training stack on other GPUs, as the "would fit" and "consider" suggestions re-plan it."""
+        update = {name: getattr(other, name) for name in GIVEN_SETTINGS if getattr(other, name) is not None}
+        return self.model_copy(update=update) if update else self
 
     @property
     def module_loading(self) -> ModuleLoading:

@@ -88,6 +88,16 @@ def test_full_fine_tuning_that_does_not_fit_suggests_adapters() -> None:
     assert any(i.startswith("--method lora: ") and "GiB per GPU" in i for i in ideas)
 
 
+def test_suggested_hardware_keeps_the_settings_given_for_this_one() -> None:
+    """A CUDA context of 100 GB per GPU does not fit an 80 GB A100, nor two of them: "would fit" names the H200 and
+    not more A100s, because the suggestions re-plan with the context, host RAM and network given (they used the
+    catalog's defaults, and said two A100s would fit)."""
+    with pytest.raises(NoFitError) as err:
+        recommend("gpt2", gpu="a100-80gb", cuda_context_bytes=100 * 10**9)
+    assert any("--gpu h200" in i for i in err.value.suggestions)
+    assert not any("more GPUs" in i for i in err.value.suggestions), err.value.suggestions
+
+
 def test_every_alternative_has_a_reason() -> None:
     rec = recommend("gpt2", gpu="a100-80gb")
     for name, setting in rec.settings.items():

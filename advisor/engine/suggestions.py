@@ -19,8 +19,9 @@ GPUS_PER_NODE = 8
 
 
 def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> Candidate | None:
-    """The best plan on catalog hardware ``gpu`` over ``nodes`` (None: nothing fits)."""
-    hw = profile_from_catalog(gpu, nodes)
+    """The best plan on catalog hardware ``gpu`` over ``nodes`` (None: nothing fits), with the settings the question
+    gave its own hardware (network, host RAM, CUDA context and version: :meth:`HardwareProfile.with_settings_of`)."""
+    hw = profile_from_catalog(gpu, nodes).with_settings_of(facts.hardware)
     return planner.search(facts.model_copy(update={"hardware": hw, "packages": {}}), best_only=True).best
 
 
