@@ -66,6 +66,13 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
     return sum(rank * (d_in + d_out) * n for d_in, d_out, n in _projections(model, targets))
 
 
+def adapter_full_rank(model: ModelProfile, targets: str) -> int:
+    """The largest useful LoRA rank: the update B·A of a d_out x d_in layer has rank at most min(d_in, d_out) (Hu et
+    al. 2021 sec. 4.1, r << min(d, k)), so beyond the largest such bound of the targeted layers a higher r adds
+    parameters and memory but no capacity. Returns: a rank (dimensions, elements)."""
+    return max(min(d_in, d_out) for d_in, d_out, _ in _projections(model, targets))
+
+
 def adapter_matrix_elements(model: ModelProfile, rank: int, targets: str) -> int:
     """Elements of the largest adapter matrix (its gradient and update temporaries)."""
     return max(rank * max(d_in, d_out) for d_in, d_out, _ in _projections(model, targets))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.adapters import adapter_parameters, frozen_base_bytes
+from probes.adapters import adapter_full_rank, adapter_parameters, frozen_base_bytes
 from probes.errors import UsageError
 from probes.kernels import Framework
 from probes.lora_config import target_modules
@@ -80,6 +80,12 @@ class AdaptersWhenFullDoesNotFit(Rule):
                       f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
                       "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
                       "for inference or load them with peft", setting=Setting.METHOD)]
+        full_rank = adapter_full_rank(model, plan.lora_targets)
+        if plan.lora_rank > full_rank:
+            effects.append(self.warn(f"rank {plan.lora_rank} is above {full_rank}, the full rank of the widest adapted "
+                                     "layer: an update B x A has rank at most min(d_in, d_out), so the extra rank adds "
+                                     "parameters and memory, not capacity (Hu et al. sec. 4.1; sec. 7.2 finds ranks "
+                                     "1-64 enough)", setting=Setting.LORA_RANK))
         if method.spec.quantized_base and facts.packages.get("bitsandbytes") is False:
             effects.append(self.warn("QLoRA needs the bitsandbytes package, which is not installed here: "
                                      "pip install bitsandbytes", setting=Setting.METHOD))

@@ -11,7 +11,8 @@ from test_cli import ROOT, advisor
 
 from advisor.app.api import estimate, recommend
 from advisor.engine.states import host_bytes
-from probes.adapters import NF4_BYTES_PER_PARAM, NF4_PLAIN_BYTES_PER_PARAM, adapter_parameters, quantized_parameters
+from probes.adapters import (NF4_BYTES_PER_PARAM, NF4_PLAIN_BYTES_PER_PARAM, adapter_full_rank, adapter_parameters,
+                             quantized_parameters)
 from probes.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
@@ -24,6 +25,16 @@ def test_lora_adapter_count_is_pefts() -> None:
     model = profile_model(LLAMA2)
     assert adapter_parameters(model, 16, "all-linear") == 39_976_960
     assert adapter_parameters(model, 16, "attention") == 4 * 16 * (4096 + 4096) * 32
+
+
+def test_a_rank_above_the_layers_full_rank_is_warned() -> None:
+    """gpt2's layers are at most rank 768 (h = 768): r = 1000 adds parameters, not capacity, and the plan says so;
+    r = 768 is still a full-rank update and gets no warning."""
+    assert adapter_full_rank(profile_model("gpt2"), "all-linear") == 768
+    warned = recommend("gpt2", gpu="a100-80gb", method="lora", lora_rank=1000)
+    assert any("rank 1000 is above 768" in w.message for w in warned.warnings)
+    assert not any("full rank" in w.message for w in recommend("gpt2", gpu="a100-80gb", method="lora",
+                                                        lora_rank=768).warnings)
 
 
 def test_nf4_with_double_quantization_is_4127_bits() -> None:
