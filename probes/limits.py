@@ -42,6 +42,10 @@ MAX_VOCAB = 2**24
 #: 4,096 is 16 times that.
 MAX_EXPERTS = 4096
 
+#: Tokens a ``compare`` times. Llama 3 pre-trained on over 15T tokens (Dubey et al. 2024,
+#: https://arxiv.org/abs/2407.21783 sec. 3.1), among the most published; 10¹⁵ is over 60 times that.
+MAX_TOKENS = 10**15
+
 #: Bytes of a config.json or a ``--plan`` file read (a real config is a few KiB, a plan JSON tens of KiB), so that
 #: ``--plan /dev/zero`` is refused after 16 MiB instead of read without end.
 MAX_JSON_BYTES = 16 * 2**20

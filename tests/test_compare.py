@@ -48,7 +48,8 @@ def test_a_gpu_where_nothing_fits_comes_last() -> None:
     assert c.rows[1].device_bytes > c.rows[1].usable_bytes
 
 
-@pytest.mark.parametrize("kwargs, words", [({"sort": "cost"}, "needs prices"), ({"tokens": 0}, "at least 1"),
+@pytest.mark.parametrize("kwargs, words", [({"sort": "cost"}, "needs prices"), ({"tokens": 0}, "from 1 to"),
+                                           ({"tokens": 10**30}, "from 1 to 1e\\+15"),
                                            ({"prices": {"h100-sxm": 3.0}}, "h100-sxm: not among the compared GPUs")])
 def test_refusals(kwargs: dict, words: str) -> None:
     with pytest.raises(UsageError, match=words):
@@ -67,7 +68,7 @@ def test_cli_json_and_table() -> None:
 
 
 @pytest.mark.parametrize("args", [("--price-per-hour", "t4"), ("--price-per-hour", "nope=1"),
-                                  ("--price-per-hour", "t4=-1"), ("--tokens", "lots"), ("--gpu", "nope"),
+                                  ("--price-per-hour", "t4=-1"), ("--tokens", "lots"), ("--tokens", "1e30"), ("--gpu", "nope"),
                                   ("--gpu", "t4", "--price-per-hour", "l4=0.8")])
 def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
     out = advisor("compare", "--model", "gpt2", *args)
@@ -87,5 +88,12 @@ def test_cli_takes_recommend_s_workload_flags() -> None:
 
 
 def test_units_read_at_a_glance() -> None:
-    assert [duration(s) for s in (45, 750, 3 * 3600, 5 * 86400)] == ["45 s", "12.5 min", "3.0 h", "5.0 d"]
-    assert [count(n) for n in (10**9, 5 * 10**8, 12345)] == ["1B", "500M", "12,345"]
+    assert [duration(s) for s in (45, 750, 3 * 3600, 5 * 86400, 800 * 86400)] == ["45 s", "12.5 min", "3.0 h",
+                                                                                  "5.0 d", "2.2 y"]
+    assert [count(n) for n in (15 * 10**12, 10**9, 5 * 10**8, 12345)] == ["15T", "1B", "500M", "12,345"]
+
+
+def test_a_gpu_given_twice_is_one_row() -> None:
+    """t4, T4 and t4:1 are one GPU: one row (the first spelling), not three identical ones; t4:2 is another."""
+    c = compare("gpt2", gpus=["t4", "T4", "t4:1", "t4:2"])
+    assert sorted(r.gpu for r in c.rows) == ["t4", "t4:2"]

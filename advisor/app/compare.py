@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.schema import SCHEMA_VERSION
 from probes.errors import UsageError
+from probes.limits import MAX_TOKENS
 from probes.units import GIB
 from rules import Plan, Workload
 
@@ -138,21 +139,26 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
     ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
 
     Raises:
-        UsageError: tokens < 1, an unknown sort, a bad option, a price for a GPU not compared.
+        UsageError: tokens outside 1..:data:`probes.limits.MAX_TOKENS`, an unknown sort, a bad option, a price for
+            a GPU not compared.
         UnknownGPUError: an unknown GPU. ModelNotFoundError, BadConfigError: from the model's profile.
     """
     from advisor.app.api import profile_model
-    from probes.gpu_catalog import catalog
+    from probes.gpu_catalog import catalog, parse_gpu_spec
 
-    if tokens < 1:
-        raise UsageError(f"--tokens {tokens}: must be at least 1")
+    if not 1 <= tokens <= MAX_TOKENS:
+        raise UsageError(f"--tokens {tokens}: must be from 1 to {MAX_TOKENS:.0e}")
     if sort not in SORT_KEYS:
         raise UsageError(f"--sort {sort}: expected one of {', '.join(SORT_KEYS)}")
     if sort == "cost" and not prices:
         raise UsageError("--sort cost needs prices: --price-per-hour NAME=USD (US dollars per GPU per hour), "
                          "repeatable")
-    specs = gpus or list(catalog())
-    names = [_catalog_id(spec) for spec in specs]
+    given = {}  # one row per GPU and count, however often and however spelled it is given (t4, T4, t4:1)
+    for spec in gpus or list(catalog()):
+        entry, count = parse_gpu_spec(spec)
+        given.setdefault((entry.id, count), spec)
+    specs = list(given.values())
+    names = [name for name, _ in given]
     unused = [name for name in prices or {} if name not in names]
     if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
         raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "
@@ -180,16 +186,16 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
 
 
 def duration(seconds: float) -> str:
-    """Seconds as the largest sensible unit: 45 s, 12.5 min, 3.2 h, 4.1 d."""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+    """Seconds as the largest sensible unit: 45 s, 12.5 min, 3.2 h, 4.1 d, 2.1 y (Julian years of 365.25 days)."""
+    for unit, size in (("y", 365.25 * 86400), ("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds / size:,.1f} {unit}"
     return f"{seconds:.0f} s"
 
 
 def count(n: int) -> str:
-    """A token count the short way: 1B, 500M, 12,345."""
-    for unit, size in (("B", 10**9), ("M", 10**6)):
+    """A token count the short way: 2T, 1B, 500M, 12,345."""
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
         if n >= size and n % (size // 10) == 0:
             return f"{n / size:g}{unit}"
     return f"{n:,}"
@@ -269,8 +275,8 @@ def _tokens(text: str) -> int:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 1 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
+    if not 1 <= value <= MAX_TOKENS:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"{text}: must be from 1 to {MAX_TOKENS:.0e}")
     return int(value)
 
 
