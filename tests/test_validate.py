@@ -421,3 +421,31 @@ def test_trials_with_a_mean_sample_length_are_compared_with_full_rows(tiny) -> N
     assert trial.plan == full.plan
     assert trial.predicted.speed.step_time_s == pytest.approx(full.speed.step_time_s)
     assert any("full 64-token rows" in w and "--mean-sample-len" in w for w in report.warnings)
+
+
+def test_settings_given_with_a_plan_file_override_it(tiny) -> None:
+    """``validate --plan FILE --micro-batch-size 2`` trials the file's plan at micro-batch 2 (the accumulation keeps
+    its global batch); the flag was ignored. A new global batch alone keeps the file's micro-batch."""
+    plan = _plan(micro_batch_size=4, gradient_accumulation_steps=1)
+    report = api.validate(tiny, plan=plan, seq_len=32, micro_batch_size=2, steps=1, max_trials=1, hardware=CPU)
+    tried = report.trials[0].plan
+    assert (tried.micro_batch_size, tried.gradient_accumulation_steps) == (2, 2)
+    opts = api.parse(api._options(*api._VALIDATE), {"global_batch_size": 16})
+    assert api._with_settings(plan, opts, global_batch_size=16).gradient_accumulation_steps == 4
+    with pytest.raises(UsageError, match="--micro-batch-size 3 does not divide the global batch 4"):
+        api.validate(tiny, plan=plan, seq_len=32, micro_batch_size=3, hardware=CPU)
+
+
+@pytest.mark.parametrize("setting, flag", [({"fp8": True}, "--no-fp8"), ({"loss_kernel": "chunked"}, "--loss-kernel")])
+def test_stack_settings_trials_do_not_run_are_refused(tiny, setting, flag) -> None:
+    """Trials run 16-bit linear layers and transformers' (or Liger's) loss: an fp8 or chunked-loss plan would be
+    measured as another plan, so it is refused with the flag that makes it one a trial runs."""
+    with pytest.raises(UsageError, match=flag):
+        api.validate(tiny, plan=_plan(**setting), seq_len=32, hardware=CPU)
+
+
+def test_cli_validate_takes_the_stack_flags(tiny) -> None:
+    res = _cli("validate", "--model", tiny, "--seq-len", "32", "--global-batch-size", "2", "--attention", "sdpa",
+               "--no-torch-compile", "--steps", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    assert ValidationReport.model_validate_json(res.stdout).trials[0].plan.attention == "sdpa"

@@ -281,14 +281,28 @@ def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     Raises:
         NoFitError: nothing fits and no setting was given. UsageError: a setting that does not divide the batch.
     """
-    overrides = given_settings(opts)
-    parallelism = overrides.pop("parallelism", None)
     result = planner.search(facts)
-    if result.best is None and (not overrides or not result.candidates):
+    if result.best is None and (not given_settings(opts) or not result.candidates):
         raise no_fit_error(result)
     base = (result.best or min(result.candidates, key=lambda c: c.memory.device_bytes)).plan
+    return _with_settings(base, opts, processes)
+
+
+def _with_settings(base: Plan, opts: BaseModel, processes: int = 1, global_batch_size: int | None = None) -> Plan:
+    """``base`` with the plan settings given in ``opts`` over it: a micro-batch alone keeps the global batch
+    (``global_batch_size``, default the base's) by changing the accumulation, and the other way round; a new global
+    batch alone keeps the base's micro-batch. ``processes`` > 1: a CPU run over that many processes.
+
+    Raises:
+        UsageError: a setting that does not divide the batch (:func:`advisor.app.plan_flags.split_batch`).
+    """
+    overrides = given_settings(opts)
+    parallelism = overrides.pop("parallelism", None)
+    gbs = global_batch_size or base.global_batch_size
+    if gbs != base.global_batch_size and not {"micro_batch_size", "gradient_accumulation_steps"} & overrides.keys():
+        overrides["micro_batch_size"] = base.micro_batch_size
     replicas = base.model_copy(update=overrides).data_parallel_size
-    overrides = split_batch(base.global_batch_size, overrides, replicas)
+    overrides = split_batch(gbs, overrides, replicas)
     if processes > 1:
         overrides.update(cpu_processes=processes, parallelism=parallelism or Parallelism.DDP)
     elif parallelism is not None:
@@ -300,9 +314,9 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
              progress=None, stop=None, **options: Any):
     """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.measure.validation`).
 
-    The plan: ``plan`` when given (e.g. from a recommendation's JSON); else this machine's
-    recommendation with the given plan settings overriding it (a micro-batch alone keeps the global
-    batch by changing the accumulation). Several GPUs here: the plan's DDP / ZeRO-2 / ZeRO-3 runs
+    The plan: ``plan`` when given (e.g. from a recommendation's JSON), else this machine's
+    recommendation, with the given plan settings overriding it (a micro-batch alone keeps the global
+    batch by changing the accumulation; a global batch alone keeps the micro-batch). Several GPUs here: the plan's DDP / ZeRO-2 / ZeRO-3 runs
     through torchrun (ZeRO as FSDP; ZeRO-1 is tried as ZeRO-2). On the CPU, ``nproc`` > 1 runs
     ``parallelism`` ('ddp' by default) over that many processes with the gloo backend, the global
     batch split between them. ``options``: workload options, plan settings and trial options (module
@@ -337,6 +351,8 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
             gbs //= processes  # the per-process batch; the processes multiply it back
         facts = _facts(profile, opts.model_copy(update={"global_batch_size": gbs}), hw)
         plan = _plan_to_validate(facts, opts, processes)
+    else:  # the settings given override the file's plan, as they override the recommendation
+        plan = _with_settings(plan, opts, global_batch_size=opts.global_batch_size)
     notes: list[str] = []
     strategy = Parallelism(plan.parallelism)
     if strategy.spec.trial_as:

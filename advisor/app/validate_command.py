@@ -10,6 +10,7 @@ import sys
 from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOptions, WorkloadOptions, add_arguments, collect
 from advisor.app.progress import console as _console
 from probes.errors import ExitCode, OutputError
+from rules.facts import STACK_SETTINGS
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -76,14 +77,16 @@ def add_parser(sub, epilog: str) -> None:
     add_arguments(p, WorkloadOptions, ("task", "global_batch_size"))
     add_arguments(p, WorkloadOptions, ("seq_len",), helps={
         "seq_len": "tokens per sample (default: the --plan file's, else min(model max positions, 1024))"})
-    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file "
-                                                  "(default: none, this machine's recommendation)")
-    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation)"), PlanOptions,
+    p.add_argument("--plan", metavar="FILE", help="validate the plan of a recommend / estimate / validate JSON file, "
+                                                  "with the plan settings given over it (default: none, this "
+                                                  "machine's recommendation)")
+    add_arguments(p.add_argument_group("plan settings (override this machine's recommendation or the --plan file's)"),
+                  PlanOptions,
                   ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
                    "optimizer", "gradient_checkpointing", "activation_offloading", "parallelism", "lora_rank",
-                   "lora_targets"),
+                   "lora_targets", *STACK_SETTINGS),
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
-                                        "(FULL_SHARD)"}, unset="this machine's recommendation")
+                                        "(FULL_SHARD)"}, unset="the --plan file's, else this machine's recommendation")
     add_arguments(p, TrialOptions)
     p.add_argument("--output", metavar="FILE", help="also write the report's JSON to FILE (atomically) (default: none)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (default: off)")

@@ -36,7 +36,7 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
 from probes.errors import UsageError
-from probes.kernels import Checkpointing, Framework
+from probes.kernels import Checkpointing, Framework, LossKernel
 from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
@@ -149,8 +149,9 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         The report (bytes, seconds): every trial, the verdict, the confirmed plan and the comparison.
     Raises:
         UsageError: a plan for another device, several GPUs, steps / warm-up < 1, or a method this machine cannot
-            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft), or
-            activation offloading without TRL.
+            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft),
+            activation offloading without TRL, or a setting trials do not run (model or expert parallelism,
+            selective checkpointing, another framework, the optimizer step in backward, fp8, a chunked loss).
     """
     _check(facts, plan, steps, warmup)
     started = time.perf_counter()
@@ -201,6 +202,12 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if plan.framework != Framework.TRANSFORMERS:
         raise UsageError(f"trials run transformers' model and the Trainer's loop, not "
                          f"{Framework.of(plan.framework).label}: validate a plan without --framework")
+    if plan.fp8:
+        raise UsageError("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
+                         "convert_to_float8_training); validate the plan with --no-fp8")
+    if plan.loss_kernel == LossKernel.CHUNKED:
+        raise UsageError("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: "
+                         f"validate the plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}")
     if plan.optimizer_in_backward:
         raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
                          "the plan without --optimizer-in-backward")
