@@ -37,6 +37,18 @@ def test_a_rank_above_the_layers_full_rank_is_warned() -> None:
                                                         lora_rank=768).warnings)
 
 
+@pytest.mark.parametrize("call, kwargs", [(recommend, {"method": "full", "lora_rank": 8}),
+                                           (recommend, {"from_scratch": True, "lora_targets": "q-v"}),
+                                           (estimate, {"lora_rank": 8}),
+                                           (estimate, {"method": "full", "lora_targets": "q-v"})])
+def test_adapter_flags_for_a_plan_without_adapters_are_refused(call, kwargs) -> None:
+    """--lora-rank / --lora-targets with full fine-tuning (estimate's default) or pre-training had no effect and
+    said nothing; with the planner's choice (recommend's auto) they shape the adapters if it picks them."""
+    with pytest.raises(UsageError, match="shapes LoRA / QLoRA adapters"):
+        call("gpt2", gpu="a100-80gb", **kwargs)
+    assert recommend("gpt2", gpu="a100-80gb", lora_rank=8).plan.method == "full"
+
+
 def test_nf4_with_double_quantization_is_4127_bits() -> None:
     """QLoRA sec. 3: 4 bits + 8/64 + 32/(64*256) bits of constants per parameter."""
     assert NF4_BYTES_PER_PARAM * 8 == pytest.approx(4.127, abs=1e-3)

@@ -171,6 +171,22 @@ async def test_method_option_of_advisor_tui_opens_on_its_plan() -> None:
         assert (app.recommendation.plan.method, app.recommendation.plan.lora_rank) == ("qlora", 8)
 
 
+async def test_full_fine_tuning_chosen_in_the_wizard_leaves_the_command_lines_rank_out() -> None:
+    """`advisor tui --method qlora --lora-rank 8`, then full fine-tuning picked in the workload step: the rank is
+    the adapters' and is left out (the command line refuses it with --method full), so the plan is full's."""
+    app = RecordingApp(model="gpt2", gpu="a100-80gb", method="qlora", lora_rank=8, hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        app.query_one("#method").value = "full"
+        await pilot.pause()
+        app.recommendation = None
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: app.recommendation is not None or PlanningFailed in kinds(app))
+        assert app.recommendation is not None and app.recommendation.plan.method == "full"
+
+
 async def test_planning_failure_is_shown_not_raised() -> None:
     app = RecordingApp(model="meta-llama/Llama-3.1-8B", gpu="t4", seq_len=16384, hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:

@@ -26,6 +26,7 @@ from advisor.engine.recommendation import Recommendation
 from probes.errors import UsageError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
+from probes.vocabulary import Method
 from tui.confirm import Confirm
 from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed, RecommendationReady, \
     ValidationDone
@@ -180,11 +181,20 @@ class AdvisorApp(App):
             workload["task"] in (None, self.profile.task)) else text
         network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
                                                        inter_node_gbps=self.options["inter_node_gbps"])
-        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets", "mean_sample_len")
-                    if self.options.get(k) is not None}
+        adapters = self._adapter_shape(workload["method"])
+        if self.options.get("mean_sample_len") is not None:
+            adapters["mean_sample_len"] = self.options["mean_sample_len"]
         stack = self.query_one(WorkloadStep).stack_choice()  # the step's fields start from the stack options
         step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters, **stack},
                   network=network)
+
+    def _adapter_shape(self, method: str) -> dict[str, Any]:
+        """The adapters' shape given on the command line (``--lora-rank``, ``--lora-targets``), for a method that may
+        train adapters (auto, lora, qlora); full fine-tuning chosen in the wizard leaves it out, where the command
+        line would refuse it (:func:`advisor.app.plan_flags.require_adapters_for`)."""
+        if method != AUTO_METHOD and not Method.of(method).spec.adapters:
+            return {}
+        return {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options.get(k) is not None}
 
     def action_validate(self) -> None:
         """Validate this machine's plan with trial steps (``ctrl+t``)."""
@@ -229,7 +239,7 @@ class AdvisorApp(App):
         if text is None:
             return
         workload = self.query_one(WorkloadStep).workload_choice()
-        adapters = {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options[k] is not None}
+        adapters = self._adapter_shape(workload["method"])
         step = self.query_one(HardwareStep)
         self.step = HardwareStep.STEP
         step.comparing()

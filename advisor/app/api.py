@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
-from advisor.app.plan_flags import estimate_plan, given_settings, split_batch, trial_label
+from advisor.app.plan_flags import estimate_plan, given_settings, require_adapters_for, split_batch, trial_label
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
@@ -154,6 +154,7 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
     if opts.from_scratch and method and Method.of(method).spec.adapters:
         raise UsageError(f"--method {method} trains adapters over pretrained weights: it cannot pre-train "
                          "(--from-scratch)")
+    require_adapters_for(opts, method, opts.from_scratch)
     given = {k: getattr(opts, k) for k in ("lora_rank", "lora_targets", "mean_sample_len", *STACK_SETTINGS)
              if getattr(opts, k, None) is not None}
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
@@ -236,6 +237,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
         batch = settings if {"micro_batch_size", "gradient_accumulation_steps"} & settings.keys() else {
             **settings, "micro_batch_size": plan.micro_batch_size}
         plan = estimate_plan(facts, split_batch(opts.global_batch_size, batch, plan.data_parallel_size))
+    require_adapters_for(opts, plan.method)
     planner.require_legal(facts, plan)
     # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
     model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
@@ -353,6 +355,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         plan = _plan_to_validate(facts, opts, processes)
     else:  # the settings given override the file's plan, as they override the recommendation
         plan = _with_settings(plan, opts, global_batch_size=opts.global_batch_size)
+    require_adapters_for(opts, plan.method)
     notes: list[str] = []
     strategy = Parallelism(plan.parallelism)
     if strategy.spec.trial_as:

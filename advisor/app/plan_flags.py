@@ -21,6 +21,24 @@ def given_settings(opts: BaseModel) -> dict[str, Any]:
     return {name: getattr(opts, name) for name in PlanOptions.model_fields if getattr(opts, name) is not None}
 
 
+def require_adapters_for(opts: BaseModel, method: str | None, from_scratch: bool = False) -> None:
+    """Refuse the adapters' shape (``--lora-rank``, ``--lora-targets``) given for a plan without adapters: full
+    fine-tuning or pre-training (``method`` None: the planner's choice, which may be adapters).
+
+    Raises:
+        UsageError: an adapter flag given with ``--method full`` or ``--from-scratch``.
+    """
+    given = [name for name in ("lora_rank", "lora_targets") if getattr(opts, name, None) is not None]
+    if not given:
+        return
+    flag = "--" + given[0].replace("_", "-")
+    if from_scratch:
+        raise UsageError(f"{flag} shapes LoRA / QLoRA adapters, and pre-training (--from-scratch) trains every weight")
+    if method is not None and not Method.of(method).spec.adapters:
+        raise UsageError(f"{flag} shapes LoRA / QLoRA adapters, and this plan trains every weight (--method "
+                         f"{method}): give --method lora or qlora, or leave {flag} out")
+
+
 def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     """The plan ``estimate`` prices: the given settings, :data:`ESTIMATE_DEFAULTS` for the rest, precision bf16
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
