@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES, MISSING_TASKS
+from probes.checkpoint import QuantizedCheckpoint, checkpoint_dtype, checkpoint_quantization
 from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
@@ -53,10 +54,6 @@ _BF16_PRETRAINED_TYPES = {"t5", "mt5", "umt5", "switch_transformers", "byt5"}
 #: 65504 (https://github.com/huggingface/transformers/issues/5651, /14189; the T5 authors: "all of our experiments
 #: use bfloat16 activations", https://github.com/google-research/text-to-text-transfer-transformer/issues/539).
 FP16_OVERFLOW_TYPES = frozenset(_BF16_PRETRAINED_TYPES)
-
-_DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
-                "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
-
 
 class ModelProfile(BaseModel):
     """What advisor knows about one model with one task head."""
@@ -120,6 +117,8 @@ class ModelProfile(BaseModel):
     """the output head shares the input embedding's weights"""
     checkpoint_dtype: Literal["float32", "float16", "bfloat16"] = Field(
         description="dtype the config declares (torch_dtype); float32 when absent")
+    quantization: QuantizedCheckpoint | None = Field(None, description="how a pre-quantized checkpoint stores its "
+                                                     "weights (config.json's quantization_config); None: plain weights")
     pretrained_in_bf16: bool = Field(description="pretrained in bf16: fine-tuning in fp16 risks overflow")
     supports_gradient_checkpointing: bool
     """transformers implements activation checkpointing for this model type"""
@@ -309,14 +308,6 @@ def default_task(config: dict, family: FamilyName) -> TaskName:
     return Family(family).default_task.value
 
 
-def _dtype(config: dict) -> str:
-    raw = config.get("torch_dtype") or config.get("dtype") or "float32"
-    name = _DTYPE_NAMES.get(str(raw).replace("torch.", "").lower())
-    if name is None:
-        raise BadConfigError(f"config.json declares an unknown dtype '{raw}'")
-    return name
-
-
 def profile_model(model: str, task: TaskName | None = None, num_labels: int = 2) -> ModelProfile:
     """Resolve a model and profile it for a task head.
 
@@ -360,7 +351,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         chosen = task or default_task(config, family)
         _check_task(model_id, family, chosen)
         method = "meta-device"
-    dtype = _dtype(config)
+    dtype = checkpoint_dtype(config)
     return ModelProfile(
         id=model_id, source=source, config_path=path, model_type=model_type, num_parameters=shape.num_parameters,
         architectures=list(config.get("architectures") or []), family=shape.family, task=chosen,
@@ -374,6 +365,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         head_dim=shape.head_dim, ffn_size=shape.ffn, vocab_size=shape.vocab,
         max_position_embeddings=shape.max_positions, gated_mlp=shape.gated_mlp,
         tied_embeddings=bool(shape.tied_embeddings), checkpoint_dtype=dtype,
+        quantization=checkpoint_quantization(config),
         pretrained_in_bf16=dtype == "bfloat16" or model_type in _BF16_PRETRAINED_TYPES,
         supports_gradient_checkpointing=supports_ckpt, attention_kernels=kernels,
         dropout=_has_dropout(config),

@@ -50,6 +50,8 @@ class AdaptersWhenFullDoesNotFit(Rule):
         if w.method is not None:
             return [self.forbid(Setting.METHOD, m.value, f"--method {w.method} was asked for")
                     for m in Method if m != w.method]
+        if facts.model.quantization is not None:  # the checkpoint decides (method.pre-quantized-checkpoint)
+            return []
         effects = [self.prefer(Setting.METHOD, Method.FULL, "every weight trains: full fine-tuning's quality, no "
                                "adapters to merge"),
                    self.fallback(Setting.METHOD, Method.LORA, "trains low-rank adapters, not every weight: only when "
@@ -104,6 +106,44 @@ class AdaptersWhenFullDoesNotFit(Rule):
                                                           "them only adds PCIe traffic (offloading the frozen base's "
                                                           "parameters under FSDP / ZeRO-3 is allowed: "
                                                           "optimizer+parameters)", hard=True)
+
+
+@register
+class PreQuantizedCheckpoint(Rule):
+    id = "method.pre-quantized-checkpoint"
+    title = "a checkpoint stored in bitsandbytes 4-bit trains QLoRA adapters; other quantized checkpoints are not planned"
+    topic = "method"
+    sources = [S.HF_QUANT_OVERVIEW, S.PEFT_QUANTIZATION, S.HF_QUANT_BNB, S.QLORA_PAPER]
+    rationale = ("A checkpoint saved quantized (config.json's quantization_config) holds the quantized weights only, "
+                 "and quantized weights train through adapters (PEFT's quantization guide). bitsandbytes' 4-bit "
+                 "ones (unsloth's *-bnb-4bit repositories, a QLoRA base saved after quantizing) are QLoRA's frozen "
+                 "base, with the checkpoint's own double quantization: adapters train over them as over a base "
+                 "quantized while loading. Full fine-tuning and LoRA need the 16-bit weights, which only the original "
+                 "checkpoint has. Other methods (GPTQ, AWQ, bitsandbytes 8-bit, fp8, compressed-tensors) store "
+                 "weights in layouts and kernels advisor does not price: plan from the original 16-bit checkpoint, "
+                 "which the model card names.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        q = facts.model.quantization
+        if q is None:
+            return []
+        if q.bitsandbytes_4bit:
+            why = (f"the checkpoint stores its weights in {q.label} (quantization_config): only adapters over them "
+                   "train (QLoRA); for full fine-tuning or LoRA give the original 16-bit model")
+            return [self.forbid(Setting.METHOD, m.value, why, hard=True) for m in (Method.FULL, Method.LORA)] + [
+                self.prefer(Setting.METHOD, Method.QLORA, f"adapters over the checkpoint's {q.label} weights, the "
+                            "base QLoRA trains over as it is stored (quantization_config)")]
+        why = (f"the checkpoint stores its weights in {q.label} (quantization_config), which advisor does not price: "
+               "give the original 16-bit model (its model card names it); advisor's QLoRA quantizes it while loading")
+        return [self.forbid(Setting.METHOD, m.value, why, hard=True) for m in Method]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        q = facts.model.quantization
+        if q is None or not q.bitsandbytes_4bit:
+            return []
+        return [self.warn(f"the checkpoint is stored in {q.label}: QLoRA over it is the only method it trains "
+                          "(bnb_4bit_use_double_quant as stored); give the original 16-bit model for full fine-tuning "
+                          "or LoRA", setting=Setting.METHOD)]
 
 
 @register

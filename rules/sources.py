@@ -131,6 +131,12 @@ PEFT_LORA = Source(title="PEFT LoRA developer guide",
 HF_QUANT_BNB = Source(title="transformers bitsandbytes quantization",
                       url="https://huggingface.co/docs/transformers/quantization/bitsandbytes",
                       section="4-bit (QLoRA algorithm)")
+HF_QUANT_OVERVIEW = Source(title="transformers quantization overview",
+                           url="https://huggingface.co/docs/transformers/quantization/overview",
+                           section="the methods' table (bits, PEFT fine-tuning, serializable)")
+PEFT_QUANTIZATION = Source(title="PEFT quantization guide",
+                           url="https://huggingface.co/docs/peft/developer_guides/quantization",
+                           section="introduction: a quantized model trains through adapters only")
 TORCHTUNE_LOW_PRECISION = Source(title="torchtune: memory optimization overview",
                                  url="https://pytorch.org/torchtune/stable/tutorials/memory_optimizations.html",
                                  section="Lower Precision Training (bf16 weights)")

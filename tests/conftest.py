@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import TypeAdapter
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +53,9 @@ def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = 
           global_batch_size: int = 64, packages: dict | None = None, model_overrides: dict | None = None,
           workload: dict | None = None, hardware_overrides: dict | None = None) -> Facts:
     profile = profile_model(model, task)
-    if model_overrides:
-        profile = profile.model_copy(update=model_overrides)
+    if model_overrides:  # each value validated as its field's type (a quantization given as a dict, say)
+        profile = profile.model_copy(update={k: TypeAdapter(type(profile).model_fields[k].annotation).validate_python(v)
+                                             for k, v in model_overrides.items()})
     hw_profile = hardware(hw)
     if hardware_overrides:
         hw_profile = hw_profile.model_copy(update=hardware_overrides)

@@ -180,3 +180,23 @@ def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tens
     assert [a.value for a in tp.alternatives if "4-bit layers" in a.reason] == [2]
     with pytest.raises(UsageError, match="4-bit layers"):
         estimate(config, gpu="rtx-3090:2", method="qlora", seq_len=2048, tensor_parallel=2)
+
+
+def test_a_bitsandbytes_4bit_checkpoint_is_planned_as_qlora_and_a_gptq_one_is_refused(tmp_path) -> None:
+    """An unsloth-style *-bnb-4bit checkpoint holds NF4 weights only: QLoRA over them with the checkpoint's own
+    double quantization, never full fine-tuning or LoRA (refused in one line naming the original model); a GPTQ
+    checkpoint is one line and exit 2, not a plan priced for weights it does not hold."""
+    base = json.loads((ROOT / "probes" / "configs" / "meta-llama--Llama-3.1-8B.json").read_text())
+    bnb, gptq = tmp_path / "bnb" / "config.json", tmp_path / "gptq" / "config.json"
+    for path, q in ((bnb, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": False}),
+                    (gptq, {"quant_method": "gptq", "bits": 4})):
+        path.parent.mkdir()
+        path.write_text(json.dumps({**base, "quantization_config": q}))
+    rec = recommend(str(bnb), gpu="a100-80gb")
+    assert (rec.plan.method, rec.plan.double_quant) == ("qlora", False)
+    assert any("the only method" in w.message for w in rec.warnings)
+    assert estimate(str(bnb), gpu="a100-80gb", method="qlora").plan.double_quant is False
+    with pytest.raises(UsageError, match="original 16-bit model"):
+        recommend(str(bnb), gpu="a100-80gb", method="full")
+    out = advisor("recommend", "--model", str(gptq), "--gpu", "a100-80gb")
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "gptq 4-bit" in out.stderr, out.stderr

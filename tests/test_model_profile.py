@@ -9,6 +9,7 @@ import pytest
 
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.model import catalog_ids, profile_model
+from test_cli import ROOT
 
 REQUIRED = ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilbert-base-uncased", "bert-base-uncased",
             "bert-large-uncased", "roberta-base", "t5-small", "t5-base", "facebook/opt-125m", "facebook/opt-1.3b",
@@ -86,3 +87,26 @@ def test_task_must_fit_the_family() -> None:
     with pytest.raises(UsageError, match="seq2seq-lm"):
         profile_model("gpt2", "seq2seq-lm")
     assert profile_model("bert-large-uncased", "sequence-classification").num_parameters == 335_143_938
+
+
+def test_a_pre_quantized_checkpoint_says_how_its_weights_are_stored(tmp_path) -> None:
+    """config.json's quantization_config (transformers writes it for a model saved quantized): bitsandbytes 4-bit
+    with its double quantization, GPTQ's bits; a checkpoint of plain weights has none; a malformed one is a config
+    error."""
+    base = json.loads((ROOT / "probes" / "configs" / "meta-llama--Llama-3.1-8B.json").read_text())
+
+    def profiled(quantization):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps({**base, "quantization_config": quantization}))
+        return profile_model(str(path)).quantization
+
+    bnb = profiled({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                    "bnb_4bit_use_double_quant": True})
+    assert bnb.bitsandbytes_4bit and bnb.double_quant and bnb.label == "bitsandbytes 4-bit"
+    eight = profiled({"quant_method": "bitsandbytes", "load_in_8bit": True})
+    assert not eight.bitsandbytes_4bit and eight.bits == 8
+    gptq = profiled({"quant_method": "GPTQ", "bits": 4, "group_size": 128})
+    assert (gptq.method, gptq.bits, gptq.bitsandbytes_4bit) == ("gptq", 4, False)
+    assert profile_model("meta-llama/Llama-3.1-8B").quantization is None
+    with pytest.raises(BadConfigError, match="quantization_config"):
+        profiled(["not", "an", "object"])

@@ -89,7 +89,8 @@ def profile_summary(p: ModelProfile) -> Table:
                              f"parameters active per token")
     t.add_row("shape", f"{p.num_layers} layers, hidden {p.hidden_size}, {p.num_attention_heads} heads, "
                        f"vocab {p.vocab_size:,}")
-    t.add_row("dtype", f"{p.checkpoint_dtype}; max positions {p.max_position_embeddings or 'unbounded'}")
+    t.add_row("dtype", f"{p.checkpoint_dtype}" + (f", stored in {p.quantization.label}" if p.quantization else "")
+              + f"; max positions {p.max_position_embeddings or 'unbounded'}")
     return t
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from advisor.app.options import ESTIMATE_DEFAULTS, PlanOptions
+from probes.checkpoint import planned_double_quant
 from probes.errors import UsageError
 from probes.kernels import Attention, Framework
 from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
@@ -44,11 +45,12 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     where the GPU has it (fp16 on other tensor-core GPUs, fp32 otherwise), tf32 where supported (a tf32 the
     GPU lacks is off), bf16 weights for LoRA / QLoRA under bf16 (else fp32), parallelism 'ddp' over several
     replicas (else 'none'; with an offload, the ZeRO stage that offloads it), QLoRA's 4-bit backward as this
-    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`), and the device's default
+    machine's bitsandbytes runs it (:func:`rules.stack.installed_legacy_bitsandbytes`), QLoRA's double quantization
+    as a pre-quantized checkpoint stores it (:func:`probes.checkpoint.planned_double_quant`), and the device's default
     attention (:meth:`Attention.default`) where transformers' code for the model has it, eager where not (MPT, say).
     """
     g = facts.gpu
-    s = {**ESTIMATE_DEFAULTS, **settings}
+    s = {**ESTIMATE_DEFAULTS, "double_quant": planned_double_quant(facts.model.quantization), **settings}
     default = Attention.default(Device.CPU if g is None else Device.CUDA)
     if ("attention" not in settings and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
             and default not in facts.model.attention_kernels):

@@ -45,6 +45,11 @@ def model_table(m: ModelProfile) -> Table:
         ("vocabulary", f"{m.vocab_size:,}" + (" (tied embeddings)" if m.tied_embeddings else "")),
         ("max positions", str(m.max_position_embeddings) if m.max_position_embeddings else "unbounded"),
         ("checkpoint dtype", m.checkpoint_dtype + (" (pretrained in bf16)" if m.pretrained_in_bf16 else "")),
+        *([("quantized weights", f"{m.quantization.label}"
+            + (" with double quantization" if m.quantization.double_quant else "")
+            + " (quantization_config): " + ("trains QLoRA adapters only" if m.quantization.bitsandbytes_4bit
+                                            else "not planned; give the original 16-bit model"))]
+          if m.quantization else []),
         ("gradient checkpointing", "supported" if m.supports_gradient_checkpointing else "not supported"),
         ("attention kernels", ", ".join(m.attention_kernels) + " (transformers' implementations)"),
     ]

@@ -120,7 +120,8 @@ def _shown(setting: str, value: Any) -> str:
 def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
     """The error when no layout can run at all with what the user asked for (a search with no candidate, e.g.
     ``--packing`` where no attention kernel attends within packed samples): one line naming the settings asked
-    for and the first rule that refuses them on the plainest plan of this hardware."""
+    for and the first rule that refuses them on the plainest plan of this hardware, or that refuses its method (a
+    pre-quantized checkpoint full fine-tuning cannot load)."""
     pins = facts.workload.pinned()
     method = {"method": facts.workload.method} if facts.workload.method else {}
     if method and Method.of(facts.workload.method).spec.adapters:  # the adapters asked for, which a rule may refuse
@@ -133,7 +134,8 @@ def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
                 optimizer=Optimizer.ADAMW, gradient_checkpointing=False, micro_batch_size=1,
                 gradient_accumulation_steps=1, parallelism=Parallelism.NONE, num_gpus=facts.hardware.num_gpus,
                 **method, **pins)
-    refused = refusal(facts, plan) or next((e for e in effects if e.kind == "forbid" and e.hard and e.setting in pins
-                                            and e.matches(pins[e.setting])), None)
+    asked_values = {**pins, "method": plan.method}  # the method asked for, else the plainest plan's (full)
+    refused = refusal(facts, plan) or next((e for e in effects if e.kind == "forbid" and e.hard
+                                            and e.setting in asked_values and e.matches(asked_values[e.setting])), None)
     why = f": {refused.reason} [{refused.rule_id}]" if refused is not None else ""
     return UsageError(f"no plan can run with {asked} here{why}")

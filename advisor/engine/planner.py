@@ -18,6 +18,7 @@ from itertools import product
 from typing import Any
 
 from advisor.engine.candidates import Candidate, Pricing, evaluate, order
+from probes.checkpoint import planned_double_quant
 from probes.errors import UsageError
 from probes.kernels import Attention, LossKernel
 from probes.limits import divisors
@@ -255,7 +256,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                       optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
                       pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
-                      lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts))
+                      lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts),
+                      double_quant=planned_double_quant(facts.model.quantization))
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
             plan = with_stack(facts, layout.model_copy(update=dict(zip(LAYOUT, combo))), allowed, refusing)
             if plan is None:

@@ -23,7 +23,8 @@ CPU RAM: TRL's / torchtune's OffloadActivations) and memory.activations_offloade
 model.attention_kernels (the attention implementations transformers' code for the model type runs). 1.14:
 memory.fits_capacity (device memory within the whole capacity: a tight plan when fits is false). 1.15:
 hardware.cuda_version (--cuda-version), host.torch_version, torch_cuda_version, cuda_module_loading (what sets the
-CUDA context's size).
+CUDA context's size). 1.16: model.quantization (a pre-quantized checkpoint's quantization_config: method, bits,
+double_quant).
 """
 
-SCHEMA_VERSION = "1.15"
+SCHEMA_VERSION = "1.16"
