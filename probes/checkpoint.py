@@ -9,10 +9,14 @@ https://huggingface.co/docs/transformers/main/en/quantization/overview; the keys
 repositories, a QLoRA base saved after quantizing) holds only the 4-bit weights: what QLoRA trains adapters over
 (Dettmers et al. 2023, https://arxiv.org/abs/2305.14314 sec. 3), never the 16-bit weights full fine-tuning or LoRA
 start from. Other methods (GPTQ, AWQ, bitsandbytes 8-bit, fp8, compressed-tensors, ...) store weights advisor does
-not price.
+not price. A folder PEFT saved holds an adapter and its ``adapter_config.json``, not a model: :func:`adapter_hint`
+names the base model to pass instead.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,3 +87,25 @@ def planned_double_quant(quantization: QuantizedCheckpoint | None) -> bool:
     """QLoRA's double quantization as advisor plans it: on (rule ``method.double-quantization``), unless a
     pre-quantized bitsandbytes 4-bit checkpoint stores its constants without it (those are the bytes it loads)."""
     return quantization.double_quant if quantization is not None and quantization.bitsandbytes_4bit else True
+
+
+def adapter_hint(folder) -> str:
+    """For a folder without config.json that holds a PEFT adapter (``adapter_config.json``, PEFT's
+    ``PeftConfig.save_pretrained``: ``peft_type``, ``base_model_name_or_path``, ``r``), what to pass instead, as the
+    end of the not-found message (": it is a LoRA adapter over 'base': pass --model base --method lora --lora-rank
+    16"); "" for any other folder, or an adapter config that cannot be read."""
+    from probes.config_check import read_bounded
+
+    try:
+        raw = json.loads(read_bounded(Path(folder) / "adapter_config.json"))
+    except (OSError, ValueError, RecursionError):
+        return ""
+    base = raw.get("base_model_name_or_path") if isinstance(raw, dict) else None
+    if not isinstance(base, str) or not base:
+        return ""
+    kind = str(raw.get("peft_type") or "PEFT").upper()
+    if kind != "LORA":
+        return f": it is a {kind} adapter over '{base}', which advisor does not plan: pass --model {base}"
+    rank = raw.get("r")
+    shape = f" --lora-rank {rank}" if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0 else ""
+    return f": it is a LoRA adapter over '{base}': pass --model {base} --method lora{shape} (or qlora)"

@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.architectures import BUILDERS, FAMILIES, MISSING_TASKS
-from probes.checkpoint import QuantizedCheckpoint, checkpoint_dtype, checkpoint_quantization
+from probes.checkpoint import QuantizedCheckpoint, adapter_hint, checkpoint_dtype, checkpoint_quantization
 from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
@@ -230,7 +230,7 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
     if path.exists():
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise ModelNotFoundError(f"no config.json in '{model}'")
+            raise ModelNotFoundError(f"no config.json in '{model}'" + (adapter_hint(path) if path.is_dir() else ""))
         return _read_json(file), "local", str(file), notes
     looks_like_path = model.startswith((".", "/", "~")) or model.endswith(".json") or model.count("/") > 1
     if looks_like_path:

@@ -110,3 +110,16 @@ def test_a_pre_quantized_checkpoint_says_how_its_weights_are_stored(tmp_path) ->
     assert profile_model("meta-llama/Llama-3.1-8B").quantization is None
     with pytest.raises(BadConfigError, match="quantization_config"):
         profiled(["not", "an", "object"])
+
+
+def test_a_peft_adapter_folder_names_its_base_model(tmp_path) -> None:
+    """A folder PEFT saved (adapter_config.json, no config.json) is not a model: the not-found line says which base
+    model and rank to pass instead; an unreadable adapter config leaves the plain message."""
+    (tmp_path / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "r": 32}))
+    with pytest.raises(ModelNotFoundError, match=r"LoRA adapter over 'meta-llama/Llama-3.1-8B': pass --model "
+                                                 r"meta-llama/Llama-3.1-8B --method lora --lora-rank 32"):
+        profile_model(str(tmp_path))
+    (tmp_path / "adapter_config.json").write_text("{not json")
+    with pytest.raises(ModelNotFoundError, match=r"no config.json in '[^']*'$"):
+        profile_model(str(tmp_path))
