@@ -318,9 +318,9 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
 
     The plan: ``plan`` when given (e.g. from a recommendation's JSON), else this machine's
     recommendation, with the given plan settings overriding it (a micro-batch alone keeps the global
-    batch by changing the accumulation; a global batch alone keeps the micro-batch). Several GPUs here: the plan's DDP / ZeRO-2 / ZeRO-3 runs
-    through torchrun (ZeRO as FSDP; ZeRO-1 is tried as ZeRO-2). On the CPU, ``nproc`` > 1 runs
-    ``parallelism`` ('ddp' by default) over that many processes with the gloo backend, the global
+    batch by changing the accumulation; a global batch alone keeps the micro-batch). Several GPUs
+    here: the plan's DDP / ZeRO-2 / ZeRO-3 runs through torchrun (ZeRO as FSDP; ZeRO-1 is tried as
+    ZeRO-2). On the CPU, ``nproc`` > 1 runs ``parallelism`` ('ddp' by default) over that many processes with the gloo backend, the global
     batch split between them. ``options``: workload options, plan settings and trial options (module
     docstring). Imports torch.
 
