@@ -316,13 +316,12 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
              progress=None, stop=None, **options: Any):
     """Validate a plan with short trial steps on this machine's device (see :mod:`advisor.measure.validation`).
 
-    The plan: ``plan`` when given (e.g. from a recommendation's JSON), else this machine's
-    recommendation, with the given plan settings overriding it (a micro-batch alone keeps the global
-    batch by changing the accumulation; a global batch alone keeps the micro-batch). Several GPUs
-    here: the plan's DDP / ZeRO-2 / ZeRO-3 runs through torchrun (ZeRO as FSDP; ZeRO-1 is tried as
-    ZeRO-2). On the CPU, ``nproc`` > 1 runs ``parallelism`` ('ddp' by default) over that many processes with the gloo backend, the global
-    batch split between them. ``options``: workload options, plan settings and trial options (module
-    docstring). Imports torch.
+    The plan: ``plan`` when given (e.g. from a recommendation's JSON), else this machine's recommendation, with the
+    given plan settings overriding it (a micro-batch alone keeps the global batch by changing the accumulation; a
+    global batch alone keeps the micro-batch). Several GPUs here: the plan's DDP / ZeRO-2 / ZeRO-3 runs through
+    torchrun (ZeRO as FSDP; ZeRO-1 is tried as ZeRO-2). On the CPU, ``nproc`` > 1 runs ``parallelism`` ('ddp' by
+    default) over that many processes with the gloo backend, the global batch split between them. ``options``:
+    workload options, plan settings and trial options (module docstring). Imports torch.
 
     Returns:
         ValidationReport (``verdict``, ``trials``, ``confirmed_plan``; ``comparison`` with ``compare``).
