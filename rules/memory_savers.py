@@ -26,7 +26,7 @@ class CheckpointingOnlyWhenNeeded(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not plan.gradient_checkpointing:
             return []
-        return [self.warn("activation checkpointing is on because nothing faster fits: expect ~20-30 % lower "
+        return [self.warn("activation checkpointing recomputes the forward pass in backward: expect ~20-30 % lower "
                           "throughput than without it", setting=Setting.GRADIENT_CHECKPOINTING)]
 
 

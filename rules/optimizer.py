@@ -59,8 +59,8 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         effects = []
         if plan.optimizer == Optimizer.ADAFACTOR:
-            effects.append(self.warn("Adafactor was needed to fit: its convergence can be slower or worse than "
-                                     "AdamW's, so compare the loss curve on a short run", setting=Setting.OPTIMIZER))
+            effects.append(self.warn("Adafactor's factored states can converge slower or worse than AdamW's: "
+                                     "compare the loss curve on a short run", setting=Setting.OPTIMIZER))
         if Optimizer.of(plan.optimizer).spec.package and facts.packages.get("bitsandbytes") is False:
             effects.append(self.warn(f"{plan.optimizer} needs the bitsandbytes package, which is not installed here: "
                                      "pip install bitsandbytes", setting=Setting.OPTIMIZER))

@@ -188,3 +188,22 @@ def test_fast_path_imports_no_torch_transformers_textual() -> None:
                          env=ENV, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
+
+
+def test_estimate_says_what_the_rules_say_of_the_plan() -> None:
+    """estimate prices any plan, and now also says what the rules hold against it: bf16 on a T4 (no bf16 tensor
+    cores), nn.DataParallel; a tensor-parallel plan over every GPU has no data-parallel strategy to blame for idle
+    GPUs; a plan the planner would choose gets only the facts' warnings. The CLI prints them after the tables."""
+    from advisor.app.api import estimate
+
+    t4 = estimate("gpt2", gpu="t4", precision="bf16")
+    assert any(w.rule_id == "precision.no-bf16-before-ampere" and w.message.startswith("--precision bf16: ")
+               for w in t4.warnings), t4.warnings
+    dp = estimate("gpt2", gpu="a100-80gb:4", parallelism="dp")
+    assert any(w.message.startswith("--parallelism dp: nn.DataParallel") for w in dp.warnings)
+    tp = estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", tensor_parallel=8)
+    assert not any("idle" in w.message for w in tp.warnings)
+    plain = estimate("gpt2", gpu="a100-80gb", micro_batch_size=8)
+    assert not any(w.message.startswith("--") for w in plain.warnings)
+    out = advisor("estimate", "--model", "gpt2", "--gpu", "t4", "--precision", "bf16")
+    assert out.returncode == 0 and "! --precision bf16: NVIDIA T4" in out.stdout, out.stdout

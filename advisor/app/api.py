@@ -32,6 +32,8 @@ from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
 from advisor.engine.candidates import evaluate
+from advisor.engine.decisions import Warning as RuleWarning
+from advisor.engine.legality import advice
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION
@@ -211,6 +213,8 @@ class Estimate(BaseModel):
     model: ModelProfile = Field(description="the model the plan trains")
     workload: Workload
     """sequence length and global batch size"""
+    warnings: list[RuleWarning] = Field(default_factory=list, description="what the rules say of this plan: their "
+                                    "warnings, and each value they would not choose here, with why")
 
 
 def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any) -> Estimate:
@@ -245,8 +249,9 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
         update={"global_batch_size": plan.global_batch_size}), "model": model_here})
     candidate = evaluate(facts, plan)
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
+    warnings = [RuleWarning(rule_id=e.rule_id, message=e.reason) for e in advice(facts, plan)]
     return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
-                    model=facts.model, workload=facts.workload)
+                    model=facts.model, workload=facts.workload, warnings=warnings)
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:

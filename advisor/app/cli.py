@@ -159,9 +159,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
                        **collect(args, WorkloadOptions), **collect(args, PlanOptions))
     if args.json:
-        keys = {"schema_version", "plan", "memory", "speed"} | ({"simulated"} if args.simulate else set())
+        keys = {"schema_version", "plan", "memory", "speed", "warnings"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
     else:
+        from rich.text import Text
+
         from advisor.app.report import memory_table, speed_table
 
         console = _console()
@@ -179,6 +181,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                           f"in the {sim.peak_phase}, device {sim.device_bytes / GIB:.2f} GiB; the analytic peak is "
                           f"{sim.analytic_error:+.1%} off")
         console.print(speed_table(est.speed))
+        for w in est.warnings:
+            console.print(Text.assemble(("! ", "yellow"), w.message))
     return ExitCode.OK
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from probes.errors import UsageError
-from probes.vocabulary import Device, Method, Optimizer, Parallelism, Precision
+from probes.vocabulary import Device, Method, Optimizer, Parallelism, Precision, Setting
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 from rules.facts import STACK_SETTINGS
@@ -27,6 +27,24 @@ def check_effects(facts: Facts, plan: Plan) -> list[Effect]:
     for rule in REGISTRY.values():
         effects.extend(rule.check(facts, plan))
     return effects
+
+
+def advice(facts: Facts, plan: Plan) -> list[Effect]:
+    """What the rules say of a given plan (``estimate``), as warnings: their warnings on the facts and on the plan,
+    and each soft ``forbid`` the plan goes against, a value the planner would not choose here (bf16 on a T4,
+    nn.DataParallel, SGD, eager attention), with the rule's reason. As in the planner's search, a layout with one
+    model replica (tensor / pipeline parallel over every GPU) has no data-parallel strategy to weigh."""
+    found = []
+    one_replica = plan.data_parallel_size == 1
+    for e in propose_effects(facts):
+        if e.setting == Setting.PARALLELISM and one_replica:
+            continue
+        if e.kind == "forbid" and not e.hard and e.applies(plan.__dict__):
+            value = getattr(plan, e.setting)
+            found.append(e.model_copy(update={"kind": "warn", "reason": f"{_shown(e.setting, value)}: {e.reason}"}))
+        elif e.kind == "warn":
+            found.append(e)
+    return found + [e for e in check_effects(facts, plan) if e.kind == "warn"]
 
 
 def _refusing_rules() -> list[Rule]:
