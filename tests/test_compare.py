@@ -68,7 +68,9 @@ def test_cli_json_and_table() -> None:
 
 
 @pytest.mark.parametrize("args", [("--price-per-hour", "t4"), ("--price-per-hour", "nope=1"),
-                                  ("--price-per-hour", "t4=-1"), ("--tokens", "lots"), ("--tokens", "1e30"), ("--gpu", "nope"),
+                                  ("--price-per-hour", "t4=-1"), ("--price-per-hour", "t4=nan"),
+                                  ("--price-per-hour", "t4=1e400"), ("--tokens", "lots"), ("--tokens", "1e30"),
+                                  ("--gpu", "nope"),
                                   ("--gpu", "t4", "--price-per-hour", "l4=0.8")])
 def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
     out = advisor("compare", "--model", "gpt2", *args)

@@ -10,6 +10,7 @@ change by the month. No torch, transformers or textual.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any, Callable, Literal
 
@@ -79,7 +80,7 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
     """``NAME=USD`` items as {catalog id: USD per GPU hour}.
 
     Raises:
-        UsageError: not NAME=USD, a negative or non-numeric price, or an unknown GPU.
+        UsageError: not NAME=USD, a negative, non-numeric or infinite price (nan, inf), or an unknown GPU.
     """
     from probes.gpu_catalog import catalog
 
@@ -90,8 +91,8 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
         try:
             value = float(usd)
         except ValueError:
-            value = -1.0
-        if not sep or value < 0:
+            value = math.nan
+        if not sep or not (math.isfinite(value) and value >= 0):  # nan, inf and 1e400 are not prices
             raise UsageError(f"--price-per-hour {item!r}: expected NAME=USD, e.g. a100-80gb=1.79 (US dollars per GPU "
                              "per hour)")
         if name not in catalog():
