@@ -50,7 +50,8 @@ def test_a_gpu_where_nothing_fits_comes_last() -> None:
 
 @pytest.mark.parametrize("kwargs, words", [({"sort": "cost"}, "needs prices"), ({"tokens": 0}, "from 1 to"),
                                            ({"tokens": 10**30}, "from 1 to 1e\\+15"),
-                                           ({"prices": {"h100-sxm": 3.0}}, "h100-sxm: not among the compared GPUs")])
+                                           ({"prices": {"h100-sxm": 3.0}}, "h100-sxm: not among the compared GPUs"),
+                                           ({"prices": {"t4": float("nan")}}, "t4=nan: expected a finite number")])
 def test_refusals(kwargs: dict, words: str) -> None:
     with pytest.raises(UsageError, match=words):
         compare("gpt2", gpus=["t4"], **kwargs)

@@ -160,6 +160,10 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         given.setdefault((entry.id, count), spec)
     specs = list(given.values())
     names = [name for name, _ in given]
+    bad = [f"{name}={usd}" for name, usd in (prices or {}).items()
+           if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0)]
+    if bad:  # the API's prices, as the command line's are checked
+        raise UsageError(f"--price-per-hour {bad[0]}: expected a finite number of US dollars per GPU per hour, >= 0")
     unused = [name for name in prices or {} if name not in names]
     if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
         raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "
