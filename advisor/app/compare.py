@@ -140,8 +140,8 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
     ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
 
     Raises:
-        UsageError: tokens outside 1..:data:`probes.limits.MAX_TOKENS`, an unknown sort, a bad option, a price for
-            a GPU not compared.
+        UsageError: tokens outside 1..:data:`probes.limits.MAX_TOKENS`, an unknown sort, a bad option, a price that
+            is not a finite number >= 0 or that is for a GPU not compared.
         UnknownGPUError: an unknown GPU. ModelNotFoundError, BadConfigError: from the model's profile.
     """
     from advisor.app.api import profile_model
