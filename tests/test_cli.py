@@ -69,7 +69,7 @@ def test_llama_on_a100_80gb() -> None:
 def test_estimate_probe_profile_rules_schema() -> None:
     est = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--micro-batch-size", "8", "--json")
     assert est.returncode == 0, est.stderr
-    assert set(json.loads(est.stdout)) == {"schema_version", "plan", "memory", "speed"}
+    assert set(json.loads(est.stdout)) == {"schema_version", "plan", "memory", "speed", "warnings"}
     probe = advisor("probe", "--json")
     assert probe.returncode == 0 and "gpus" in json.loads(probe.stdout)
     listing = advisor("probe", "--gpu", "list")
