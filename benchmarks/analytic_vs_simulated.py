@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.engine.memory import estimate_memory  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
+from probes.kernels import Attention  # noqa: E402
 from probes.model import catalog_ids, profile_model  # noqa: E402
 from probes.vocabulary import LoraTargets, Method, Optimizer, Precision, WeightsDtype  # noqa: E402
 from rules import Plan  # noqa: E402
@@ -79,6 +80,8 @@ def compare(model_id: str, precision: str, ckpt: bool, optimizer: str, micro: in
             **settings) -> tuple[int, int, float]:
     """(analytic peak, simulated peak, seconds) in bytes; ``settings`` as :func:`plan_for`."""
     profile = profile_model(model_id)
+    if Attention.SDPA not in profile.attention_kernels:  # transformers' code for the type runs eager only (Gemma 2)
+        settings.setdefault("attention", Attention.EAGER.value)
     plan = plan_for(precision, ckpt, optimizer, micro, **settings)
     seq = seq_len_for(profile)
     sim = simulate(profile, plan, seq)
