@@ -20,7 +20,7 @@ def test_not_found_names_the_sources_and_near_matches(monkeypatch) -> None:
     message = str(err.value)
     assert "the Hub: skipped (offline: HF_HUB_OFFLINE=1)" in message  # never "not on the Hub": it was not asked
     assert "the Hugging Face cache: not there" in message and "the shipped catalog: not there" in message
-    assert "near matches: Qwen/Qwen2.5-7B" in message
+    assert "near matches: Qwen/Qwen2.5-3B, Qwen/Qwen2.5-7B" in message  # the shipped Qwen2.5 configs
 
 
 def test_near_matches_from_the_catalog() -> None:
