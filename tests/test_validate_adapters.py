@@ -87,6 +87,9 @@ def test_qlora_trial_is_refused_in_one_line_without_a_gpu(tiny) -> None:
 def test_method_unavailable_names_what_is_missing(monkeypatch) -> None:
     assert method_unavailable(Method.FULL.value, cuda=False) is None
     assert "CUDA" in method_unavailable(Method.QLORA.value, cuda=False)
+    # a checkpoint stored in 4 bits trains QLoRA only: no advice to trial LoRA over it instead
+    assert "--method lora" in method_unavailable(Method.QLORA.value, cuda=False)
+    assert "--method lora" not in method_unavailable(Method.QLORA.value, cuda=False, quantized_checkpoint=True)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     assert method_unavailable(Method.LORA.value, cuda=False) == "lora trials need the peft package: pip install peft"

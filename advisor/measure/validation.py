@@ -81,16 +81,20 @@ def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | Non
     return chosen, note
 
 
-def method_unavailable(method: str, cuda: bool) -> str | None:
+def method_unavailable(method: str, cuda: bool, quantized_checkpoint: bool = False) -> str | None:
     """Why a trial of ``method`` (a :class:`~probes.vocabulary.Method` value) cannot run on this machine (one line),
     or None: LoRA and QLoRA need peft; QLoRA's 4-bit base needs bitsandbytes and a CUDA device (its 4-bit training
-    kernels are CUDA's: the rule ``method.adapters-when-full-does-not-fit`` forbids QLoRA on the CPU)."""
+    kernels are CUDA's: the rule ``method.adapters-when-full-does-not-fit`` forbids QLoRA on the CPU). The advice
+    to trial LoRA instead is left out for a checkpoint stored quantized (``quantized_checkpoint``), which only
+    QLoRA trains (rule ``method.pre-quantized-checkpoint``)."""
     spec = Method.of(method).spec
     if not spec.adapters:
         return None
     if spec.quantized_base and not cuda:
-        return (f"{method} trials need bitsandbytes' 4-bit kernels on a CUDA GPU and there is none here: trial "
-                f"--method {Method.LORA} (the same adapters over a 16-bit base), or validate {method} on the GPU")
+        instead = ("" if quantized_checkpoint
+                   else f"trial --method {Method.LORA} (the same adapters over a 16-bit base), or ")
+        return (f"{method} trials need bitsandbytes' 4-bit kernels on a CUDA GPU and there is none here: {instead}"
+                f"validate {method} on the GPU")
     for package in ("peft", spec.package):
         if package is not None and importlib.util.find_spec(package) is None:
             return f"{method} trials need the {package} package: pip install {package}"
@@ -223,7 +227,7 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
         if plan.device == Device.CUDA and plan.num_gpus > local:
             raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")
     device = Device.CPU if facts.gpu is None else Device.CUDA
-    reason = method_unavailable(plan.method, device == Device.CUDA)
+    reason = method_unavailable(plan.method, device == Device.CUDA, facts.model.quantization is not None)
     if reason is not None:
         raise UsageError(reason)
     if Method.of(plan.method).spec.quantized_base and plan.data_parallel_size > 1:
