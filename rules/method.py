@@ -111,7 +111,7 @@ class AdaptersWhenFullDoesNotFit(Rule):
 @register
 class PreQuantizedCheckpoint(Rule):
     id = "method.pre-quantized-checkpoint"
-    title = "a checkpoint stored in bitsandbytes 4-bit trains QLoRA adapters; other quantized checkpoints are not planned"
+    title = "a checkpoint stored in bitsandbytes 4-bit trains QLoRA; other quantized checkpoints are not planned"
     topic = "method"
     sources = [S.HF_QUANT_OVERVIEW, S.PEFT_QUANTIZATION, S.HF_QUANT_BNB, S.QLORA_PAPER]
     rationale = ("A checkpoint saved quantized (config.json's quantization_config) holds the quantized weights only, "
