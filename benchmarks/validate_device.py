@@ -2,7 +2,7 @@
 the matmul rates behind the CPU precision rule.
 
 Usage: python benchmarks/validate_device.py [--steps N] [--quick] [--stack] [--edge] [--rows I,J] [--list]
-                                             [--budget-s S] [--out-dir DIR]
+                                             [--budget-s S] [--stack-first] [--out-dir DIR]
        python benchmarks/validate_device.py --render RECORDS.jsonl [...] [--out FILE]
 
 Every grid row is one :func:`advisor.app.api.validate` (a ``ValidationReport``); each is appended, as it finishes,
@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpu", help="with --list: list the GPU grid (--stack: its stack rows too, as if every "
                                       "package were installed) for this catalog GPU, e.g. h100-sxm")
     parser.add_argument("--budget-s", type=float, help="start no row after this many seconds")
+    parser.add_argument("--stack-first", action="store_true", help="run the stack and edge rows before GPU_GRID's "
+                        "--compare rows (about 150 s each on an H100), so a short lease measures the stack first")
     parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"),
                         help="where the records and the markdown go (default benchmarks/results)")
     parser.add_argument("--render", nargs="+", metavar="RECORDS", help="only render these records' markdown")
@@ -353,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = grid(gpu, args.stack, hardware.host.packages)
     rows += edge_rows(hardware=hardware) if gpu and args.edge else []
     chosen = [int(i) for i in args.rows.split(",")] if args.rows else list(range(2 if args.quick else len(rows)))
+    if args.stack_first and gpu:
+        chosen.sort(key=lambda i: i < len(GPU_GRID))  # stable: the stack and edge rows, then the --compare rows
     if args.list:
         print_grid(rows, args.steps, hardware=hardware)
         return
