@@ -72,7 +72,10 @@ GPU_GRID = [Row("gpt2", None, None, {}, compare=True), Row("bert-large-uncased",
 #: The stack crossed on a GPU (``--stack``): attention kernels, compile, Liger, checkpointing, activation offloading
 #: and the QLoRA base, on Llama-3.1-8B's LoRA fine-tuning at a fixed plan so only the stack moves (Liger patches llama
 #: models).
-_FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16"}
+#: The loss kernel and compile are pinned: left unset, validate fills them with its recommendation (Liger and compile
+#: where Liger is installed), and the first H100 run (2026-11-27) measured "eager" as eager + Liger + compile.
+_FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16",
+          "loss_kernel": "standard", "torch_compile": False}
 STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
     # eager keeps the s x s scores: 118 GiB predicted at micro-batch 2, so it runs 1 x 8 (67 GiB on an 80 GB H100)
     {"attention": "eager", "micro_batch_size": 1, "gradient_accumulation_steps": 8}, {"attention": "sdpa"},
@@ -93,9 +96,9 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
 #: (``c10/cuda/CUDACachingAllocator.cpp``), so the reserve seen on a roomy GPU is not all needed. Whether these rows
 #: run, and their ``max_memory_reserved`` when they do, measure the reserve a full GPU needs (issue 13).
 EDGE_SHARE = 0.95
-EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False}),  # precision: the GPU's default (bf16 from Ampere)
+EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),  # precision: the GPU's default (bf16 from Ampere)
               Row("meta-llama/Llama-3.1-8B", 2048, None,
-                  {"method": "lora", "attention": "sdpa", "torch_compile": False})]
+                  {"method": "lora", "attention": "sdpa", "torch_compile": False, "loss_kernel": "standard"})]
 EDGE_MAX_MICRO_BATCH = 1024
 
 
