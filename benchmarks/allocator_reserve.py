@@ -1,8 +1,9 @@
 """The caching allocator's reserve, measured where a source publishes both the live-tensor peak and the device's
-reading: a check of ``advisor.engine.memory.TRANSIENT_RESERVE`` beyond the V100 table it was fitted to.
+reading: a check of ``advisor.engine.allocator.TRANSIENT_RESERVE`` beyond the V100 table it was fitted to.
 
-advisor prices what the device shows in use as ``states + (peak - states) × TRANSIENT_RESERVE + slack + context``
-(:func:`advisor.engine.memory.device_bytes`): model states are allocated once at their sizes, activations and
+advisor prices what the device shows in use as ``states + (peak - states) × TRANSIENT_RESERVE + slack + context``,
+the reserve over the transients capped at ``TRANSIENT_RESERVE_CAP_BYTES`` without sharded parameters (fitted to
+this project's H100 records; :func:`advisor.engine.allocator.device_bytes`): model states are allocated once at their sizes, activations and
 temporaries fragment the cached blocks. The constant was fitted to the HF guide's nine V100 rows (torch 1.x,
 NVML "used" only, so the fit leans on advisor's own peak). fms-acceleration's benchmark CSV
 (``benchmarks/published/hf-qlora.jsonl``, the ``hfqlora-fms-*`` cases; A100 80GB, torch 2.4.1) publishes both
@@ -30,8 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import published  # noqa: E402
 from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
-from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
-                                   device_bytes, persistent_bytes)
+from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, device_bytes  # noqa: E402
+from advisor.engine.memory import persistent_bytes  # noqa: E402
 from probes.vocabulary import Parallelism  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "allocator_reserve.md"
@@ -43,7 +44,7 @@ MIB = 1024**2
 def implied_reserve(allocated: int, reading: int, states: int, context: int = 0) -> float:
     """The transient reserve (dimensionless) a run's live-tensor peak ``allocated`` and device reading ``reading``
     imply, given ``states`` bytes of model states and ``context`` bytes of the reading that are the CUDA context:
-    :func:`advisor.engine.memory.device_bytes` solved for :data:`TRANSIENT_RESERVE`."""
+    :func:`advisor.engine.allocator.device_bytes` solved for :data:`TRANSIENT_RESERVE`."""
     return (reading - ALLOCATOR_SLACK_BYTES - context - states) / (allocated - states)
 
 

@@ -5,11 +5,13 @@ Usage: python benchmarks/refit_device.py RECORDS.jsonl [...] [--out FILE]
 Reads the ``ValidationReport`` records of one or more runs and prints, per quantity, the value the measurements
 imply beside the constant advisor uses now, each a median over the trials that ran cleanly:
 
-- **the caching allocator's reserve** on transient tensors (:data:`advisor.engine.memory.TRANSIENT_RESERVE`, fitted
-  to the seeds' V100 table): per CUDA trial ``(max_memory_reserved − ALLOCATOR_SLACK_BYTES − S) /
+- **the caching allocator's reserve** on transient tensors (:data:`advisor.engine.allocator.TRANSIENT_RESERVE`,
+  fitted to the seeds' V100 table): per CUDA trial ``(max_memory_reserved − ALLOCATOR_SLACK_BYTES − S) /
   (max_memory_allocated − S)``, ``S`` the predicted model states (:func:`advisor.engine.memory.persistent_bytes`),
   which the allocator holds at their exact sizes. Both readings come from one run, so this is the allocator's
-  behaviour rather than advisor's error;
+  behaviour rather than advisor's error; and its cap (:data:`advisor.engine.allocator.TRANSIENT_RESERVE_CAP_BYTES`):
+  ``max_memory_reserved`` less ``max_memory_allocated``, and advisor's ``device_bytes`` (its context left out)
+  against ``max_memory_reserved`` for each trial;
 - **the CUDA context and library workspaces** (:data:`probes.cuda_stack.LAZY_CONTEXT_BYTES`): NVML's figure
   for the process less ``max_memory_reserved``;
 - **the activations per stack**: the measured peak less everything the prediction holds besides activations,
@@ -35,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
-from advisor.engine.memory import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
-                                   persistent_bytes)
+from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
+                                      TRANSIENT_RESERVE_CAP_BYTES, device_bytes)
+from advisor.engine.memory import persistent_bytes  # noqa: E402
 from advisor.measure.report_models import Trial  # noqa: E402
 from benchmarks.validate_device import read_records  # noqa: E402
 
@@ -46,7 +49,7 @@ MIB = 2**20
 def implied_reserve(reserved_bytes: int, allocated_bytes: int, states_bytes: int,
                     slack_bytes: int = ALLOCATOR_SLACK_BYTES) -> float | None:
     """The allocator's reserve on transient tensors one CUDA run implies: (reserved − slack − states) /
-    (allocated − states), all bytes (:func:`advisor.engine.memory.device_bytes` inverted); None when the peak holds
+    (allocated − states), all bytes (:func:`advisor.engine.allocator.device_bytes` inverted); None when the peak holds
     no transient tensors beyond the states."""
     transient = allocated_bytes - min(states_bytes, allocated_bytes)
     if transient <= 0:
@@ -77,6 +80,13 @@ def stack_key(trial: Trial) -> str:
     return ", ".join(parts)
 
 
+def modelled_reserved(trial: Trial) -> int:
+    """advisor's ``device_bytes`` for the trial's measured ``max_memory_allocated``, its CUDA context left out: what
+    it says ``max_memory_reserved`` is, bytes."""
+    states = persistent_bytes(trial.predicted.memory.components)
+    return device_bytes(trial.measured.peak_bytes, trial.plan, 0, states)
+
+
 def clean_trials(reports) -> list[Trial]:
     """The trials that ran to the end with a finite loss and a measured step time."""
     return [t for r in reports for t in r.trials
@@ -103,7 +113,13 @@ def report(reports, device_type: str) -> str:
                          for t in trials if t.measured.reserved_bytes)
         context = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials
                    if t.measured.reserved_bytes and t.measured.device_bytes]
+        extra = [(t.measured.reserved_bytes - t.measured.peak_bytes) / MIB for t in trials if t.measured.reserved_bytes]
+        errors = [100 * abs(modelled_reserved(t) / t.measured.reserved_bytes - 1) for t in trials
+                  if t.measured.reserved_bytes]
         lines += [f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
+                  f"- reserved less allocated, MiB: {_median(extra)}; advisor's cap: "
+                  f"{TRANSIENT_RESERVE_CAP_BYTES / MIB:.0f} (none under FSDP / ZeRO-3)",
+                  f"- advisor's reserve from the measured peak against max_memory_reserved, |error| %: {_median(errors)}",
                   f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {LAZY_CONTEXT_BYTES / MIB:.0f}",
                   ""]
     groups: dict[str, list[Trial]] = defaultdict(list)

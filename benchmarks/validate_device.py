@@ -89,12 +89,13 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
 
 #: The edge of the GPU (``--edge``): plans pinned at the largest micro-batch whose predicted live-tensor peak, CUDA
 #: context and allocator slack stay within :data:`EDGE_SHARE` of the whole GPU. advisor's verdict (``memory.fits``:
-#: ``device_bytes``, the roomy-GPU reserve of :data:`advisor.engine.memory.TRANSIENT_RESERVE` over transient tensors,
-#: within 90 %) calls most of them "does not fit", yet published runs ran at 0.96-0.99 of the GPU by that measure
-#: (flash-attention's GPT-3 355M, torchtitan's Llama 2 13B without checkpointing; ``benchmarks/published.py``): the
-#: caching allocator frees its unused cached blocks and retries before it raises out-of-memory
-#: (``c10/cuda/CUDACachingAllocator.cpp``), so the reserve seen on a roomy GPU is not all needed. Whether these rows
-#: run, and their ``max_memory_reserved`` when they do, measure the reserve a full GPU needs (issue 13).
+#: ``device_bytes`` with the allocator's reserve, :mod:`advisor.engine.allocator`, within 90 %) calls them "does not
+#: fit", yet published runs ran at 0.96-0.99 of the GPU by that measure (flash-attention's GPT-3 355M, torchtitan's
+#: Llama 2 13B without checkpointing; ``benchmarks/published.py``): the caching allocator frees its unused cached
+#: blocks and retries before it raises out-of-memory (``c10/cuda/CUDACachingAllocator.cpp``). Whether these rows
+#: run, and their ``max_memory_reserved`` when they do, measure the reserve a full GPU needs (issue 13). On the first
+#: H100 (``benchmarks/results/validate_h100-sxm.jsonl``) Llama-3.1-8B LoRA at micro-batch 3 ran with 66.7 GiB
+#: reserved of 79.2, while gpt2 at 62 ran out of memory: its live tensors were 13.5 % over the prediction at 31.
 EDGE_SHARE = 0.95
 EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),  # precision: the GPU's default (bf16 from Ampere)
               Row("meta-llama/Llama-3.1-8B", 2048, None,
@@ -108,7 +109,7 @@ def edge_rows(**where: Any) -> list[Row]:
     ``peak_bytes + cuda_context_bytes + ALLOCATOR_SLACK_BYTES`` is at most :data:`EDGE_SHARE` × the GPU's bytes
     (a binary search; the peak grows with the micro-batch). A base whose micro-batch 1 is already over, or that the
     rules refuse here (a line on stderr), is left out."""
-    from advisor.engine.memory import ALLOCATOR_SLACK_BYTES
+    from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES
 
     def live_share(row: Row, micro: int) -> float:
         est = api.estimate(row.model, seq_len=row.seq_len, global_batch_size=micro, **where, **row.settings,

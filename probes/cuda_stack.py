@@ -36,8 +36,11 @@ EAGER_CONTEXT_BYTES = 1343 * MIB
 #: The same with lazy loading. The bare context measures 287,047,680 bytes (torch 1.13, PR 86509 above, against
 #: 666,632,192 eager on the same machine), "around 400MB" (a PyTorch maintainer, pytorch/pytorch issue 109888,
 #: 2023) and 426 MiB (torch 2.10 with CUDA 13.0 on an RTX 6000 Ada, unslothai/unsloth-zoo PR 1053); a training
-#: step then loads the kernels it runs (GEMMs, attention, optimizer) on first use, so advisor takes 500 MiB. Not
-#: yet measured on a GPU by this project: ``benchmarks/validate_device.py`` records it (NVML less reserved).
+#: step then loads the kernels it runs (GEMMs, attention, optimizer) on first use, so advisor takes 500 MiB. This
+#: project's first GPU records (``benchmarks/results/validate_h100-sxm.jsonl``: NVML used less ``max_memory_reserved``
+#: after training steps) measured 744-760 MiB on an H100 with torch 2.11 and CUDA 13.0 (eight trials, one machine
+#: and stack): a larger GPU and a newer CUDA hold more, so such a stack should pass ``--cuda-context 760MiB`` or
+#: measure its own (``advisor probe --measure-context``); the default stays until another stack is measured.
 LAZY_CONTEXT_BYTES = 500 * MIB
 
 LAZY_FROM_CUDA = (11, 7)  #: the first CUDA runtime with lazy loading (Programming Guide, change history)

@@ -42,7 +42,7 @@ def test_the_stack_grid_skips_rows_whose_package_is_missing() -> None:
 
 def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
     from advisor.app import api
-    from advisor.engine.memory import ALLOCATOR_SLACK_BYTES
+    from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES
 
     def share(row: Row, micro: int) -> tuple[float, bool]:
         est = api.estimate(row.model, seq_len=row.seq_len, global_batch_size=micro, gpu="a100-80gb",
@@ -57,7 +57,9 @@ def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
         assert row.global_batch_size == micro and row.settings["gradient_accumulation_steps"] == 1
         (inside, fits), (over, _) = share(row, micro), share(row, micro + 1)
         assert inside <= validate_device.EDGE_SHARE < over
-        assert not fits  # the point of the rows: advisor's verdict, with the roomy-GPU reserve, says no
+        # the verdicts the first H100 bore out (benchmarks/results/validate_h100-sxm.jsonl): gpt2 at 62 ran out of
+        # memory; Llama-3.1-8B LoRA at 3 ran with 67.4 GiB in use, once the reserve was capped (advisor/engine/allocator.py)
+        assert fits == (row.model != "gpt2"), row
     assert validate_device.edge_rows(gpu="t4")[0].settings["micro_batch_size"] < rows[0].settings["micro_batch_size"]
 
 

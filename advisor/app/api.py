@@ -255,7 +255,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
-    from advisor.engine.memory import device_bytes, persistent_bytes
+    from advisor.engine.allocator import device_bytes
+    from advisor.engine.memory import persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
 
     result = run_simulation(facts.model, plan, facts.workload.seq_len)

@@ -33,10 +33,10 @@ ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org
 weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
 
 Known limitations:
-- the caching allocator's reserve (:data:`TRANSIENT_RESERVE`) is fitted to one GPU's published table (checked on
-  a second source's A100 runs, which imply as much or more, more under FSDP) and the CUDA context is 500 MiB
-  (CUDA 12 with lazy loading) unless ``--cuda-context`` says otherwise; neither is yet measured on a GPU by this
-  project;
+- the caching allocator's reserve (:mod:`advisor.engine.allocator`) is fitted to one GPU's published table and,
+  for large transients, to eight trials on one H100; the CUDA context is 500 MiB (CUDA 12 with lazy loading) unless
+  ``--cuda-context`` says otherwise, where that H100 (CUDA 13.0, torch 2.11) measured 744-760 MiB
+  (:data:`probes.cuda_stack.LAZY_CONTEXT_BYTES`);
 - fp16 and bf16 are assumed to hold the same bytes (GradScaler's buffers are not modelled);
 - DDP's gradient buckets are counted as a second copy of the gradients (gradient_as_bucket_view=False).
 """
@@ -56,23 +56,11 @@ from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_byt
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
                                        residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
+from advisor.engine.allocator import device_bytes
 from probes.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
 from rules.facts import Plan
 
-#: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
-#: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of
-#: changing sizes fragment the cached blocks (PyTorch "CUDA semantics: memory management",
-#: https://pytorch.org/docs/stable/notes/cuda.html#memory-management). Fitted to the HF guide's nine V100
-#: bert-large rows (../shared/seeds/003, NVML used less the measured 1343 MiB context; two constants, nine rows:
-#: median |error| 1.7 %, worst 6.6 %), where a flat 10 % over the whole peak left big-activation rows 6-9 % low and
-#: state-dominated ones 5-7 % high. Checked on a second source that publishes both readings
-#: (``benchmarks/allocator_reserve.py``: fms-acceleration's A100 runs, torch 2.4, packed 4096-token rows): one GPU
-#: implies 1.25-1.43 (median 1.35, n=6; a lower bound: nvidia-smi polled each second), FSDP 1.31-2.63 (n=5), so
-#: the constant sits at the low end and FSDP's extra fragmentation is not modelled; the reserved-memory readings of
-#: torchtitan, PEFT's and Answer.AI's runs (``benchmarks/published.py``) lean the other way, so it is not refitted.
-TRANSIENT_RESERVE = 1.25
-ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
 #: Blocks' saved tensors an activation-offloading plan keeps on the GPU: one block's. TRL's ``OffloadActivations``
 #: (``trl/models/activation_offloading.py``, torchtune's design) keeps the 5 latest offloaded tensors alive until
 #: their copy ends (``max_fwd_stash_size``): at the forward's end the final norm's and the loss's, with the last
@@ -292,7 +280,7 @@ def offload_host_bytes(model: ModelProfile, plan: Plan, seq_len: int, nodes: int
 
 def persistent_bytes(components: MemoryComponents) -> int:
     """Bytes of the model states (weights and their 16-bit copies, gradients, optimizer states): what the caching
-    allocator holds at exact sizes (:data:`TRANSIENT_RESERVE`)."""
+    allocator holds at exact sizes (:data:`~advisor.engine.allocator.TRANSIENT_RESERVE`)."""
     return components.weights_bytes + components.gradients_bytes + components.optimizer_states_bytes
 
 
@@ -322,16 +310,6 @@ def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resid
     tensor-parallel split)."""
     kept = _activation_bytes(model, plan.model_copy(update={Setting.ACTIVATION_OFFLOADING: False}), seq_len, eager)[0]
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
-
-
-def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_BYTES, states_bytes: int = 0) -> int:
-    """What the device shows in use for a live-tensor peak of which ``states_bytes`` are model states
-    (:func:`persistent_bytes`): the caching allocator's reserve (the states, the rest × :data:`TRANSIENT_RESERVE`,
-    :data:`ALLOCATOR_SLACK_BYTES`) plus the CUDA context; on the CPU, the peak itself."""
-    if plan.device != Device.CUDA:
-        return peak_bytes
-    states = min(states_bytes, peak_bytes)
-    return int(states + (peak_bytes - states) * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES + context_bytes
 
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,

@@ -21,7 +21,8 @@ import statistics
 import threading
 
 from advisor.engine.candidates import evaluate
-from advisor.engine.memory import device_bytes, persistent_bytes
+from advisor.engine.allocator import device_bytes
+from advisor.engine.memory import persistent_bytes
 from advisor.engine.planner import divisors
 from advisor.engine.speed import SpeedEstimate
 from advisor.measure.outcome import TrialOutcome

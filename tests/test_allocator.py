@@ -1,0 +1,70 @@
+"""The caching allocator's reserve (advisor/engine/allocator.py): proportional to small transients, capped for large
+ones without sharded parameters, and what the H100 records say of it."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES,
+                                      device_bytes)
+from probes.vocabulary import Parallelism
+from rules import Plan
+
+GIB = 2**30
+MIB = 2**20
+ROOT = Path(__file__).resolve().parents[1]
+H100_RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
+
+
+def _plan(**kw) -> Plan:
+    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
+                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    return Plan(**{**base, **kw})
+
+
+def test_small_transients_keep_the_proportional_reserve_of_the_v100_fit() -> None:
+    states, transient, context = 10 * GIB, 4 * GIB, 500 * MIB  # 4 GiB x 0.25 = 1 GiB, under the cap
+    got = device_bytes(states + transient, _plan(), context, states)
+    assert got == states + int(transient * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES + context
+
+
+@pytest.mark.parametrize("parallelism", [Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO_1, Parallelism.ZERO_2])
+def test_large_transients_without_sharded_parameters_reserve_at_most_the_cap(parallelism: Parallelism) -> None:
+    states, transient = 16 * GIB, 40 * GIB  # 40 GiB x 0.25 = 10 GiB, over the cap
+    plan = _plan(parallelism=parallelism.value, num_gpus=1 if parallelism == Parallelism.NONE else 8)
+    got = device_bytes(states + transient, plan, 0, states)
+    assert got == states + transient + TRANSIENT_RESERVE_CAP_BYTES + ALLOCATOR_SLACK_BYTES
+
+
+@pytest.mark.parametrize("parallelism", [Parallelism.ZERO_3, Parallelism.FSDP_SHARD_GRAD_OP,
+                                         Parallelism.FSDP_FULL_SHARD])
+def test_sharded_parameters_keep_the_proportional_reserve_on_any_transients(parallelism: Parallelism) -> None:
+    """FSDP and ZeRO-3 gather and free parameters layer by layer: torchtitan's and fms-acceleration's FSDP readings
+    reserve 1.3-2.6x the transients, so no cap."""
+    states, transient = 16 * GIB, 40 * GIB
+    got = device_bytes(states + transient, _plan(parallelism=parallelism.value, num_gpus=8), 0, states)
+    assert got == states + int(transient * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES
+
+
+def test_the_cpu_shows_the_peak_itself() -> None:
+    assert device_bytes(5 * GIB, _plan(device="cpu", precision="fp32", tf32=False, num_gpus=0), 500 * MIB, GIB) \
+        == 5 * GIB
+
+
+def test_the_h100_records_are_priced_within_the_docstrings_figures() -> None:
+    """The cap's docstring: advisor's reserve from each measured peak against max_memory_reserved on the first H100
+    records, median |error| 1.1 %, worst 4.1 % (the flat reserve: 14.9 %, 18.4 %)."""
+    from benchmarks.refit_device import clean_trials, modelled_reserved
+    from benchmarks.validate_device import read_records
+
+    _, rows = read_records([H100_RECORDS])
+    trials = [t for t in clean_trials([r for _, r in rows]) if t.measured.reserved_bytes]
+    assert len(trials) == 8
+    errors = [abs(modelled_reserved(t) / t.measured.reserved_bytes - 1) for t in trials]
+    assert statistics.median(errors) <= 0.015 and max(errors) <= 0.045
+    # the context those trials measured (NVML used less reserved): the figure probes.cuda_stack's docstring gives
+    contexts = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials]
+    assert 740 <= min(contexts) and max(contexts) <= 765
