@@ -119,7 +119,8 @@ def report(reports, device_type: str) -> str:
         lines += [f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
                   f"- reserved less allocated, MiB: {_median(extra)}; advisor's cap: "
                   f"{TRANSIENT_RESERVE_CAP_BYTES / MIB:.0f} (none under FSDP / ZeRO-3)",
-                  f"- advisor's reserve from the measured peak against max_memory_reserved, |error| %: {_median(errors)}",
+                  "- advisor's reserve from the measured peak against max_memory_reserved, |error| %: "
+                  f"{_median(errors)}",
                   f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {LAZY_CONTEXT_BYTES / MIB:.0f}",
                   ""]
     groups: dict[str, list[Trial]] = defaultdict(list)

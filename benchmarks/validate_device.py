@@ -97,7 +97,8 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
 #: H100 (``benchmarks/results/validate_h100-sxm.jsonl``) Llama-3.1-8B LoRA at micro-batch 3 ran with 66.7 GiB
 #: reserved of 79.2, while gpt2 at 62 ran out of memory: its live tensors were 13.5 % over the prediction at 31.
 EDGE_SHARE = 0.95
-EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),  # precision: the GPU's default (bf16 from Ampere)
+#: precision: the GPU's default (bf16 from Ampere)
+EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),
               Row("meta-llama/Llama-3.1-8B", 2048, None,
                   {"method": "lora", "attention": "sdpa", "torch_compile": False, "loss_kernel": "standard"})]
 EDGE_MAX_MICRO_BATCH = 1024

@@ -58,7 +58,7 @@ def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
         (inside, fits), (over, _) = share(row, micro), share(row, micro + 1)
         assert inside <= validate_device.EDGE_SHARE < over
         # the verdicts the first H100 bore out (benchmarks/results/validate_h100-sxm.jsonl): gpt2 at 62 ran out of
-        # memory; Llama-3.1-8B LoRA at 3 ran with 67.4 GiB in use, once the reserve was capped (advisor/engine/allocator.py)
+        # memory; Llama-3.1-8B LoRA at 3 ran with 67.4 GiB in use (the reserve's cap, advisor/engine/allocator.py)
         assert fits == (row.model != "gpt2"), row
     assert validate_device.edge_rows(gpu="t4")[0].settings["micro_batch_size"] < rows[0].settings["micro_batch_size"]
 

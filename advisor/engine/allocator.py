@@ -31,21 +31,22 @@ TRANSIENT_RESERVE = 1.25
 #: project's first GPU records (``benchmarks/results/validate_h100-sxm.jsonl``: H100 80GB, torch 2.11, eight trials):
 #: reserved less allocated was 0.4-3.5 GiB at 7-48 GiB of transients, so the flat reserve over-priced rows without
 #: checkpointing by 13-18 %; the cap gives those readings median |error| 1.1 %, worst 4.1 % (without: 14.9 %, 18.4 %).
-#: Checked, not fitted (``benchmarks/published.py``): PEFT's L40S LoRA ``max_memory_reserved`` +9.7 / +8.9 % ->
-#: +3.4 / +2.8 %, memory median |error| 5.7 -> 5.3 % (n=97), fit 123 -> 124 of 141, the V100 table unchanged. Against
-#: it: fms-acceleration's one-GPU runs (A100, torch 2.4, nvidia-smi polled each second) imply more, and are priced at
-#: 0.81-0.96 of their reading with the cap (0.87-1.00 without); the cap follows the direct readings. FSDP and ZeRO-3 gather and free each layer's parameters, "the high GPU
-#: reserved memory issue for FSDP" (pytorch/pytorch commit 3bcb4f5c, its all-gather limiter), and torchtitan's and
-#: fms-acceleration's FSDP readings reserve 1.3-2.6× the transients: no cap there.
+#: Checked, not fitted (``benchmarks/published.py``): PEFT's L40S LoRA ``max_memory_reserved`` +9.7 / +8.9 % -> +3.4 /
+#: +2.8 %, memory median |error| 5.7 -> 5.3 % (n=97), fit 123 -> 124 of 141, the V100 table unchanged. Against it:
+#: fms-acceleration's one-GPU runs (A100, torch 2.4, nvidia-smi polled each second) imply more, and are priced at
+#: 0.81-0.96 of their reading with the cap (0.87-1.00 without); the cap follows the direct readings. FSDP and ZeRO-3
+#: gather and free each layer's parameters, "the high GPU reserved memory issue for FSDP" (pytorch/pytorch commit
+#: 3bcb4f5c, its all-gather limiter), and torchtitan's and fms-acceleration's FSDP readings reserve 1.3-2.6× the
+#: transients: no cap there.
 TRANSIENT_RESERVE_CAP_BYTES = 2048 * MIB
 ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
 
 
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_BYTES, states_bytes: int = 0) -> int:
     """What the device shows in use for a live-tensor peak of which ``states_bytes`` are model states
-    (:func:`advisor.engine.memory.persistent_bytes`), bytes: the caching allocator's reserve (the peak, plus the transient tensors (the rest)
-    × (:data:`TRANSIENT_RESERVE` − 1) up to :data:`TRANSIENT_RESERVE_CAP_BYTES`, plus :data:`ALLOCATOR_SLACK_BYTES`)
-    and the CUDA context; on the CPU, the peak itself."""
+    (:func:`advisor.engine.memory.persistent_bytes`), bytes: the caching allocator's reserve (the peak, plus the
+    transient tensors (the rest) × (:data:`TRANSIENT_RESERVE` − 1) up to :data:`TRANSIENT_RESERVE_CAP_BYTES`, plus
+    :data:`ALLOCATOR_SLACK_BYTES`) and the CUDA context; on the CPU, the peak itself."""
     if plan.device != Device.CUDA:
         return peak_bytes
     transient = peak_bytes - min(states_bytes, peak_bytes)
