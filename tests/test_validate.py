@@ -117,6 +117,29 @@ def test_injected_cuda_oom_is_caught_by_type(tiny, monkeypatch) -> None:
     assert report.confirmed_plan.gradient_accumulation_steps == 4 and report.verdict == "corrected"
 
 
+def test_a_trial_whose_device_cannot_be_read_afterwards_is_an_error_not_a_crash(tiny, monkeypatch) -> None:
+    """The first H100 run (2026-11-27): Liger's RMSNorm under torch.compile hit an illegal memory access; the trial
+    was caught, then reading the device's peaks raised the same sticky CUDA error and ended validate with a
+    traceback. Now the trial is an 'error' that says so."""
+    import advisor.measure.trial as trial_module
+
+    sticky = "CUDA error: an illegal memory access was encountered"
+
+    def build(*args, **kwargs):
+        raise RuntimeError(sticky)
+
+    def finish(self, outcome):
+        raise RuntimeError(sticky)  # torch.AcceleratorError on a GPU, a RuntimeError
+
+    monkeypatch.setattr(trial_module, "build_model", build)
+    monkeypatch.setattr(trial_module.TrialMemory, "finish", finish)
+    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1,
+                          hardware=CPU)
+    first = report.trials[0]
+    assert first.status == "error" and sticky in first.message and "could not be read" in first.message
+    assert report.verdict != "confirmed"
+
+
 def test_oom_at_micro_batch_one_tries_checkpointing_then_fails(tiny) -> None:
     report = api.validate(tiny, seq_len=32, global_batch_size=2, micro_batch_size=2, precision="fp32", steps=1,
                           memory_limit_bytes=1024, hardware=CPU)

@@ -113,7 +113,14 @@ def run_spec(spec: TrialSpec, *, on_step: Callable[[StepUpdate], None] | None = 
         first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
         outcome.message = f"{type(err).__name__}: {first}"
     finally:
-        memory.finish(outcome)  # the traceback's frames are gone once the except blocks have ended
+        try:
+            memory.finish(outcome)  # the traceback's frames are gone once the except blocks have ended
+        except Exception as err:  # a sticky CUDA error (an illegal memory access) fails every later CUDA call
+            outcome.status = "error"
+            first = (str(err).strip().splitlines() or [""])[0][:300]
+            outcome.message = "; ".join(filter(None, [
+                outcome.message, f"the device could not be read after the trial ({type(err).__name__}: {first}): "
+                "after a CUDA error such as an illegal memory access, every later CUDA call of this process fails"]))
         outcome.wall_s = time.perf_counter() - start
     return outcome
 
