@@ -111,7 +111,7 @@ class LossKernelRule(Rule):
     id = "stack.loss-kernel"
     title = "Liger's fused kernels where installed and supported; the Trainer's loss otherwise"
     topic = "stack"
-    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE, S.PT2_PAPER]
+    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE, S.PT2_PAPER, S.LIGER_COMPILE]
     rationale = ("A causal LM's loss materialises batch x sequence x vocabulary logits, upcast to fp32 with their "
                  "log-softmax: for a 128k vocabulary that is more than all the layers' activations. Liger's fused "
                  "linear cross-entropy computes logits, loss and gradient chunk by chunk and never holds them "
@@ -151,9 +151,17 @@ class LossKernelRule(Rule):
             return [self.set(Setting.LOSS_KERNEL, kernel, "the Trainer's loss, compiled with the model: 16-bit "
                                                           "logits, the fp32 log-softmax fused" if fused else
                              "the Trainer's loss: full logits, fp32 log-softmax")]
-        return [self.set(Setting.LOSS_KERNEL, kernel, "no vocabulary-sized fp32 logits: fused linear cross-entropy, "
-                                                      "RMSNorm, SwiGLU and RoPE kernels (use_liger_kernel=True)"
-                         if kernel == LossKernel.LIGER else "16-bit logits, upcast one chunk at a time")]
+        effects = [self.set(Setting.LOSS_KERNEL, kernel, "no vocabulary-sized fp32 logits: fused linear "
+                                                         "cross-entropy, RMSNorm, SwiGLU and RoPE kernels "
+                                                         "(use_liger_kernel=True)"
+                            if kernel == LossKernel.LIGER else "16-bit logits, upcast one chunk at a time")]
+        if kernel == LossKernel.LIGER and plan.torch_compile:
+            effects.append(self.warn(
+                "Liger's Triton kernels inside torch.compile: Inductor launches them unlike eager Triton, and some "
+                "releases fail there (Liger-Kernel issue 174; liger-kernel 0.8.5 on torch 2.11: a compile error in "
+                "its RMSNorm, then an illegal memory access): if the first steps fail, --no-torch-compile",
+                setting=Setting.LOSS_KERNEL))
+        return effects
 
 
 @register
