@@ -16,7 +16,8 @@ step is modelled:
   log-sum-exp, not the s x s probabilities (CUDA draws the dropout mask from the RNG state);
 - AdamW: ``fused=True`` for a CUDA plan (no foreach temporaries), ``foreach=True`` for a CPU plan;
   Adafactor as the Trainer builds it (``scale_parameter=False, relative_step=False``);
-- mixed precision: CPU autocast with the plan's dtype; CPU and CUDA autocast cast the same ops;
+- mixed precision: CPU autocast with the plan's dtype, and for a CUDA plan CUDA autocast's float32 ops
+  (:mod:`advisor.measure.autocast_ops`: LayerNorm, softmax, pow ... run in float32 on a GPU, not in CPU autocast);
 - the batch is unpadded (no attention mask), like packed training batches: a padding mask would
   add a (b, 1, s, s) mask tensor;
 - pure bf16 weights: the model is built in bf16 (``dtype=torch.bfloat16``, what ``model_kwargs.json``
@@ -42,6 +43,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from advisor.measure.autocast_ops import cuda_autocast_float32
 from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, legacy_backward, missing_reason,
                                             quantize_skeleton, quantized_weight)
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
@@ -227,7 +229,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     cuda_autocast = plan.device == Device.CUDA and dtype is not None
     legacy = Method.of(plan.method).spec.quantized_base and plan.legacy_bitsandbytes
     with (FakeTensorMode(allow_non_fake_inputs=True), tracker, cuda_autocast_answers(cuda_autocast),
-          legacy_backward(legacy)):
+          cuda_autocast_float32(cuda_autocast), legacy_backward(legacy)):
         if skeleton is not None:
             net = materialize(skeleton)
         else:
