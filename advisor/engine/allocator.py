@@ -24,7 +24,8 @@ from rules.facts import Plan
 #: (``benchmarks/allocator_reserve.py``: fms-acceleration's A100 runs, torch 2.4, packed 4096-token rows): one GPU
 #: implies 1.25-1.43 (median 1.35, n=6; a lower bound: nvidia-smi polled each second), FSDP 1.31-2.63 (n=5), so
 #: the constant sits at the low end and FSDP's extra fragmentation is not modelled; the reserved-memory readings of
-#: torchtitan, PEFT's and Answer.AI's runs (``benchmarks/published.py``) lean the other way, so it is not refitted.
+#: torchtitan, PEFT's and Answer.AI's runs (``benchmarks/published.py``) lean the other way, so it is not refitted;
+#: large transients are capped (:data:`TRANSIENT_RESERVE_CAP_BYTES`, fitted to this project's H100 records).
 TRANSIENT_RESERVE = 1.25
 #: The most the allocator reserves over transient tensors, bytes, without sharded parameters: fragmentation comes from
 #: blocks of the step's largest temporaries that later requests cannot reuse, not from their sum. Fitted to this

@@ -110,19 +110,22 @@ def run_spec(spec: TrialSpec, *, on_step: Callable[[StepUpdate], None] | None = 
         outcome.message = "stopped at a step boundary (Ctrl-C, SIGTERM or SIGHUP)"
     except Exception as err:  # a trial that cannot run is a finding, reported with the plan
         outcome.status = "error"
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-        outcome.message = f"{type(err).__name__}: {first}"
+        outcome.message = f"{type(err).__name__}: {_first_line(err)}"
     finally:
         try:
             memory.finish(outcome)  # the traceback's frames are gone once the except blocks have ended
         except Exception as err:  # a sticky CUDA error (an illegal memory access) fails every later CUDA call
             outcome.status = "error"
-            first = (str(err).strip().splitlines() or [""])[0][:300]
             outcome.message = "; ".join(filter(None, [
-                outcome.message, f"the device could not be read after the trial ({type(err).__name__}: {first}): "
+                outcome.message, f"the device could not be read afterwards ({type(err).__name__}: {_first_line(err)}): "
                 "after a CUDA error such as an illegal memory access, every later CUDA call of this process fails"]))
         outcome.wall_s = time.perf_counter() - start
     return outcome
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an exception's message, at most 300 characters ('' when it has none)."""
+    return (str(err).strip().splitlines() or [""])[0][:300]
 
 
 @contextlib.contextmanager
