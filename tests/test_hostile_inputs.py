@@ -175,7 +175,7 @@ def test_plan_files(folder: Path) -> None:
     code, out, err, _ = cli("estimate", "--model", str(folder / "tiny.json"), "--seq-len", "32", "--json")
     assert code == 0, err
     good = {**json.loads(out), "workload": {"seq_len": 32}}
-    plan, seq_len = read_plan(_write(folder / "plan.json", json.dumps(good)))
+    plan, seq_len, _ = read_plan(_write(folder / "plan.json", json.dumps(good)))
     assert plan.micro_batch_size == good["plan"]["micro_batch_size"] and seq_len == 32
     zero = {**good, "plan": {**good["plan"], "micro_batch_size": 0}}
     with pytest.raises(UsageError, match=r"plan\.micro_batch_size must be from 1"):
@@ -354,7 +354,7 @@ def test_any_plan_file_is_a_plan_or_one_usage_line(folder: Path, fields: dict, w
     document = {wrap: {**base, **fields}} if wrap else [base]
     path = _write(folder / "fuzz-plan.json", json.dumps(document))
     try:
-        plan, _ = read_plan(path)
+        plan, _, _ = read_plan(path)
     except UsageError as err:
         assert "\n" not in str(err) and path in str(err)
         return

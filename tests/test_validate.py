@@ -271,8 +271,27 @@ def test_cli_validates_a_recommend_json_plan_and_writes_the_output(tiny, tmp_pat
     assert report.workload.seq_len == 32  # from the plan file
     assert json.loads(out.read_text()) == json.loads(res.stdout)
     assert "advisor: trial 1" in res.stderr and "advisor: trial 1" not in res.stdout
-    table = _cli("validate", "--model", tiny, "--plan", str(plan_file), "--steps", "1")
+    assert "was made for" not in res.stderr and not any("was made for" in w for w in report.warnings)
+    table = _cli("validate", "--model", str(Path(tiny).parent), "--plan", str(plan_file), "--steps", "1")
     assert table.returncode == 0 and "Verdict: confirmed" in table.stdout
+    assert "was made for" not in table.stderr  # the folder of the same config.json: the same model
+
+
+def test_cli_says_when_the_plan_file_was_made_for_another_model(tiny, tmp_path) -> None:
+    """A plan sized for one model and tried on another: said on stderr before the trials and first in the report's
+    warnings (the trials still run: a fine-tuned checkpoint of the same architecture is a fair reuse)."""
+    rec = _cli("recommend", "--model", tiny, "--seq-len", "32", "--global-batch-size", "4", "--json")
+    assert rec.returncode == 0, rec.stderr
+    plan_file = tmp_path / "rec.json"
+    plan_file.write_text(rec.stdout)
+    other = tmp_path / "other" / "config.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps({**TINY, "n_layer": 1}))
+    res = _cli("validate", "--model", str(other), "--plan", str(plan_file), "--steps", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    said = f"--plan {plan_file} was made for {tiny}, not {other}"
+    assert f"advisor: {said}" in res.stderr
+    assert ValidationReport.model_validate_json(res.stdout).warnings[0].startswith(said)
 
 
 def test_cli_nonfinite_exits_with_validation_failed(tmp_path) -> None:

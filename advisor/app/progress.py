@@ -32,7 +32,8 @@ def _plan_bounds() -> dict[str, tuple[int, int]]:
 
 
 def read_plan(path: str):
-    """The plan (and sequence length) of a recommend / estimate / validate JSON file.
+    """The plan, sequence length and model id of a recommend / estimate / validate JSON file (``(Plan, int | None,
+    str | None)``: a length or id the file lacks is None).
 
     Raises:
         UsageError: one line naming the file and, for a bad plan, the field (``plan.micro_batch_size must be
@@ -67,7 +68,25 @@ def read_plan(path: str):
         if not least <= value <= most:
             raise UsageError(f"--plan {path}: plan.{name} must be from {least} to {most}, got {value}")
     seq_len = (data.get("workload") or {}).get("seq_len") if isinstance(data.get("workload"), dict) else None
-    return plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None
+    model = data.get("model")  # recommend / estimate: the model profile; validate: its id
+    model = model.get("id") if isinstance(model, dict) else model
+    return (plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None,
+            model if isinstance(model, str) else None)
+
+
+def same_model(given: str, planned: str) -> bool:
+    """Whether ``--model given`` names the model a plan file was made for (``planned``: its model id): the same id,
+    or paths to the same folder (a config.json path names its folder)."""
+    from pathlib import Path
+
+    if given == planned:
+        return True
+
+    def folder(name: str):
+        path = Path(name).expanduser()
+        return (path.parent if path.name == "config.json" else path).resolve() if path.exists() else None
+
+    return folder(given) is not None and folder(given) == folder(planned)
 
 
 class Progress:

@@ -19,11 +19,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     from advisor.app.api import validate
     from advisor.app.files import check_target, write_atomic
-    from advisor.app.progress import Progress, read_plan
+    from advisor.app.progress import Progress, read_plan, same_model
 
     if args.output:
         check_target(args.output)  # before the trials, not after them
-    plan, seq_len = read_plan(args.plan) if args.plan else (None, None)
+    plan, seq_len, planned = read_plan(args.plan) if args.plan else (None, None, None)
+    mismatch = None
+    if planned is not None and not same_model(args.model, planned):  # said before the trials and in the report
+        mismatch = (f"--plan {args.plan} was made for {planned}, not {args.model}: its micro-batch and memory "
+                    "settings were sized for that model")
+        sys.stderr.write(f"advisor: {mismatch}\n")
     stop = threading.Event()
 
     def on_sigint(signum, frame) -> None:
@@ -45,6 +50,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if mismatch is not None:
+        report.warnings.insert(0, mismatch)
     text = report.model_dump_json(indent=2) + "\n"
     failed_write = None
     if args.output:
