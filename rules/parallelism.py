@@ -169,6 +169,27 @@ class SlowLinksFavourDdp(Rule):
 
 
 @register
+class NetworkNeedsNodes(Rule):
+    id = "parallelism.network-needs-nodes"
+    title = "the network between nodes is priced only with several nodes"
+    topic = "parallelism"
+    sources = [S.HF_CONNECTIVITY, S.HF_MANY]
+    rationale = ("Inside one node the GPUs exchange gradients and parameters over NVLink or PCIe; the network "
+                 "(InfiniBand, Ethernet, its NICs) carries only what crosses nodes. Network settings given for one "
+                 "node change nothing in the plan, which usually means the node count was left out.")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        hw = facts.hardware
+        given = [flag for flag, value in (("--interconnect", hw.interconnect), ("--inter-node-gbps", hw.inter_node_gbit_s),
+                                          ("--nics-per-node", hw.nics_per_node)) if value is not None]
+        if hw.nodes > 1 or not given:
+            return []
+        one = len(given) == 1
+        return [self.warn(f"{', '.join(given)} describe{'s' if one else ''} the network between nodes, and this plan "
+                          f"is for one node: {'it changes' if one else 'they change'} nothing (several nodes: --nodes N)")]
+
+
+@register
 class OffloadLastResort(Rule):
     id = "parallelism.offload-last-resort"
     title = "CPU offload of ZeRO states only when nothing on the GPUs fits"
