@@ -74,6 +74,14 @@ PEFT_TASK_TYPES: dict[Task, str | None] = {
     Task.QUESTION_ANSWERING: "QUESTION_ANS", Task.MASKED_LM: None,
 }
 
+#: Linear layers of a task head that PEFT's ``modules_to_save`` for the task (``SEQ_CLS``: "classifier", "score")
+#: matches by name suffix, so that all-linear would put an adapter on a layer PEFT also copies whole, which it refuses
+#: ("TypeError: modules_to_save cannot be applied to modules of type lora.Linear", peft 0.21): they are left out of the
+#: adapters (``LoraConfig.exclude_modules``, PEFT >= 0.14) and train whole, as PEFT's suffix match makes them.
+HEAD_LINEARS_TRAINED_WHOLE: dict[tuple[str, Task], list[str]] = {
+    ("distilbert", Task.SEQUENCE_CLASSIFICATION): ["pre_classifier"],
+}
+
 #: torch dtype names (``getattr(torch, name)``; transformers and bitsandbytes take them as strings).
 COMPUTE_DTYPES: dict[Precision, str] = {Precision.BF16: "bfloat16", Precision.FP16: "float16",
                                         Precision.FP32: "float32"}
@@ -114,6 +122,9 @@ def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str
                               "target_modules": target_modules(model, targets), "bias": "none"}
     if model.model_type in CONV1D_MODEL_TYPES:
         kwargs["fan_in_fan_out"] = True
+    whole = HEAD_LINEARS_TRAINED_WHOLE.get((model.model_type, Task.of(model.task)))
+    if whole and kwargs["target_modules"] == ALL_LINEAR:
+        kwargs["exclude_modules"] = whole
     task_type = PEFT_TASK_TYPES[Task.of(model.task)]
     if task_type is not None:
         kwargs["task_type"] = task_type

@@ -105,13 +105,13 @@ def _tiny(model_type: str) -> dict:
     return {**cfg, "architectures": [arch]}
 
 
-def _peft_model(model_type: str, targets: str, tmp_path):
-    """(the PEFT-wrapped tiny model, its profile) with the emitter's LoraConfig at rank 4."""
+def _peft_model(model_type: str, targets: str, tmp_path, task: str | None = None):
+    """(the PEFT-wrapped tiny model, its profile) with the emitter's LoraConfig at rank 4 (``task``: another head)."""
     peft = pytest.importorskip("peft")
     cfg = _tiny(model_type)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": model_type, **cfg}))
-    profile = profile_model(str(path))
+    profile = profile_model(str(path), task=task)
     from advisor.measure.trainable import build_model, hf_config
     from rules import Plan
 
@@ -137,6 +137,17 @@ def test_attention_names_target_the_projections_advisor_counts(model_type, tmp_p
     # a fused q, k and v (GPT-2's c_attn, Phi-3's qkv_proj): one r·(h + q + 2kv) adapter, counted as three
     fused = 4 * 2 * profile.hidden_size * profile.num_layers if len(ATTENTION_MODULES[model_type]) == 2 else 0
     assert trainable - heads == counted - fused
+
+
+@pytest.mark.parametrize("model_type", sorted(set(ATTENTION_MODULES) - {"t5"}))
+def test_all_linear_adapters_build_over_a_classification_head(model_type, tmp_path) -> None:
+    """PEFT builds the emitter's all-linear adapters over each sequence-classification head, the head trained whole:
+    DistilBERT's pre_classifier, which PEFT's modules_to_save "classifier" matches by suffix, is left out of the
+    adapters (PEFT raised "modules_to_save cannot be applied to modules of type lora.Linear" before)."""
+    wrapped, _ = _peft_model(model_type, LoraTargets.ALL_LINEAR.value, tmp_path, task="sequence-classification")
+    names = {name for name, p in wrapped.named_parameters() if p.requires_grad}
+    assert any(".lora_A." in name for name in names)
+    assert any("lora_" not in name and ("classifier" in name or "score" in name) for name in names)
 
 
 @pytest.mark.parametrize("model_type", sorted(t for t, names in ATTENTION_MODULES.items() if len(names) == 4))
