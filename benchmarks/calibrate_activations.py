@@ -15,12 +15,20 @@ and, at micro-batches where the start of the backward pass is the peak, what it 
     B − F = g_v·sbv + g_h·sbh                                          (loss and logits gradients)
     Bc − Fc' = gc_v·sbv + gc_h·sbh    (checkpointed; Fc' = the analytic model's checkpointed forward)
 
+and the checkpointed backward's other peak, the last block recomputed beside its gradients once the head is freed
+(which sets the peak under a small head: a classifier, a fused or chunked loss), on steps with a 256-row vocabulary,
+fitted to micro-batch differences that cancel the parameters' gradients (:func:`_block_backward`):
+
+    ΔBc − Δ(layers·k_h·sbh + one layer) = d_h·Δsbh + d_f·Δsbf
+
 F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
-``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. Takes about a minute.
+``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. A run keeps the columns it does not
+make (LitGPT's, ``benchmarks/calibrate_litgpt.py``; the families not named). All families take about 15 minutes.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [--out FILE] [--only TEXT] [FAMILY ...]
-(families named: only those are calibrated again, the others kept; ``--out FILE`` writes another file; ``--only
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [--out FILE] [--only TEXT] [--block-only]
+[FAMILY ...] (families named: only those are calibrated again, the others kept; ``--block-only``: only the
+block-backward terms of the columns there, a column not there whole; ``--out FILE`` writes another file; ``--only
 qlora`` refits only the columns whose name holds that text, the others kept)
 """
 
@@ -42,6 +50,7 @@ from advisor.engine.memory import calibration_keys  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
 from probes.adapters import adapter_parameters  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
+from probes.kernels import Framework  # noqa: E402
 from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
@@ -71,13 +80,20 @@ FAMILIES = {
 #: which fake tensors cannot run; the later decoders' heads are priced by the structural formula, to keep the run short)
 CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mistral"}
 #: The step classes calibrated for each family (``advisor.engine.calibration.calibration_keys`` names their columns):
-#: (precision, weights dtype, method, LoRA targets). LoRA columns are for the family's default task head.
+#: (precision, weights dtype, method, LoRA targets). LoRA and QLoRA columns are for the family's default task head;
+#: a classification head has LoRA's (:data:`CLASSIFIER_LORA_VARIANTS`).
 _FP32, _BF16, _W32, _W16 = Precision.FP32.value, Precision.BF16.value, WeightsDtype.FP32.value, WeightsDtype.BF16.value
 VARIANTS = [(_FP32, _W32, Method.FULL.value, None), (_BF16, _W32, Method.FULL.value, None),
             (_BF16, _W16, Method.FULL.value, None)]
 #: QLoRA: bitsandbytes' 4-bit base (advisor.measure.quantized_base), current and < 0.43.2 (5th item: legacy)
 LORA_VARIANTS = [(_BF16, _W16, Method.LORA.value, targets.value) for targets in LoraTargets] + [
     (_BF16, _W16, Method.QLORA.value, targets.value, legacy) for legacy in (False, True) for targets in LoraTargets]
+
+
+#: LoRA over a classification head (a reward model, a classifier): its own columns, since all-linear adapters keep
+#: more under checkpointing than full fine-tuning's column prices (-20 % on a 4-layer bert-base); QLoRA falls back to
+#: them (advisor.engine.calibration.calibration_keys)
+CLASSIFIER_LORA_VARIANTS = [v for v in LORA_VARIANTS if v[2] == Method.LORA.value]
 
 
 def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
@@ -97,6 +113,8 @@ def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, variant:
         raw[key] = layers
     raw[ffn_key] = ffn0 * ffn_mult
     raw["vocab_size"] = raw["vocab_size"] + vocab_extra
+    if isinstance(raw.get("pad_token_id"), int) and raw["pad_token_id"] >= raw["vocab_size"]:  # the small vocabulary
+        raw["pad_token_id"] = raw["vocab_size"] - 1  # of the block-backward design (phi3 pads with id 32000)
     prof = profile_from_config(raw, model_id, task=task)
     plan = _plan(variant, ckpt, b)
     result = simulate(prof, plan, seq, steps=1, config=raw)
@@ -125,6 +143,19 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
     return [float(c) for c in coef], worst
 
 
+def _transformers_runner(family: str, variant: tuple, task: str | None):
+    """``(run, small_vocabulary)``: :func:`calibrate`'s ``run`` over the family's transformers model, and the
+    vocabulary step that leaves :data:`SMALL_VOCABULARY` rows."""
+    model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
+    raw = load_config(model_id)[0]
+    ffn0 = raw.get(ffn_key) or default_ffn(raw)
+
+    def run(ckpt, *design):
+        return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
+
+    return run, SMALL_VOCABULARY - raw["vocab_size"]
+
+
 def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512,
               layer_differences: bool = False) -> dict:
     """The coefficients of one class of step (``variant``) for ``family``; ``run(ckpt, layers, ffn_multiple,
@@ -138,13 +169,9 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
     fp32 logits whatever the batch, and the joint fit had put gemma's layers 51 % above its simulated 26-layer step
     (``calibrate_litgpt.py``)."""
     v1 = extra_vocabulary
+    small_vocabulary = None  # the block-backward design's vocabulary step (transformers' steps only)
     if run is None:
-        model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
-        raw = load_config(model_id)[0]
-        ffn0 = raw.get(ffn_key) or default_ffn(raw)
-
-        def run(ckpt, *design):
-            return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
+        run, small_vocabulary = _transformers_runner(family, variant, task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
     plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
@@ -187,11 +214,72 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
         return r["L"] * k_h * r["sbh"] + max(layer, e_h * r["sbh"] + e_v * r["sbv"] + e_s * r["nss"])
 
     (gc_v, gc_h), w4 = _fit(ckpt_start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - ckpt_forward(r))
-    return {"layer_h": c_h, "layer_f": c_f, "layer_s": c_s, "head_h": e_h, "head_v": e_v, "head_s": e_s,
+    coef = {"layer_h": c_h, "layer_f": c_f, "layer_s": c_s, "head_h": e_h, "head_v": e_v, "head_s": e_s,
             "ckpt_layer_h": k_h, "ckpt_head_h": ec_h, "ckpt_head_v": ec_v, "ckpt_head_s": ec_s,
             "backward_v": g_v, "backward_h": g_h, "ckpt_backward_v": gc_v, "ckpt_backward_h": gc_h,
             "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3,
                                             "checkpointed_backward_start": w4}}
+    return coef if small_vocabulary is None else with_block_backward(coef, run, small_vocabulary)
+
+
+#: The block-backward terms are kept where their fit prices the whole backward peak within this fraction (a larger
+#: residual: the form does not describe the step, and the start-of-backward terms alone price it, as before)
+BLOCK_FIT_LIMIT = 0.05
+
+
+def with_block_backward(coef: dict, run, vocab_extra: int) -> dict:
+    """``coef`` with the block-backward terms (:func:`_block_backward`) and their residual, the terms only where the
+    fit is within :data:`BLOCK_FIT_LIMIT`."""
+    coef = {k: v for k, v in coef.items() if k not in ("ckpt_block_h", "ckpt_block_f")}
+    block = _block_backward(run, vocab_extra, coef)
+    if block["worst"] <= BLOCK_FIT_LIMIT:
+        coef.update(ckpt_block_h=block["ckpt_block_h"], ckpt_block_f=block["ckpt_block_f"])
+    coef["fit_worst_relative_residual"] = {**coef["fit_worst_relative_residual"],
+                                           "checkpointed_block_backward": block["worst"]}
+    return coef
+
+
+#: The block-backward design: (layers, FFN multiple, sequence) at micro-batches 64 and 128, with a vocabulary of
+#: :data:`SMALL_VOCABULARY` rows so that the head's logits cannot set the backward peak, at micro-batches large enough that the
+#: activations, not the parameters' gradients, set where in the backward the peak falls
+BLOCK_SHAPES = [(2, 1, 256), (2, 2, 256), (2, 1, 512), (3, 1, 512)]
+SMALL_VOCABULARY = 256
+
+
+def _block_backward(run, vocab_extra: int, c: dict) -> dict:
+    """The checkpointed backward's other peak: the last block recomputed, beside its gradients, once the head's
+    logits and their gradient are freed. ``c``: the column's fitted layer and kept-input terms, which price the kept
+    block inputs plus one whole layer; the fit is of what the backward adds to them, per token, on micro-batch
+    differences (B(128) - B(64) at one shape), which cancel the parameters' gradients (the same at both micro-batches):
+
+        ΔBc − Δ(L·k_h·sbh + one layer) = d_h·Δsbh + d_f·Δsbf
+    """
+    def recomputed(r: dict) -> float:
+        return (r["L"] * c["ckpt_layer_h"] * r["sbh"] + c["layer_h"] * r["sbh"] + c["layer_f"] * r["sbf"]
+                + c["layer_s"] * r["bnss"])
+
+    rows = []
+    for layers, ffn, seq in BLOCK_SHAPES:
+        small, large = (run(True, layers, ffn, vocab_extra, b, seq) for b in (64, 128))
+        rows.append({"sbh": large["sbh"] - small["sbh"], "sbf": large["sbf"] - small["sbf"], "B": large["B"] - small["B"],
+                     "y": (large["B"] - recomputed(large)) - (small["B"] - recomputed(small))})
+    (d_h, d_f), _ = _fit(rows, [lambda r: r["sbh"], lambda r: r["sbf"]], lambda r: r["y"])
+    # the worst residual relative to the whole backward peak it prices (the increment alone can be near 0)
+    worst = max(abs(d_h * r["sbh"] + d_f * r["sbf"] - r["y"]) / r["B"] for r in rows)
+    return {"ckpt_block_h": d_h, "ckpt_block_f": d_f, "worst": worst}
+
+
+LITGPT_PREFIX = f"{Framework.LITGPT.value}:"  #: the columns calibrate_litgpt.py fits (advisor.engine.calibration)
+
+
+def _quantized_stack() -> dict:
+    """The versions the QLoRA columns were simulated with (bitsandbytes' 4-bit base, peft's adapters)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return {"qlora_columns": {"date": str(date.today()), "bitsandbytes": version("bitsandbytes"),
+                                  "peft": version("peft")}}
+    except PackageNotFoundError:
+        return {}
 
 
 def main() -> None:
@@ -202,6 +290,8 @@ def main() -> None:
     args = sys.argv[1:]
     out = ROOT / "advisor" / "data" / "activations.json"
     only = None  # --only TEXT: refit only the columns whose name holds TEXT (e.g. qlora), keep the others
+    block_only = "--block-only" in args  # refit only the block-backward terms of the columns there (the rest kept)
+    args = [a for a in args if a != "--block-only"]
     while args[:1] in (["--out"], ["--only"]):
         if args[0] == "--out":  # another file (e.g. to calibrate two sets of families at once, then merge)
             out = Path(args[1])
@@ -212,28 +302,35 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(FAMILIES))
     if unknown:
         sys.exit(f"calibrate_activations.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
-    table: dict = json.loads(out.read_text()) if (args or only) and out.exists() else {}
+    # what this run does not make stays: LitGPT's columns (calibrate_litgpt.py), the families not named, their provenance
+    table: dict = json.loads(out.read_text()) if out.exists() else {}
     run = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
            "python": platform.python_version()}
-    if table.get("_meta") and (args or only):  # a partial refit: the other columns keep the provenance they had
+    if table.get("_meta") and (args or only or block_only):  # a partial refit: the others keep their provenance
+        what = {"only": only} if only else {"only": "the block-backward terms"} if block_only else {}
         for family in chosen:
-            table["_meta"].setdefault("refits", {})[family] = {**run, **({"only": only} if only else {})}
+            table["_meta"].setdefault("refits", {})[family] = {**run, **what}
     else:
-        table["_meta"] = {**run, "method": __doc__.split("\n\n")[1].replace("\n", " ")}
+        table["_meta"] = {**run, "method": __doc__.split("\n\n")[1].replace("\n", " "), **_quantized_stack(),
+                          **{k: v for k, v in table.get("_meta", {}).items() if k == "litgpt_columns"}}
     for family in chosen:
         model_id = FAMILIES[family][0]
-        kept = table.get(family, {}) if only else {}
+        kept = {task: {k: v for k, v in columns.items() if only is not None or block_only or k.startswith(LITGPT_PREFIX)}
+                for task, columns in table.get(family, {}).items()}
         table[family] = {}
         default = profile_from_config(load_config(model_id)[0], model_id).task
         for task in dict.fromkeys([default] + (["sequence-classification"] if family in CLASSIFICATION else [])):
-            table[family][task] = dict(kept.get(task, {}))
-            for variant in VARIANTS + (LORA_VARIANTS if task == default else []):
+            table[family][task] = kept.pop(task, {})
+            for variant in VARIANTS + (LORA_VARIANTS if task == default else CLASSIFIER_LORA_VARIANTS):
                 key = calibration_keys(_plan(variant, False, 1))[0]
                 if only is not None and only not in key:
                     continue
                 try:
-                    coef = calibrate(family, variant, task)
-                except (UsageError, ValueError) as exc:  # e.g. attention-only adapters of a model type without
+                    if block_only and key in table[family][task]:
+                        coef = with_block_backward(table[family][task][key], *_transformers_runner(family, variant, task))
+                    else:
+                        coef = calibrate(family, variant, task)
+                except (UsageError, ValueError, TypeError) as exc:  # e.g. attention-only adapters of a model type without
                     # known projections (UsageError), or a model transformers cannot build with SDPA (ValueError)
                     print(f"{family:10s} {task:24s} {key}: skipped ({exc})", flush=True)
                     continue
@@ -243,6 +340,7 @@ def main() -> None:
                       + f" residuals={coef['fit_worst_relative_residual']}", flush=True)
             if not table[family][task]:
                 del table[family][task]
+        table[family].update(kept)  # the tasks this run did not calibrate (LitGPT's columns are causal-lm's)
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps(table, indent=1) + "\n")  # after each family: a long run keeps what it made
     print(f"wrote {out} in {time.perf_counter() - start:.0f} s")

@@ -11,8 +11,10 @@ Components follow the HF guide's anatomy of model memory
 - activations: for the catalog families and task heads, coefficients fitted to simulated training
   steps (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per
   layer c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
-  what the start of backward adds (the loss gradient), one set per class of step (:func:`calibration_keys`:
-  the residual stream's dtype, frozen layers); tensor parallelism with sequence parallelism divides them by t.
+  what the start of backward adds (the loss gradient) or, under checkpointing, the backward of the last
+  recomputed block (where the head is small: a classifier, a fused loss), one set per class of step
+  (:func:`calibration_keys`: the residual stream's dtype, frozen layers); tensor parallelism with sequence
+  parallelism divides them by t.
   Other architectures use the structural formula of :func:`layer_activation_bytes`, after Korthikanti et al.
   2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), per class too: the residual stream in fp32 under autocast
   over fp32 weights and 16-bit over 16-bit weights (:func:`residual_bytes`), frozen layers without their inputs,
@@ -192,6 +194,9 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
             blocks = OFFLOAD_RESIDENT * (kept if checkpointed >= layers else full_layer)  # the rest in CPU RAM
         forward = blocks + max(transient, head)
         extra = grad_v(c["ckpt_backward_v"]) + c["ckpt_backward_h"] * sbh
+        if "ckpt_block_h" in c:  # the backward's other peak: the last block recomputed beside its gradients, once
+            # the head's logits are freed (it sets the peak where the head is small: a classifier, a fused loss)
+            extra = max(extra, transient + c["ckpt_block_h"] * sbh + c["ckpt_block_f"] * sbf - max(transient, head))
     else:
         forward = (OFFLOAD_RESIDENT if plan.activation_offloading else layers) * full_layer + head
         extra = start_of_backward
@@ -220,7 +225,7 @@ def _activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, eager: bool
 
 
 def _activation_bytes_of(model: ModelProfile, plan: Plan, seq_len: int, eager: bool) -> tuple[int, int]:
-    """(bytes held at the end of the forward pass, what the start of backward adds), bytes.
+    """(bytes held at the end of the forward pass, what the backward's peak adds to them), bytes.
 
     Families and task heads of the calibration table use coefficients fitted to simulated steps;
     others the structural formula of :func:`layer_activation_bytes` with fp32 logits and loss.
