@@ -24,7 +24,7 @@ fitted to micro-batch differences that cancel the parameters' gradients (:func:`
 F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
 ``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. A run keeps the columns it does not
-make (LitGPT's, ``benchmarks/calibrate_litgpt.py``; the families not named). All families take about 15 minutes.
+make (LitGPT's, ``benchmarks/calibrate_litgpt.py``; the families not named). All families take about 45 minutes on 2 cores.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [--out FILE] [--only TEXT] [--block-only]
 [FAMILY ...] (families named: only those are calibrated again, the others kept; ``--block-only``: only the
