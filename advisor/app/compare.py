@@ -101,11 +101,6 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
     return prices
 
 
-def _catalog_id(spec: str) -> str:
-    """The catalog id of a ``NAME[:COUNT]`` GPU spec, as prices are keyed."""
-    return spec.partition(":")[0].strip().lower()
-
-
 def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str, float]) -> tuple[CompareRow, Workload]:
     from advisor.app import api
     from advisor.engine import planner
@@ -113,8 +108,7 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str
     facts = api._facts(profile, api.parse(api._options(*api._RECOMMEND), {**opts, "gpu": spec}), None)
     result = planner.search(facts, best_only=True)
     hw = facts.hardware
-    name = _catalog_id(spec)
-    price = prices.get(name)
+    price = prices.get(hw.gpu.catalog_id)  # the catalog's id, as parse_prices keys them
     best = result.best
     if best is None:
         closest = min(result.candidates, key=lambda c: c.memory.device_bytes, default=None)  # None: none can run
