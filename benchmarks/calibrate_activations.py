@@ -46,12 +46,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.engine.memory import calibration_keys  # noqa: E402
+from advisor.engine.memory import calibration_keys, recomputed_block_bytes  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
 from probes.adapters import adapter_parameters  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
 from probes.kernels import Framework  # noqa: E402
-from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
+from probes.vocabulary import Family, LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
 
@@ -144,8 +144,9 @@ def _fit(rows: list[dict], columns: list, target) -> list[float]:
 
 
 def _transformers_runner(family: str, variant: tuple, task: str | None):
-    """``(run, small_vocabulary)``: :func:`calibrate`'s ``run`` over the family's transformers model, and the
-    vocabulary step that leaves :data:`SMALL_VOCABULARY` rows."""
+    """``(run, small_vocabulary, encoder_decoder)``: :func:`calibrate`'s ``run`` over the family's transformers
+    model, the vocabulary step that leaves :data:`SMALL_VOCABULARY` rows, and whether a layer is an encoder +
+    decoder pair."""
     model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
     raw = load_config(model_id)[0]
     ffn0 = raw.get(ffn_key) or default_ffn(raw)
@@ -153,7 +154,8 @@ def _transformers_runner(family: str, variant: tuple, task: str | None):
     def run(ckpt, *design):
         return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
 
-    return run, SMALL_VOCABULARY - raw["vocab_size"]
+    pairs = profile_from_config(raw, model_id, task=task).family == Family.ENCODER_DECODER
+    return run, SMALL_VOCABULARY - raw["vocab_size"], pairs
 
 
 def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512,
@@ -170,8 +172,9 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
     (``calibrate_litgpt.py``)."""
     v1 = extra_vocabulary
     small_vocabulary = None  # the block-backward design's vocabulary step (transformers' steps only)
+    encoder_decoder = False
     if run is None:
-        run, small_vocabulary = _transformers_runner(family, variant, task)
+        run, small_vocabulary, encoder_decoder = _transformers_runner(family, variant, task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
     plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
@@ -219,7 +222,7 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
             "backward_v": g_v, "backward_h": g_h, "ckpt_backward_v": gc_v, "ckpt_backward_h": gc_h,
             "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3,
                                             "checkpointed_backward_start": w4}}
-    return coef if small_vocabulary is None else with_block_backward(coef, run, small_vocabulary)
+    return coef if small_vocabulary is None else with_block_backward(coef, run, small_vocabulary, encoder_decoder)
 
 
 #: The block-backward terms are kept where their fit prices the whole backward peak within this fraction (a larger
@@ -227,11 +230,11 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
 BLOCK_FIT_LIMIT = 0.05
 
 
-def with_block_backward(coef: dict, run, vocab_extra: int) -> dict:
+def with_block_backward(coef: dict, run, vocab_extra: int, encoder_decoder: bool) -> dict:
     """``coef`` with the block-backward terms (:func:`_block_backward`) and their residual, the terms only where the
     fit is within :data:`BLOCK_FIT_LIMIT`."""
     coef = {k: v for k, v in coef.items() if k not in ("ckpt_block_h", "ckpt_block_f")}
-    block = _block_backward(run, vocab_extra, coef)
+    block = _block_backward(run, vocab_extra, coef, encoder_decoder)
     if block["worst"] <= BLOCK_FIT_LIMIT:
         coef.update(ckpt_block_h=block["ckpt_block_h"], ckpt_block_f=block["ckpt_block_f"])
     coef["fit_worst_relative_residual"] = {**coef["fit_worst_relative_residual"],
@@ -246,17 +249,18 @@ BLOCK_SHAPES = [(2, 1, 256), (2, 2, 256), (2, 1, 512), (3, 1, 512)]
 SMALL_VOCABULARY = 256
 
 
-def _block_backward(run, vocab_extra: int, c: dict) -> dict:
+def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool = False) -> dict:
     """The checkpointed backward's other peak: the last block recomputed, beside its gradients, once the head's
     logits and their gradient are freed. ``c``: the column's fitted layer and kept-input terms, which price the kept
-    block inputs plus one whole layer; the fit is of what the backward adds to them, per token, on micro-batch
+    block inputs plus one recomputed block (an encoder-decoder pair's decoder block: ``encoder_decoder``); the fit is of what the backward adds to them, per token, on micro-batch
     differences (B(128) - B(64) at one shape), which cancel the parameters' gradients (the same at both micro-batches):
 
         ΔBc − Δ(L·k_h·sbh + one layer) = d_h·Δsbh + d_f·Δsbf
     """
-    def recomputed(r: dict) -> float:
-        return (r["L"] * c["ckpt_layer_h"] * r["sbh"] + c["layer_h"] * r["sbh"] + c["layer_f"] * r["sbf"]
-                + c["layer_s"] * r["bnss"])
+    def recomputed(r: dict) -> float:  # the kept inputs and one block, as advisor/engine/memory.py prices them
+        layer = c["layer_h"] * r["sbh"] + c["layer_f"] * r["sbf"] + c["layer_s"] * r["bnss"]
+        return r["L"] * c["ckpt_layer_h"] * r["sbh"] + recomputed_block_bytes(c, r["sbh"], r["sbf"], layer,
+                                                                              encoder_decoder)
 
     rows = []
     for layers, ffn, seq in BLOCK_SHAPES:

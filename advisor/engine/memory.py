@@ -159,6 +159,17 @@ def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     return selective_kept_bytes(model, plan, seq_len, compute_bytes(plan))
 
 
+def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, encoder_decoder: bool) -> float:
+    """Bytes of one checkpointed block's recomputable activations: a whole layer (``full_layer``, a calibration
+    column ``c``'s per-layer terms at ``sbh`` and ``sbf`` elements), or where the column's layer is an encoder +
+    decoder pair, its largest block, a decoder block: its self- and cross-attention (2 of the pair's 3 attention
+    blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
+    if not encoder_decoder:
+        return full_layer
+    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
+            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
+
+
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
                                  eager: bool) -> tuple[int, int]:
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
@@ -178,12 +189,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
         per_score = 4 + (7 if model.dropout else 0) + (2 if (plan.precision != Precision.FP32) else 0)
         full_layer += per_score * b * nss
     head = c["head_h"] * sbh + logits + c["head_s"] * nss
-    transient = full_layer
-    if model.family == Family.ENCODER_DECODER:
-        # checkpointing runs one block at a time; the largest is a decoder block: its self- and
-        # cross-attention (2 of the pair's 3 attention blocks) and about half of the other tensors
-        transient = (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
-                     + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
+    transient = recomputed_block_bytes(c, sbh, sbf, full_layer, model.family == Family.ENCODER_DECODER)
     if plan.gradient_checkpointing:
         # every checkpointed block keeps its input (and what a selective policy saves); the forward peaks in one
         # block's recomputable internals or at the head's logits; the backward starts with the loss gradient
