@@ -273,6 +273,7 @@ def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool = Fals
     return {"ckpt_block_h": d_h, "ckpt_block_f": d_f, "worst": worst}
 
 
+BLOCK_ONLY_NOTE = "the block-backward terms; a column the file lacked, whole"  #: a --block-only refit's provenance
 LITGPT_PREFIX = f"{Framework.LITGPT.value}:"  #: the columns calibrate_litgpt.py fits (advisor.engine.calibration)
 
 
@@ -311,7 +312,7 @@ def main() -> None:
     run = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
            "python": platform.python_version()}
     if table.get("_meta") and (args or only or block_only):  # a partial refit: the others keep their provenance
-        what = {"only": only} if only else {"only": "the block-backward terms"} if block_only else {}
+        what = {"only": only} if only else {"only": BLOCK_ONLY_NOTE} if block_only else {}
         for family in chosen:
             table["_meta"].setdefault("refits", {})[family] = {**run, **what}
     else:
