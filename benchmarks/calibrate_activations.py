@@ -24,7 +24,8 @@ fitted to micro-batch differences that cancel the parameters' gradients (:func:`
 F and B are the simulated phase peaks less the weights (fp32 parameters and, under mixed
 precision, autocast's 16-bit copies of the matmul weights). The coefficients go to
 ``advisor/data/activations.json``; ``advisor/engine/memory.py`` reads them. A run keeps the columns it does not
-make (LitGPT's, ``benchmarks/calibrate_litgpt.py``; the families not named). All families take about 45 minutes on 2 cores.
+make (LitGPT's, ``benchmarks/calibrate_litgpt.py``; the families not named). All families take about 45 minutes on
+2 cores.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_activations.py [--out FILE] [--only TEXT] [--block-only]
 [FAMILY ...] (families named: only those are calibrated again, the others kept; ``--block-only``: only the
@@ -243,17 +244,18 @@ def with_block_backward(coef: dict, run, vocab_extra: int, encoder_decoder: bool
 
 
 #: The block-backward design: (layers, FFN multiple, sequence) at micro-batches 64 and 128, with a vocabulary of
-#: :data:`SMALL_VOCABULARY` rows so that the head's logits cannot set the backward peak, at micro-batches large enough that the
-#: activations, not the parameters' gradients, set where in the backward the peak falls
+#: :data:`SMALL_VOCABULARY` rows so that the head's logits cannot set the backward peak, at micro-batches large
+#: enough that the activations, not the parameters' gradients, set where in the backward the peak falls
 BLOCK_SHAPES = [(2, 1, 256), (2, 2, 256), (2, 1, 512), (3, 1, 512)]
 SMALL_VOCABULARY = 256
 
 
-def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool = False) -> dict:
+def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool) -> dict:
     """The checkpointed backward's other peak: the last block recomputed, beside its gradients, once the head's
     logits and their gradient are freed. ``c``: the column's fitted layer and kept-input terms, which price the kept
-    block inputs plus one recomputed block (an encoder-decoder pair's decoder block: ``encoder_decoder``); the fit is of what the backward adds to them, per token, on micro-batch
-    differences (B(128) - B(64) at one shape), which cancel the parameters' gradients (the same at both micro-batches):
+    block inputs plus one recomputed block (an encoder-decoder pair's decoder block: ``encoder_decoder``); the fit
+    is of what the backward adds to them, per token, on micro-batch differences (B(128) - B(64) at one shape), which
+    cancel the parameters' gradients (the same at both micro-batches):
 
         ΔBc − Δ(L·k_h·sbh + one layer) = d_h·Δsbh + d_f·Δsbf
     """
@@ -265,7 +267,8 @@ def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool = Fals
     rows = []
     for layers, ffn, seq in BLOCK_SHAPES:
         small, large = (run(True, layers, ffn, vocab_extra, b, seq) for b in (64, 128))
-        rows.append({"sbh": large["sbh"] - small["sbh"], "sbf": large["sbf"] - small["sbf"], "B": large["B"] - small["B"],
+        rows.append({"sbh": large["sbh"] - small["sbh"], "sbf": large["sbf"] - small["sbf"],
+                     "B": large["B"] - small["B"],
                      "y": (large["B"] - recomputed(large)) - (small["B"] - recomputed(small))})
     (d_h, d_f), _ = _fit(rows, [lambda r: r["sbh"], lambda r: r["sbf"]], lambda r: r["y"])
     # the worst residual relative to the whole backward peak it prices (the increment alone can be near 0)
@@ -307,7 +310,8 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(FAMILIES))
     if unknown:
         sys.exit(f"calibrate_activations.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
-    # what this run does not make stays: LitGPT's columns (calibrate_litgpt.py), the families not named, their provenance
+    # what this run does not make stays: LitGPT's columns (calibrate_litgpt.py), the families not named, and
+    # their provenance
     table: dict = json.loads(out.read_text()) if out.exists() else {}
     run = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
            "python": platform.python_version()}
@@ -320,7 +324,8 @@ def main() -> None:
                           **{k: v for k, v in table.get("_meta", {}).items() if k == "litgpt_columns"}}
     for family in chosen:
         model_id = FAMILIES[family][0]
-        kept = {task: {k: v for k, v in columns.items() if only is not None or block_only or k.startswith(LITGPT_PREFIX)}
+        keep_all = only is not None or block_only
+        kept = {task: {k: v for k, v in columns.items() if keep_all or k.startswith(LITGPT_PREFIX)}
                 for task, columns in table.get(family, {}).items()}
         table[family] = {}
         default = profile_from_config(load_config(model_id)[0], model_id).task
@@ -332,10 +337,11 @@ def main() -> None:
                     continue
                 try:
                     if block_only and key in table[family][task]:
-                        coef = with_block_backward(table[family][task][key], *_transformers_runner(family, variant, task))
+                        coef = with_block_backward(table[family][task][key],
+                                                   *_transformers_runner(family, variant, task))
                     else:
                         coef = calibrate(family, variant, task)
-                except (UsageError, ValueError, TypeError) as exc:  # e.g. attention-only adapters of a model type without
+                except (UsageError, ValueError) as exc:  # e.g. attention-only adapters of a model type without
                     # known projections (UsageError), or a model transformers cannot build with SDPA (ValueError)
                     print(f"{family:10s} {task:24s} {key}: skipped ({exc})", flush=True)
                     continue

@@ -180,13 +180,15 @@ class NetworkNeedsNodes(Rule):
 
     def propose(self, facts: Facts) -> list[Effect]:
         hw = facts.hardware
-        given = [flag for flag, value in (("--interconnect", hw.interconnect), ("--inter-node-gbps", hw.inter_node_gbit_s),
-                                          ("--nics-per-node", hw.nics_per_node)) if value is not None]
+        network = (("--interconnect", hw.interconnect), ("--inter-node-gbps", hw.inter_node_gbit_s),
+                   ("--nics-per-node", hw.nics_per_node))
+        given = [flag for flag, value in network if value is not None]
         if hw.nodes > 1 or not given:
             return []
         one = len(given) == 1
         return [self.warn(f"{', '.join(given)} describe{'s' if one else ''} the network between nodes, and this plan "
-                          f"is for one node: {'it changes' if one else 'they change'} nothing (several nodes: --nodes N)")]
+                          f"is for one node: {'it changes' if one else 'they change'} nothing "
+                          "(several nodes: --nodes N)")]
 
 
 @register
