@@ -41,7 +41,7 @@ from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, 
                                       TRANSIENT_RESERVE_CAP_BYTES, device_bytes)
 from advisor.engine.memory import persistent_bytes  # noqa: E402
 from advisor.measure.report_models import Trial  # noqa: E402
-from benchmarks.validate_device import read_records  # noqa: E402
+from benchmarks.device_records import read_records  # noqa: E402
 
 MIB = 2**20
 

@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
-from advisor.measure.validation import ValidationReport  # noqa: E402
+from benchmarks.device_records import read_records, render, trial_rows  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.kernels import Attention, LossKernel  # noqa: E402
 from probes.vocabulary import Method  # noqa: E402
@@ -58,6 +58,11 @@ class Row(NamedTuple):
     global_batch_size: int | None
     settings: dict[str, Any]
     compare: bool = False  #: also run the documents' fp32 baseline (GPU_GRID: the issue's --compare rows)
+
+    def text(self) -> str:
+        """The row in one line: model, workload and settings."""
+        return f"{self.model} seq {self.seq_len} batch {self.global_batch_size} {self.settings}" + (
+            " --compare" if self.compare else "")
 
 
 CPU_GRID = [
@@ -143,13 +148,16 @@ def packages_needed(settings: dict[str, Any]) -> list[str]:
     return [s.package for s in specs if s.package] + (["trl"] if settings.get("activation_offloading") else [])
 
 
-def grid(gpu: bool, stack: bool, installed: dict[str, str | None]) -> list[Row]:
-    """The rows this device runs: :data:`GPU_GRID` (plus :data:`STACK_GRID`'s rows whose packages are installed,
-    with ``stack``) on a GPU, else :data:`CPU_GRID`."""
-    rows = list(GPU_GRID if gpu else CPU_GRID)
-    if gpu and stack:
-        rows += [r for r in STACK_GRID if all(installed.get(p) for p in packages_needed(r.settings))]
-    return rows
+def grid(gpu: bool, stack: bool) -> list[Row]:
+    """The rows of this device's grid: :data:`GPU_GRID` (plus :data:`STACK_GRID` with ``stack``) on a GPU, else
+    :data:`CPU_GRID`. Every row keeps its index whatever is installed (``--list --gpu`` here numbers the rows as the
+    lent machine does); :func:`missing` says which a machine skips."""
+    return list(GPU_GRID) + (list(STACK_GRID) if stack else []) if gpu else list(CPU_GRID)
+
+
+def missing(row: Row, installed: dict[str, str | None]) -> list[str]:
+    """The packages (import names) ``row`` needs that are not ``installed``: the run skips the row."""
+    return [p for p in packages_needed(row.settings) if not installed.get(p)]
 
 
 def matmul_rates() -> dict[str, float]:
@@ -191,106 +199,12 @@ def run_header(steps: int, argv: list[str]) -> dict[str, Any]:
             "packages": {k: v for k, v in installed_packages().items() if v}, "matmul_gflops": matmul_rates()}
 
 
-def read_records(paths: list[Path]) -> tuple[list[dict[str, Any]], list[tuple[int, ValidationReport]]]:
-    """The run headers and the reports (with their grid-row index) in ``paths``' JSON lines, in order.
-
-    Raises:
-        ValueError: a line that is not a record of this script (its text names the file and line).
-    """
-    runs, reports = [], []
-    for path in paths:
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if record.get("kind") == "run":
-                    runs.append(record)
-                else:
-                    reports.append((record["row"], ValidationReport.model_validate(record["report"])))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ValueError(f"{path}:{n}: not a validate_device record ({exc})") from exc
-    return runs, reports
-
-
-def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x:+.1%}"
-
-
-def _err(predicted: float, measured: float | None) -> float | None:
-    return predicted / measured - 1 if measured else None
-
-
-def trial_rows(report: ValidationReport) -> list[str]:
-    """One markdown table row per trial of ``report``."""
-    rows = []
-    for t in report.trials:
-        m, p = t.measured, t.predicted
-        head = f"| {report.model} | {report.workload.seq_len} | {t.plan.describe()} | {t.role} | {t.status} "
-        if m is None or m.step_time_s is None:
-            rows.append(head + "|" * 14)
-            continue
-        reserved = f"{m.reserved_bytes / GIB:.3f}" if m.reserved_bytes else ""
-        used = (f"| {p.memory.device_bytes / GIB:.3f} | {m.device_bytes / GIB:.3f} "
-                f"| {_pct(_err(p.memory.device_bytes, m.device_bytes))} " if report.device.type == "cuda" else "| | | ")
-        rows.append(
-            head + f"| {p.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {_pct(t.error.peak_bytes)} "
-            + used + f"| {reserved} "
-            f"| {p.speed.step_time_s:.3f} | {m.step_time_s:.3f} | {_pct(t.error.step_time_s)} "
-            f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |")
-    return rows
-
-
-def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport]]) -> str:
-    """The markdown of ``runs``' headers and ``reports``' trials, with the median errors."""
-    device = reports[0][1].device if reports else None
-    title = f"{device.name} ({device.type})" if device else "(no trials yet)"
-    trials = [t for _, r in reports for t in r.trials if t.measured is not None and t.measured.step_time_s]
-    peak = [abs(t.error.peak_bytes) for t in trials if t.error and t.error.peak_bytes is not None]
-    used = [abs(_err(t.predicted.memory.device_bytes, t.measured.device_bytes)) for _, r in reports
-            if r.device.type == "cuda" for t in r.trials if t.measured is not None and t.measured.device_bytes]
-    step = [abs(t.error.step_time_s) for t in trials if t.error and t.error.step_time_s is not None]
-    lines = [f"# advisor validate: measured against predicted on {title}", ""]
-    for run in runs:
-        rates = run.get("matmul_gflops") or {}
-        packages = ", ".join(f"{k} {v}" for k, v in sorted(run.get("packages", {}).items()))
-        lines += [f"- {run['date']}: `{run['command']}`; torch {run['torch']}"
-                  f"{', CUDA ' + run['cuda'] if run.get('cuda') else ''}, transformers {run['transformers']}"
-                  f"{', ' + packages if packages else ''}; Python {run['python']}, {run['cpu_count']} CPU cores; "
-                  f"{run['steps']} timed steps per trial after the warm-up"
-                  + (f"; matmul (1024 × 768) @ (768 × 3072): "
-                     + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items()) if rates else "") + "."]
-    lines += [
-        "",
-        "Peak: live tensors (CUDA: `max_memory_allocated`; CPU: one warm-up step counted as the simulator counts). "
-        "Used (CUDA only): NVML's figure for the process, the CUDA context included, against advisor's "
-        "`device_bytes` (a process's peak RSS on the CPU only grows from row to row, so it is not compared). "
-        "Reserved: `max_memory_reserved`. Errors are predicted / measured − 1. "
-        "Spread: (p90 − p10) / median of the step times.",
-        "",
-        "| model | seq-len | plan | trial | status | predicted peak GiB | measured GiB | error | predicted used GiB "
-        "| measured used GiB | error | reserved GiB | predicted step s | measured s | error | spread | MFU |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-        *(row for _, r in reports for row in trial_rows(r)),
-        "",
-    ]
-    for label, errors in (("Peak", peak), ("Used", used), ("Step time", step)):
-        if errors:
-            lines.append(f"{label}: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
-                         f"{len(errors)} trials.")
-    for _, r in reports:
-        if r.comparison and r.comparison.speedup:
-            lines.append(f"- {r.model} --compare: {r.comparison.speedup:.2f}x the baseline's speed, "
-                         f"{r.comparison.memory_saved_bytes / GIB:.2f} GiB less peak memory; verdict {r.verdict}.")
-    return "\n".join(lines) + "\n"
-
-
 #: Seconds to build a row's model and start its trial, and what torch.compile adds to the warm-up (guesses for the
 #: listing, not measurements).
 BUILD_S, COMPILE_S = 15.0, 60.0
 
 
-def print_grid(rows: list[Row], steps: int, **where: Any) -> None:
+def print_grid(rows: list[Row], steps: int, installed: dict[str, str | None] | None = None, **where: Any) -> None:
     """Print each row with its plan (the recommendation, or the row's fixed plan when it sets the micro-batch) (``where``: ``gpu=`` a catalog GPU or ``hardware=``
     this machine's profile), its predicted device memory, and a rough wall time: :data:`BUILD_S` (and
     :data:`COMPILE_S` under compile) plus the warm-up
@@ -300,8 +214,10 @@ def print_grid(rows: list[Row], steps: int, **where: Any) -> None:
 
     total = 0.0
     for i, row in enumerate(rows):
-        head = f"{i}: {row.model} seq {row.seq_len} batch {row.global_batch_size} {row.settings}" + (
-            " --compare" if row.compare else "")
+        head = f"{i}: {row.text()}"
+        if installed is not None and missing(row, installed):
+            print(f"{head}: skipped here (needs {', '.join(missing(row, installed))})")
+            continue
         price = api.estimate if "micro_batch_size" in row.settings else api.recommend  # a fixed plan, or advice
         try:
             rec = price(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size, **where,
@@ -349,21 +265,19 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.write(text)
         return
     if args.list and args.gpu:
-        rows = grid(True, args.stack, {p: "listed" for r in STACK_GRID for p in packages_needed(r.settings)})
-        rows += edge_rows(gpu=args.gpu) if args.edge else []
+        rows = grid(True, args.stack) + (edge_rows(gpu=args.gpu) if args.edge else [])
         print_grid(rows, args.steps, gpu=args.gpu)
         return
     import torch
 
     gpu = torch.cuda.is_available()
     hardware = api.probe_hardware()
-    rows = grid(gpu, args.stack, hardware.host.packages)
-    rows += edge_rows(hardware=hardware) if gpu and args.edge else []
+    rows = grid(gpu, args.stack) + (edge_rows(hardware=hardware) if gpu and args.edge else [])
     chosen = [int(i) for i in args.rows.split(",")] if args.rows else list(range(2 if args.quick else len(rows)))
     if args.stack_first and gpu:
         chosen.sort(key=lambda i: i < len(GPU_GRID))  # stable: the stack and edge rows, then the --compare rows
     if args.list:
-        print_grid(rows, args.steps, hardware=hardware)
+        print_grid(rows, args.steps, hardware.host.packages, hardware=hardware)
         return
     name = (hardware.gpu.catalog_id or "gpu") if gpu and hardware.gpu else "cpu"
     out_dir = Path(args.out_dir)
@@ -377,6 +291,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"budget of {args.budget_s:.0f} s spent: rows from {i} not run", file=sys.stderr)
             break
         row = rows[i]
+        if missing(row, hardware.host.packages):
+            print(f"row {i} skipped: needs {', '.join(missing(row, hardware.host.packages))}", file=sys.stderr)
+            continue
+        with records.open("a") as f:  # a row the call's time limit stops shows in the markdown as begun
+            f.write(json.dumps({"kind": "start", "row": i, "row_text": row.text()}) + "\n")
         report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
                               steps=args.steps, compare=row.compare, **row.settings)
         with records.open("a") as f:

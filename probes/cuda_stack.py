@@ -39,8 +39,10 @@ EAGER_CONTEXT_BYTES = 1343 * MIB
 #: step then loads the kernels it runs (GEMMs, attention, optimizer) on first use, so advisor takes 500 MiB. This
 #: project's first GPU records (``benchmarks/results/validate_h100-sxm.jsonl``: NVML used less ``max_memory_reserved``
 #: after training steps) measured 744-760 MiB on an H100 with torch 2.11 and CUDA 13.0 (eight trials, one machine
-#: and stack): a larger GPU and a newer CUDA hold more, so such a stack should pass ``--cuda-context 760MiB`` or
-#: measure its own (``advisor probe --measure-context``); the default stays until another stack is measured.
+#: and stack), and 828-832 MiB at the second lease, whose process had also loaded TRL's and Liger's kernels (seven
+#: trials): a larger GPU, a newer CUDA and more kernel libraries hold more, so such a stack should pass
+#: ``--cuda-context 832MiB`` or measure its own (``advisor probe --measure-context``); the default stays until
+#: another stack is measured.
 LAZY_CONTEXT_BYTES = 500 * MIB
 
 LAZY_FROM_CUDA = (11, 7)  #: the first CUDA runtime with lazy loading (Programming Guide, change history)

@@ -56,15 +56,17 @@ def test_the_cpu_shows_the_peak_itself() -> None:
 
 def test_the_h100_records_are_priced_within_the_docstrings_figures() -> None:
     """The cap's docstring: advisor's reserve from each measured peak against max_memory_reserved on the first H100
-    records, median |error| 1.1 %, worst 4.1 % (the flat reserve: 14.9 %, 18.4 %)."""
+    records, median |error| 1.1 %, worst 4.1 % (the flat reserve: 14.9 %, 18.4 %); over both leases' 15 trials
+    1.8 % and 6.0 %."""
     from benchmarks.refit_device import clean_trials, modelled_reserved
-    from benchmarks.validate_device import read_records
+    from benchmarks.device_records import read_records
 
     _, rows = read_records([H100_RECORDS])
     trials = [t for t in clean_trials([r for _, r in rows]) if t.measured.reserved_bytes]
-    assert len(trials) == 8
+    assert len(trials) == 15
     errors = [abs(modelled_reserved(t) / t.measured.reserved_bytes - 1) for t in trials]
-    assert statistics.median(errors) <= 0.015 and max(errors) <= 0.045
-    # the context those trials measured (NVML used less reserved): the figure probes.cuda_stack's docstring gives
+    assert statistics.median(errors[:8]) <= 0.015 and max(errors[:8]) <= 0.045
+    assert statistics.median(errors) <= 0.02 and max(errors) <= 0.065
+    # the context those trials measured (NVML used less reserved): the figures probes.cuda_stack's docstring gives
     contexts = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials]
-    assert 740 <= min(contexts) and max(contexts) <= 765
+    assert 740 <= min(contexts[:8]) and max(contexts[:8]) <= 765 and max(contexts) <= 835

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from benchmarks import refit_device, validate_device
-from benchmarks.validate_device import Row, grid, packages_needed, read_records, render
+from benchmarks.device_records import read_records, render
+from benchmarks.validate_device import Row, grid, missing, packages_needed
 from probes.errors import ModelNotFoundError
 
 GIB = 2**30
@@ -27,17 +28,22 @@ def test_activation_factor_takes_the_other_bytes_as_predicted() -> None:
     assert refit_device.activation_factor(10 * GIB, 12 * GIB, 0) is None
 
 
-def test_the_stack_grid_skips_rows_whose_package_is_missing() -> None:
+def test_the_stack_grid_keeps_its_indices_and_skips_rows_whose_package_is_missing() -> None:
     assert packages_needed({"attention": "flash-attention-2", "method": "qlora"}) == ["flash_attn", "bitsandbytes"]
     assert packages_needed({"loss_kernel": "liger", "method": "lora"}) == ["liger_kernel", "peft"]
     assert packages_needed({"activation_offloading": True, "method": "lora"}) == ["peft", "trl"]
-    rows = grid(gpu=True, stack=True, installed={"peft": "0.21.2", "liger_kernel": "0.8.5"})
-    settings = [r.settings for r in rows]
+    rows = grid(gpu=True, stack=True)
     assert rows[:2] == validate_device.GPU_GRID and all(r.compare for r in rows[:2])
-    assert not any(s.get("attention") == "flash-attention-2" or s.get("method") == "qlora" for s in settings)
-    assert any(s.get("loss_kernel") == "liger" for s in settings)
+    assert rows[2:] == validate_device.STACK_GRID  # the same indices here (--list --gpu) as on a lent machine
     assert not any(r.compare for r in rows[2:])  # the stack rows run the plan alone: half the device time
-    assert grid(gpu=False, stack=True, installed={}) == validate_device.CPU_GRID
+    installed = {"peft": "0.21.2", "liger_kernel": "0.8.5"}
+    skipped = [r.settings for r in rows if missing(r, installed)]
+    assert all(s.get("attention") == "flash-attention-2" or s.get("method") == "qlora"
+               or s.get("activation_offloading") for s in skipped)
+    assert missing(Row("m", 1, 1, {"attention": "flash-attention-2", "method": "qlora"}), installed) == [
+        "flash_attn", "bitsandbytes"]
+    assert not any(missing(r, installed) for r in rows if r.settings.get("loss_kernel") == "liger")
+    assert grid(gpu=False, stack=True) == validate_device.CPU_GRID
 
 
 def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
@@ -73,7 +79,7 @@ def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeyp
     validate_device.main(["--rows", "0", "--steps", "2", "--out-dir", str(out)])
     records = out / "validate_cpu.jsonl"
     lines = [json.loads(x) for x in records.read_text().splitlines()]
-    assert [x["kind"] for x in lines] == ["run", "row"] and lines[1]["row"] == 0
+    assert [x["kind"] for x in lines] == ["run", "start", "row"] and lines[2]["row"] == 0
     runs, reports = read_records([records])
     (_, report), = reports
     assert report.trials[0].status == "ok"
@@ -86,7 +92,10 @@ def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeyp
     # a second run appends; a row that cannot run stops the script with the earlier rows kept
     with pytest.raises(ModelNotFoundError):
         validate_device.main(["--rows", "1", "--out-dir", str(out)])
-    assert len(read_records([records])[1]) == 1
+    runs, reports = read_records([records])
+    assert len(reports) == 1 and runs[0]["unfinished"] == []
+    assert runs[1]["unfinished"] == ["row 1 (no/such-model seq 64 batch 8 {})"]  # begun, never reported
+    assert "Began row 1 (no/such-model seq 64 batch 8 {}) and did not finish within the call." in render(runs, reports)
 
     refit = refit_device.report([r for _, r in reports], "cpu")
     assert "eager, standard loss, full | 1 |" in refit and "allocator reserve" not in refit  # no reserve on a CPU
