@@ -50,15 +50,70 @@ def quantize_skeleton(net, plan: Plan) -> None:
     if reason is not None:
         raise UsageError(reason)
     import torch
+
+    quantizer_of(plan).preprocess_model(net, device_map={"": "cpu"})
+    net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
+    with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
+        code_book()
+
+
+def random_quantized(auto, config, plan: Plan, device, dtype_kwargs: dict):
+    """A model of ``auto`` (a transformers auto class) from ``config`` with random weights, its linear layers 4-bit
+    as ``from_pretrained`` with the plan's ``BitsAndBytesConfig`` loads them, built on ``device`` a tensor at a time.
+
+    The skeleton's parameters are made on the meta device and its buffers (rotary frequencies) for real
+    (``accelerate.init_empty_weights(include_buffers=False)``; accelerate is a dependency of PEFT);
+    :func:`quantize_skeleton` swaps in bitsandbytes' ``Linear4bit`` as transformers' quantizer does; then each
+    4-bit weight is a normal matrix (std ``config.initializer_range``) quantized by ``Params4bit.to(device)``
+    (bitsandbytes' own path) and freed, each other parameter a normal matrix (norm weights 1, biases 0) in the
+    dtype ``from_pretrained`` gives it (``dtype_kwargs``: ``_dtype_kwargs`` of the plan's weights dtype; fp32
+    without), tied parameters kept tied.
+
+    Raises:
+        UsageError: bitsandbytes is not installed.
+    """
+    import torch
+    import bitsandbytes as bnb
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        net = auto.from_config(config, **dtype_kwargs)
+    quantize_skeleton(net, plan)
+    net.tie_weights()  # on the skeleton, so a tied head is made once (the loop keeps shared parameters shared)
+    dtype = next(iter(dtype_kwargs.values()), torch.float32)
+    std = getattr(config, "initializer_range", 0.02)
+    made: dict[int, torch.nn.Parameter] = {}  # id of a meta parameter -> its real one (tied weights stay tied)
+    for module in net.modules():
+        for name, param in list(module.named_parameters(recurse=False)):
+            if id(param) in made or param.device.type != "meta":
+                module._parameters[name] = made.get(id(param), param)
+                continue
+            if is_4bit(module) and name == "weight":
+                matrix = torch.empty(param.shape, dtype=dtype, device=device)  # as a checkpoint in that dtype
+                real = bnb.nn.Params4bit(matrix.normal_(0.0, std), requires_grad=False, quant_type=param.quant_type,
+                                         compress_statistics=param.compress_statistics, blocksize=param.blocksize,
+                                         quant_storage=param.quant_storage, module=module).to(device)
+            else:
+                value = torch.empty(param.shape, dtype=dtype if is_4bit(module) else param.dtype, device=device)
+                value = value.zero_() if name == "bias" else value.fill_(1.0) if value.dim() == 1 \
+                    else value.normal_(0.0, std)
+                # a loaded bias of a 4-bit layer is a fresh trainable parameter (the skeleton's is frozen)
+                real = torch.nn.Parameter(value, requires_grad=param.requires_grad or is_4bit(module))
+            made[id(param)] = module._parameters[name] = real
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            module._buffers[name] = buffer.to(device)
+    net.hf_quantizer = quantizer_of(plan)
+    net.is_quantized = True
+    return net
+
+
+def quantizer_of(plan: Plan):
+    """transformers' bitsandbytes 4-bit quantizer for the plan's ``BitsAndBytesConfig``."""
     from transformers import BitsAndBytesConfig
     from transformers.quantizers.auto import AutoHfQuantizer
 
     config = BitsAndBytesConfig(**bnb_config_kwargs(plan.precision, double_quant=plan.double_quant))
-    quantizer = AutoHfQuantizer.from_config(config, pre_quantized=False)
-    quantizer.preprocess_model(net, device_map={"": "cpu"})
-    net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
-    with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
-        code_book()
+    return AutoHfQuantizer.from_config(config, pre_quantized=False)
 
 
 def is_4bit(module) -> bool:
