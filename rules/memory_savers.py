@@ -83,9 +83,10 @@ class ActivationOffloading(Rule):
     sources = [S.TRL_ACTIVATION_OFFLOADING, S.TORCHTUNE_ACTIVATION_OFFLOADING, S.MEGATRON_CPU_OFFLOADING]
     rationale = ("Saved-tensor hooks copy every tensor the forward saves for backward to pinned CPU RAM on a side "
                  "stream and bring it back when the backward needs it, so the GPU keeps about one block's "
-                 "activations. Beside checkpointing only each block's input crosses PCIe and the copies hide behind "
-                 "the compute; without it every saved tensor does, more than PCIe carries beside the compute of a fast "
-                 "GPU. The numerics do not change. TRL's trainers (activation_offloading=True), torchtune "
+                 "activations. Beside checkpointing only each block's input crosses PCIe: the forward's copies hide "
+                 "behind the compute, while the backward waits for each copy back (TRL starts it when autograd asks "
+                 "for the tensor), 13-15 % of the step on an H100 with Llama-3.1-8B LoRA; without checkpointing every "
+                 "saved tensor crosses, more than PCIe carries beside the compute of a fast GPU. The numerics do not change. TRL's trainers (activation_offloading=True), torchtune "
                  "(enable_activation_offloading) and Megatron (cpu_offloading, pipeline parallel size 1) run it; "
                  "the HF Trainer and LitGPT do not.")
 

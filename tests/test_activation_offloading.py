@@ -46,24 +46,28 @@ def test_without_checkpointing_it_keeps_about_one_block() -> None:
     assert offloaded.memory.components.activations_bytes < full.memory.components.activations_bytes / 4
 
 
-def test_checkpointed_copies_hide_behind_compute_and_full_ones_do_not_on_an_h100() -> None:
-    """Beside checkpointing one tensor a block crosses PCIe, which the compute hides; without it every saved tensor
-    does, which PCIe 5 carries slower than an H100 computes."""
+def test_checkpointed_copies_cost_their_way_back_and_full_ones_far_more_on_an_h100() -> None:
+    """Beside checkpointing one tensor a block crosses PCIe: the forward hides its copy, the backward waits for its
+    copy back (a few % of the step; the H100 measured 13-15 %); without checkpointing every saved tensor crosses,
+    which PCIe 5 carries slower than an H100 computes."""
     ckpt = _estimate(gradient_checkpointing=True)
     ckpt_offload = _estimate(gradient_checkpointing=True, activation_offloading=True)
     offload = _estimate(activation_offloading=True)
-    assert ckpt_offload.speed.step_time_s == pytest.approx(ckpt.speed.step_time_s, rel=0.01)
+    moved = offloaded_activation_bytes(ckpt_offload.model, ckpt_offload.plan, 8192) * ckpt_offload.plan.micro_batch_size
+    back = moved / (PCIE_GBPS[5] * 1e9) * ckpt_offload.plan.gradient_accumulation_steps
+    assert ckpt_offload.speed.step_time_s - ckpt.speed.step_time_s == pytest.approx(back, rel=0.02)
+    assert 1.02 < ckpt_offload.speed.step_time_s / ckpt.speed.step_time_s < 1.15
     assert offload.speed.step_time_s > 1.5 * ckpt.speed.step_time_s
 
 
-def test_the_copy_time_is_what_exceeds_each_pass() -> None:
+def test_the_forward_copy_hides_behind_the_forward_and_the_backward_copy_is_exposed() -> None:
     class Gpu:  # what activation_offload_seconds reads of a GPUInfo
         pcie_generation = 4
 
     one_way = 48e9 / (PCIE_GBPS[4] * 1e9)  # 2 s each way
-    assert activation_offload_seconds(48e9, 30.0, 0.0, Gpu()) == 0.0  # 10 s forward, 20 s backward: hidden
-    assert activation_offload_seconds(48e9, 3.0, 0.0, Gpu()) == pytest.approx(one_way - 1.0)  # 1 s of 2 hidden
-    assert activation_offload_seconds(48e9, 3.0, 0.0, Gpu(), fetch_s=2.0) == pytest.approx(2 * one_way - 1.0)
+    assert activation_offload_seconds(48e9, 30.0, 0.0, Gpu()) == pytest.approx(one_way)  # 10 s forward hides it
+    assert activation_offload_seconds(48e9, 3.0, 0.0, Gpu()) == pytest.approx(one_way - 1.0 + one_way)  # 1 s forward
+    assert activation_offload_seconds(48e9, 4.0, 1.0, Gpu()) == pytest.approx(one_way - 1.0 + one_way)  # recomputed
     assert activation_offload_seconds(0, 3.0, 0.0, Gpu()) == activation_offload_seconds(48e9, 3.0, 0.0, None) == 0.0
 
 

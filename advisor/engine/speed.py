@@ -32,7 +32,7 @@ from probes.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method
 from rules.facts import Plan
 
 from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, activation_offload_seconds, communication_seconds,
-                                          model_parallel_seconds, offload_seconds, parameter_fetch_seconds)
+                                          model_parallel_seconds, offload_seconds)
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -273,7 +273,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
-                                             recompute_shares(model, plan)[0], gpu, parameter_fetch_seconds(model, plan))
+                                             recompute_shares(model, plan)[0], gpu)
     k = plan.gradient_accumulation_steps
     sharded = PARALLELISM_SPECS[plan.parallelism].stage
     params_here = trained / (tp * pp) / (plan.data_parallel_size if sharded else 1)
