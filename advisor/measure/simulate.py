@@ -147,6 +147,20 @@ def materialize(net):
     return net
 
 
+def fake_model(model: ModelProfile, config, plan: Plan, skeleton=None):
+    """The plan's model in training mode, built under the running ``FakeTensorMode``: ``skeleton`` (the adapters'
+    :func:`_adapter_skeleton`, made before entering the mode) materialized, or the model with checkpointing enabled
+    as the plan says."""
+    if skeleton is not None:
+        net = materialize(skeleton)
+    else:
+        net = build_model(model, config, weights_dtype=plan.weights_dtype)
+        if plan.gradient_checkpointing:
+            enable_checkpointing(net)
+    net.train()
+    return net
+
+
 def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     """Why ``--simulate`` cannot run ``plan`` (one line for the user), or None when it can."""
     method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
@@ -230,13 +244,7 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     legacy = Method.of(plan.method).spec.quantized_base and plan.legacy_bitsandbytes
     with (FakeTensorMode(allow_non_fake_inputs=True), tracker, cuda_autocast_answers(cuda_autocast),
           cuda_autocast_float32(cuda_autocast), legacy_backward(legacy)):
-        if skeleton is not None:
-            net = materialize(skeleton)
-        else:
-            net = build_model(model, config, weights_dtype=plan.weights_dtype)
-            if plan.gradient_checkpointing:
-                enable_checkpointing(net)
-        net.train()
+        net = fake_model(model, config, plan, skeleton)
         optimizer = _optimizer(net, plan)
         batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
         built = tracker.current

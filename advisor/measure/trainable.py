@@ -17,7 +17,7 @@ from probes.errors import UsageError
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from probes.model import ModelProfile, load_config
 from probes.kernels import Attention
-from probes.vocabulary import Method, Optimizer, Precision, Task, WeightsDtype
+from probes.vocabulary import Device, Method, Optimizer, Precision, Task, WeightsDtype
 from rules import Plan
 
 #: Config keys of attention-probability dropout.
@@ -154,7 +154,7 @@ def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights:
     if weights is None:
         return random_quantized(auto, config, plan, device, dtype)
     return auto.from_pretrained(str(weights), config=config, local_files_only=True,
-                                device_map={"": device.index or 0 if device.type == "cuda" else device.type},
+                                device_map={"": device.index or 0 if device.type == Device.CUDA else device.type},
                                 quantization_config=transformers.BitsAndBytesConfig(
                                     **bnb_config_kwargs(plan.precision, double_quant=plan.double_quant)), **dtype)
 

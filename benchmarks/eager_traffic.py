@@ -1,0 +1,216 @@
+"""The memory traffic of an eager training step, counted op by op on fake tensors, against what the speed model
+prices (issue 13, item 4: why the H100 trials ran slower than predicted).
+
+Usage: python benchmarks/eager_traffic.py [--records benchmarks/results/validate_h100-sxm.jsonl] [--out FILE]
+
+The speed model (:mod:`advisor.engine.speed`) prices a micro-batch's memory-bound work as the activations its forward
+produces, read and written about (3 + r) times (:func:`advisor.engine.memory.activation_traffic_bytes`), at 70 % of
+the GPU's bandwidth. Here each record's plan runs one micro-batch through the simulator's model (the same transformers
+model, PEFT adapters and autocast as a trial; fake tensors, so nothing is computed) under a ``TorchDispatchMode`` that
+adds, per aten op, the bytes of its tensor inputs and outputs: matmuls (``mm``, ``addmm``, ``bmm``...) and the fused
+attention kernels apart, views and metadata ops as nothing, every other op (casts, norms, activations, dropout,
+rotary, residual adds, the loss, LoRA's scaling and sums) as memory traffic. It prints, per trial, the priced and the
+counted traffic of one micro-batch, and the step time the speed model gives with the counted traffic in place of
+the priced one, beside the measured step. Eager steps only: a compiled plan's fused kernels are not what eager runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.device_records import read_records  # noqa: E402
+
+#: aten ops priced as matmuls or attention kernels (compute, not traffic)
+COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
+               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+               "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_backward",
+               "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
+               "_scaled_dot_product_flash_attention_for_cpu_backward")
+
+
+def traffic_mode():
+    """A ``TorchDispatchMode`` adding each op's input and output bytes to ``.traffic`` (views and metadata ops:
+    nothing; :data:`COMPUTE_OPS`: to ``.compute_bytes``), per op name in ``.by_op``."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Traffic(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.traffic = 0
+            self.compute_bytes = 0
+            self.by_op: dict[str, int] = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.overloadpacket.__name__
+            if func.is_view or torch.Tag.nondeterministic_seeded in func.tags and name == "empty" or name in (
+                    "detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
+                    "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t"):
+                return out
+            outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            if not outputs:  # a metadata query (device, size, is_contiguous...): no kernel
+                return out
+            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)] + outputs
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+            if name in COMPUTE_OPS:
+                self.compute_bytes += nbytes
+            else:
+                self.traffic += nbytes
+                self.by_op[name] = self.by_op.get(name, 0) + nbytes
+            return out
+
+    return Traffic()
+
+
+def counted_traffic(model, plan, seq_len: int):
+    """One micro-batch (forward and backward) of ``plan`` on fake tensors under :func:`traffic_mode`: the mode."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from advisor.measure.autocast_ops import cuda_autocast_float32
+    from advisor.measure.quantized_base import cuda_autocast_answers
+    from advisor.measure.simulate import _adapter_skeleton, fake_model
+    from advisor.measure.trainable import autocast_dtype, hf_config, synthetic_batch
+    from probes.vocabulary import Method
+
+    config = hf_config(model, plan, zero_attention_dropout=True, simulated=True)
+    dtype = autocast_dtype(plan.precision)
+    mode = traffic_mode()
+    skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None
+    with FakeTensorMode(allow_non_fake_inputs=True), cuda_autocast_answers(True), cuda_autocast_float32(True):
+        net = fake_model(model, config, plan, skeleton)
+        batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
+        with mode:
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                loss = net(**batch).loss
+            loss.backward()
+    return mode
+
+
+def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
+    """The same comparison for the published runs of ``benchmarks/published/SOURCE.jsonl`` that state tokens/s per
+    GPU and are not compiled (mapped as ``benchmarks/published.py`` maps them): markdown rows, and predicted /
+    published with the priced and with the counted traffic. Each GPU runs the whole model on its micro-batch, so
+    its elementwise traffic is a one-GPU step's whatever the sharding."""
+    from benchmarks import published
+    from advisor.engine.checkpointing import recompute_shares
+    from advisor.engine.memory import activation_traffic_bytes
+    from probes.gpu_catalog import catalog
+
+    rows, priced_ratios, counted_ratios = [], [], []
+    for case in (c for c in published.load_cases() if c["_file"] == source):
+        rate = case["measured"].get("tokens_per_s_per_gpu")
+        if not rate:
+            continue
+        try:
+            est, profile = published.estimate_case(case, [])
+        except published.Skip:
+            continue
+        plan, seq = est.plan, est.workload.seq_len
+        if plan.torch_compile:
+            continue
+        priced = activation_traffic_bytes(profile, plan, seq) * (3.0 + recompute_shares(profile, plan)[0])
+        try:
+            counted = counted_traffic(profile, plan, seq).traffic
+        except Exception as exc:  # noqa: BLE001 - what the simulator cannot run (a mixture of experts' grouped_mm)
+            print(f"{case['id']}: not counted ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
+                  file=sys.stderr)
+            continue
+        gpu = catalog()[published.hardware_options(case, [])["gpu"].split(":")[0]]
+        extra = (counted - priced) / (gpu.memory_bandwidth_gbps * 1e9 * 0.7) * plan.gradient_accumulation_steps
+        step = est.speed.step_time_s
+        predicted = est.speed.tokens_per_s / plan.num_gpus
+        priced_ratios.append(predicted / rate)
+        counted_ratios.append(predicted * step / (step + extra) / rate)
+        rows.append(f"| {case['id']} | {plan.describe()} | {priced / 1e9:.0f} | {counted / 1e9:.0f} | "
+                    f"{counted / priced:.2f} | {predicted:,.0f} | {predicted * step / (step + extra):,.0f} | "
+                    f"{rate:,.0f} |")
+        print(rows[-1], file=sys.stderr)
+    return rows, priced_ratios, counted_ratios
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", default=str(ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"))
+    parser.add_argument("--out", help="also write the markdown here")
+    parser.add_argument("--published", nargs="*", default=[], metavar="SOURCE",
+                        help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)")
+    args = parser.parse_args(argv)
+
+    from advisor.app import api
+    from advisor.engine.checkpointing import recompute_shares
+    from advisor.engine.memory import activation_traffic_bytes
+    from probes.gpu_catalog import catalog
+
+    import importlib.metadata
+    from datetime import date
+
+    _, reports = read_records([Path(args.records)])
+    versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes"))
+    seen, ratios = set(), {"priced": [], "counted": []}
+    lines = [f"# Eager memory traffic: counted on fake tensors against the speed model's ({date.today()})", "",
+             f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
+             f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward; steps in seconds "
+             "on the H100 the records come from; 70 % of its datasheet bandwidth, as the speed model takes it. "
+             "Compiled and Liger rows are left out (their fused kernels are not eager's).", ""]
+    lines += ["| model | plan | priced GB | counted GB | counted / priced | predicted s | with counted s | "
+              "measured s | top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
+    for _, report in reports:
+        for trial in report.trials:
+            plan, measured = trial.plan, trial.measured
+            if plan.torch_compile or plan.loss_kernel == "liger" or measured is None or not measured.step_time_s:
+                continue  # compile's and Liger's fused kernels are not what eager runs (nor do they run on fakes)
+            key = (report.model, plan.describe(), report.workload.seq_len)
+            if key in seen:
+                continue
+            seen.add(key)
+            seq = report.workload.seq_len
+            fields = {"method", "precision", "weights_dtype", "micro_batch_size", "gradient_accumulation_steps",
+                      "gradient_checkpointing", "attention", "loss_kernel", "activation_offloading", "optimizer"}
+            fields |= {"lora_rank", "lora_targets"} if plan.method in ("lora", "qlora") else set()
+            est = api.estimate(report.model, gpu="h100-sxm", seq_len=seq, **plan.model_dump(include=fields),
+                               global_batch_size=plan.micro_batch_size * plan.gradient_accumulation_steps,
+                               torch_compile=False)
+            model = est.model
+            priced = activation_traffic_bytes(model, est.plan, seq) * (3.0 + recompute_shares(model, est.plan)[0])
+            mode = counted_traffic(model, est.plan, seq)
+            bandwidth = catalog()["h100-sxm"].memory_bandwidth_gbps * 1e9 * 0.7  # speed.py's 70 % of the datasheet
+            extra = (mode.traffic - priced) / bandwidth * plan.gradient_accumulation_steps
+            predicted = est.speed.step_time_s
+            top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
+            ratios["priced"].append(predicted / measured.step_time_s)
+            ratios["counted"].append((predicted + extra) / measured.step_time_s)
+            lines.append(f"| {report.model} | {plan.describe()} | {priced / 1e9:.1f} | {mode.traffic / 1e9:.1f} | "
+                         f"{mode.traffic / priced:.2f} | {predicted:.3f} | {predicted + extra:.3f} | "
+                         f"{measured.step_time_s:.3f} | " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
+            print(lines[-1], file=sys.stderr)
+    for label, values in ratios.items():
+        if values:
+            lines.append(f"\npredicted / measured with the {label} traffic: median {statistics.median(values):.2f}, "
+                         f"range {min(values):.2f}-{max(values):.2f} (n={len(values)})")
+    for source in args.published:
+        rows, priced_r, counted_r = published_rows(source)
+        lines += ["", f"Published runs of `benchmarks/published/{source}.jsonl` (tokens/s per GPU, eager):", "",
+                  "| case | plan | priced GB | counted GB | counted / priced | predicted tokens/s | with counted | "
+                  "published |", "|---|---|---|---|---|---|---|---|", *rows]
+        for label, values in (("priced", priced_r), ("counted", counted_r)):
+            if values:
+                lines.append(f"\npredicted / published with the {label} traffic: median "
+                             f"{statistics.median(values):.2f}, range {min(values):.2f}-{max(values):.2f}, "
+                             f"{sum(0.8 <= v <= 1.25 for v in values)} of {len(values)} within 1.25x")
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
