@@ -10,5 +10,9 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+out="${OUT:-benchmarks/results}"
+mkdir -p "$out"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-exec python3 benchmarks/validate_device.py --out-dir "${OUT:-benchmarks/results}" "$@"
+# the log goes to $OUT too: a call its time limit stops returns what it printed up to then (the records say which
+# row it stopped in; the log says where in that row)
+python3 benchmarks/validate_device.py --out-dir "$out" "$@" 2>&1 | tee -a "$out/validate_device.log"

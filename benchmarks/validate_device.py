@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
+from advisor.app.progress import Progress  # noqa: E402
 from benchmarks.device_records import read_records, render, trial_rows  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.kernels import Attention, LossKernel  # noqa: E402
@@ -296,8 +297,10 @@ def main(argv: list[str] | None = None) -> None:
             continue
         with records.open("a") as f:  # a row the call's time limit stops shows in the markdown as begun
             f.write(json.dumps({"kind": "start", "row": i, "row_text": row.text()}) + "\n")
-        report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
-                              steps=args.steps, compare=row.compare, **row.settings)
+        print(f"row {i}: {row.text()}", file=sys.stderr)
+        with Progress() as progress:  # each trial's plan and steps on stderr, as advisor validate prints them
+            report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
+                                  steps=args.steps, compare=row.compare, progress=progress, **row.settings)
         with records.open("a") as f:
             f.write(json.dumps({"kind": "row", "row": i, "report": report.model_dump(mode="json")}) + "\n")
         markdown.write_text(render(*read_records([records])))
