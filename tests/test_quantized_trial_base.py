@@ -5,6 +5,7 @@ device without a checkpoint on disk. Checked on the CPU, where bitsandbytes (>= 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -114,3 +115,18 @@ def test_on_cuda_the_random_base_is_what_from_pretrained_loads_and_holds_no_16bi
     assert _layout(ours) == _layout(_loaded(config, plan, tmp_path, "cuda"))
     largest = 4096 * 1024 * 2  # one bf16 MLP matrix: the most the build holds beside the 4-bit model
     assert peak <= sum(p.numel() * p.element_size() for p in ours.parameters()) + 2 * largest
+
+
+def test_the_trial_loop_runs_on_the_random_base(tmp_path) -> None:
+    """The path a CUDA QLoRA trial takes (build_quantized, PEFT's 4-bit adapters, the optimizer, the steps and the
+    memory count), run on the CPU, where bitsandbytes quantizes and trains too: advisor validate refuses QLoRA here
+    (rule method.adapters-when-full-does-not-fit), so the trial is called directly."""
+    from advisor.measure.trial import run_trial
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    model = profile_model(str(path))
+    outcome = run_trial(model, _plan(), 32, steps=2, warmup=2)
+    assert outcome.status == "ok", outcome.message
+    assert len(outcome.step_times_s) == 2 and all(math.isfinite(x) for x in outcome.losses)
+    assert outcome.peak_bytes > 0
