@@ -1,4 +1,5 @@
-"""QLoRA's 4-bit base on fake tensors: bitsandbytes' own layers and kernels, quantizing shapes, not weights.
+"""QLoRA's 4-bit base: on fake tensors for the simulator (bitsandbytes' own layers and kernels, quantizing shapes,
+not weights), and with random weights on a real device for a trial (:func:`random_quantized`).
 
 The simulated QLoRA step (:mod:`advisor.measure.simulate`) builds what ``from_pretrained`` with the plan's
 ``BitsAndBytesConfig`` (:func:`probes.lora_config.bnb_config_kwargs`) builds on a GPU:
@@ -19,7 +20,8 @@ The simulated QLoRA step (:mod:`advisor.measure.simulate`) builds what ``from_pr
 
 bitsandbytes (>= 0.46, PR 1544) registers its kernels as ``torch.library`` ops with fake implementations, which lets
 them run under ``FakeTensorMode``; only the double quantization's 8-bit code book is data, made once for real
-(:func:`code_book`). Imports torch, transformers and bitsandbytes, off the fast path.
+(:func:`code_book`). A trial without a checkpoint gets the same skeleton with each weight made and quantized on the
+device by bitsandbytes (:func:`random_quantized`). Imports torch, transformers and bitsandbytes, off the fast path.
 """
 
 from __future__ import annotations
