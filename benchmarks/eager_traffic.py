@@ -34,6 +34,12 @@ COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_produ
                "_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
+#: aten ops that launch no memory-bound kernel besides the views (``func.is_view``): allocations, metadata, and
+#: ``_unsafe_view`` (a reshape without a view's aliasing annotation)
+NO_KERNEL_OPS = ("detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
+                 "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t")
+
+
 def traffic_mode():
     """A ``TorchDispatchMode`` adding each op's input and output bytes to ``.traffic`` (views and metadata ops:
     nothing; :data:`COMPUTE_OPS`: to ``.compute_bytes``), per op name in ``.by_op``."""
@@ -51,9 +57,7 @@ def traffic_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if func.is_view or torch.Tag.nondeterministic_seeded in func.tags and name == "empty" or name in (
-                    "detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
-                    "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t"):
+            if func.is_view or name in NO_KERNEL_OPS:
                 return out
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             if not outputs:  # a metadata query (device, size, is_contiguous...): no kernel
