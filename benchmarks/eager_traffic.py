@@ -74,8 +74,9 @@ def traffic_mode():
     return Traffic()
 
 
-def counted_traffic(model, plan, seq_len: int):
-    """One micro-batch (forward and backward) of ``plan`` on fake tensors under :func:`traffic_mode`: the mode."""
+def counted_traffic(model, plan, seq_len: int, raw: dict | None = None):
+    """One micro-batch (forward and backward) of ``plan`` on fake tensors under :func:`traffic_mode`: the mode.
+    ``raw``: the config.json dict (default: read from the model's id or path)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -85,7 +86,7 @@ def counted_traffic(model, plan, seq_len: int):
     from advisor.measure.trainable import autocast_dtype, hf_config, synthetic_batch
     from probes.vocabulary import Method
 
-    config = hf_config(model, plan, zero_attention_dropout=True, simulated=True)
+    config = hf_config(model, plan, raw, zero_attention_dropout=True, simulated=True)
     dtype = autocast_dtype(plan.precision)
     mode = traffic_mode()
     skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None
@@ -97,6 +98,59 @@ def counted_traffic(model, plan, seq_len: int):
                 loss = net(**batch).loss
             loss.backward()
     return mode
+
+
+#: The fit's design (``--fit``): (layers, FFN multiple of the model's, extra vocabulary rows, micro-batch, seq-len)
+FIT_DESIGN = [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (3, 1, 0, 2, 256), (2, 2, 0, 2, 256), (2, 1, 4096, 2, 256),
+              (2, 1, 0, 4, 256), (2, 1, 0, 2, 512), (3, 2, 4096, 1, 512), (1, 1, 0, 1, 128), (3, 1, 0, 4, 512),
+              (1, 2, 0, 4, 128), (3, 1, 4096, 2, 128), (2, 2, 0, 1, 1024), (1, 1, 4096, 4, 1024)]
+
+
+def fit_traffic(model_id: str, plan_options: dict, seq_len: int, micro_batch: int) -> dict:
+    """Whether an eager step's counted traffic is linear in the shapes the activation columns use, so that it can be
+    calibrated as they are: fits traffic = L·(a·sbh + b·sbf + e) + c·sbv + d·sbh + g (e, g: the weights' casts and
+    other per-layer and per-step constants) over :data:`FIT_DESIGN` (the model at
+    its own width, few layers), then predicts the model's own shape at ``seq_len`` × ``micro_batch`` and counts it.
+    Returns ``plan``, ``coef`` (a, b, c, d in bytes per element; e, g in bytes), ``worst`` (the design's worst
+    relative residual), ``predicted`` and ``counted`` (bytes)."""
+    import numpy as np
+
+    from advisor.app import api
+    from probes.model import load_config, profile_from_config
+
+    raw0 = dict(load_config(model_id)[0])
+    full = api.estimate(model_id, gpu="h100-sxm", seq_len=seq_len, micro_batch_size=micro_batch,
+                        global_batch_size=micro_batch, torch_compile=False, **plan_options)
+    layers_key, ffn_key = "num_hidden_layers", "intermediate_size"
+
+    def row(layers: int, ffn_mult: int, extra_v: int, b: int, s: int) -> tuple[list[float], float]:
+        raw = {**raw0, layers_key: layers, ffn_key: raw0[ffn_key] * ffn_mult, "vocab_size": raw0["vocab_size"] + extra_v}
+        prof = profile_from_config(raw, model_id)
+        plan = full.plan.model_copy(update={"micro_batch_size": b})
+        sb = s * b
+        features = [layers * sb * prof.hidden_size, layers * sb * prof.ffn_size, sb * prof.vocab_size,
+                    sb * prof.hidden_size, layers, 1.0]
+        return features, counted_traffic(prof, plan, s, raw).traffic
+
+    rows = [row(*design) for design in FIT_DESIGN]
+    a, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    worst = float(np.max(np.abs(a @ coef - y) / y))
+    m, sb = full.model, seq_len * micro_batch
+    predicted = float(coef @ [m.num_layers * sb * m.hidden_size, m.num_layers * sb * m.ffn_size, sb * m.vocab_size,
+                              sb * m.hidden_size, m.num_layers, 1.0])
+    return {"plan": full.plan, "coef": [float(c) for c in coef], "worst": worst, "predicted": predicted,
+            "counted": counted_traffic(m, full.plan, seq_len).traffic, "layers": m.num_layers}
+
+
+def fit_line(model_id: str, fit: dict, seq_len: int, micro_batch: int) -> str:
+    """:func:`fit_traffic`'s result as a markdown line."""
+    a, b, c, d, e, g = fit["coef"]
+    return (f"- {model_id}, {fit['plan'].describe()}: bytes per element a (L·sbh) {a:.1f}, b (L·sbf) {b:.1f}, "
+            f"c (sbv) {c:.1f}, d (sbh) {d:.1f}, per layer {e / 1e6:.1f} MB, constant {g / 1e6:.1f} MB; worst "
+            f"residual over the {len(FIT_DESIGN)}-row design {fit['worst']:.2%}; at {micro_batch} × {seq_len} and "
+            f"its {fit['layers']} layers predicted {fit['predicted'] / 1e9:.1f} GB, counted "
+            f"{fit['counted'] / 1e9:.1f} GB ({fit['predicted'] / fit['counted'] - 1:+.2%})")
 
 
 def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
@@ -145,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", default=str(ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"))
     parser.add_argument("--out", help="also write the markdown here")
+    parser.add_argument("--fit", action="store_true", help="also fit the traffic's linear form for Llama-3.1-8B "
+                        "(full bf16 and LoRA) and check it at the model's own shape (fit_traffic)")
     parser.add_argument("--published", nargs="*", default=[], metavar="SOURCE",
                         help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)")
     args = parser.parse_args(argv)
@@ -200,6 +256,13 @@ def main(argv: list[str] | None = None) -> None:
         if values:
             lines.append(f"\npredicted / measured with the {label} traffic: median {statistics.median(values):.2f}, "
                          f"range {min(values):.2f}-{max(values):.2f} (n={len(values)})")
+    if args.fit:
+        lines += ["", "Linear in the activation columns' shapes (the model's width, 1-3 layers; `--fit`):", ""]
+        for options in ({"method": "lora", "precision": "bf16", "weights_dtype": "bf16", "attention": "sdpa"},
+                        {"method": "full", "precision": "bf16", "weights_dtype": "bf16", "attention": "sdpa"}):
+            lines.append(fit_line("meta-llama/Llama-3.1-8B", fit_traffic("meta-llama/Llama-3.1-8B", options, 2048, 2),
+                                  2048, 2))
+            print(lines[-1], file=sys.stderr)
     for source in args.published:
         rows, priced_r, counted_r = published_rows(source)
         lines += ["", f"Published runs of `benchmarks/published/{source}.jsonl` (tokens/s per GPU, eager):", "",
