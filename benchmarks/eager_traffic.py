@@ -4,8 +4,8 @@ prices (issue 13, item 4: why the H100 trials ran slower than predicted).
 Usage: python benchmarks/eager_traffic.py [--records benchmarks/results/validate_h100-sxm.jsonl] [--out FILE]
 
 The speed model (:mod:`advisor.engine.speed`) prices a micro-batch's memory-bound work as the activations its forward
-produces, read and written about (3 + r) times (:func:`advisor.engine.memory.activation_traffic_bytes`), at 70 % of
-the GPU's bandwidth. Here each record's plan runs one micro-batch through the simulator's model (the same transformers
+produces, read and written about (3 + r) times (:func:`advisor.engine.memory.activation_traffic_bytes`), at
+:data:`advisor.engine.speed.BANDWIDTH_SHARE` of the GPU's bandwidth. Here each record's plan runs one micro-batch through the simulator's model (the same transformers
 model, PEFT adapters and autocast as a trial; fake tensors, so nothing is computed) under a ``TorchDispatchMode`` that
 adds, per aten op, the bytes of its tensor inputs and outputs: matmuls (``mm``, ``addmm``, ``bmm``...) and the fused
 attention kernels apart, views and metadata ops as nothing, every other op (casts, norms, activations, dropout,
@@ -24,7 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import published  # noqa: E402
 from benchmarks.device_records import read_records  # noqa: E402
+from probes.kernels import LossKernel  # noqa: E402
+from probes.vocabulary import Method  # noqa: E402
 
 #: aten ops priced as matmuls or attention kernels (compute, not traffic)
 COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
@@ -38,6 +41,23 @@ COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_produ
 #: ``_unsafe_view`` (a reshape without a view's aliasing annotation)
 NO_KERNEL_OPS = ("detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
                  "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t")
+
+
+def priced_traffic(model, plan, seq_len: int) -> float:
+    """The memory traffic of one micro-batch as :mod:`advisor.engine.speed` prices it, bytes: the activations the
+    forward produces, written and read back (3 + r) times (r: checkpointing's recomputed share)."""
+    from advisor.engine.checkpointing import recompute_shares
+    from advisor.engine.memory import activation_traffic_bytes
+
+    return activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0])
+
+
+def bandwidth_bytes_per_s(gpu_id: str) -> float:
+    """The catalog GPU's memory bandwidth at the share the speed model takes (:data:`BANDWIDTH_SHARE`), bytes/s."""
+    from advisor.engine.speed import BANDWIDTH_SHARE
+    from probes.gpu_catalog import catalog
+
+    return catalog()[gpu_id].memory_bandwidth_gbps * 1e9 * BANDWIDTH_SHARE
 
 
 def traffic_mode():
@@ -158,11 +178,6 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
     GPU and are not compiled (mapped as ``benchmarks/published.py`` maps them): markdown rows, and predicted /
     published with the priced and with the counted traffic. Each GPU runs the whole model on its micro-batch, so
     its elementwise traffic is a one-GPU step's whatever the sharding."""
-    from benchmarks import published
-    from advisor.engine.checkpointing import recompute_shares
-    from advisor.engine.memory import activation_traffic_bytes
-    from probes.gpu_catalog import catalog
-
     rows, priced_ratios, counted_ratios = [], [], []
     for case in (c for c in published.load_cases() if c["_file"] == source):
         rate = case["measured"].get("tokens_per_s_per_gpu")
@@ -175,15 +190,15 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
         plan, seq = est.plan, est.workload.seq_len
         if plan.torch_compile:
             continue
-        priced = activation_traffic_bytes(profile, plan, seq) * (3.0 + recompute_shares(profile, plan)[0])
+        priced = priced_traffic(profile, plan, seq)
         try:
             counted = counted_traffic(profile, plan, seq).traffic
         except Exception as exc:  # noqa: BLE001 - what the simulator cannot run (a mixture of experts' grouped_mm)
             print(f"{case['id']}: not counted ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
                   file=sys.stderr)
             continue
-        gpu = catalog()[published.hardware_options(case, [])["gpu"].split(":")[0]]
-        extra = (counted - priced) / (gpu.memory_bandwidth_gbps * 1e9 * 0.7) * plan.gradient_accumulation_steps
+        bandwidth = bandwidth_bytes_per_s(published.hardware_options(case, [])["gpu"].split(":")[0])
+        extra = (counted - priced) / bandwidth * plan.gradient_accumulation_steps
         step = est.speed.step_time_s
         predicted = est.speed.tokens_per_s / plan.num_gpus
         priced_ratios.append(predicted / rate)
@@ -193,6 +208,44 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
                     f"{rate:,.0f} |")
         print(rows[-1], file=sys.stderr)
     return rows, priced_ratios, counted_ratios
+
+
+def device_rows(reports, lines: list[str]) -> dict[str, list[float]]:
+    """Appends to ``lines`` a markdown row per eager trial plan of ``reports`` (each once; compiled and Liger plans
+    left out: their fused kernels are not eager's, nor do they run on fake tensors); returns predicted / measured
+    step time with the priced and with the counted traffic."""
+    from advisor.app import api
+
+    seen, ratios = set(), {"priced": [], "counted": []}
+    for _, report in reports:
+        for trial in report.trials:
+            plan, measured = trial.plan, trial.measured
+            if plan.torch_compile or plan.loss_kernel == LossKernel.LIGER or not (measured and measured.step_time_s):
+                continue
+            key = (report.model, plan.describe(), report.workload.seq_len)
+            if key in seen:
+                continue
+            seen.add(key)
+            seq = report.workload.seq_len
+            fields = {"method", "precision", "weights_dtype", "micro_batch_size", "gradient_accumulation_steps",
+                      "gradient_checkpointing", "attention", "loss_kernel", "activation_offloading", "optimizer"}
+            fields |= {"lora_rank", "lora_targets"} if Method.of(plan.method).spec.adapters else set()
+            est = api.estimate(report.model, gpu="h100-sxm", seq_len=seq, **plan.model_dump(include=fields),
+                               global_batch_size=plan.micro_batch_size * plan.gradient_accumulation_steps,
+                               torch_compile=False)
+            model = est.model
+            priced = priced_traffic(model, est.plan, seq)
+            mode = counted_traffic(model, est.plan, seq)
+            extra = (mode.traffic - priced) / bandwidth_bytes_per_s("h100-sxm") * plan.gradient_accumulation_steps
+            predicted = est.speed.step_time_s
+            top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
+            ratios["priced"].append(predicted / measured.step_time_s)
+            ratios["counted"].append((predicted + extra) / measured.step_time_s)
+            lines.append(f"| {report.model} | {plan.describe()} | {priced / 1e9:.1f} | {mode.traffic / 1e9:.1f} | "
+                         f"{mode.traffic / priced:.2f} | {predicted:.3f} | {predicted + extra:.3f} | "
+                         f"{measured.step_time_s:.3f} | " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
+            print(lines[-1], file=sys.stderr)
+    return ratios
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -205,53 +258,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)")
     args = parser.parse_args(argv)
 
-    from advisor.app import api
-    from advisor.engine.checkpointing import recompute_shares
-    from advisor.engine.memory import activation_traffic_bytes
-    from probes.gpu_catalog import catalog
-
     import importlib.metadata
     from datetime import date
 
     _, reports = read_records([Path(args.records)])
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes"))
-    seen, ratios = set(), {"priced": [], "counted": []}
     lines = [f"# Eager memory traffic: counted on fake tensors against the speed model's ({date.today()})", "",
              f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
              f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward; steps in seconds "
-             "on the H100 the records come from; 70 % of its datasheet bandwidth, as the speed model takes it. "
+             "on the H100 the records come from; its datasheet bandwidth at the share the speed model takes. "
              "Compiled and Liger rows are left out (their fused kernels are not eager's).", ""]
     lines += ["| model | plan | priced GB | counted GB | counted / priced | predicted s | with counted s | "
               "measured s | top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
-    for _, report in reports:
-        for trial in report.trials:
-            plan, measured = trial.plan, trial.measured
-            if plan.torch_compile or plan.loss_kernel == "liger" or measured is None or not measured.step_time_s:
-                continue  # compile's and Liger's fused kernels are not what eager runs (nor do they run on fakes)
-            key = (report.model, plan.describe(), report.workload.seq_len)
-            if key in seen:
-                continue
-            seen.add(key)
-            seq = report.workload.seq_len
-            fields = {"method", "precision", "weights_dtype", "micro_batch_size", "gradient_accumulation_steps",
-                      "gradient_checkpointing", "attention", "loss_kernel", "activation_offloading", "optimizer"}
-            fields |= {"lora_rank", "lora_targets"} if plan.method in ("lora", "qlora") else set()
-            est = api.estimate(report.model, gpu="h100-sxm", seq_len=seq, **plan.model_dump(include=fields),
-                               global_batch_size=plan.micro_batch_size * plan.gradient_accumulation_steps,
-                               torch_compile=False)
-            model = est.model
-            priced = activation_traffic_bytes(model, est.plan, seq) * (3.0 + recompute_shares(model, est.plan)[0])
-            mode = counted_traffic(model, est.plan, seq)
-            bandwidth = catalog()["h100-sxm"].memory_bandwidth_gbps * 1e9 * 0.7  # speed.py's 70 % of the datasheet
-            extra = (mode.traffic - priced) / bandwidth * plan.gradient_accumulation_steps
-            predicted = est.speed.step_time_s
-            top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
-            ratios["priced"].append(predicted / measured.step_time_s)
-            ratios["counted"].append((predicted + extra) / measured.step_time_s)
-            lines.append(f"| {report.model} | {plan.describe()} | {priced / 1e9:.1f} | {mode.traffic / 1e9:.1f} | "
-                         f"{mode.traffic / priced:.2f} | {predicted:.3f} | {predicted + extra:.3f} | "
-                         f"{measured.step_time_s:.3f} | " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
-            print(lines[-1], file=sys.stderr)
+    ratios = device_rows(reports, lines)
     for label, values in ratios.items():
         if values:
             lines.append(f"\npredicted / measured with the {label} traffic: median {statistics.median(values):.2f}, "
@@ -272,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
             if values:
                 lines.append(f"\npredicted / published with the {label} traffic: median "
                              f"{statistics.median(values):.2f}, range {min(values):.2f}-{max(values):.2f}, "
-                             f"{sum(0.8 <= v <= 1.25 for v in values)} of {len(values)} within 1.25x")
+                             f"{sum(map(published.within, values))} of {len(values)} within 1.25x")
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out:

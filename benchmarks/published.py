@@ -534,7 +534,8 @@ def ratios(results: list[Result]) -> list[tuple[str, str, float]]:
     return out
 
 
-def _within(x: float, factor: float = 1.25) -> bool:
+def within(x: float, factor: float = 1.25) -> bool:
+    """Whether a ratio is within ``factor`` either way."""
     return 1 / factor <= x <= factor
 
 
@@ -561,9 +562,9 @@ def summary(results: list[Result]) -> dict[str, str]:
         "fit at capacity": (f"fit at capacity: n={len(fits)} agree "
                             f"{sum(r.fits_published == r.fits_capacity for r in fits)}"),
         "ratio": (f"ratio: n={len(pairs)} median {statistics.median(pairs):.2f}× "
-                  f"within-1.25x {sum(map(_within, pairs))}") if pairs else "ratio: n=0",
+                  f"within-1.25x {sum(map(within, pairs))}") if pairs else "ratio: n=0",
         "throughput": (f"throughput: n={len(rates)} median predicted/published {statistics.median(rates):.2f} "
-                       f"within-1.25x {sum(map(_within, rates))}") if rates else "throughput: n=0",
+                       f"within-1.25x {sum(map(within, rates))}") if rates else "throughput: n=0",
         "memory ratio": (f"memory ratio: n={len(memory_ratios)} median {statistics.median(memory_ratios):.2f} "
                          f"p10 {_quantile(memory_ratios, 0.1):.2f} p90 {_quantile(memory_ratios, 0.9):.2f}")
         if memory_ratios else "memory ratio: n=0",

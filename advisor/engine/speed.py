@@ -170,6 +170,11 @@ FP8_GEMM_SPEEDUP = 1.5
 #: within 7-13 % and which barely constrain it (0.35 moves their ratios by 1 %).
 COMPILE_ELEMENTWISE_TRAFFIC = 0.5
 
+#: The share of the datasheet memory bandwidth that memory-bound work (elementwise traffic, 4-bit dequantization,
+#: the optimizer's update) sustains: STREAM-like copies reach 70-90 % of HBM's peak, and the step's many small
+#: kernels sit at the low end. Not fitted on its own: the GEMM ceiling above was fitted with it.
+BANDWIDTH_SHARE = 0.7
+
 
 def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_efficiency: float) -> float:
     """Fraction of the 16-bit peak the plan's attention kernel reaches, forward + backward
@@ -263,7 +268,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         else model.num_parameters
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
-        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * 0.7)
+        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
     act_traffic = (activation_traffic_bytes(model, plan, seq_len) * row / seq_len
                    * (3.0 + recompute_shares(model, plan)[0]) / pp)
     if tp > 1:
@@ -271,7 +276,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if plan.torch_compile:
         act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
-    micro_time = compute + act_traffic / (bandwidth * 0.7) + mp_comm
+    micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu)
     k = plan.gradient_accumulation_steps
@@ -279,7 +284,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     params_here = trained / (tp * pp) / (plan.data_parallel_size if sharded else 1)
     if plan.expert_parallel_size > 1 and not sharded and not method.spec.adapters:
         params_here = local_parameters(model, plan)  # each replica steps its own experts only
-    optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * 0.7)
+    optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * BANDWIDTH_SHARE)
     if Offload.of(plan.offload).optimizer:
         optimizer_time = offload_seconds(model, plan, compute)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s, compute)
