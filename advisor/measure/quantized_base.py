@@ -41,9 +41,10 @@ def missing_reason() -> str | None:
     return None
 
 
-def quantize_skeleton(net, plan: Plan) -> None:
+def quantize_skeleton(net, plan: Plan):
     """Swap ``net``'s linear layers for bitsandbytes' 4-bit ones in place, as transformers' quantizer does before
-    ``from_pretrained`` loads weights (``net`` on the meta device).
+    ``from_pretrained`` loads weights (``net`` on the meta device); returns the quantizer (transformers'
+    ``HfQuantizer``).
 
     Raises:
         UsageError: bitsandbytes is not installed.
@@ -53,10 +54,12 @@ def quantize_skeleton(net, plan: Plan) -> None:
         raise UsageError(reason)
     import torch
 
-    quantizer_of(plan).preprocess_model(net, device_map={"": "cpu"})
+    quantizer = quantizer_of(plan)
+    quantizer.preprocess_model(net, device_map={"": "cpu"})
     net.is_loaded_in_4bit = True  # what the quantizer's post-processing sets once the weights are loaded
     with torch.device("cpu"):  # the skeleton is built under torch.device("meta")
         code_book()
+    return quantizer
 
 
 def random_quantized(auto, config, plan: Plan, device, dtype_kwargs: dict):
@@ -80,7 +83,7 @@ def random_quantized(auto, config, plan: Plan, device, dtype_kwargs: dict):
 
     with init_empty_weights(include_buffers=False):
         net = auto.from_config(config, **dtype_kwargs)
-    quantize_skeleton(net, plan)
+    quantizer = quantize_skeleton(net, plan)
     net.tie_weights()  # on the skeleton, so a tied head is made once (the loop keeps shared parameters shared)
     dtype = next(iter(dtype_kwargs.values()), torch.float32)
     std = getattr(config, "initializer_range", 0.02)
@@ -104,7 +107,7 @@ def random_quantized(auto, config, plan: Plan, device, dtype_kwargs: dict):
             made[id(param)] = module._parameters[name] = real
         for name, buffer in list(module.named_buffers(recurse=False)):
             module._buffers[name] = buffer.to(device)
-    net.hf_quantizer = quantizer_of(plan)
+    net.hf_quantizer = quantizer
     net.is_quantized = True
     return net
 
