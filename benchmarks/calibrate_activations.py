@@ -107,15 +107,24 @@ def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
                 weights_dtype=weights, method=method, **extra)
 
 
-def _run(model_id: str, layer_keys: list[str], ffn_key: str, ffn0: int, variant: tuple, ckpt: bool,
-         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256, task: str | None = None) -> dict:
+def design_config(model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, layers: int, ffn_mult: int,
+                  vocab_extra: int) -> dict:
+    """The family's config.json dict at a design row's shape: ``layers`` blocks (each of ``layer_keys``), the FFN
+    width times ``ffn_mult`` (``default_ffn(raw)`` where the config leaves it out), ``vocab_extra`` more rows."""
     raw = dict(load_config(model_id)[0])
+    ffn0 = raw.get(ffn_key) or default_ffn(raw)
     for key in layer_keys:
         raw[key] = layers
     raw[ffn_key] = ffn0 * ffn_mult
     raw["vocab_size"] = raw["vocab_size"] + vocab_extra
     if isinstance(raw.get("pad_token_id"), int) and raw["pad_token_id"] >= raw["vocab_size"]:  # the small vocabulary
         raw["pad_token_id"] = raw["vocab_size"] - 1  # of the block-backward design (phi3 pads with id 32000)
+    return raw
+
+
+def _run(model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, variant: tuple, ckpt: bool,
+         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256, task: str | None = None) -> dict:
+    raw = design_config(model_id, layer_keys, ffn_key, default_ffn, layers, ffn_mult, vocab_extra)
     prof = profile_from_config(raw, model_id, task=task)
     plan = _plan(variant, ckpt, b)
     result = simulate(prof, plan, seq, steps=1, config=raw)
@@ -150,10 +159,9 @@ def _transformers_runner(family: str, variant: tuple, task: str | None):
     decoder pair."""
     model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
     raw = load_config(model_id)[0]
-    ffn0 = raw.get(ffn_key) or default_ffn(raw)
 
     def run(ckpt, *design):
-        return _run(model_id, layer_keys, ffn_key, ffn0, variant, ckpt, *design, task=task)
+        return _run(model_id, layer_keys, ffn_key, default_ffn, variant, ckpt, *design, task=task)
 
     pairs = profile_from_config(raw, model_id, task=task).family == Family.ENCODER_DECODER
     return run, SMALL_VOCABULARY - raw["vocab_size"], pairs

@@ -1,17 +1,19 @@
-"""The memory traffic of an eager training step, counted op by op on fake tensors, against what the speed model
-prices (issue 13, item 4: why the H100 trials ran slower than predicted).
+"""The memory traffic of an eager training step, counted op by op on fake tensors, against the speed model's traffic
+model (issue 13, item 4: why the H100 trials ran slower than first predicted).
 
 Usage: python benchmarks/eager_traffic.py [--records benchmarks/results/validate_h100-sxm.jsonl] [--out FILE]
+[--published SOURCE ...]
 
-The speed model (:mod:`advisor.engine.speed`) prices a micro-batch's memory-bound work as the activations its forward
-produces, read and written about (3 + r) times (:func:`advisor.engine.memory.activation_traffic_bytes`), at
-:data:`advisor.engine.speed.BANDWIDTH_SHARE` of the GPU's bandwidth. Here each record's plan runs one micro-batch through the simulator's model (the same transformers
-model, PEFT adapters and autocast as a trial; fake tensors, so nothing is computed) under a ``TorchDispatchMode`` that
-adds, per aten op, the bytes of its tensor inputs and outputs: matmuls (``mm``, ``addmm``, ``bmm``...) and the fused
-attention kernels apart, views and metadata ops as nothing, every other op (casts, norms, activations, dropout,
-rotary, residual adds, the loss, LoRA's scaling and sums) as memory traffic. It prints, per trial, the priced and the
-counted traffic of one micro-batch, and the step time the speed model gives with the counted traffic in place of
-the priced one, beside the measured step. Eager steps only: a compiled plan's fused kernels are not what eager runs.
+Each record's plan runs one micro-batch through the simulator's model (the same transformers model, PEFT adapters and
+autocast as a trial; fake tensors, so nothing is computed) under a ``TorchDispatchMode`` that adds, per aten op, the
+bytes of its tensor inputs and outputs: matmuls (``mm``, ``addmm``, ``bmm``...) and the fused attention kernels apart,
+views and metadata ops as nothing, every other op (casts, norms, activations, dropout, rotary, residual adds, the
+loss, LoRA's scaling and sums) as memory traffic. ``benchmarks/calibrate_traffic.py`` fits the same count on few-layer
+designs (:mod:`advisor.engine.traffic`); here it is counted at each trial's (and published run's) own shape and set
+beside what the traffic model gives there and beside the former price, the saved activations read and written
+(3 + r) times (:func:`advisor.engine.memory.activation_traffic_bytes`), which had the H100 trials predicted 1.5x too
+fast; with the step time the speed model now predicts and the measured (or published) one. Eager steps only:
+a compiled or Liger plan's fused kernels are not what eager runs, nor do they run on fake tensors.
 """
 
 from __future__ import annotations
@@ -42,27 +44,29 @@ COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_produ
 NO_KERNEL_OPS = ("detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
                  "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t")
 
+#: aten ops that read an input only at the rows their indices name, by the input's position: an embedding lookup
+#: reads the looked-up rows (its output's bytes), not the whole table; the loss reads the target tokens'
+#: log-probabilities, not every logit (its gradient is still written whole)
+GATHERED_INPUTS = {"embedding": (0,), "nll_loss_forward": (0,), "nll_loss_backward": (1,)}
 
-def priced_traffic(model, plan, seq_len: int) -> float:
-    """The memory traffic of one micro-batch as :mod:`advisor.engine.speed` prices it, bytes: the activations the
-    forward produces, written and read back (3 + r) times (r: checkpointing's recomputed share)."""
+#: ops whose traffic the speed model prices apart: bitsandbytes' 4-bit dequantization and matmul (QLoRA's base
+#: weights, ``advisor.engine.communication.DEQUANT_BYTES_PER_PARAM``)
+PRICED_APART_OPS = ("dequantize_4bit", "gemm_4bit", "dequantize_blockwise", "quantize_4bit")
+
+
+def former_traffic(model, plan, seq_len: int) -> float:
+    """The memory traffic of one micro-batch as the speed model priced it before the count, bytes: the activations
+    the forward produces, written and read back (3 + r) times (r: checkpointing's recomputed share)."""
     from advisor.engine.checkpointing import recompute_shares
     from advisor.engine.memory import activation_traffic_bytes
 
     return activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0])
 
 
-def bandwidth_bytes_per_s(gpu_id: str) -> float:
-    """The catalog GPU's memory bandwidth at the share the speed model takes (:data:`BANDWIDTH_SHARE`), bytes/s."""
-    from advisor.engine.speed import BANDWIDTH_SHARE
-    from probes.gpu_catalog import catalog
-
-    return catalog()[gpu_id].memory_bandwidth_gbps * 1e9 * BANDWIDTH_SHARE
-
-
 def traffic_mode():
-    """A ``TorchDispatchMode`` adding each op's input and output bytes to ``.traffic`` (views and metadata ops:
-    nothing; :data:`COMPUTE_OPS`: to ``.compute_bytes``), per op name in ``.by_op``."""
+    """A ``TorchDispatchMode`` adding each op's input and output bytes to ``.traffic`` (views and metadata ops and
+    :data:`PRICED_APART_OPS`: nothing; :data:`COMPUTE_OPS`: to ``.compute_bytes``; the inputs of
+    :data:`GATHERED_INPUTS`: nothing, their output counts the rows read), per op name in ``.by_op``."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -77,12 +81,14 @@ def traffic_mode():
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if func.is_view or name in NO_KERNEL_OPS:
+            if func.is_view or name in NO_KERNEL_OPS or name in PRICED_APART_OPS:
                 return out
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             if not outputs:  # a metadata query (device, size, is_contiguous...): no kernel
                 return out
-            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)] + outputs
+            gathered = GATHERED_INPUTS.get(name, ())
+            inputs = [a for i, a in enumerate(args) if i not in gathered]
+            tensors = [t for t in tree_flatten((inputs, kwargs))[0] if isinstance(t, torch.Tensor)] + outputs
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
             if name in COMPUTE_OPS:
                 self.compute_bytes += nbytes
@@ -95,8 +101,9 @@ def traffic_mode():
 
 
 def counted_traffic(model, plan, seq_len: int, raw: dict | None = None):
-    """One micro-batch (forward and backward) of ``plan`` on fake tensors under :func:`traffic_mode`: the mode.
-    ``raw``: the config.json dict (default: read from the model's id or path)."""
+    """One micro-batch (forward and backward) of ``plan`` on fake tensors under :func:`traffic_mode`: the mode, its
+    ``.forward_traffic`` the forward's share (bytes). ``raw``: the config.json dict (default: read from the model's
+    id or path)."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -116,69 +123,28 @@ def counted_traffic(model, plan, seq_len: int, raw: dict | None = None):
         with mode:
             with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
                 loss = net(**batch).loss
+            mode.forward_traffic = mode.traffic
             loss.backward()
     return mode
 
 
-#: The fit's design (``--fit``): (layers, FFN multiple of the model's, extra vocabulary rows, micro-batch, seq-len)
-FIT_DESIGN = [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (3, 1, 0, 2, 256), (2, 2, 0, 2, 256), (2, 1, 4096, 2, 256),
-              (2, 1, 0, 4, 256), (2, 1, 0, 2, 512), (3, 2, 4096, 1, 512), (1, 1, 0, 1, 128), (3, 1, 0, 4, 512),
-              (1, 2, 0, 4, 128), (3, 1, 4096, 2, 128), (2, 2, 0, 1, 1024), (1, 1, 4096, 4, 1024)]
+def _traffic_cells(model, plan, seq_len: int) -> tuple[str, float, object]:
+    """(the former, counted and modelled traffic as markdown cells, modelled / counted, the counting mode)."""
+    from advisor.engine.traffic import elementwise_traffic_bytes
 
-
-def fit_traffic(model_id: str, plan_options: dict, seq_len: int, micro_batch: int) -> dict:
-    """Whether an eager step's counted traffic is linear in the shapes the activation columns use, so that it can be
-    calibrated as they are: fits traffic = L·(a·sbh + b·sbf + e) + c·sbv + d·sbh + g (e, g: the weights' casts and
-    other per-layer and per-step constants) over :data:`FIT_DESIGN` (the model at
-    its own width, few layers), then predicts the model's own shape at ``seq_len`` × ``micro_batch`` and counts it.
-    Returns ``plan``, ``coef`` (a, b, c, d in bytes per element; e, g in bytes), ``worst`` (the design's worst
-    relative residual), ``predicted`` and ``counted`` (bytes)."""
-    import numpy as np
-
-    from advisor.app import api
-    from probes.model import load_config, profile_from_config
-
-    raw0 = dict(load_config(model_id)[0])
-    full = api.estimate(model_id, gpu="h100-sxm", seq_len=seq_len, micro_batch_size=micro_batch,
-                        global_batch_size=micro_batch, torch_compile=False, **plan_options)
-    layers_key, ffn_key = "num_hidden_layers", "intermediate_size"
-
-    def row(layers: int, ffn_mult: int, extra_v: int, b: int, s: int) -> tuple[list[float], float]:
-        raw = {**raw0, layers_key: layers, ffn_key: raw0[ffn_key] * ffn_mult, "vocab_size": raw0["vocab_size"] + extra_v}
-        prof = profile_from_config(raw, model_id)
-        plan = full.plan.model_copy(update={"micro_batch_size": b})
-        sb = s * b
-        features = [layers * sb * prof.hidden_size, layers * sb * prof.ffn_size, sb * prof.vocab_size,
-                    sb * prof.hidden_size, layers, 1.0]
-        return features, counted_traffic(prof, plan, s, raw).traffic
-
-    rows = [row(*design) for design in FIT_DESIGN]
-    a, y = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
-    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
-    worst = float(np.max(np.abs(a @ coef - y) / y))
-    m, sb = full.model, seq_len * micro_batch
-    predicted = float(coef @ [m.num_layers * sb * m.hidden_size, m.num_layers * sb * m.ffn_size, sb * m.vocab_size,
-                              sb * m.hidden_size, m.num_layers, 1.0])
-    return {"plan": full.plan, "coef": [float(c) for c in coef], "worst": worst, "predicted": predicted,
-            "counted": counted_traffic(m, full.plan, seq_len).traffic, "layers": m.num_layers}
-
-
-def fit_line(model_id: str, fit: dict, seq_len: int, micro_batch: int) -> str:
-    """:func:`fit_traffic`'s result as a markdown line."""
-    a, b, c, d, e, g = fit["coef"]
-    return (f"- {model_id}, {fit['plan'].describe()}: bytes per element a (L·sbh) {a:.1f}, b (L·sbf) {b:.1f}, "
-            f"c (sbv) {c:.1f}, d (sbh) {d:.1f}, per layer {e / 1e6:.1f} MB, constant {g / 1e6:.1f} MB; worst "
-            f"residual over the {len(FIT_DESIGN)}-row design {fit['worst']:.2%}; at {micro_batch} × {seq_len} and "
-            f"its {fit['layers']} layers predicted {fit['predicted'] / 1e9:.1f} GB, counted "
-            f"{fit['counted'] / 1e9:.1f} GB ({fit['predicted'] / fit['counted'] - 1:+.2%})")
+    former = former_traffic(model, plan, seq_len)
+    mode = counted_traffic(model, plan, seq_len)
+    modelled = elementwise_traffic_bytes(model, plan, seq_len)
+    cells = f"{former / 1e9:.0f} | {mode.traffic / 1e9:.0f} | {modelled / 1e9:.0f} | {modelled / mode.traffic:.2f}"
+    return cells, modelled / mode.traffic, mode
 
 
 def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
     """The same comparison for the published runs of ``benchmarks/published/SOURCE.jsonl`` that state tokens/s per
-    GPU and are not compiled (mapped as ``benchmarks/published.py`` maps them): markdown rows, and predicted /
-    published with the priced and with the counted traffic. Each GPU runs the whole model on its micro-batch, so
-    its elementwise traffic is a one-GPU step's whatever the sharding."""
-    rows, priced_ratios, counted_ratios = [], [], []
+    GPU and are neither compiled nor Liger's (mapped as ``benchmarks/published.py`` maps them): markdown rows, the
+    modelled over the counted traffic, and predicted / published tokens/s per GPU. Each GPU runs the whole model on
+    its micro-batch, so its elementwise traffic is a one-GPU step's whatever the sharding."""
+    rows, traffic_ratios, rate_ratios = [], [], []
     for case in (c for c in published.load_cases() if c["_file"] == source):
         rate = case["measured"].get("tokens_per_s_per_gpu")
         if not rate:
@@ -188,35 +154,29 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
         except published.Skip:
             continue
         plan, seq = est.plan, est.workload.seq_len
-        if plan.torch_compile:
+        if plan.torch_compile or plan.loss_kernel == LossKernel.LIGER:
             continue
-        priced = priced_traffic(profile, plan, seq)
         try:
-            counted = counted_traffic(profile, plan, seq).traffic
+            cells, ratio, _ = _traffic_cells(profile, plan, seq)
         except Exception as exc:  # noqa: BLE001 - what the simulator cannot run (a mixture of experts' grouped_mm)
             print(f"{case['id']}: not counted ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
                   file=sys.stderr)
             continue
-        bandwidth = bandwidth_bytes_per_s(published.hardware_options(case, [])["gpu"].split(":")[0])
-        extra = (counted - priced) / bandwidth * plan.gradient_accumulation_steps
-        step = est.speed.step_time_s
         predicted = est.speed.tokens_per_s / plan.num_gpus
-        priced_ratios.append(predicted / rate)
-        counted_ratios.append(predicted * step / (step + extra) / rate)
-        rows.append(f"| {case['id']} | {plan.describe()} | {priced / 1e9:.0f} | {counted / 1e9:.0f} | "
-                    f"{counted / priced:.2f} | {predicted:,.0f} | {predicted * step / (step + extra):,.0f} | "
-                    f"{rate:,.0f} |")
+        traffic_ratios.append(ratio)
+        rate_ratios.append(predicted / rate)
+        rows.append(f"| {case['id']} | {plan.describe()} | {cells} | {predicted:,.0f} | {rate:,.0f} |")
         print(rows[-1], file=sys.stderr)
-    return rows, priced_ratios, counted_ratios
+    return rows, traffic_ratios, rate_ratios
 
 
 def device_rows(reports, lines: list[str]) -> dict[str, list[float]]:
     """Appends to ``lines`` a markdown row per eager trial plan of ``reports`` (each once; compiled and Liger plans
-    left out: their fused kernels are not eager's, nor do they run on fake tensors); returns predicted / measured
-    step time with the priced and with the counted traffic."""
+    left out: their fused kernels are not eager's, nor do they run on fake tensors); returns the modelled over the
+    counted traffic and the predicted over the measured step time."""
     from advisor.app import api
 
-    seen, ratios = set(), {"priced": [], "counted": []}
+    seen, ratios = set(), {"traffic": [], "step": []}
     for _, report in reports:
         for trial in report.trials:
             plan, measured = trial.plan, trial.measured
@@ -233,27 +193,25 @@ def device_rows(reports, lines: list[str]) -> dict[str, list[float]]:
             est = api.estimate(report.model, gpu="h100-sxm", seq_len=seq, **plan.model_dump(include=fields),
                                global_batch_size=plan.micro_batch_size * plan.gradient_accumulation_steps,
                                torch_compile=False)
-            model = est.model
-            priced = priced_traffic(model, est.plan, seq)
-            mode = counted_traffic(model, est.plan, seq)
-            extra = (mode.traffic - priced) / bandwidth_bytes_per_s("h100-sxm") * plan.gradient_accumulation_steps
+            cells, ratio, mode = _traffic_cells(est.model, est.plan, seq)
             predicted = est.speed.step_time_s
             top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
-            ratios["priced"].append(predicted / measured.step_time_s)
-            ratios["counted"].append((predicted + extra) / measured.step_time_s)
-            lines.append(f"| {report.model} | {plan.describe()} | {priced / 1e9:.1f} | {mode.traffic / 1e9:.1f} | "
-                         f"{mode.traffic / priced:.2f} | {predicted:.3f} | {predicted + extra:.3f} | "
+            ratios["traffic"].append(ratio)
+            ratios["step"].append(predicted / measured.step_time_s)
+            lines.append(f"| {report.model} | {plan.describe()} | {cells} | {predicted:.3f} | "
                          f"{measured.step_time_s:.3f} | " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
             print(lines[-1], file=sys.stderr)
     return ratios
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, range {min(values):.2f}-{max(values):.2f} (n={len(values)})"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", default=str(ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"))
     parser.add_argument("--out", help="also write the markdown here")
-    parser.add_argument("--fit", action="store_true", help="also fit the traffic's linear form for Llama-3.1-8B "
-                        "(full bf16 and LoRA) and check it at the model's own shape (fit_traffic)")
     parser.add_argument("--published", nargs="*", default=[], metavar="SOURCE",
                         help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)")
     args = parser.parse_args(argv)
@@ -263,35 +221,28 @@ def main(argv: list[str] | None = None) -> None:
 
     _, reports = read_records([Path(args.records)])
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes"))
-    lines = [f"# Eager memory traffic: counted on fake tensors against the speed model's ({date.today()})", "",
+    lines = [f"# Eager memory traffic: counted on fake tensors against the traffic model ({date.today()})", "",
              f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
-             f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward; steps in seconds "
-             "on the H100 the records come from; its datasheet bandwidth at the share the speed model takes. "
-             "Compiled and Liger rows are left out (their fused kernels are not eager's).", ""]
-    lines += ["| model | plan | priced GB | counted GB | counted / priced | predicted s | with counted s | "
-              "measured s | top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
+             f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward, in GB: former "
+             "(the saved activations × (3 + r), the price before the count), counted at the run's own shape, and "
+             "modelled (`advisor.engine.traffic`, fitted on 1-3 layer designs by `benchmarks/calibrate_traffic.py`); "
+             "steps in seconds on the H100 the records come from. Compiled and Liger rows are left out (their fused "
+             "kernels are not eager's).", ""]
+    lines += ["| model | plan | former GB | counted GB | modelled GB | modelled / counted | predicted s | measured s | "
+              "top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
     ratios = device_rows(reports, lines)
-    for label, values in ratios.items():
-        if values:
-            lines.append(f"\npredicted / measured with the {label} traffic: median {statistics.median(values):.2f}, "
-                         f"range {min(values):.2f}-{max(values):.2f} (n={len(values)})")
-    if args.fit:
-        lines += ["", "Linear in the activation columns' shapes (the model's width, 1-3 layers; `--fit`):", ""]
-        for options in ({"method": "lora", "precision": "bf16", "weights_dtype": "bf16", "attention": "sdpa"},
-                        {"method": "full", "precision": "bf16", "weights_dtype": "bf16", "attention": "sdpa"}):
-            lines.append(fit_line("meta-llama/Llama-3.1-8B", fit_traffic("meta-llama/Llama-3.1-8B", options, 2048, 2),
-                                  2048, 2))
-            print(lines[-1], file=sys.stderr)
+    if ratios["step"]:
+        lines += ["", f"modelled / counted traffic: {_spread(ratios['traffic'])}",
+                  "", f"step time predicted / measured: {_spread(ratios['step'])}"]
     for source in args.published:
-        rows, priced_r, counted_r = published_rows(source)
+        rows, traffic_r, rate_r = published_rows(source)
         lines += ["", f"Published runs of `benchmarks/published/{source}.jsonl` (tokens/s per GPU, eager):", "",
-                  "| case | plan | priced GB | counted GB | counted / priced | predicted tokens/s | with counted | "
+                  "| case | plan | former GB | counted GB | modelled GB | modelled / counted | predicted tokens/s | "
                   "published |", "|---|---|---|---|---|---|---|---|", *rows]
-        for label, values in (("priced", priced_r), ("counted", counted_r)):
-            if values:
-                lines.append(f"\npredicted / published with the {label} traffic: median "
-                             f"{statistics.median(values):.2f}, range {min(values):.2f}-{max(values):.2f}, "
-                             f"{sum(map(published.within, values))} of {len(values)} within 1.25x")
+        if rate_r:
+            lines += ["", f"modelled / counted traffic: {_spread(traffic_r)}", "",
+                      f"tokens/s predicted / published: {_spread(rate_r)}, {sum(map(published.within, rate_r))} of "
+                      f"{len(rate_r)} within 1.25x"]
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out:

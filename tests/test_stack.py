@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from advisor.app.api import estimate, recommend
+from advisor.engine.decisions import GAIN_THRESHOLD
 from conftest import hardware
 from probes.errors import AdvisorError, UsageError
 from probes.kernels import Attention, LossKernel, loss_kept
@@ -175,7 +176,10 @@ def test_a_missing_package_that_would_make_the_plan_faster_is_a_gain_with_its_pl
     (gain,) = [g for g in rec.gains if g.setting == "loss_kernel"]
     assert (gain.value, gain.package, gain.install) == ("liger", "liger-kernel", "pip install liger-kernel")
     assert gain.plan.method == "lora" and gain.plan.loss_kernel == "liger"
-    assert gain.speedup == pytest.approx(gain.tokens_per_s / rec.speed.tokens_per_s) and gain.speedup > 1.03
+    # faster, by more than the least speed-up a gain names (1.5 % since the memory traffic is counted: QLoRA's
+    # dequantization against LoRA's larger eager traffic)
+    assert gain.speedup == pytest.approx(gain.tokens_per_s / rec.speed.tokens_per_s)
+    assert gain.speedup > GAIN_THRESHOLD
     assert gain.device_bytes <= rec.memory.usable_bytes
     # installed where the plan trains: the planner takes it, and nothing is left to gain from it
     here = hardware({"gpu": "l4", "gpu_overrides": {}, "host": {"packages": {"liger_kernel": "0.6.2"}}})

@@ -22,7 +22,8 @@ import math
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
-from advisor.engine.memory import MemoryEstimate, activation_traffic_bytes
+from advisor.engine.memory import MemoryEstimate
+from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
@@ -110,13 +111,17 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 
 
 #: The fraction of the 16-bit tensor-core peak large GEMMs approach on Ampere and newer (before the saturation in
-#: tokens and hidden size of :func:`_efficiency`: 0.69 at h = 4096). Fitted to the 36 published runs with a rate in
-#: ``benchmarks/published/*.jsonl`` (flash-attention, torchtitan A100 / H100 / H200, NeMo AutoModel, NeMo, DeepSpeed,
-#: lightning-thunder: 6 sources; median predicted / published 0.94 at 0.75 with 27 of 36 within 1.25x, 0.90 at 0.70
-#: with 24, 0.64 at the former 0.50, which had been set from the seeds' V100 BERT runs alone). cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix
-#: Multiplication Background User's Guide", https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-
-#: multiplication/index.html), so this is a plausible ceiling, not a free parameter.
-TENSOR16_TOP = 0.75
+#: tokens and hidden size of :func:`_efficiency`: 0.75 at h = 4096). Fitted jointly with :data:`BANDWIDTH_SHARE`, once
+#: the memory-bound work was priced at the counted traffic (:mod:`advisor.engine.traffic`), on a grid of 0.75 / 0.80 /
+#: 0.85 × 0.7 / 0.8 / 0.9 against the 47 published runs with tokens/s per GPU in ``benchmarks/published/*.jsonl`` (7
+#: sources: flash-attention, fms-acceleration, NeMo AutoModel, NeMo, torchtitan A100 / H100 / H200; median predicted /
+#: published 0.99, 43 of 47 within 1.25x) and the 13 plans of the H100 trials (``benchmarks/results/
+#: validate_h100-sxm.jsonl``: step time predicted / measured median 0.96). 0.75 gave 0.95 and 0.99, 0.85 gave 1.03
+#: and 0.93 with 39 within 1.25x. (Before the traffic was counted, 0.75 had been fitted with a traffic 3-5x too small.)
+#: cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix Multiplication Background User's Guide",
+#: https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html), so this is a
+#: plausible ceiling, not a free parameter.
+TENSOR16_TOP = 0.8
 #: The same on Volta and Turing (first- and second-generation tensor cores), fitted to the seeds' V100 BERT runs
 #: (HF guide, ../shared/seeds/003: fp16 "almost twice as fast" as fp32, checkpointing 20-30 % slower).
 TENSOR16_TOP_VOLTA = 0.50
@@ -162,18 +167,10 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
 FP8_GEMM_SPEEDUP = 1.5
 
 
-#: The share of the elementwise traffic left once Inductor fuses chains of pointwise ops into single kernels (each
-#: tensor read and written once per chain, not once per op), beyond the saved activations it drops
-#: (:func:`advisor.engine.structural.fused_layer_savings`): a chain read and written once instead of about twice. Checked
-#: against the three published compile-on / compile-off pairs of two sources (torchtitan Llama 3.1 8B on 8 and 128
-#: H100s: +16 %; lightning-thunder open_llama_3b on one A100: +22 %; ``benchmarks/published``), which it predicts
-#: within 7-13 % and which barely constrain it (0.35 moves their ratios by 1 %).
-COMPILE_ELEMENTWISE_TRAFFIC = 0.5
-
 #: The share of the datasheet memory bandwidth that memory-bound work (elementwise traffic, 4-bit dequantization,
-#: the optimizer's update) sustains: STREAM-like copies reach 70-90 % of HBM's peak, and the step's many small
-#: kernels sit at the low end. Not fitted on its own: the GEMM ceiling above was fitted with it.
-BANDWIDTH_SHARE = 0.7
+#: the optimizer's update) sustains: STREAM-like copies reach 80-90 % of HBM's peak. Fitted with :data:`TENSOR16_TOP`
+#: (see there: 0.8 of 0.7 / 0.8 / 0.9; 0.9 put the H100 trials at 0.92 and 41 published runs within 1.25x).
+BANDWIDTH_SHARE = 0.8
 
 
 def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_efficiency: float) -> float:
@@ -269,12 +266,8 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
-    act_traffic = (activation_traffic_bytes(model, plan, seq_len) * row / seq_len
-                   * (3.0 + recompute_shares(model, plan)[0]) / pp)
-    if tp > 1:
-        act_traffic /= tp  # tensor + sequence parallel split every activation of a layer (memory.py)
-    if plan.torch_compile:
-        act_traffic *= COMPILE_ELEMENTWISE_TRAFFIC
+    # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
+    act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp)
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,

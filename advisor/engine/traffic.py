@@ -1,0 +1,140 @@
+"""The memory-bound traffic of one micro-batch: the bytes that a step's elementwise kernels read and write.
+
+Every op that is not a matmul or an attention kernel (dtype casts, norms, activations, rotary embeddings, dropout,
+residual adds, the loss, LoRA's scaling and sums, autocast's weight casts) reads its inputs and writes its output
+through HBM, one kernel each in an eager step. ``benchmarks/calibrate_traffic.py`` counts those bytes op by op on
+fake-tensor steps of each calibrated family and class of step (the columns of ``advisor/data/activations.json``) and
+fits them, forward and backward apart, to :func:`traffic_features`; ``advisor/data/traffic.json`` holds the
+coefficients. Counted this way an eager step of Llama-3.1-8B moves 2.8-5.0x the saved activations × (3 + r) that the
+speed model priced before (``benchmarks/results/eager_traffic.md``), which was why the H100 trials ran 1.5x slower
+than predicted.
+
+Checkpointing recomputes the blocks' forward: their forward terms again, for the share of blocks (or, under op-level
+selective checkpointing, every pointwise op of each block) it recomputes (:func:`recompute_share`). Fused kernels
+(torch.compile, Liger) shrink the traffic as they shrink what the blocks save (the ratio of
+:func:`advisor.engine.memory.activation_traffic_bytes` with and without them; torch.compile's share on top,
+:data:`advisor.engine.speed.COMPILE_ELEMENTWISE_TRAFFIC`).
+
+Families without columns, LitGPT's and Megatron's steps fall back to the saved activations × (3 + r) times the
+median ratio of counted to that price over the calibrated columns (``traffic.json``'s ``_meta.fallback_ratio``);
+Megatron's fused layers take the plain price, as fused as compile's.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from advisor.engine.calibration import calibration_keys
+from advisor.engine.checkpointing import checkpointed_blocks, recompute_shares
+from advisor.engine.memory import activation_traffic_bytes
+from probes.adapters import quantized_parameters
+from probes.kernels import Attention, Checkpointing, Framework, LossKernel
+from probes.model import ModelProfile
+from probes.vocabulary import Family, Setting, Task
+from rules.facts import Plan
+
+#: The names of :func:`traffic_features`, in order: the first :data:`LAYER_FEATURES` are per block (recomputed under
+#: checkpointing)
+FEATURES = ("L·sbh", "L·sbf", "L·p", "L·bnss", "sbh", "sbv", "v·h", "nss")
+LAYER_FEATURES = 4
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    """The fitted traffic coefficients (benchmarks/calibrate_traffic.py)."""
+    return json.loads(resources.files("advisor").joinpath("data/traffic.json").read_text(encoding="utf-8"))
+
+
+def block_layers(model: ModelProfile) -> float:
+    """The blocks the fit counts: a T5 encoder + decoder layer pair as one (as the activation columns do)."""
+    return model.num_layers / 2 if model.family == Family.ENCODER_DECODER else float(model.num_layers)
+
+
+def traffic_features(model: ModelProfile, micro_batch: int, seq_len: int) -> list[float]:
+    """The shapes the traffic is linear in, in elements (:data:`FEATURES`): per block the s·b·h and s·b·ffn tensors,
+    its matmul weights p (autocast's casts of fp32 weights and their gradients') and the b·heads·s² scores (a model
+    that always runs eager attention: T5); once per step the embedding's and head's s·b·h, the logits' s·b·v (0
+    without a language-modelling head), the embedding table v·h and a heads·s² position bias (T5's)."""
+    layers = block_layers(model)
+    sb, nss = seq_len * micro_batch, model.num_attention_heads * seq_len * seq_len
+    per_block = quantized_parameters(model) / max(layers, 1)
+    lm = Task.of(model.task).language_modeling
+    return [layers * sb * model.hidden_size, layers * sb * model.ffn_size, layers * per_block,
+            layers * micro_batch * nss, sb * model.hidden_size, sb * model.vocab_size if lm else 0.0,
+            model.vocab_size * model.hidden_size, nss]
+
+
+def recompute_share(model: ModelProfile, plan: Plan) -> float:
+    """The share of the blocks' forward traffic the backward runs again: 0 without checkpointing, 1 under full and
+    under op-level selective checkpointing (it saves matmul outputs and recomputes every pointwise op), the
+    checkpointed blocks' share under layer-level."""
+    if not plan.gradient_checkpointing:
+        return 0.0
+    if Checkpointing.of(plan.checkpointing) is Checkpointing.SELECTIVE_LAYER:
+        return checkpointed_blocks(plan, model.num_layers) / max(model.num_layers, 1)
+    return 1.0
+
+
+def _column(model: ModelProfile, plan: Plan) -> dict | None:
+    """The traffic column of the plan's class of step: the model's family, its language-modelling task's column
+    (a classifier's blocks move what the LM's do; its head's s·b·v terms vanish with the feature)."""
+    if plan.framework != Framework.TRANSFORMERS:
+        return None
+    family = _table().get(model.model_type)
+    if not family:
+        return None
+    legacy = plan.model_copy(update={"legacy_bitsandbytes": False})  # the same ops, only what is saved differs
+    return next((family[k] for k in calibration_keys(legacy) if k in family), None)
+
+
+def eager_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float | None:
+    """Bytes one micro-batch of ``plan`` (its micro-batch, ``seq_len`` tokens a row) moves in elementwise kernels
+    in an eager step, forward + backward + recomputation, on one device before any model-parallel split; None
+    where the family has no traffic column (:func:`fallback_ratio` prices it)."""
+    c = _column(model, plan)
+    if c is None:
+        return None
+    x = traffic_features(model, plan.micro_batch_size, seq_len)
+    forward, backward = c["forward"], c["backward"]
+    layer_forward = sum(f * v for f, v in zip(forward[:LAYER_FEATURES], x))
+    total = sum(f * v for f, v in zip(forward, x)) + sum(b * v for b, v in zip(backward, x))
+    total += recompute_share(model, plan) * layer_forward
+    if Attention.of(plan.attention).spec.keeps_scores:
+        scores = block_layers(model) * plan.micro_batch_size * model.num_attention_heads * seq_len * seq_len
+        total += scores * (c["eager_forward"] * (1 + recompute_share(model, plan)) + c["eager_backward"])
+    return max(total, 0.0)
+
+
+def fallback_ratio() -> float:
+    """Counted eager traffic over the saved activations × 3, median over the calibrated columns (each at its
+    family's reference model, 2 × 1024 tokens): the multiplier of a family without columns."""
+    return float(_table()["_meta"]["fallback_ratio"])
+
+
+#: The share of the elementwise traffic left once Inductor fuses chains of pointwise ops into single kernels (each
+#: tensor read and written once per chain, not once per op), beyond the saved activations it drops
+#: (:func:`advisor.engine.structural.fused_layer_savings`). Checked against the three published compile-on /
+#: compile-off pairs of two sources (torchtitan Llama 3.1 8B on 8 and 128 H100s: +16 %; lightning-thunder
+#: open_llama_3b on one A100: +22 %; ``benchmarks/published``).
+COMPILE_ELEMENTWISE_TRAFFIC = 0.5
+
+_UNFUSED = {Setting.TORCH_COMPILE: False, Setting.LOSS_KERNEL: LossKernel.STANDARD.value}
+
+
+def elementwise_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float:
+    """Bytes one micro-batch of ``plan`` moves in memory-bound kernels on one device before any model-parallel split:
+    the eager step's (:func:`eager_traffic_bytes`, or the fallback), times the share of the saved activations the
+    plan's fused kernels keep, times :data:`COMPILE_ELEMENTWISE_TRAFFIC` under torch.compile. A Megatron-style plan:
+    the saved activations × (3 + r), its fused layers moving each tensor about once per pass."""
+    former = activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0])
+    if plan.framework == Framework.MEGATRON:
+        return former
+    unfused = plan.model_copy(update=_UNFUSED)
+    plain = activation_traffic_bytes(model, unfused, seq_len)
+    eager = eager_traffic_bytes(model, unfused, seq_len)
+    if eager is None:
+        eager = plain * (3.0 + recompute_shares(model, plan)[0]) * fallback_ratio()
+    traffic = eager * activation_traffic_bytes(model, plan, seq_len) / max(plain, 1)
+    return traffic * (COMPILE_ELEMENTWISE_TRAFFIC if plan.torch_compile else 1.0)
