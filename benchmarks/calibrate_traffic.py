@@ -9,9 +9,10 @@ by least squares to the shapes of :func:`advisor.engine.traffic.traffic_features
     T = L·(a·sbh + b·sbf + c·p + d·bnss) + e·sbh + g·sbv + k·v·h + m·nss   (bytes; p = a block's matmul weights)
 
 over :data:`DESIGN`, with SDPA attention; eager attention's extra traffic is fitted per b·heads·s² score element and
-block from the difference of eager and SDPA steps at :data:`EAGER_SHAPES`. ``_meta.fallback_ratio`` is the median,
-over the columns, of the fitted traffic at the family's reference model (2 × 1024 tokens) over the former price (the
-saved activations × 3), the multiplier for families without columns. Each column is checked at the reference model's
+block from the difference of eager and SDPA steps at :data:`EAGER_SHAPES`. The families Liger-Kernel patches get a
+second pair of phases counted with its kernels' stand-ins (``benchmarks/liger_standins.py``). ``_meta.fallback_ratio``
+is the median, over the columns, of the counted traffic at the family's reference model (2 × 1024 tokens) over the
+former price (the saved activations × 3), the multiplier for families without columns. Each column is checked at the reference model's
 full depth, with and without checkpointing (:func:`reference_check`). Writes ``advisor/data/traffic.json``; about
 10 minutes on 2 cores.
 
@@ -20,6 +21,7 @@ Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/calibrate_traffic.py [--out 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import statistics
@@ -38,6 +40,7 @@ from advisor.engine.memory import activation_traffic_bytes  # noqa: E402
 from advisor.engine.traffic import FEATURES, block_layers, traffic_features  # noqa: E402
 from benchmarks.calibrate_activations import FAMILIES, LORA_VARIANTS, VARIANTS, _plan, design_config  # noqa: E402
 from benchmarks.eager_traffic import counted_traffic  # noqa: E402
+from benchmarks.liger_standins import FLCE_BYTES_PER_LOGIT, LIGER_FAMILIES, liger_standins  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
 from probes.kernels import Attention  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
@@ -52,8 +55,9 @@ DESIGN = [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (3, 1, 0, 2, 256), (2, 2, 0, 2, 
 EAGER_SHAPES = [(1, 2, 256), (2, 1, 512), (2, 2, 128)]
 
 
-def _counted(family: str, variant: tuple, design: tuple, attention: str | None = None):
-    """(profile, forward bytes, backward bytes, seq-len run) of one design row."""
+def _counted(family: str, variant: tuple, design: tuple, attention: str | None = None, liger: bool = False):
+    """(profile, forward bytes, backward bytes, seq-len run) of one design row; ``liger``: with Liger's kernels'
+    stand-ins (:mod:`benchmarks.liger_standins`)."""
     model_id, layer_keys, ffn_key, default_ffn = FAMILIES[family]
     layers, ffn_mult, extra_vocabulary, b, seq = design
     raw = design_config(model_id, layer_keys, ffn_key, default_ffn, layers, ffn_mult, extra_vocabulary)
@@ -62,17 +66,16 @@ def _counted(family: str, variant: tuple, design: tuple, attention: str | None =
     plan = _plan(variant, False, b)
     if attention:
         plan = plan.model_copy(update={"attention": attention})
-    mode = counted_traffic(prof, plan, seq, raw)
+    with liger_standins(family) if liger else contextlib.nullcontext():
+        mode = counted_traffic(prof, plan, seq, raw)
     return prof, mode.forward_traffic, mode.traffic - mode.forward_traffic, seq
 
 
-def calibrate(family: str, variant: tuple) -> dict:
-    """One column's coefficients: ``forward`` and ``backward`` (bytes per element of each of
-    :data:`FEATURES`), ``eager_forward`` / ``eager_backward`` (bytes per score element and block), and the fits' worst
-    relative residuals."""
+def _fit_phases(family: str, variant: tuple, liger: bool = False) -> tuple[dict, dict]:
+    """(``forward`` and ``backward`` coefficients, each phase's worst relative residual) over :data:`DESIGN`."""
     rows = []
     for design in DESIGN:
-        prof, forward, backward, seq = _counted(family, variant, design)
+        prof, forward, backward, seq = _counted(family, variant, design, liger=liger)
         rows.append((traffic_features(prof, design[3], seq), forward, backward))
     a = np.array([r[0] for r in rows], dtype=float)
     coef, worst = {}, {}
@@ -81,6 +84,15 @@ def calibrate(family: str, variant: tuple) -> dict:
         fitted, *_ = np.linalg.lstsq(a, y, rcond=None)
         coef[phase] = [float(v) for v in fitted]
         worst[phase] = float(np.max(np.abs(a @ fitted - y) / np.maximum(y, 1)))
+    return coef, worst
+
+
+def calibrate(family: str, variant: tuple) -> dict:
+    """One column's coefficients: ``forward`` and ``backward`` (bytes per element of each of
+    :data:`FEATURES`), ``eager_forward`` / ``eager_backward`` (bytes per score element and block), the fits' worst
+    relative residuals, and for :data:`LIGER_FAMILIES` the same two phases under Liger's kernels (``liger``: counted
+    with their stand-ins, the head's s·b·v terms the fused linear cross-entropy's :data:`FLCE_BYTES_PER_LOGIT`)."""
+    coef, worst = _fit_phases(family, variant)
     eager = {"eager_forward": [], "eager_backward": []}
     for layers, b, seq in EAGER_SHAPES:
         design = (layers, 1, 0, b, seq)
@@ -91,6 +103,12 @@ def calibrate(family: str, variant: tuple) -> dict:
         eager["eager_backward"].append((b_eager - b_sdpa) / scores)
     # (a family that runs eager attention whatever the config asks, T5, differs by noise only: none)
     coef.update({k: max(statistics.median(v), 0.0) for k, v in eager.items()})
+    if family in LIGER_FAMILIES:
+        liger, liger_worst = _fit_phases(family, variant, liger=True)
+        logits = FEATURES.index("sbv")
+        liger["forward"][logits], liger["backward"][logits] = FLCE_BYTES_PER_LOGIT, 0.0
+        coef["liger"] = liger
+        worst.update({f"liger_{phase}": w for phase, w in liger_worst.items()})
     coef["fit_worst_relative_residual"] = worst
     return coef
 

@@ -86,3 +86,35 @@ def test_the_calibration_fits_a_tiny_family_and_prices_its_full_depth(tmp_path, 
         assert abs(check["depth_error"]) < 0.03
         assert abs(check["checkpointed_error"]) < 0.12
         assert check["former_ratio"] > 1.5
+
+
+def test_liger_is_counted_with_its_kernels_where_the_family_has_them() -> None:
+    from benchmarks.liger_standins import FLCE_BYTES_PER_LOGIT, LIGER_FAMILIES
+
+    for family in LIGER_FAMILIES:
+        for key, c in _table()[family].items():
+            assert c["liger"]["forward"][5] == FLCE_BYTES_PER_LOGIT and c["liger"]["backward"][5] == 0.0, key
+            # per block (L·sbh, L·sbf) the fused kernels move less than eager's chain of ops
+            assert c["liger"]["forward"][0] + c["liger"]["backward"][0] < c["forward"][0] + c["backward"][0], key
+    model = load_model("meta-llama/Llama-2-7b-hf")
+    plan = _plan(method="lora", lora_targets="all-linear", lora_rank=16)
+    liger = plan.model_copy(update={"loss_kernel": "liger"})
+    assert eager_traffic_bytes(model, liger, 2048) < 0.8 * eager_traffic_bytes(model, plan, 2048)
+    assert elementwise_traffic_bytes(model, liger, 2048) == pytest.approx(eager_traffic_bytes(model, liger, 2048))
+    # phi3 (a fused gate_up projection): Liger not counted, the activation ratio prices it
+    phi3 = load_model("microsoft/Phi-3-mini-4k-instruct")
+    assert eager_traffic_bytes(phi3, liger, 2048) is None
+    assert elementwise_traffic_bytes(phi3, liger, 2048) < eager_traffic_bytes(phi3, plan, 2048)
+
+
+def test_the_liger_stand_ins_replace_the_modules_only_within_their_block() -> None:
+    pytest.importorskip("torch")
+    from transformers.models.llama import modeling_llama
+
+    from benchmarks.liger_standins import liger_standins
+
+    before = (modeling_llama.LlamaRMSNorm.forward, modeling_llama.apply_rotary_pos_emb)
+    with liger_standins("llama"):
+        assert modeling_llama.LlamaRMSNorm.forward is not before[0]
+        assert modeling_llama.apply_rotary_pos_emb is not before[1]
+    assert (modeling_llama.LlamaRMSNorm.forward, modeling_llama.apply_rotary_pos_emb) == before

@@ -6,7 +6,8 @@ over T tokens, plus 4·b·s²·(heads·head_dim) per attention block; backward =
 guide, "forward vs backward Execution Speed"); activation checkpointing adds one forward.
 
 Time = matmul FLOPs / (peak rate of the precision × efficiency) + memory-bound work
-(elementwise ops, the optimizer step, fp16 loss-scaling) / memory bandwidth + exposed
+(the elementwise kernels' traffic, counted and calibrated per family and class of step:
+:mod:`advisor.engine.traffic`; the optimizer step; fp16 loss-scaling) / memory bandwidth + exposed
 communication (activation offloading's copies beyond the compute they hide behind). Efficiency grows with the tokens per micro-batch and the hidden size and drops
 when the tokens dimension is not a tensor-core multiple (NVIDIA "Tensor Core Requirements").
 

@@ -10,14 +10,17 @@ speed model priced before (``benchmarks/results/eager_traffic.md``), which was w
 than predicted.
 
 Checkpointing recomputes the blocks' forward: their forward terms again, for the share of blocks (or, under op-level
-selective checkpointing, every pointwise op of each block) it recomputes (:func:`recompute_share`). Fused kernels
-(torch.compile, Liger) shrink the traffic as they shrink what the blocks save (the ratio of
-:func:`advisor.engine.memory.activation_traffic_bytes` with and without them; torch.compile's share on top,
-:data:`advisor.engine.speed.COMPILE_ELEMENTWISE_TRAFFIC`).
+selective checkpointing, every pointwise op of each block) it recomputes (:func:`recompute_share`). Liger's kernels
+are counted too, for the families whose layout its stand-ins follow (``benchmarks/liger_standins.py``: each kernel
+as one op reading and writing what it moves); their per-block traffic is 0.27 (full fine-tuning) to 0.61 (LoRA) of
+eager Llama-2-7B's (16-bit weights). Where a fused step is not counted (torch.compile; Liger on other families) the traffic shrinks as what
+the blocks save shrinks (the ratio of :func:`advisor.engine.memory.activation_traffic_bytes` with and without the
+fusion: an assumption, not a count, since Inductor's and Triton's kernels do not run on fake tensors), with
+:data:`COMPILE_ELEMENTWISE_TRAFFIC` on top under compile.
 
-Families without columns, LitGPT's and Megatron's steps fall back to the saved activations × (3 + r) times the
-median ratio of counted to that price over the calibrated columns (``traffic.json``'s ``_meta.fallback_ratio``);
-Megatron's fused layers take the plain price, as fused as compile's.
+Families without columns and LitGPT's steps fall back to the saved activations × (3 + r) times the median ratio of
+counted to that price over the calibrated columns (``traffic.json``'s ``_meta.fallback_ratio``: 3.1, over 114
+columns, 1.5-6.4); Megatron's fused layers take the plain price, as the speed model took every step's before.
 """
 
 from __future__ import annotations
@@ -91,11 +94,16 @@ def _column(model: ModelProfile, plan: Plan) -> dict | None:
 
 def eager_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float | None:
     """Bytes one micro-batch of ``plan`` (its micro-batch, ``seq_len`` tokens a row) moves in elementwise kernels
-    in an eager step, forward + backward + recomputation, on one device before any model-parallel split; None
-    where the family has no traffic column (:func:`fallback_ratio` prices it)."""
+    in an eager step (with Liger's kernels under ``--liger-kernel``), forward + backward + recomputation, on one
+    device before any model-parallel split, as counted and fitted; None where that was not counted: a family without
+    a traffic column (:func:`fallback_ratio` prices it), Liger on a family without its stand-ins, the chunked loss."""
     c = _column(model, plan)
-    if c is None:
+    if c is None or plan.loss_kernel == LossKernel.CHUNKED:
         return None
+    if plan.loss_kernel == LossKernel.LIGER:
+        if "liger" not in c:
+            return None
+        c = {**c, **c["liger"]}
     x = traffic_features(model, plan.micro_batch_size, seq_len)
     forward, backward = c["forward"], c["backward"]
     layer_forward = sum(f * v for f, v in zip(forward[:LAYER_FEATURES], x))
@@ -125,16 +133,20 @@ _UNFUSED = {Setting.TORCH_COMPILE: False, Setting.LOSS_KERNEL: LossKernel.STANDA
 
 def elementwise_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float:
     """Bytes one micro-batch of ``plan`` moves in memory-bound kernels on one device before any model-parallel split:
-    the eager step's (:func:`eager_traffic_bytes`, or the fallback), times the share of the saved activations the
-    plan's fused kernels keep, times :data:`COMPILE_ELEMENTWISE_TRAFFIC` under torch.compile. A Megatron-style plan:
-    the saved activations × (3 + r), its fused layers moving each tensor about once per pass."""
-    former = activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0])
+    the step's counted traffic (:func:`eager_traffic_bytes`: eager, or with Liger's kernels where the family's column
+    counted them; else the unfused step's, or the fallback's), times the share of the saved activations the kernels
+    it was not counted with keep, times :data:`COMPILE_ELEMENTWISE_TRAFFIC` under torch.compile. A Megatron-style
+    plan: the saved activations × (3 + r), its fused layers moving each tensor about once per pass."""
     if plan.framework == Framework.MEGATRON:
-        return former
-    unfused = plan.model_copy(update=_UNFUSED)
-    plain = activation_traffic_bytes(model, unfused, seq_len)
-    eager = eager_traffic_bytes(model, unfused, seq_len)
-    if eager is None:
-        eager = plain * (3.0 + recompute_shares(model, plan)[0]) * fallback_ratio()
-    traffic = eager * activation_traffic_bytes(model, plan, seq_len) / max(plain, 1)
+        return activation_traffic_bytes(model, plan, seq_len) * (3.0 + recompute_shares(model, plan)[0])
+    base = plan.model_copy(update={Setting.TORCH_COMPILE: False})
+    counted = eager_traffic_bytes(model, base, seq_len)
+    if counted is None:
+        base = plan.model_copy(update=_UNFUSED)
+        counted = eager_traffic_bytes(model, base, seq_len)
+    if counted is None:
+        counted = activation_traffic_bytes(model, base, seq_len) * (3.0 + recompute_shares(model, plan)[0]) \
+            * fallback_ratio()
+    traffic = counted * activation_traffic_bytes(model, plan, seq_len) / max(activation_traffic_bytes(model, base,
+                                                                                                   seq_len), 1)
     return traffic * (COMPILE_ELEMENTWISE_TRAFFIC if plan.torch_compile else 1.0)
