@@ -1,7 +1,7 @@
 """Calibrate the elementwise memory traffic of a training step against steps counted op by op on fake tensors.
 
-For each family of ``benchmarks/calibrate_activations.py`` and each class of step it calibrates (its default task;
-the QLoRA columns of bitsandbytes < 0.43.2 run the same ops and share the current ones), one micro-batch of the
+For each family of ``benchmarks/calibrate_activations.py`` and each class of step of :data:`TRAFFIC_VARIANTS` (its
+default task), one micro-batch of the
 family's transformers model at its real width, 1-3 layers, runs under ``benchmarks/eager_traffic.py``'s counting
 mode (the bytes each non-matmul aten op reads and writes). The forward's and the backward's traffic are fitted apart
 by least squares to the shapes of :func:`advisor.engine.traffic.traffic_features`:
@@ -44,6 +44,7 @@ from benchmarks.liger_standins import FLCE_BYTES_PER_LOGIT, LIGER_FAMILIES, lige
 from probes.errors import UsageError  # noqa: E402
 from probes.kernels import Attention  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
+from probes.vocabulary import WeightsDtype  # noqa: E402
 
 #: (layers, FFN multiple of the model's, extra vocabulary rows, micro-batch, seq-len): 14 rows for 8 features per
 #: phase (the design ``benchmarks/eager_traffic.py --fit`` checked: fitted at 1-3 layers, it priced Llama-3.1-8B's
@@ -51,6 +52,12 @@ from probes.model import load_config, profile_from_config  # noqa: E402
 DESIGN = [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (3, 1, 0, 2, 256), (2, 2, 0, 2, 256), (2, 1, 4096, 2, 256),
           (2, 1, 0, 4, 256), (2, 1, 0, 2, 512), (3, 2, 4096, 1, 512), (1, 1, 0, 1, 128), (3, 1, 0, 4, 512),
           (1, 2, 0, 4, 128), (3, 1, 4096, 2, 128), (2, 2, 0, 1, 1024), (1, 1, 4096, 4, 1024)]
+#: The classes of step fitted: the activation columns' (the QLoRA columns of bitsandbytes < 0.43.2 run the same ops
+#: as the current ones) and LoRA / QLoRA over fp32 weights under autocast (PEFT's default when the model loads without
+#: a torch_dtype, and advisor's fp16 plans on GPUs without bf16), which the memory model prices with full
+#: fine-tuning's mixed column but whose traffic differs (the frozen weights are cast, the adapters' inputs too)
+TRAFFIC_VARIANTS = (VARIANTS + [v for v in LORA_VARIANTS if len(v) == 4 or not v[4]]
+                    + [(v[0], WeightsDtype.FP32.value, *v[2:4]) for v in LORA_VARIANTS if len(v) == 4 or not v[4]])
 #: (layers, micro-batch, seq-len) of the eager-minus-SDPA differences
 EAGER_SHAPES = [(1, 2, 256), (2, 1, 512), (2, 2, 128)]
 
@@ -156,7 +163,7 @@ def main() -> None:
     table["_meta"] = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
                       "python": platform.python_version(), "features": list(FEATURES),
                       "method": __doc__.split("\n\n")[1].replace("\n", " ")}
-    variants = VARIANTS + [v for v in LORA_VARIANTS if len(v) == 4 or not v[4]]
+    variants = TRAFFIC_VARIANTS
     for family in chosen:
         table[family] = {}
         for variant in variants:

@@ -19,8 +19,8 @@ fusion: an assumption, not a count, since Inductor's and Triton's kernels do not
 :data:`COMPILE_ELEMENTWISE_TRAFFIC` on top under compile.
 
 Families without columns and LitGPT's steps fall back to the saved activations × (3 + r) times the median ratio of
-counted to that price over the calibrated columns (``traffic.json``'s ``_meta.fallback_ratio``: 3.1, over 114
-columns, 1.5-6.4); Megatron's fused layers take the plain price, as the speed model took every step's before.
+counted to that price over the calibrated columns (``traffic.json``'s ``_meta.fallback_ratio``: 3.3, over 186
+columns, 1.5-8.6); Megatron's fused layers take the plain price, as the speed model took every step's before.
 """
 
 from __future__ import annotations
@@ -80,12 +80,19 @@ def recompute_share(model: ModelProfile, plan: Plan) -> float:
     return 1.0
 
 
+#: Mixtures of experts priced with their dense kin's columns: the same attention, norms and gated MLP, whose s·b·ffn
+#: feature is the width a token passes through (its k routed experts'); the routing's gathers and scatters of the
+#: tokens (a few s·b·h reads and writes per block) are not counted
+DENSE_KIN = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
+
+
 def _column(model: ModelProfile, plan: Plan) -> dict | None:
-    """The traffic column of the plan's class of step: the model's family, its language-modelling task's column
-    (a classifier's blocks move what the LM's do; its head's s·b·v terms vanish with the feature)."""
+    """The traffic column of the plan's class of step: the model's family (a mixture of experts: its :data:`DENSE_KIN`),
+    its language-modelling task's column (a classifier's blocks move what the LM's do; its head's s·b·v terms vanish
+    with the feature)."""
     if plan.framework != Framework.TRANSFORMERS:
         return None
-    family = _table().get(model.model_type)
+    family = _table().get(model.model_type) or _table().get(DENSE_KIN.get(model.model_type, ""))
     if not family:
         return None
     legacy = plan.model_copy(update={"legacy_bitsandbytes": False})  # the same ops, only what is saved differs
