@@ -27,9 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import published  # noqa: E402
-from benchmarks.device_records import read_records  # noqa: E402
 from probes.kernels import LossKernel  # noqa: E402
-from probes.vocabulary import Method  # noqa: E402
 
 #: aten ops priced as matmuls or attention kernels (compute, not traffic)
 COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
@@ -170,37 +168,27 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
     return rows, traffic_ratios, rate_ratios
 
 
-def device_rows(reports, lines: list[str]) -> dict[str, list[float]]:
-    """Appends to ``lines`` a markdown row per eager trial plan of ``reports`` (each once; compiled and Liger plans
-    left out: their fused kernels are not eager's, nor do they run on fake tensors); returns the modelled over the
-    counted traffic and the predicted over the measured step time."""
+def device_rows(records: Path, lines: list[str]) -> dict[str, list[float]]:
+    """Appends to ``lines`` a markdown row per eager trial plan of ``records`` (each distinct plan once,
+    :func:`benchmarks.speed_fit.device_trials`; compiled and Liger plans left out: their fused kernels are not eager's,
+    nor do they run on fake tensors); returns the modelled over the counted traffic and the predicted over the measured
+    step time."""
     from advisor.app import api
+    from benchmarks.speed_fit import device_trials
 
-    seen, ratios = set(), {"traffic": [], "step": []}
-    for _, report in reports:
-        for trial in report.trials:
-            plan, measured = trial.plan, trial.measured
-            if plan.torch_compile or plan.loss_kernel == LossKernel.LIGER or not (measured and measured.step_time_s):
-                continue
-            key = (report.model, plan.describe(), report.workload.seq_len)
-            if key in seen:
-                continue
-            seen.add(key)
-            seq = report.workload.seq_len
-            fields = {"method", "precision", "weights_dtype", "micro_batch_size", "gradient_accumulation_steps",
-                      "gradient_checkpointing", "attention", "loss_kernel", "activation_offloading", "optimizer"}
-            fields |= {"lora_rank", "lora_targets"} if Method.of(plan.method).spec.adapters else set()
-            est = api.estimate(report.model, gpu="h100-sxm", seq_len=seq, **plan.model_dump(include=fields),
-                               global_batch_size=plan.micro_batch_size * plan.gradient_accumulation_steps,
-                               torch_compile=False)
-            cells, ratio, mode = _traffic_cells(est.model, est.plan, seq)
-            predicted = est.speed.step_time_s
-            top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
-            ratios["traffic"].append(ratio)
-            ratios["step"].append(predicted / measured.step_time_s)
-            lines.append(f"| {report.model} | {plan.describe()} | {cells} | {predicted:.3f} | "
-                         f"{measured.step_time_s:.3f} | " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
-            print(lines[-1], file=sys.stderr)
+    ratios = {"traffic": [], "step": []}
+    for model_id, seq, options, measured_s, described in device_trials(records):
+        if options["torch_compile"] or options["loss_kernel"] == LossKernel.LIGER:
+            continue
+        est = api.estimate(model_id, gpu="h100-sxm", seq_len=seq, **options)
+        cells, ratio, mode = _traffic_cells(est.model, est.plan, seq)
+        predicted = est.speed.step_time_s
+        top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
+        ratios["traffic"].append(ratio)
+        ratios["step"].append(predicted / measured_s)
+        lines.append(f"| {model_id} | {described} | {cells} | {predicted:.3f} | {measured_s:.3f} | "
+                     + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
+        print(lines[-1], file=sys.stderr)
     return ratios
 
 
@@ -219,7 +207,6 @@ def main(argv: list[str] | None = None) -> None:
     import importlib.metadata
     from datetime import date
 
-    _, reports = read_records([Path(args.records)])
     versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes"))
     lines = [f"# Eager memory traffic: counted on fake tensors against the traffic model ({date.today()})", "",
              f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
@@ -227,10 +214,12 @@ def main(argv: list[str] | None = None) -> None:
              "(the saved activations × (3 + r), the price before the count), counted at the run's own shape, and "
              "modelled (`advisor.engine.traffic`, fitted on 1-3 layer designs by `benchmarks/calibrate_traffic.py`); "
              "steps in seconds on the H100 the records come from. Compiled and Liger rows are left out (their fused "
-             "kernels are not eager's).", ""]
+             "kernels are not eager's). A sharded plan (FSDP, ZeRO) is counted as the simulator's one-device step over "
+             "its fp32 weights under autocast, whose weight casts FSDP's 16-bit gathers do not make: its modelled "
+             "traffic (the 16-bit column) is lower than that count by design.", ""]
     lines += ["| model | plan | former GB | counted GB | modelled GB | modelled / counted | predicted s | measured s | "
               "top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
-    ratios = device_rows(reports, lines)
+    ratios = device_rows(Path(args.records), lines)
     if ratios["step"]:
         lines += ["", f"modelled / counted traffic: {_spread(ratios['traffic'])}",
                   "", f"step time predicted / measured: {_spread(ratios['step'])}"]
