@@ -132,18 +132,12 @@ def reference_check(family: str, variant: tuple, coef: dict) -> dict:
     prof = profile_from_config(raw, model_id)
     seq = min(1024, prof.max_position_embeddings or 1024)
     x = traffic_features(prof, 2, seq)
-    forward = sum(c * v for c, v in zip(coef["forward"], x))
-    fitted = forward + sum(c * v for c, v in zip(coef["backward"], x))
+    fitted = sum(c * v for c, v in zip(coef["forward"] + coef["backward"], x + x))
     layer_forward = sum(c * v for c, v in zip(coef["forward"][:LAYER_FEATURES], x))
     counted = counted_traffic(prof, _plan(variant, False, 2), seq, raw).traffic
     checkpointed = counted_traffic(prof, _plan(variant, True, 2), seq, raw).traffic
     return {"depth_error": fitted / counted - 1, "checkpointed_error": (fitted + layer_forward) / checkpointed - 1,
             "former_ratio": counted / (3 * activation_traffic_bytes(prof, _plan(variant, False, 2), seq))}
-
-
-def design_row_count() -> int:
-    """Counted steps per column (the fit's design and the eager differences)."""
-    return len(DESIGN) + 2 * len(EAGER_SHAPES)
 
 
 def main() -> None:
@@ -163,10 +157,9 @@ def main() -> None:
     table["_meta"] = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
                       "python": platform.python_version(), "features": list(FEATURES),
                       "method": __doc__.split("\n\n")[1].replace("\n", " ")}
-    variants = TRAFFIC_VARIANTS
     for family in chosen:
         table[family] = {}
-        for variant in variants:
+        for variant in TRAFFIC_VARIANTS:
             key = calibration_keys(_plan(variant, False, 1))[0]
             try:
                 coef = calibrate(family, variant)

@@ -95,7 +95,7 @@ def _column(model: ModelProfile, plan: Plan) -> dict | None:
     family = _table().get(model.model_type) or _table().get(DENSE_KIN.get(model.model_type, ""))
     if not family:
         return None
-    legacy = plan.model_copy(update={"legacy_bitsandbytes": False})  # the same ops, only what is saved differs
+    legacy = plan.model_copy(update={Setting.LEGACY_BITSANDBYTES: False})  # the same ops; what is saved differs
     return next((family[k] for k in calibration_keys(legacy) if k in family), None)
 
 
