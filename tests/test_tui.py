@@ -153,7 +153,10 @@ async def test_choosing_lora_in_the_workload_step_plans_lora() -> None:
         assert [value for _, value in select._options] == list(METHOD_CHOICES)
         assert app.query_one(WorkloadStep).method_choice() == "auto"
         select.focus()
-        await pilot.press("enter", "down", "down", "enter")  # auto → full → lora
+        await pilot.press("enter")  # open the list; under load its overlay shows a frame or more later
+        await wait_for(pilot, lambda: select.expanded)
+        await pilot.press("down", "down", "enter")  # auto → full → lora
+        await wait_for(pilot, lambda: not select.expanded)
         assert app.query_one(WorkloadStep).method_choice() == "lora"
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.recommendation is not None)
