@@ -25,7 +25,8 @@ What is compared, like with like (``advisor/engine/memory.py``):
   ``memory.fits`` (device memory within advisor's planning margin, 90 % of the GPU); "fit at capacity" the same
   against the whole GPU, which is the question "did it run out of memory";
 - ratio: between two configurations of one source (its stack), predicted speed-up over published
-  speed-up, each case against its source's first case with a rate (GPU counts cancel);
+  speed-up, each case against the first case with a rate of its source and code revision (``stack.revision``,
+  where a source's figures were measured with two versions of its code; GPU counts cancel);
 - throughput: ``speed.tokens_per_s`` / GPUs against published tokens/s per GPU.
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/published.py [--json] [--cases GLOB] [--no-write]
@@ -141,6 +142,7 @@ class Result:
     rate_published: float | None = None
     rate_predicted: float | None = None
     per_gpu: bool = False
+    revision: str | None = None  #: ``stack.revision``: the code the figures were measured with, where a source mixes
     why: list[str] = field(default_factory=list)
 
 
@@ -479,7 +481,8 @@ def estimate_case(case: dict, notes: list[str]):
 def run_case(case: dict) -> Result:
     """Price one case and compare it; a case that cannot be priced comes back with ``skipped`` set."""
     r = Result(id=case["id"], source=case["_file"], model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"], "?"),
-               gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}")
+               gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}",
+               revision=case["stack"].get("revision"))
     notes: list[str] = []
     try:
         est, profile = estimate_case(case, notes)
@@ -522,13 +525,14 @@ def _states_check(r: Result, est) -> list[str]:
 
 def ratios(results: list[Result]) -> list[tuple[str, str, float]]:
     """(case, baseline, predicted speed-up / published speed-up) for every case with a rate against the
-    first case with a rate of the same source (two configurations of one stack)."""
-    base: dict[str, Result] = {}
+    first case with a rate of the same source and code revision (two configurations of one stack: a source whose
+    rows were measured with two versions of its code, NeMo AutoModel's table, pairs each version's rows apart)."""
+    base: dict[tuple[str, str | None], Result] = {}
     out = []
     for r in results:
         if r.skipped or r.rate_published is None:
             continue
-        b = base.setdefault(r.source, r)
+        b = base.setdefault((r.source, r.revision), r)
         if b is not r and b.rate_unit == r.rate_unit:
             out.append((r.id, b.id, (r.rate_predicted / b.rate_predicted) / (r.rate_published / b.rate_published)))
     return out
