@@ -40,7 +40,7 @@ from advisor.engine.memory import activation_traffic_bytes  # noqa: E402
 from advisor.engine.traffic import FEATURES, block_layers, traffic_features  # noqa: E402
 from benchmarks.calibrate_activations import FAMILIES, LORA_VARIANTS, VARIANTS, _plan, design_config  # noqa: E402
 from benchmarks.eager_traffic import counted_traffic  # noqa: E402
-from benchmarks.liger_standins import FLCE_BYTES_PER_LOGIT, LIGER_FAMILIES, liger_standins  # noqa: E402
+from benchmarks.liger_standins import LIGER_FAMILIES, liger_standins  # noqa: E402
 from probes.errors import UsageError  # noqa: E402
 from probes.kernels import Attention  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
@@ -97,8 +97,8 @@ def _fit_phases(family: str, variant: tuple, liger: bool = False) -> tuple[dict,
 def calibrate(family: str, variant: tuple) -> dict:
     """One column's coefficients: ``forward`` and ``backward`` (bytes per element of each of
     :data:`FEATURES`), ``eager_forward`` / ``eager_backward`` (bytes per score element and block), the fits' worst
-    relative residuals, and for :data:`LIGER_FAMILIES` the same two phases under Liger's kernels (``liger``: counted
-    with their stand-ins, the head's s·b·v terms the fused linear cross-entropy's :data:`FLCE_BYTES_PER_LOGIT`)."""
+    relative residuals, and for :data:`LIGER_FAMILIES` the same two phases under Liger's layers (``liger``: counted
+    with their stand-ins and the model's own loss; the engine prices the fused linear cross-entropy apart)."""
     coef, worst = _fit_phases(family, variant)
     eager = {"eager_forward": [], "eager_backward": []}
     for layers, b, seq in EAGER_SHAPES:
@@ -112,8 +112,6 @@ def calibrate(family: str, variant: tuple) -> dict:
     coef.update({k: max(statistics.median(v), 0.0) for k, v in eager.items()})
     if family in LIGER_FAMILIES:
         liger, liger_worst = _fit_phases(family, variant, liger=True)
-        logits = FEATURES.index("sbv")
-        liger["forward"][logits], liger["backward"][logits] = FLCE_BYTES_PER_LOGIT, 0.0
         coef["liger"] = liger
         worst.update({f"liger_{phase}": w for phase, w in liger_worst.items()})
     coef["fit_worst_relative_residual"] = worst

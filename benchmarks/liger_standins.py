@@ -15,8 +15,9 @@ https://arxiv.org/abs/2410.10989 sec. 3):
 
 The fused linear cross-entropy never materialises the logits: each chunk's logits are a matmul's output, which the
 cross-entropy kernel reads and overwrites with their gradient in the forward (``fused_linear_cross_entropy.py``):
-:data:`FLCE_BYTES_PER_LOGIT` a logit, nothing in the backward. calibrate_traffic.py puts that in place of the head's
-s·b·v terms.
+:data:`advisor.engine.traffic.FLCE_BYTES_PER_LOGIT` a logit, nothing in the backward. The stand-ins leave the loss as
+it is, so the counted column is Liger's layers with the model's own loss (``--loss-kernel liger-layers``); the
+engine puts the fused loss's bytes in place of the head's s·b·v terms under ``--loss-kernel liger``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ import importlib
 #: (advisor.engine.traffic).
 LIGER_FAMILIES = {"llama": ("llama", "Llama"), "mistral": ("mistral", "Mistral"), "qwen2": ("qwen2", "Qwen2"),
                   "qwen3": ("qwen3", "Qwen3"), "gemma": ("gemma", "Gemma")}
-
-#: Bytes the fused linear cross-entropy moves per logit: a 16-bit read and write of each chunk's logits
-FLCE_BYTES_PER_LOGIT = 4.0
 
 
 def _functions():

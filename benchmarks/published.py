@@ -53,7 +53,7 @@ from advisor.app.api import estimate  # noqa: E402
 from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
-from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, legacy_bitsandbytes  # noqa: E402
+from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, LossKernel, legacy_bitsandbytes  # noqa: E402
 from probes.vocabulary import LoraTargets, Method, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
@@ -360,6 +360,10 @@ ATTENTION = {"flash-attention": "flash-attention-2", "flash-attention-2": "flash
 MEGATRON_STACKS = ("Megatron-Core", "Megatron-LM", "flash-attention training scripts")
 
 
+#: The loss kernels a case's ``stack.fused_loss`` may name (advisor's values; ``none``: the standard loss)
+FUSED_LOSSES = tuple(v for v in values(LossKernel) if v != LossKernel.STANDARD)
+
+
 def stack_options(case: dict) -> dict:
     """The stack the source states, as ``estimate`` keywords (unstated: ``estimate``'s defaults, the Trainer's
     stack: SDPA, the standard loss, no compile, no packing, no fp8)."""
@@ -368,7 +372,7 @@ def stack_options(case: dict) -> dict:
     attention = ATTENTION.get((s.get("attention") or "").lower())
     if attention:
         opts["attention"] = attention
-    if s.get("fused_loss") in ("chunked", "liger"):
+    if s.get("fused_loss") in FUSED_LOSSES:
         opts["loss_kernel"] = s["fused_loss"]
     for key, option in (("compile", "torch_compile"), ("fp8", "fp8")):
         if s.get(key) is not None:
@@ -437,9 +441,9 @@ def stack_notes(case: dict) -> list[str]:
     stated = " ".join([case.get("notes") or "", s.get("framework") or ""])  # the quote's label can predate the code
     if ("TE +" in stated or "TE =" in stated) and "No Transformer Engine layers" not in stated:
         out.append("Transformer Engine kernels")
-    if "with Liger's" in (s.get("framework") or "") and s.get("fused_loss") in (None, "none"):
-        out.append("Liger's layers without its fused loss (advisor: --liger-kernel is both; priced without)")
-    if s.get("fused_loss") not in (None, "none", "chunked", "liger"):
+    if "Triton LoRA" in (s.get("framework") or ""):
+        out.append("the framework's own Triton LoRA kernels (advisor: PEFT's LoRA)")
+    if s.get("fused_loss") not in (None, "none", *FUSED_LOSSES):
         out.append(f"loss kernel '{s['fused_loss']}' (advisor: the standard loss)")
     if s.get("packing") and ATTENTION.get(attention) not in ("flash-attention-2", "flash-attention-3"):
         out.append("packed sequences (advisor: padding-free packing needs FlashAttention)")

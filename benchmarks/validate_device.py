@@ -91,6 +91,7 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
     {"attention": "sdpa", "torch_compile": True, "gradient_checkpointing": True},
     {"attention": "sdpa", "method": "qlora"}, {"attention": "sdpa", "method": "qlora", "gradient_checkpointing": True},
     {"attention": "sdpa", "gradient_checkpointing": True, "activation_offloading": True},  # TRL's OffloadActivations
+    {"attention": "sdpa", "loss_kernel": "liger-layers"},  # Liger's layers with the model's own loss
 )]
 
 #: The edge of the GPU (``--edge``): plans pinned at the largest micro-batch whose predicted live-tensor peak, CUDA

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from probes.vocabulary import Device, Vocabulary
 
@@ -111,7 +111,8 @@ class LossKernelSpec:
     ``CEWithChunkedOutputLoss``, https://pytorch.org/torchtune/stable/generated/torchtune.modules.loss.
     CEWithChunkedOutputLoss.html); Liger's fused linear cross-entropy never materialises the logits: it computes
     them, the loss and the hidden state's gradient chunk by chunk in the forward (Hsu et al. 2024,
-    https://arxiv.org/abs/2410.10989 sec. 3.2), about 0.
+    https://arxiv.org/abs/2410.10989 sec. 3.2), about 0. Liger's layers without that loss keep what the standard
+    loss keeps.
     """
 
     logit_bytes: float  #: bytes per logit kept to the end of the forward pass under mixed precision
@@ -119,6 +120,9 @@ class LossKernelSpec:
     grad_logits: bool = True  #: the backward starts from a logits-sized gradient (not Liger: done in the forward)
     package: str | None = None  #: the module that must import
     fused_layers: bool = False  #: also RMSNorm, SwiGLU / GeGLU and RoPE kernels (Liger), not the loss alone
+    #: Liger's switches that differ from its defaults: the keyword arguments of ``_apply_liger_kernel_to_instance``,
+    #: the Trainer's ``liger_kernel_config`` (transformers ``TrainingArguments``)
+    liger_config: tuple[tuple[str, bool], ...] = ()
 
 
 class LossKernel(Vocabulary):
@@ -127,6 +131,9 @@ class LossKernel(Vocabulary):
     STANDARD = "standard"  #: the Trainer's: full logits, fp32 upcast and log-softmax
     CHUNKED = "chunked"  #: chunked cross-entropy (torchtune, flash-attn's fused loss): 16-bit logits only
     LIGER = "liger"  #: Liger-Kernel: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE (use_liger_kernel=True)
+    #: Liger's RMSNorm, SwiGLU / GeGLU and RoPE kernels with the model's own loss on whole logits (Liger's
+    #: ``fused_linear_cross_entropy=False``: a loss that needs the logits, e.g. distillation, or NeMo AutoModel's recipes)
+    LIGER_LAYERS = "liger-layers"
 
     @property
     def spec(self) -> LossKernelSpec:
@@ -137,6 +144,9 @@ LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
     LossKernel.STANDARD: LossKernelSpec(10.0, 8.0),
     LossKernel.CHUNKED: LossKernelSpec(2.0, 4.0),
     LossKernel.LIGER: LossKernelSpec(0.0, 0.0, grad_logits=False, package="liger_kernel", fused_layers=True),
+    LossKernel.LIGER_LAYERS: LossKernelSpec(10.0, 8.0, package="liger_kernel", fused_layers=True,
+                                            liger_config=(("fused_linear_cross_entropy", False),
+                                                          ("cross_entropy", False))),
 }
 
 
@@ -191,9 +201,15 @@ FRAMEWORK_LABELS = {Framework.TRANSFORMERS: "transformers' model with PEFT's ada
                     Framework.MEGATRON: "Megatron-style fused layers and optimizer (Megatron-Core, NeMo)"}
 
 
+#: The loss kernels that leave the loss to the model (transformers' ``loss_function`` in its ``forward``): the standard
+#: loss, and Liger's layers without its fused loss
+MODEL_LOSS = frozenset({LossKernel.STANDARD, LossKernel.LIGER_LAYERS})
+
+
 def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKernelSpec:
-    """What a plan's loss keeps of the logits as it runs: its kernel's :class:`LossKernelSpec`, except the standard
-    loss compiled with the model, which keeps what chunked cross-entropy keeps (2 B a logit, 4 in fp32).
+    """What a plan's loss keeps of the logits as it runs: its kernel's :class:`LossKernelSpec`, except the model's own
+    loss (:data:`MODEL_LOSS`) compiled with the model, which keeps what chunked cross-entropy keeps (2 B a logit, 4
+    in fp32).
 
     transformers computes a model's loss in its ``forward`` (``self.loss_function``: ``ForCausalLMLoss`` in
     ``transformers/loss/loss_utils.py`` upcasts the logits and calls ``cross_entropy``), so ``torch.compile(model)``,
@@ -210,8 +226,9 @@ def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKern
     Raises ValueError for an unknown loss kernel or framework name.
     """
     kernel = LossKernel.of(loss_kernel)
-    if kernel == LossKernel.STANDARD and torch_compile and Framework.of(framework) == Framework.TRANSFORMERS:
-        return LOSS_KERNEL_SPECS[LossKernel.CHUNKED]
+    if kernel in MODEL_LOSS and torch_compile and Framework.of(framework) == Framework.TRANSFORMERS:
+        chunked = LOSS_KERNEL_SPECS[LossKernel.CHUNKED]
+        return replace(kernel.spec, logit_bytes=chunked.logit_bytes, logit_bytes_fp32=chunked.logit_bytes_fp32)
     return kernel.spec
 
 

@@ -116,8 +116,8 @@ class Plan(BaseModel):
                                      "eager keeps the s x s scores; sdpa and flash-attention-2/3 do not (default: "
                                      "sdpa on CUDA, eager on the CPU)")
     loss_kernel: LossKernelName = Field(LossKernel.STANDARD.value, description="standard loss (fp32 logits), chunked "
-                                        "cross-entropy (16-bit logits) or liger (fused linear cross-entropy, RMSNorm, "
-                                        "SwiGLU, RoPE kernels)")
+                                        "cross-entropy (16-bit logits), liger (fused linear cross-entropy, RMSNorm, "
+                                        "SwiGLU, RoPE kernels) or liger-layers (Liger's kernels but its fused loss)")
     torch_compile: bool = Field(False, description="torch.compile the model (Inductor fuses elementwise ops)")
     packing: bool = Field(False, description="padding-free packing of several samples per row (position ids, "
                                              "DataCollatorWithFlattening)")
@@ -191,7 +191,8 @@ class Plan(BaseModel):
             parts.append(f"{self.parallelism} with {self.offload} offload")
         if self.attention != Attention.default(self.device):
             parts.append(self.attention)
-        parts += [label for label, on in ((f"{self.loss_kernel} loss", self.loss_kernel != LossKernel.STANDARD),
+        loss = "liger layers" if self.loss_kernel == LossKernel.LIGER_LAYERS else f"{self.loss_kernel} loss"
+        parts += [label for label, on in ((loss, self.loss_kernel != LossKernel.STANDARD),
                                           ("compile", self.torch_compile), ("packing", self.packing),
                                           ("fp8", self.fp8)) if on]
         if Method.of(self.method).spec.quantized_base and not self.double_quant:

@@ -117,7 +117,9 @@ class LossKernelRule(Rule):
                  "linear cross-entropy computes logits, loss and gradient chunk by chunk and never holds them "
                  "whole; its RMSNorm and SwiGLU kernels keep fewer tensors too (the paper: 60 % less memory and "
                  "20 % more throughput on Llama 3 8B). torchtune's chunked cross-entropy keeps the 16-bit logits "
-                 "and upcasts one chunk at a time. The Trainer turns Liger on with use_liger_kernel=True. "
+                 "and upcasts one chunk at a time. The Trainer turns Liger on with use_liger_kernel=True; a loss "
+                 "that needs the whole logits (distillation, a custom loss) keeps Liger's layers alone "
+                 "(liger_kernel_config fused_linear_cross_entropy=False), whose logits cost what the Trainer's do. "
                  "transformers computes the loss in the model's forward, so torch.compile fuses it too: the upcast "
                  "and log-softmax become reductions over the 16-bit logits, which alone are saved.")
 
@@ -126,22 +128,26 @@ class LossKernelRule(Rule):
         effects = asked or []
         lm = Task.of(facts.model.task) == Task.CAUSAL_LM
         if not lm:
-            effects += [self.forbid(Setting.LOSS_KERNEL, k, f"{k} fuses a causal LM's vocabulary-sized loss; this "
-                                    f"model's head is {facts.model.task}", hard=True)
-                        for k in (LossKernel.LIGER, LossKernel.CHUNKED)]
-            return effects
-        if facts.on_cpu:
-            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.LIGER, "Liger's kernels are Triton (CUDA) "
-                                                                             "kernels", hard=True))
-        elif facts.model.model_type not in LIGER_MODEL_TYPES:
-            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.LIGER, f"Liger does not patch "
-                                       f"'{facts.model.model_type}' models", hard=True))
-        elif not asked and (missing := package_missing(self, facts, Setting.LOSS_KERNEL, LossKernel.LIGER,
-                                                       LossKernel.LIGER.spec.package)):
-            effects.append(missing)
+            return effects + [self.forbid(Setting.LOSS_KERNEL, k, f"{k} fuses a causal LM's loss or layers; this "
+                                          f"model's head is {facts.model.task}", hard=True)
+                              for k in LossKernel if k != LossKernel.STANDARD]
+        # values planned only when asked for: their stacks are not the Trainer's default one
+        only_asked = {LossKernel.CHUNKED: "a torchtune / custom training loop's loss, not the Trainer's: say "
+                                          "--loss-kernel chunked if your stack has it",
+                      LossKernel.LIGER_LAYERS: "Liger's fused loss does what the Trainer's does without whole logits: "
+                                               "say --loss-kernel liger-layers if your loss needs the logits"}
+        for k in (k for k in LossKernel if k.spec.fused_layers):
+            if facts.on_cpu:
+                effects.append(self.forbid(Setting.LOSS_KERNEL, k, "Liger's kernels are Triton (CUDA) kernels",
+                                           hard=True))
+            elif facts.model.model_type not in LIGER_MODEL_TYPES:
+                effects.append(self.forbid(Setting.LOSS_KERNEL, k, f"Liger does not patch "
+                                           f"'{facts.model.model_type}' models", hard=True))
+            elif not asked and k not in only_asked and (missing := package_missing(self, facts, Setting.LOSS_KERNEL,
+                                                                                   k, k.spec.package)):
+                effects.append(missing)
         if not asked:
-            effects.append(self.forbid(Setting.LOSS_KERNEL, LossKernel.CHUNKED, "a torchtune / custom training loop's "
-                                       "loss, not the Trainer's: say --loss-kernel chunked if your stack has it"))
+            effects += [self.forbid(Setting.LOSS_KERNEL, k, reason) for k, reason in only_asked.items()]
         return effects
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
@@ -151,11 +157,13 @@ class LossKernelRule(Rule):
             return [self.set(Setting.LOSS_KERNEL, kernel, "the Trainer's loss, compiled with the model: 16-bit "
                                                           "logits, the fp32 log-softmax fused" if fused else
                              "the Trainer's loss: full logits, fp32 log-softmax")]
-        effects = [self.set(Setting.LOSS_KERNEL, kernel, "no vocabulary-sized fp32 logits: fused linear "
-                                                         "cross-entropy, RMSNorm, SwiGLU and RoPE kernels "
-                                                         "(use_liger_kernel=True)"
-                            if kernel == LossKernel.LIGER else "16-bit logits, upcast one chunk at a time")]
-        if kernel == LossKernel.LIGER and plan.torch_compile:
+        effects = [self.set(Setting.LOSS_KERNEL, kernel, {
+            LossKernel.LIGER: "no vocabulary-sized fp32 logits: fused linear cross-entropy, RMSNorm, SwiGLU and RoPE "
+                              "kernels (use_liger_kernel=True)",
+            LossKernel.LIGER_LAYERS: "Liger's RMSNorm, SwiGLU and RoPE kernels, the Trainer's loss on whole logits "
+                                     "(use_liger_kernel=True, liger_kernel_config fused_linear_cross_entropy=False)",
+            LossKernel.CHUNKED: "16-bit logits, upcast one chunk at a time"}[kernel])]
+        if kernel.spec.fused_layers and plan.torch_compile:
             effects.append(self.warn(
                 "Liger's Triton kernels inside torch.compile: Inductor launches them unlike eager Triton, and some "
                 "releases fail there (Liger-Kernel issue 174; liger-kernel 0.8.5 on torch 2.11: a compile error in "

@@ -47,6 +47,36 @@ def test_liger_drops_the_logits_and_chunked_keeps_16_bit_ones() -> None:
     assert act[0] - act[1] == pytest.approx(8 * logits, rel=0.10)
 
 
+def test_liger_layers_keep_the_whole_logits_and_save_in_the_blocks() -> None:
+    """``--loss-kernel liger-layers``: Liger's RMSNorm, SwiGLU and RoPE with the model's own loss (a loss that needs
+    the logits): the blocks keep what Liger's keep, the head what the standard loss keeps; the step moves less than
+    eager's, more than with the fused loss."""
+    standard, layers, liger = (_est(loss_kernel=k) for k in ("standard", "liger-layers", "liger"))
+    act = [e.memory.components.activations_bytes for e in (standard, layers, liger)]
+    assert act[0] > act[1] > act[2]
+    logits = 2 * 2048 * 128_256  # the standard loss's 10 B a logit (fitted: within 10 %), the fused loss's none
+    assert act[1] - act[2] == pytest.approx(10 * logits, rel=0.10)
+    times = [e.speed.step_time_s for e in (standard, layers, liger)]
+    assert times[0] > times[1] > times[2]
+
+
+def test_liger_layers_are_planned_when_asked_and_emitted_with_liger_s_config() -> None:
+    from advisor.app.emit import training_args
+
+    rec = recommend(LLAMA, gpu="h100-sxm", seq_len=4096)
+    assert rec.plan.loss_kernel == "standard"  # never unasked: Liger's fused loss does the same with less
+    layers = next(a for a in rec.settings["loss_kernel"].alternatives if a.value == "liger-layers")
+    assert "--loss-kernel liger-layers" in layers.reason
+    asked = recommend(LLAMA, gpu="h100-sxm", seq_len=4096, loss_kernel="liger-layers")
+    assert asked.plan.loss_kernel == "liger-layers"
+    args = training_args(asked)
+    assert args["use_liger_kernel"] is True
+    assert args["liger_kernel_config"] == {"fused_linear_cross_entropy": False, "cross_entropy": False}
+    assert "liger_kernel_config" not in training_args(recommend(LLAMA, gpu="h100-sxm", loss_kernel="liger"))
+    with pytest.raises(UsageError, match=r"--loss-kernel liger-layers: Liger does not patch 'gpt2'"):
+        recommend("gpt2", gpu="a100-80gb", loss_kernel="liger-layers")
+
+
 def test_compile_saves_activations_and_time() -> None:
     plain, compiled = _est(torch_compile=False), _est(torch_compile=True)
     assert compiled.memory.components.activations_bytes < plain.memory.components.activations_bytes
@@ -62,6 +92,9 @@ def test_compile_fuses_the_trainers_loss_to_chunked_cross_entropys_bytes() -> No
     assert loss_kept("standard", True, "litgpt") == loss_kept("standard", False, "transformers") == \
         LossKernel.STANDARD.spec
     assert loss_kept("liger", True, "transformers") == LossKernel.LIGER.spec
+    # Liger's layers leave the loss to the model: compiled with it, as the standard loss is
+    layers = loss_kept("liger-layers", True, "transformers")
+    assert layers.logit_bytes == LossKernel.CHUNKED.spec.logit_bytes and layers.fused_layers
 
 
 def test_a_compiled_loss_saves_the_16_bit_logits_only() -> None:

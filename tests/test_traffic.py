@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from advisor.engine.calibration import calibration_keys
 from advisor.engine.memory import activation_traffic_bytes
-from advisor.engine.traffic import (COMPILE_ELEMENTWISE_TRAFFIC, _table, eager_traffic_bytes,
-                                    elementwise_traffic_bytes, fallback_ratio)
+from advisor.engine.traffic import (COMPILE_ELEMENTWISE_TRAFFIC, FEATURES, FLCE_BYTES_PER_LOGIT, _table,
+                                    eager_traffic_bytes, elementwise_traffic_bytes, fallback_ratio,
+                                    traffic_features)
 from probes.model import profile_model as load_model
 from rules.facts import Plan
 
@@ -89,11 +91,14 @@ def test_the_calibration_fits_a_tiny_family_and_prices_its_full_depth(tmp_path, 
 
 
 def test_liger_is_counted_with_its_kernels_where_the_family_has_them() -> None:
-    from benchmarks.liger_standins import FLCE_BYTES_PER_LOGIT, LIGER_FAMILIES
+    from benchmarks.liger_standins import LIGER_FAMILIES
 
     for family in LIGER_FAMILIES:
         for key, c in _table()[family].items():
-            assert c["liger"]["forward"][5] == FLCE_BYTES_PER_LOGIT and c["liger"]["backward"][5] == 0.0, key
+            # counted with the model's own loss: the logits' terms are the eager column's, within the fits' noise
+            logits = FEATURES.index("sbv")
+            for phase in ("forward", "backward"):
+                assert c["liger"][phase][logits] == pytest.approx(c[phase][logits], rel=0.05, abs=0.5), key
             # per block (L·sbh, L·sbf) the fused kernels move less than eager's chain of ops
             assert c["liger"]["forward"][0] + c["liger"]["backward"][0] < c["forward"][0] + c["backward"][0], key
     model = load_model("meta-llama/Llama-2-7b-hf")
@@ -101,6 +106,16 @@ def test_liger_is_counted_with_its_kernels_where_the_family_has_them() -> None:
     liger = plan.model_copy(update={"loss_kernel": "liger"})
     assert eager_traffic_bytes(model, liger, 2048) < 0.8 * eager_traffic_bytes(model, plan, 2048)
     assert elementwise_traffic_bytes(model, liger, 2048) == pytest.approx(eager_traffic_bytes(model, liger, 2048))
+    # Liger's layers with the model's own loss: its layers' savings, the whole logits' traffic; the fused loss
+    # moves FLCE_BYTES_PER_LOGIT a logit in their place
+    layers = plan.model_copy(update={"loss_kernel": "liger-layers"})
+    x = traffic_features(model, 2, 2048)[FEATURES.index("sbv")]
+    c = _table()["llama"][next(k for k in calibration_keys(plan) if k in _table()["llama"])]
+    head = sum(c["liger"][phase][FEATURES.index("sbv")] for phase in ("forward", "backward"))
+    assert eager_traffic_bytes(model, liger, 2048) < eager_traffic_bytes(model, layers, 2048) \
+        < eager_traffic_bytes(model, plan, 2048)
+    assert eager_traffic_bytes(model, layers, 2048) - eager_traffic_bytes(model, liger, 2048) == pytest.approx(
+        (head - FLCE_BYTES_PER_LOGIT) * x)
     # phi3 (a fused gate_up projection): Liger not counted, the activation ratio prices it
     phi3 = load_model("microsoft/Phi-3-mini-4k-instruct")
     assert eager_traffic_bytes(phi3, liger, 2048) is None

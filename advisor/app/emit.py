@@ -113,7 +113,8 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
 def training_args(rec: Recommendation) -> dict[str, Any]:
     """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``).
 
-    The stack: ``torch_compile``, ``use_liger_kernel`` (Liger's kernels), and for padding-free packing
+    The stack: ``torch_compile``, ``use_liger_kernel`` (Liger's kernels; ``liger_kernel_config`` turns its fused loss
+    off for ``--loss-kernel liger-layers``), and for padding-free packing
     ``remove_unused_columns=False`` (the collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are;
     launch.sh's comments say so); the attention kernel is ``model_kwargs.json``'s ``attn_implementation``.
 
@@ -139,8 +140,9 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     spec = Optimizer.of(plan.optimizer).spec
     if spec.trainer_optim_args:  # e.g. SGD's momentum, which the Trainer's SGD would leave at 0
         args["optim_args"] = ",".join(f"{key}={value}" for key, value in spec.factory_kwargs.items())
-    if plan.loss_kernel == LossKernel.LIGER:
-        args["use_liger_kernel"] = True
+    if (liger := LossKernel.of(plan.loss_kernel).spec).fused_layers:
+        args |= {"use_liger_kernel": True} | ({"liger_kernel_config": dict(liger.liger_config)} if liger.liger_config
+                                              else {})
     if plan.packing:  # padding-free packing: TRL's SFTConfig(padding_free=True) or DataCollatorWithFlattening
         args["remove_unused_columns"] = False
     if plan.gradient_checkpointing:

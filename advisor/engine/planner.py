@@ -98,7 +98,8 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.PIPELINE_PARALLEL: [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
         # the stack, best value first (:func:`_with_stack` takes the first one a layout can run)
         Setting.ATTENTION: list(values(Attention)),
-        Setting.LOSS_KERNEL: [LossKernel.LIGER.value, LossKernel.CHUNKED.value, LossKernel.STANDARD.value],
+        Setting.LOSS_KERNEL: [LossKernel.LIGER.value, LossKernel.CHUNKED.value, LossKernel.LIGER_LAYERS.value,
+                              LossKernel.STANDARD.value],
         Setting.TORCH_COMPILE: [True, False],
         Setting.PACKING: [True, False],
         Setting.FP8: [True, False],

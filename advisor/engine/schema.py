@@ -24,7 +24,8 @@ model.attention_kernels (the attention implementations transformers' code for th
 memory.fits_capacity (device memory within the whole capacity: a tight plan when fits is false). 1.15:
 hardware.cuda_version (--cuda-version), host.torch_version, torch_cuda_version, cuda_module_loading (what sets the
 CUDA context's size). 1.16: model.quantization (a pre-quantized checkpoint's quantization_config: method, bits,
-double_quant); estimate.warnings (what the rules say of the plan estimated).
+double_quant); estimate.warnings (what the rules say of the plan estimated). 1.17: plan.loss_kernel / workload
+pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's own loss on whole logits).
 """
 
-SCHEMA_VERSION = "1.16"
+SCHEMA_VERSION = "1.17"

@@ -80,6 +80,13 @@ def recompute_share(model: ModelProfile, plan: Plan) -> float:
     return 1.0
 
 
+#: Bytes Liger's fused linear cross-entropy moves per logit: a 16-bit write and read of each chunk's logits (the chunk's
+#: matmul writes them, the cross-entropy kernel reads and overwrites them with their gradient in the forward;
+#: Liger-Kernel ``src/liger_kernel/ops/fused_linear_cross_entropy.py``, Hsu et al. 2024, https://arxiv.org/abs/2410.10989
+#: sec. 3.2), nothing in the backward: it takes the place of the counted head's s·b·v terms under ``--loss-kernel liger``.
+#: Derived from what the kernel reads and writes, not fitted.
+FLCE_BYTES_PER_LOGIT = 4.0
+
 #: Mixtures of experts priced with their dense kin's columns: the same attention, norms and gated MLP, whose s·b·ffn
 #: feature is the width a token passes through (its k routed experts'); the routing's gathers and scatters of the
 #: tokens (a few s·b·h reads and writes per block) are not counted
@@ -101,18 +108,22 @@ def _column(model: ModelProfile, plan: Plan) -> dict | None:
 
 def eager_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float | None:
     """Bytes one micro-batch of ``plan`` (its micro-batch, ``seq_len`` tokens a row) moves in elementwise kernels
-    in an eager step (with Liger's kernels under ``--liger-kernel``), forward + backward + recomputation, on one
+    in an eager step (with Liger's kernels under ``--loss-kernel liger`` / ``liger-layers``; the fused linear
+    cross-entropy at :data:`FLCE_BYTES_PER_LOGIT`), forward + backward + recomputation, on one
     device before any model-parallel split, as counted and fitted; None where that was not counted: a family without
     a traffic column (:func:`fallback_ratio` prices it), Liger on a family without its stand-ins, the chunked loss."""
-    c = _column(model, plan)
-    if c is None or plan.loss_kernel == LossKernel.CHUNKED:
+    c, kernel = _column(model, plan), LossKernel.of(plan.loss_kernel)
+    if c is None or kernel == LossKernel.CHUNKED:
         return None
-    if plan.loss_kernel == LossKernel.LIGER:
+    if kernel.spec.fused_layers:
         if "liger" not in c:
             return None
         c = {**c, **c["liger"]}
     x = traffic_features(model, plan.micro_batch_size, seq_len)
-    forward, backward = c["forward"], c["backward"]
+    forward, backward = list(c["forward"]), list(c["backward"])
+    if not kernel.spec.grad_logits:  # the fused linear cross-entropy: the logits never reach HBM whole
+        logits = FEATURES.index("sbv")
+        forward[logits], backward[logits] = FLCE_BYTES_PER_LOGIT, 0.0
     layer_forward = sum(f * v for f, v in zip(forward[:LAYER_FEATURES], x))
     total = sum(f * v for f, v in zip(forward, x)) + sum(b * v for b, v in zip(backward, x))
     total += recompute_share(model, plan) * layer_forward

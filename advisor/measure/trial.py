@@ -173,10 +173,10 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
         net = build_model(model, config, weights=local_weights_dir(model), weights_dtype=plan.weights_dtype,
                           init_device=device if cuda else None).to(device)
     net.train()
-    if plan.loss_kernel == LossKernel.LIGER:  # the Trainer's use_liger_kernel=True does the same
+    if (liger := LossKernel.of(plan.loss_kernel).spec).fused_layers:  # as the Trainer's use_liger_kernel=True
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-        _apply_liger_kernel_to_instance(model=net)
+        _apply_liger_kernel_to_instance(model=net, **dict(liger.liger_config))
     if plan.gradient_checkpointing:
         enable_checkpointing(net)
     net = apply_adapters(net, model, plan)  # LoRA / QLoRA: PEFT's adapters over the frozen base
