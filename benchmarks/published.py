@@ -49,7 +49,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.app.api import estimate  # noqa: E402
+from advisor.app.api import estimate, probe_hardware  # noqa: E402
 from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
@@ -71,8 +71,9 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "V100-16GB": ("v100-16gb", "V100 form factor not stated: SXM2 entry"),
     "V100-32GB": ("v100-32gb", "V100 form factor not stated: SXM2 entry"),
     "V100-SXM3-32GB": ("v100-32gb", "V100 SXM3 (DGX-2) as the catalog's SXM2 32GB: same memory"),
-    "H100-96GB-HBM2e-500W": ("h100-sxm", "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 80GB: "
-                             "16 GB more memory (fit not comparable), 2.4 vs 3.35 TB/s, lower power limit"),
+    "H100-96GB-HBM2e-500W": ("h100-sxm", "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 with "
+                             "the source's 96 GB and 2.4 TB/s; its bf16 peak, 'between SXM and NVL' by the source, "
+                             "taken as the SXM's (an upper bound)"),
     "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
     "RTX 3090": ("rtx-3090", None),
     "A100-40GB": ("a100-40gb", "A100 40GB form factor not stated: SXM4 entry (same memory)"),
@@ -80,9 +81,11 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "H100 80GB SXM": ("h100-sxm", None),
 }
 
-#: Source GPUs whose catalog entry has another memory size: their fit / out-of-memory verdicts are not compared
-#: (memory readings and rates are).
-FIT_NOT_COMPARABLE = {"H100-96GB-HBM2e-500W"}
+#: Source GPUs the catalog has no entry for, priced as the :data:`GPUS` entry with the figures the source states
+#: (``GPUInfo`` fields). torchtitan's Grand Teton H100 (``benchmarks/llama3_h100_202412_torchtitan.md``, "Hardware":
+#: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", 500 W): 96 GiB nominal with the share the 80 GB part shows
+#: (81,559 of 81,920 MiB), 97,871 MiB; its peak FLOP/s stays the SXM's, which the source says it lies below.
+GPU_AS_STATED = {"H100-96GB-HBM2e-500W": {"memory_total_bytes": 97_871 * 2**20, "memory_bandwidth_gbps": 2400.0}}
 
 #: Hub ids whose architecture is another id's (the instruct / renamed variants of a base model).
 MODEL_ALIASES = {
@@ -471,10 +474,13 @@ def estimate_case(case: dict, notes: list[str]):
     ref = model_ref(case)
     try:
         profile = _profile(ref, case["model"].get("task"))
-        est = estimate(profile, **hw, **opts)
+        machine = probe_hardware(**hw)
+        if stated := GPU_AS_STATED.get(case["hardware"]["gpu"]):
+            machine = machine.model_copy(update={"gpus": [g.model_copy(update=stated) for g in machine.gpus]})
+        est = estimate(profile, hardware=machine, **opts)
         if opts.get("torch_compile") and case["stack"].get("compiled_loss") is False:
             # the model compiled, its loss not: advisor's compile fuses the loss (probes.kernels.loss_kept)
-            eager_loss = estimate(profile, **hw, **{**opts, "torch_compile": False})
+            eager_loss = estimate(profile, hardware=machine, **{**opts, "torch_compile": False})
             est = est.model_copy(update={"memory": eager_loss.memory})
             notes.append("model compiled, loss computed outside it: memory priced without compile, speed with it")
         return est, profile
@@ -497,8 +503,6 @@ def run_case(case: dict) -> Result:
     r.plan = est.plan.describe() + f", seq {est.workload.seq_len}"
     r.method = est.plan.method
     r.fits_published, r.fit_basis = published_fit(case)
-    if case["hardware"]["gpu"] in FIT_NOT_COMPARABLE:
-        r.fits_published, r.fit_basis = None, None
     r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
     r.fits_capacity = est.memory.fits_capacity
     if m.get("memory_bytes") and m.get("memory_quantity") in MEMORY_QUANTITIES:

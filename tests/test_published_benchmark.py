@@ -93,3 +93,19 @@ def test_unstated_checkpointing_under_peft_qlora_is_peft_s_default() -> None:
     assert not any("gradient_checkpointing" in w for w in unstated.why)  # no longer left to advisor's default
     stated = run_case(cases["hfqlora-fsdpqlora-llama2-7b-ctx512-mb1-2x3090"])
     assert not any("prepare_model_for_kbit_training" in w for w in stated.why)
+
+
+def test_a_gpu_the_catalog_lacks_is_priced_with_the_figures_its_source_states() -> None:
+    """torchtitan's Grand Teton H100 (96 GB HBM2e, 2.4 TB/s) is the catalog's H100 SXM5 with those two figures: its
+    fit verdict is compared against 96 GB, and its memory-bound time runs at 2.4 TB/s."""
+    from benchmarks.published import GPU_AS_STATED, estimate_case
+
+    case = next(c for c in load_cases("torchtitan-h100-llama31-8b-fsdp-8xh100"))
+    stated = GPU_AS_STATED[case["hardware"]["gpu"]]
+    est, _ = estimate_case(case, [])
+    assert est.memory.capacity_bytes == stated["memory_total_bytes"]
+    as_catalog = dict(case, hardware={**case["hardware"], "gpu": "H100 80GB SXM"})
+    faster, _ = estimate_case(as_catalog, [])
+    assert faster.speed.step_time_s < est.speed.step_time_s  # 3.35 TB/s
+    result = run_case(case)
+    assert result.fits_published is True and result.fits_predicted is not None
