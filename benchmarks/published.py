@@ -248,8 +248,9 @@ def _optimizer(name: str | None) -> str | None:
 
 
 def _parallelism(name: str | None) -> dict:
-    """``parallelism``, ``tensor_parallel`` and ``pipeline_parallel`` for the sources' names (``BASE+tpN+ppN``;
-    a name of ``tpN+ppN`` alone leaves the data-parallel strategy to advisor); FSDP2 is a full shard.
+    """``parallelism``, ``tensor_parallel``, ``pipeline_parallel`` and ``virtual_pipeline`` for the sources' names
+    (``BASE+tpN+ppN+vpN``, vp: the interleaved schedule's chunks a stage; a name of ``tpN+ppN`` alone leaves the
+    data-parallel strategy to advisor); FSDP2 is a full shard.
 
     Raises:
         Skip: context parallelism, which advisor cannot express.
@@ -264,7 +265,7 @@ def _parallelism(name: str | None) -> dict:
     base, *extra = text.split("+")
     if base.startswith(("tp", "pp")):
         base, extra = "", [base, *extra]
-    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel"}
+    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline"}
     out = {degrees[e[:2]]: int(e[2:]) for e in extra if e[:2] in degrees and int(e[2:]) > 1}
     if base:
         out["parallelism"] = "fsdp-full-shard" if base == "fsdp2" else base

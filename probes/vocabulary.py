@@ -97,6 +97,7 @@ class Setting(Vocabulary):
     LEGACY_BITSANDBYTES = "legacy_bitsandbytes"
     DOUBLE_QUANT = "double_quant"
     FRAMEWORK = "framework"
+    VIRTUAL_PIPELINE = "virtual_pipeline"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

@@ -138,6 +138,9 @@ class Plan(BaseModel):
                                      "transformers + PEFT (the Trainer's; what --emit writes and trials run), "
                                      "LitGPT's own model and loops, or Megatron-style fused layers and optimizer "
                                      "(Megatron-Core, NeMo, Transformer Engine) (the last two: estimate only)")
+    virtual_pipeline: int = Field(1, ge=1, description="model chunks per pipeline stage, the interleaved 1F1B "
+                                  "schedule (Megatron-LM's virtual_pipeline_model_parallel_size, torchtitan's "
+                                  "Interleaved1F1B): the bubble shrinks v-fold; 1: plain 1F1B")
 
     @model_validator(mode="before")
     @classmethod

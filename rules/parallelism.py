@@ -335,3 +335,34 @@ class ModelParallelLastResort(Rule):
                                  "(dp_shard_size) or run Megatron-LM" if ddp else
                                  "; else Megatron-LM or torch.distributed.tensor.parallel"))]
         return []
+
+
+@register
+class VirtualPipeline(Rule):
+    id = "parallelism.interleaved-pipeline"
+    title = "the interleaved 1F1B schedule: v model chunks a pipeline stage, priced when asked"
+    topic = "parallelism"
+    sources = [S.MEGATRON_INTERLEAVED, S.MEGATRON_SCHEDULES, S.SELECTIVE_AC_PAPER, S.TORCH_PIPELINING]
+    rationale = ("1F1B leaves each stage idle for (p − 1) stage times of every step. The interleaved schedule gives "
+                 "each stage v non-adjacent chunks of L/(p·v) layers, so the bubble shrinks to (p − 1)/v stage "
+                 "times, for v times the stage-to-stage traffic and a first stage that holds (1 + (p − 1)/(p·v)) "
+                 "micro-batches' activations instead of one. Megatron-LM and NeMo run it "
+                 "(virtual_pipeline_model_parallel_size), as torch.distributed.pipelining's ScheduleInterleaved1F1B "
+                 "(torchtitan) does; the Trainer runs no pipeline. advisor prices it when asked.")
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        v, pp = plan.virtual_pipeline, plan.pipeline_parallel
+        if v > 1 and pp <= 1:
+            return self.forbid(Setting.VIRTUAL_PIPELINE, v, "interleaving splits each pipeline stage into chunks: it "
+                               "needs --pipeline-parallel 2 or more", hard=True)
+        if v > 1 and facts.model.num_layers % (pp * v):
+            return self.forbid(Setting.VIRTUAL_PIPELINE, v, f"{facts.model.num_layers} layers do not split into {pp} "
+                               f"stages of {v} equal chunks", hard=True)
+        return None
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if plan.virtual_pipeline <= 1:
+            return []
+        return [self.warn(f"interleaved pipeline, {plan.virtual_pipeline} chunks a stage: Megatron-LM / NeMo "
+                          "(virtual_pipeline_model_parallel_size) or torch.distributed.pipelining's "
+                          "ScheduleInterleaved1F1B run it, not the HF Trainer", setting=Setting.VIRTUAL_PIPELINE)]

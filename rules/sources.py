@@ -227,6 +227,16 @@ DEEPSPEED_MOE = Source(title="Rajbhandari et al. 2022, DeepSpeed-MoE", url="http
                        section="sec. 5 (expert + data parallelism); DeepSpeed MoE tutorial: ep_size")
 MEGATRON_MOE = Source(title="Megatron-Core MoE", section="Expert parallelism (--expert-model-parallel-size)",
                       url="https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html")
+MEGATRON_INTERLEAVED = Source(title="Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU "
+                              "Clusters Using Megatron-LM", url="https://arxiv.org/abs/2104.04473",
+                              section="2.2.2 Schedule with Interleaved Stages: the bubble shrinks by v, the "
+                                      "communication grows by v")
+MEGATRON_SCHEDULES = Source(title="Megatron-Core pipeline_parallel/schedules.py, "
+                                  "forward_backward_pipelining_with_interleaving (virtual_pipeline_model_parallel_size)",
+                            url="https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/pipeline_parallel/"
+                                "schedules.py")
+TORCH_PIPELINING = Source(title="PyTorch torch.distributed.pipelining, Pipeline Schedules (ScheduleInterleaved1F1B)",
+                          url="https://pytorch.org/docs/stable/distributed.pipelining.html")
 SELECTIVE_AC_PAPER = Source(title="Korthikanti et al. 2022, Reducing Activation Recomputation in Large Transformer Models",
                             url="https://arxiv.org/abs/2205.05198", section="5 Selective activation recomputation")
 FSDP_QLORA = Source(title="Answer.AI, Benchmarking QLoRA+FSDP (fsdp_qlora)",

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from probes.cuda_stack import CUDA_VERSION_PATTERN
 from probes.errors import UsageError
 from probes.kernels import STACK_PACKAGES
-from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
+from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
 from probes.units import GIB, KIB, MIB
 from probes.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
 from rules.facts import STACK_SETTINGS, Plan, Workload
@@ -134,8 +134,7 @@ class WorkloadOptions(_Options):
 PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
               "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
               "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "activation_offloading", "expert_parallel",
-              "checkpointing",
-              "legacy_bitsandbytes", "double_quant", "framework")
+              "checkpointing", "legacy_bitsandbytes", "double_quant", "framework", "virtual_pipeline")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
 ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
@@ -152,10 +151,11 @@ class _PlanSettings(_Options):
 
 
 #: Upper bounds of the plan's counts (micro-batch and accumulation: the largest global batch).
-_PLAN_LIMITS = {"tensor_parallel": MAX_GPUS_PER_NODE, "pipeline_parallel": MAX_NODES, "lora_rank": MAX_WIDTH}
+_PLAN_LIMITS = {"tensor_parallel": MAX_GPUS_PER_NODE, "pipeline_parallel": MAX_NODES, "lora_rank": MAX_WIDTH,
+                "virtual_pipeline": MAX_LAYERS}
 
 _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
-                  "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E"}
+                  "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E", "virtual_pipeline": "V"}
 
 
 def _plan_setting(name: str) -> tuple[Any, Any]:

@@ -144,8 +144,9 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
     if tp > 1:
         layers = (model.encoder_layers + model.decoder_layers) / pp
         seconds += 4 * layers * 2 * (tp - 1) / tp * bsh / _link_bandwidth(gpu, nvlink, 1)
-    if pp > 1:
-        seconds += 2 * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1, inter_node_bytes_per_s)
+    if pp > 1:  # each of a stage's v interleaved chunks sends and receives its own (Narayanan sec. 2.2.2)
+        seconds += 2 * max(plan.virtual_pipeline, 1) * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1,
+                                                                            inter_node_bytes_per_s)
     return seconds + all_to_all_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
 
 

@@ -152,6 +152,19 @@ def _logit_scale(plan: Plan) -> float:
     return spec.logit_bytes / standard.logit_bytes
 
 
+def pipeline_in_flight(plan: Plan) -> float:
+    """Micro-batches of the whole model's activations the first pipeline stage holds at its peak, over 1F1B's one.
+
+    1F1B: p micro-batches of its L/p layers, one micro-batch's worth (Narayanan et al. 2021,
+    https://arxiv.org/abs/2104.04473 sec. 2.2.1). The interleaved schedule with v chunks a stage runs 2(p − 1) +
+    (v − 1)·p chunk forwards of L/(p·v) layers each before the first stage's first backward, plus the one in flight
+    (Megatron-Core ``pipeline_parallel/schedules.py``, ``forward_backward_pipelining_with_interleaving``: its
+    ``num_warmup_microbatches``): 1 + (p − 1)/(p·v) micro-batches' worth, the factor of Korthikanti et al. 2022
+    (https://arxiv.org/abs/2205.05198 sec. 4.2.3)."""
+    pp, v = max(plan.pipeline_parallel, 1), max(plan.virtual_pipeline, 1)
+    return 1.0 if pp == 1 or v == 1 else 1 + (pp - 1) / (pp * v)
+
+
 def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     """What op-level selective checkpointing keeps in each block beyond its input (0 under other policies)."""
     if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
@@ -349,15 +362,14 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     offloaded = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0
     tp = max(plan.tensor_parallel, 1)
-    if tp > 1:
-        # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
-        # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
-        # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
-        # ``loss_parallel``); Megatron-Core / NeMo turn sequence parallelism on with TP and torchtitan's TP plan
-        # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
-        # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1): no change.
-        act //= tp
-        backward_extra //= tp
+    # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
+    # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
+    # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
+    # ``loss_parallel``); Megatron-Core / NeMo turn sequence parallelism on with TP and torchtitan's TP plan
+    # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
+    # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1), an interleaved one
+    # more (:func:`pipeline_in_flight`).
+    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp, backward_extra // tp
     s = model_states(model, plan, nodes)
     grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those

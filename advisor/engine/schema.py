@@ -25,7 +25,8 @@ memory.fits_capacity (device memory within the whole capacity: a tight plan when
 hardware.cuda_version (--cuda-version), host.torch_version, torch_cuda_version, cuda_module_loading (what sets the
 CUDA context's size). 1.16: model.quantization (a pre-quantized checkpoint's quantization_config: method, bits,
 double_quant); estimate.warnings (what the rules say of the plan estimated). 1.17: plan.loss_kernel / workload
-pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's own loss on whole logits).
+pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's own loss on whole logits);
+plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline stage).
 """
 
 SCHEMA_VERSION = "1.17"

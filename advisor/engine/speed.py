@@ -285,9 +285,11 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     if Offload.of(plan.offload).optimizer:
         optimizer_time = offload_seconds(model, plan, compute)
     comm = communication_seconds(model, plan, gpu, nvlink, nodes, inter_node_bytes_per_s, compute)
-    # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1)
-    step = (k + pp - 1) * micro_time + optimizer_time + comm
-    comm += (k + pp - 1) * mp_comm  # reported: data-parallel sync + tensor / pipeline / expert exchanges
+    # 1F1B pipeline: k micro-batches pass p stages; the bubble adds p − 1 stage times (Narayanan sec. 2.2.1), or
+    # (p − 1)/v of them with v interleaved chunks a stage (sec. 2.2.2)
+    passes = k + (pp - 1) / max(plan.virtual_pipeline, 1)
+    step = passes * micro_time + optimizer_time + comm
+    comm += passes * mp_comm  # reported: data-parallel sync + tensor / pipeline / expert exchanges
     rows = plan.global_batch_size
     useful = seq_len if plan.packing or not mean_sample_len else min(mean_sample_len, seq_len)
     samples = rows * (seq_len / mean_sample_len if attended else 1)
