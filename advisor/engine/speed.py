@@ -116,10 +116,10 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 #: the memory-bound work was priced at the counted traffic (:mod:`advisor.engine.traffic`), on a grid of 0.75 / 0.80 /
 #: 0.85 × 0.7 / 0.8 / 0.9 against the 47 published runs with tokens/s per GPU in ``benchmarks/published/*.jsonl`` (7
 #: sources: flash-attention, fms-acceleration, NeMo AutoModel, NeMo, torchtitan A100 / H100 / H200; median predicted /
-#: published 0.98, 46 of 47 within 1.25x, 44 before NeMo AutoModel's single-GPU runs were priced with Liger's layers)
+#: published 0.98, 47 of 47 within 1.25x; 44 before Liger's layers and interleaved pipelines were priced as such)
 #: and the 13 plans of the H100 trials (``benchmarks/results/validate_h100-sxm.jsonl``: step time predicted / measured
-#: median 0.95). 0.75 gave 0.94 and 0.99, 0.85 gave 1.02 and 0.92 with 44 within 1.25x; 0.85 with a 0.7 share did as
-#: well (published 1.00, trials 0.97, 46) but sits above cuBLAS's 70-80 % below (``benchmarks/speed_fit.py``,
+#: median 0.95). 0.75 gave 0.94 and 0.99, 0.85 gave 1.02 and 0.92 with 45 within 1.25x; 0.85 with a 0.7 share did as
+#: well (published 1.00, trials 0.97, 47) but sits above cuBLAS's 70-80 % below (``benchmarks/speed_fit.py``,
 #: ``benchmarks/results/speed_fit.md``). (Before the traffic was counted, 0.75 had been fitted with a traffic 3-5x too
 #: small.)
 #: cuBLAS reaches 70-80 % of peak on large bf16 GEMMs (NVIDIA "Matrix Multiplication Background User's Guide",
@@ -173,7 +173,7 @@ FP8_GEMM_SPEEDUP = 1.5
 
 #: The share of the datasheet memory bandwidth that memory-bound work (elementwise traffic, 4-bit dequantization,
 #: the optimizer's update) sustains: STREAM-like copies reach 80-90 % of HBM's peak. Fitted with :data:`TENSOR16_TOP`
-#: (see there: 0.8 of 0.7 / 0.8 / 0.9; 0.9 put the H100 trials at 0.92 and 45 published runs within 1.25x).
+#: (see there: 0.8 of 0.7 / 0.8 / 0.9; 0.9 put the H100 trials at 0.92 and 46 published runs within 1.25x).
 BANDWIDTH_SHARE = 0.8
 
 
