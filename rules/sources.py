@@ -180,6 +180,11 @@ TORCH_SDPA = Source(title="PyTorch docs, scaled_dot_product_attention",
 LIGER_KERNEL = Source(title="Hsu et al. 2024, Liger Kernel: Efficient Triton Kernels for LLM Training",
                       url="https://arxiv.org/abs/2410.10989",
                       section="sec. 3-4: fused linear cross-entropy, RMSNorm, SwiGLU, RoPE; Trainer use_liger_kernel")
+LIGER_PATCHING = Source(title="Liger-Kernel README, Patching: apply_liger_kernel_to_llama(rope, swiglu, rms_norm, "
+                              "cross_entropy, fused_linear_cross_entropy); transformers TrainingArguments "
+                              "liger_kernel_config (the same keywords)",
+                        url="https://github.com/linkedin/Liger-Kernel#patching",
+                        section="fused_linear_cross_entropy=False keeps the model's own loss on whole logits")
 LIGER_COMPILE = Source(title="Liger-Kernel issue 174, torch.compile() throws exception when LigerKernel is used; "
                              "PR 1350, pin fp64 scalar kernel params to fp32 in swiglu and rms_norm",
                        url="https://github.com/linkedin/Liger-Kernel/issues/174",

@@ -111,7 +111,7 @@ class LossKernelRule(Rule):
     id = "stack.loss-kernel"
     title = "Liger's fused kernels where installed and supported; the Trainer's loss otherwise"
     topic = "stack"
-    sources = [S.LIGER_KERNEL, S.TORCHTUNE_CHUNKED_CE, S.PT2_PAPER, S.LIGER_COMPILE]
+    sources = [S.LIGER_KERNEL, S.LIGER_PATCHING, S.TORCHTUNE_CHUNKED_CE, S.PT2_PAPER, S.LIGER_COMPILE]
     rationale = ("A causal LM's loss materialises batch x sequence x vocabulary logits, upcast to fp32 with their "
                  "log-softmax: for a 128k vocabulary that is more than all the layers' activations. Liger's fused "
                  "linear cross-entropy computes logits, loss and gradient chunk by chunk and never holds them "
