@@ -133,9 +133,10 @@ class LossKernelRule(Rule):
                               for k in LossKernel if k != LossKernel.STANDARD]
         # values planned only when asked for: their stacks are not the Trainer's default one
         only_asked = {LossKernel.CHUNKED: "a torchtune / custom training loop's loss, not the Trainer's: say "
-                                          "--loss-kernel chunked if your stack has it",
+                                          f"--loss-kernel {LossKernel.CHUNKED} if your stack has it",
                       LossKernel.LIGER_LAYERS: "Liger's fused loss does what the Trainer's does without whole logits: "
-                                               "say --loss-kernel liger-layers if your loss needs the logits"}
+                                               f"say --loss-kernel {LossKernel.LIGER_LAYERS} if your loss needs the "
+                                               "logits"}
         for k in (k for k in LossKernel if k.spec.fused_layers):
             if facts.on_cpu:
                 effects.append(self.forbid(Setting.LOSS_KERNEL, k, "Liger's kernels are Triton (CUDA) kernels",
