@@ -28,6 +28,9 @@ CASES = {  # name -> recommend() arguments
     "Llama-2-7B on one a100-80gb (Adafactor, checkpointing)": dict(model="meta-llama/Llama-2-7b-hf",
                                                                    gpu="a100-80gb", seq_len=2048),
     "gpt2 on the CPU": dict(model="gpt2", gpu=None, seq_len=128, global_batch_size=8),
+    # Liger's layers with the model's own loss: use_liger_kernel and liger_kernel_config
+    "Llama-3.1-8B on h100-sxm (Liger's layers)": dict(model="meta-llama/Llama-3.1-8B", gpu="h100-sxm", seq_len=2048,
+                                                       loss_kernel="liger-layers"),
 }
 
 
@@ -73,6 +76,7 @@ def test_training_args_are_trainingarguments_fields_and_build(name) -> None:
     assert built.gradient_accumulation_steps == rec.plan.gradient_accumulation_steps
     assert built.bf16 == (rec.plan.precision == "bf16") and built.fp16 == (rec.plan.precision == "fp16")
     assert built.gradient_checkpointing == rec.plan.gradient_checkpointing
+    assert built.liger_kernel_config == args.get("liger_kernel_config")  # Liger's layers without its fused loss
 
 
 @pytest.mark.parametrize("name", list(CASES))
