@@ -266,7 +266,7 @@ class ModelParallelLastResort(Rule):
     title = "tensor parallel inside an NVLink island, pipeline parallel across nodes, only when sharded data parallel does not fit"
     topic = "parallelism"
     sources = [S.MEGATRON_SCALING, S.HF_MANY, S.MEGATRON_LM, S.ACCELERATE_ND_PARALLEL, S.HF_TENSOR_PARALLEL, S.HF_TP_CODE,
-               S.FSDP_QLORA]
+               S.FSDP_QLORA, S.MEGATRON_INTERLEAVED]
     rationale = ("Megatron-LM's takeaways: use tensor parallelism up to the GPUs of a node (its 4 all-reduces per "
                  "layer need NVLink), pipeline parallelism across nodes (its bubble costs (p − 1)/m of the step), "
                  "and data parallelism for the rest; the HF guide: try sharded data parallel first and reach "
@@ -323,9 +323,13 @@ class ModelParallelLastResort(Rule):
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if plan.pipeline_parallel > 1:
+            interleave = plan.virtual_pipeline == 1 and facts.model.num_layers % (2 * plan.pipeline_parallel) == 0
             return [self.warn(f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel}: "
                               "the HF Trainer and accelerate do not run pipeline parallelism; use Megatron-LM, "
-                              "DeepSpeed's pipeline engine or torch.distributed.pipelining")]
+                              "DeepSpeed's pipeline engine or torch.distributed.pipelining"
+                              + ("; Megatron-LM's and torch.distributed.pipelining's interleaved schedule cuts the "
+                                 "bubble by its chunks a stage (estimate --virtual-pipeline 2 prices it)"
+                                 if interleave else ""))]
         if plan.tensor_parallel > 1:
             ddp = Parallelism.of(plan.parallelism).replicated and plan.data_parallel_size > 1
             return [self.warn(f"tensor parallel {plan.tensor_parallel}: the HF Trainer runs it through accelerate 1.10 "

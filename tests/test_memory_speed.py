@@ -210,6 +210,9 @@ def test_the_interleaved_schedule_shrinks_the_bubble_for_activations_and_traffic
     # the bubble: 8 + 3 stage times against 8 + 1.5 (less the extra chunk-to-chunk sends)
     assert plain.speed.step_time_s / interleaved.speed.step_time_s < (8 + 3) / (8 + 1.5)
     assert interleaved.speed.communication_s > plain.speed.communication_s
+    # the pipeline's warning points a plain 1F1B plan to the interleaved schedule, not one that has it
+    tip = [any("--virtual-pipeline 2" in w.message for w in e.warnings) for e in (plain, interleaved)]
+    assert tip == [True, False]
 
 
 def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
