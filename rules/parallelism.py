@@ -323,7 +323,7 @@ class ModelParallelLastResort(Rule):
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if plan.pipeline_parallel > 1:
-            interleave = plan.virtual_pipeline == 1 and facts.model.num_layers % (2 * plan.pipeline_parallel) == 0
+            interleave = plan.virtual_pipeline == 1 and equal_chunks(facts, plan.pipeline_parallel, 2)
             return [self.warn(f"tensor parallel {plan.tensor_parallel} x pipeline parallel {plan.pipeline_parallel}: "
                               "the HF Trainer and accelerate do not run pipeline parallelism; use Megatron-LM, "
                               "DeepSpeed's pipeline engine or torch.distributed.pipelining"
@@ -339,6 +339,12 @@ class ModelParallelLastResort(Rule):
                                  "(dp_shard_size) or run Megatron-LM" if ddp else
                                  "; else Megatron-LM or torch.distributed.tensor.parallel"))]
         return []
+
+
+def equal_chunks(facts: Facts, stages: int, chunks: int) -> bool:
+    """Whether the model's layers split into ``stages`` pipeline stages of ``chunks`` equal chunks each (Megatron-LM
+    gives every virtual stage the same number of layers)."""
+    return facts.model.num_layers % (stages * chunks) == 0
 
 
 @register
@@ -359,7 +365,7 @@ class VirtualPipeline(Rule):
         if v > 1 and pp <= 1:
             return self.forbid(Setting.VIRTUAL_PIPELINE, v, "interleaving splits each pipeline stage into chunks: it "
                                "needs --pipeline-parallel 2 or more", hard=True)
-        if v > 1 and facts.model.num_layers % (pp * v):
+        if v > 1 and not equal_chunks(facts, pp, v):
             return self.forbid(Setting.VIRTUAL_PIPELINE, v, f"{facts.model.num_layers} layers do not split into {pp} "
                                f"stages of {v} equal chunks", hard=True)
         return None
