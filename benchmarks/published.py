@@ -54,7 +54,7 @@ from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
 from probes.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
 from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, LossKernel, legacy_bitsandbytes  # noqa: E402
-from probes.vocabulary import LoraTargets, Method, values  # noqa: E402
+from probes.vocabulary import LoraTargets, Method, Parallelism, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
 CONFIGS_DIR = CASES_DIR / "configs"
@@ -250,7 +250,9 @@ def _optimizer(name: str | None) -> str | None:
 def _parallelism(name: str | None) -> dict:
     """``parallelism``, ``tensor_parallel``, ``pipeline_parallel`` and ``virtual_pipeline`` for the sources' names
     (``BASE+tpN+ppN+vpN``, vp: the interleaved schedule's chunks a stage; a name of ``tpN+ppN`` alone leaves the
-    data-parallel strategy to advisor); FSDP2 is a full shard.
+    data-parallel strategy to advisor); ``fsdp2`` is a full shard on FSDP2 (advisor's default ``fsdp_version``), the
+    other FSDP names are FSDP1's strategies (their sources' code: Answer.AI's fsdp_qlora, accelerate's default
+    through the Trainer, Lightning Fabric's FSDPStrategy), ``fsdp_version`` 1.
 
     Raises:
         Skip: context parallelism, which advisor cannot express.
@@ -267,8 +269,12 @@ def _parallelism(name: str | None) -> dict:
         base, extra = "", [base, *extra]
     degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline"}
     out = {degrees[e[:2]]: int(e[2:]) for e in extra if e[:2] in degrees and int(e[2:]) > 1}
-    if base:
-        out["parallelism"] = "fsdp-full-shard" if base == "fsdp2" else base
+    if base == "fsdp2":
+        out["parallelism"] = Parallelism.FSDP_FULL_SHARD.value
+    elif base:
+        out["parallelism"] = base
+        if Parallelism.of(base).fsdp:
+            out["fsdp_version"] = 1
     return out
 
 

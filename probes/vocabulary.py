@@ -98,6 +98,7 @@ class Setting(Vocabulary):
     DOUBLE_QUANT = "double_quant"
     FRAMEWORK = "framework"
     VIRTUAL_PIPELINE = "virtual_pipeline"
+    FSDP_VERSION = "fsdp_version"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

@@ -141,6 +141,10 @@ class Plan(BaseModel):
     virtual_pipeline: int = Field(1, ge=1, description="model chunks per pipeline stage, the interleaved 1F1B "
                                   "schedule (Megatron-LM's virtual_pipeline_model_parallel_size, torchtitan's "
                                   "Interleaved1F1B): the bubble shrinks v-fold; 1: plain 1F1B")
+    fsdp_version: int = Field(2, ge=1, le=2, description="the FSDP an FSDP plan runs: 2, fully_shard (per-parameter "
+                              "DTensor shards: --emit's fsdp_config version 2 on transformers 5, torchtitan, "
+                              "torchtune) or 1, FullyShardedDataParallel (FlatParameter: transformers 4, accelerate's "
+                              "default, LitGPT's FSDPStrategy); HYBRID_SHARD runs FSDP1 whatever this says")
 
     @model_validator(mode="before")
     @classmethod
@@ -149,6 +153,13 @@ class Plan(BaseModel):
         if isinstance(data, dict) and data.get("attention") is None and "device" in data:
             data = {**data, "attention": Attention.default(data["device"]).value}
         return data
+
+    @property
+    def runs_fsdp2(self) -> bool:
+        """Whether the plan shards with FSDP2's ``fully_shard`` (:attr:`fsdp_version` 2 on an FSDP strategy but
+        HYBRID_SHARD, which the Trainer runs on FSDP1: --emit writes ``version: 1`` for it)."""
+        parallelism = Parallelism.of(self.parallelism)
+        return parallelism.fsdp and self.fsdp_version == 2 and not parallelism.spec.replicated_across_nodes
 
     @property
     def model_parallel_size(self) -> int:

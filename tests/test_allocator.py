@@ -1,5 +1,5 @@
 """The caching allocator's reserve (advisor/engine/allocator.py): proportional to small transients, capped for large
-ones without sharded parameters, and what the H100 records say of it."""
+ones unless FSDP1 or ZeRO-3 gather the parameters, and what the H100 records say of it."""
 
 from __future__ import annotations
 
@@ -31,21 +31,28 @@ def test_small_transients_keep_the_proportional_reserve_of_the_v100_fit() -> Non
     assert got == states + int(transient * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES + context
 
 
-@pytest.mark.parametrize("parallelism", [Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO_1, Parallelism.ZERO_2])
-def test_large_transients_without_sharded_parameters_reserve_at_most_the_cap(parallelism: Parallelism) -> None:
+@pytest.mark.parametrize("parallelism", [Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO_1, Parallelism.ZERO_2,
+                                         Parallelism.FSDP_SHARD_GRAD_OP, Parallelism.FSDP_FULL_SHARD])
+def test_large_transients_without_record_stream_reserve_at_most_the_cap(parallelism: Parallelism) -> None:
+    """Unsharded parameters, and FSDP2's (the default ``fsdp_version``), which frees its gathered buffers without
+    ``recordStream``."""
     states, transient = 16 * GIB, 40 * GIB  # 40 GiB x 0.25 = 10 GiB, over the cap
     plan = _plan(parallelism=parallelism.value, num_gpus=1 if parallelism == Parallelism.NONE else 8)
     got = device_bytes(states + transient, plan, 0, states)
     assert got == states + transient + TRANSIENT_RESERVE_CAP_BYTES + ALLOCATOR_SLACK_BYTES
 
 
-@pytest.mark.parametrize("parallelism", [Parallelism.ZERO_3, Parallelism.FSDP_SHARD_GRAD_OP,
-                                         Parallelism.FSDP_FULL_SHARD])
-def test_sharded_parameters_keep_the_proportional_reserve_on_any_transients(parallelism: Parallelism) -> None:
-    """FSDP and ZeRO-3 gather and free parameters layer by layer: torchtitan's and fms-acceleration's FSDP readings
-    reserve 1.3-2.6x the transients, so no cap."""
+@pytest.mark.parametrize(("parallelism", "fsdp_version"), [
+    (Parallelism.ZERO_3, 2), (Parallelism.FSDP_SHARD_GRAD_OP, 1), (Parallelism.FSDP_FULL_SHARD, 1),
+    (Parallelism.FSDP_HYBRID_SHARD, 2)])
+def test_gathers_through_record_stream_keep_the_proportional_reserve_on_any_transients(
+        parallelism: Parallelism, fsdp_version: int) -> None:
+    """FSDP1 (HYBRID_SHARD included: the Trainer runs it on FSDP1) and ZeRO-3 gather parameters layer by layer on a
+    side stream whose ``recordStream`` keeps freed blocks cached: fms-acceleration's FSDP1 readings reserve 1.3-2.6x
+    the transients, so no cap."""
     states, transient = 16 * GIB, 40 * GIB
-    got = device_bytes(states + transient, _plan(parallelism=parallelism.value, num_gpus=8), 0, states)
+    plan = _plan(parallelism=parallelism.value, num_gpus=8, fsdp_version=fsdp_version)
+    got = device_bytes(states + transient, plan, 0, states)
     assert got == states + int(transient * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES
 
 

@@ -432,6 +432,8 @@ def test_distributed_plans_this_machine_cannot_run_are_refused(tiny) -> None:
         api.validate(tiny, plan=_plan(parallelism="zero-3", offload="optimizer", cpu_processes=2), hardware=CPU)
     with pytest.raises(UsageError, match="does not split"):
         api.validate(tiny, nproc=3, global_batch_size=8, hardware=CPU)
+    with pytest.raises(UsageError, match="shard with FSDP2.*--fsdp-version 2"):  # priced as FSDP1, trialled as FSDP2
+        api.validate(tiny, plan=_plan(parallelism="fsdp-full-shard", fsdp_version=1, cpu_processes=2), hardware=CPU)
 
 
 def test_model_parallel_plans_are_not_trialled(tiny) -> None:

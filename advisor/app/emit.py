@@ -92,15 +92,15 @@ def _checkpointing_key() -> str:
 
 
 def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
-    """TrainingArguments' FSDP keys. transformers >= 5: ``fsdp=True`` with ``fsdp_config`` (FSDP2:
-    ``reshard_after_forward`` True for FULL_SHARD, False for SHARD_GRAD_OP; HYBRID_SHARD only in FSDP1,
-    ``version: 1``), and FSDP's own activation checkpointing; before 5: the option string
-    (TrainingArguments docs, "fsdp")."""
+    """TrainingArguments' FSDP keys. transformers >= 5: ``fsdp=True`` with ``fsdp_config`` (FSDP2, the plan's
+    ``fsdp_version`` 2: ``reshard_after_forward`` True for FULL_SHARD, False for SHARD_GRAD_OP; FSDP1, ``version: 1``,
+    for ``fsdp_version`` 1 and HYBRID_SHARD: :attr:`rules.facts.Plan.runs_fsdp2`), and FSDP's own activation
+    checkpointing; before 5: the option string, FSDP1 (TrainingArguments docs, "fsdp")."""
     plan, spec = rec.plan, _parallelism(rec).spec
     offload = plan.offload != Offload.NONE
     if _transformers_major() < 5:
         return {"fsdp": " ".join([spec.fsdp_option, "auto_wrap"] + (["offload"] if offload else []))}
-    if spec.replicated_across_nodes:
+    if not plan.runs_fsdp2:
         config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option}
     else:
         config = {"version": 2, "reshard_after_forward": spec.stage >= 3}

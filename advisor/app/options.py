@@ -134,7 +134,7 @@ class WorkloadOptions(_Options):
 PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
               "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
               "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "activation_offloading", "expert_parallel",
-              "checkpointing", "legacy_bitsandbytes", "double_quant", "framework", "virtual_pipeline")
+              "checkpointing", "legacy_bitsandbytes", "double_quant", "framework", "virtual_pipeline", "fsdp_version")
 #: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
 #: the hardware: see :func:`advisor.app.api.estimate`).
 ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
@@ -152,10 +152,10 @@ class _PlanSettings(_Options):
 
 #: Upper bounds of the plan's counts (micro-batch and accumulation: the largest global batch).
 _PLAN_LIMITS = {"tensor_parallel": MAX_GPUS_PER_NODE, "pipeline_parallel": MAX_NODES, "lora_rank": MAX_WIDTH,
-                "virtual_pipeline": MAX_LAYERS}
+                "virtual_pipeline": MAX_LAYERS, "fsdp_version": Plan.model_fields["fsdp_version"].default}
 
 _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
-                  "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E", "virtual_pipeline": "V"}
+                  "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E", "virtual_pipeline": "V", "fsdp_version": "N"}
 
 
 def _plan_setting(name: str) -> tuple[Any, Any]:

@@ -40,10 +40,27 @@ TRANSIENT_RESERVE = 1.25
 #: fms-acceleration's one-GPU runs (A100, torch 2.4, nvidia-smi polled each second) imply more, and are priced at
 #: 0.81-0.96 of their reading with the cap (0.87-1.00 without); the cap follows the direct readings. FSDP and ZeRO-3
 #: gather and free each layer's parameters, "the high GPU reserved memory issue for FSDP" (pytorch/pytorch commit
-#: 3bcb4f5c, its all-gather limiter), and torchtitan's and fms-acceleration's FSDP readings reserve 1.3-2.6× the
-#: transients: no cap there.
+#: 3bcb4f5c, its all-gather limiter), and fms-acceleration's FSDP1 readings imply 1.3-2.6× the transients: no cap
+#: there; FSDP2 avoids what causes it and is capped (:func:`gathers_through_record_stream`).
 TRANSIENT_RESERVE_CAP_BYTES = 2048 * MIB
 ALLOCATOR_SLACK_BYTES = 128 * MIB  #: blocks cached but free at the peak (the same fit)
+
+
+def gathers_through_record_stream(plan: Plan) -> bool:
+    """Whether the plan's gathered parameters churn the cache, so that the reserve goes uncapped: FSDP1 and ZeRO-3
+    all-gather on a side stream and hand the buffers to the compute stream with ``recordStream``, which keeps each
+    freed block from reuse until the compute stream passes it ("the high GPU reserved memory issue for FSDP",
+    pytorch/pytorch commit 3bcb4f5c, FSDP1's all-gather limiter). FSDP2's ``fully_shard`` avoids ``recordStream``
+    for "lower and deterministic GPU memory" (torchtitan docs/fsdp.md, "Why FSDP2?": "7% lower peak
+    memory than FSDP1" on Llama-7B, 8 H100s): its reserve is capped as a replicated run's.
+
+    Checked, not fitted (``benchmarks/published.py``): torchtitan's FSDP2 runs read ``max_memory_reserved`` (7
+    1-D runs on 8 and 128 H100s, 2 on 32 / 64 H200s); uncapped they were priced +5.6 .. +18.0 % over it, capped
+    −8.8 .. +0.8 %; the two 2-D runs (FSDP 32 × TP 8, Llama 3.1 70B) went from −15 / −10 % to −28 / −23 %."""
+    parallelism = Parallelism.of(plan.parallelism)
+    if parallelism.fsdp:
+        return not plan.runs_fsdp2
+    return parallelism.stage >= 3
 
 
 def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_BYTES, states_bytes: int = 0) -> int:
@@ -55,7 +72,6 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_
         return peak_bytes
     transient = peak_bytes - min(states_bytes, peak_bytes)
     reserve = int(transient * (TRANSIENT_RESERVE - 1))
-    parallelism = Parallelism.of(plan.parallelism)
-    if not (parallelism.fsdp or parallelism.stage >= 3):  # gathered parameters churn the cache: no cap
+    if not gathers_through_record_stream(plan):
         reserve = min(reserve, TRANSIENT_RESERVE_CAP_BYTES)
     return peak_bytes + reserve + ALLOCATOR_SLACK_BYTES + context_bytes

@@ -26,7 +26,8 @@ hardware.cuda_version (--cuda-version), host.torch_version, torch_cuda_version, 
 CUDA context's size). 1.16: model.quantization (a pre-quantized checkpoint's quantization_config: method, bits,
 double_quant); estimate.warnings (what the rules say of the plan estimated). 1.17: plan.loss_kernel / workload
 pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's own loss on whole logits);
-plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline stage).
+plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline stage). 1.18: plan.fsdp_version
+(FSDP2's fully_shard or FSDP1's FullyShardedDataParallel).
 """
 
-SCHEMA_VERSION = "1.17"
+SCHEMA_VERSION = "1.18"

@@ -37,7 +37,7 @@ from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSett
 from advisor.measure.session import Session
 from probes.errors import UsageError
 from probes.kernels import Checkpointing, Framework, LossKernel
-from probes.vocabulary import Device, Method, Offload, Optimizer, Precision, WeightsDtype
+from probes.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
 
@@ -223,6 +223,9 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
                              f"the plan uses {plan.parallelism}{' + offload' if plan.offload != Offload.NONE else ''}")
         if facts.hardware.nodes > 1:
             raise UsageError("trials run on this node only: validate the plan for one node")
+        if Parallelism.of(plan.parallelism).fsdp and not plan.runs_fsdp2:
+            raise UsageError("distributed trials shard with FSDP2 (fully_shard): validate the plan with "
+                             "--fsdp-version 2")
         local = max(facts.hardware.num_gpus, 0)
         if plan.device == Device.CUDA and plan.num_gpus > local:
             raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")

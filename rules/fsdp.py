@@ -1,0 +1,32 @@
+"""FSDP's two implementations: FSDP1 (``FullyShardedDataParallel``) and FSDP2 (``fully_shard``)."""
+
+from __future__ import annotations
+
+from probes.vocabulary import Parallelism, Setting
+from rules import sources as S
+from rules.base import Effect, Rule, register
+from rules.facts import Facts, Plan
+
+
+@register
+class Fsdp2(Rule):
+    id = "parallelism.fsdp2"
+    title = "FSDP2 (fully_shard) rather than FSDP1: lower, deterministic reserved memory"
+    topic = "parallelism"
+    sources = [S.TORCHTITAN_FSDP2, S.ACCELERATE_FSDP1_VS_FSDP2]
+    rationale = ("FSDP1 (FullyShardedDataParallel) flattens each wrapped module into one FlatParameter and hands its "
+                 "all-gathered parameters to the compute stream with recordStream, which keeps every freed block from "
+                 "reuse until that stream passes it: the caching allocator reserves well beyond the live tensors. "
+                 "FSDP2 (fully_shard) shards each parameter as a DTensor and frees the gathered buffers "
+                 "deterministically, without recordStream: 'lower and deterministic GPU memory', 7 % lower peak "
+                 "memory than FSDP1 on Llama-7B on 8 H100s. advisor plans FSDP2 (--emit writes fsdp_config version "
+                 "2 on transformers 5) and prices FSDP1 when asked (--fsdp-version 1) with the uncapped reserve; the "
+                 "Trainer runs HYBRID_SHARD on FSDP1.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        parallelism = Parallelism.of(plan.parallelism)
+        if not parallelism.fsdp or plan.runs_fsdp2 or parallelism.spec.replicated_across_nodes:
+            return []
+        return [self.warn("FSDP1 (FullyShardedDataParallel): its all-gathers' recordStream keeps freed blocks "
+                          "cached, priced as an uncapped allocator reserve; FSDP2 (fsdp_config version 2 on "
+                          "transformers 5, --fsdp-version 2) holds less", setting=Setting.FSDP_VERSION)]
