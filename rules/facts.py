@@ -144,7 +144,9 @@ class Plan(BaseModel):
     fsdp_version: int = Field(2, ge=1, le=2, description="the FSDP an FSDP plan runs: 2, fully_shard (per-parameter "
                               "DTensor shards: --emit's fsdp_config version 2 on transformers 5, torchtitan, "
                               "torchtune) or 1, FullyShardedDataParallel (FlatParameter: transformers 4, accelerate's "
-                              "default, LitGPT's FSDPStrategy); HYBRID_SHARD runs FSDP1 whatever this says")
+                              "default, LitGPT's FSDPStrategy); HYBRID_SHARD runs FSDP1 whatever this says, and "
+                              "so does transformers 4's Trainer from --emit's option string (accelerate config's "
+                              "fsdp_version aside)")
 
     @model_validator(mode="before")
     @classmethod

@@ -262,6 +262,7 @@ def test_the_fsdp_a_plan_is_priced_for_is_the_one_it_runs(strategy, fsdp_version
                                                                      "fsdp_version": fsdp_version})})
     args = training_args(rec)
     assert args["fsdp_config"]["version"] == written == (2 if rec.plan.runs_fsdp2 else 1)
+    assert accelerate_config(rec)["fsdp_config"]["fsdp_version"] == written  # accelerate launch's too
     assert _build_training_arguments(args, rec).fsdp
 
 

@@ -246,16 +246,16 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
     if uses_deepspeed(rec):
         config["deepspeed_config"] = {"deepspeed_config_file": FILE_NAMES["deepspeed"],
                                       "zero3_init_flag": zero_stage(rec) == 3}
-    if uses_fsdp(rec):
+    if uses_fsdp(rec):  # FSDP2 reads the strategy as reshard_after_forward; prefetch and orig params are FSDP1's
         config["fsdp_config"] = {
+            "fsdp_version": 2 if plan.runs_fsdp2 else 1,
             "fsdp_sharding_strategy": _parallelism(rec).spec.fsdp_strategy,
             "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
             "fsdp_offload_params": plan.offload != Offload.NONE,
-            "fsdp_backward_prefetch": "BACKWARD_PRE",
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
-            "fsdp_use_orig_params": True,
             "fsdp_sync_module_states": True,
             "fsdp_cpu_ram_efficient_loading": True,
+            **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE", "fsdp_use_orig_params": True}),
         }
     if rec.plan.torch_compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
