@@ -33,7 +33,7 @@ import published  # noqa: E402
 from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
 from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, device_bytes  # noqa: E402
 from advisor.engine.memory import persistent_bytes  # noqa: E402
-from probes.vocabulary import Parallelism  # noqa: E402
+from advisor.core.vocabulary import Parallelism  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "allocator_reserve.md"
 #: fms-acceleration's two readings as the case records write them (``measured.memory_as_written``)

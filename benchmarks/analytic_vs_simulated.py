@@ -46,9 +46,9 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.engine.memory import estimate_memory  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
-from probes.kernels import Attention  # noqa: E402
+from advisor.core.kernels import Attention  # noqa: E402
 from probes.model import catalog_ids, profile_model  # noqa: E402
-from probes.vocabulary import LoraTargets, Method, Optimizer, Precision, WeightsDtype  # noqa: E402
+from advisor.core.vocabulary import LoraTargets, Method, Optimizer, Precision, WeightsDtype  # noqa: E402
 from rules import Plan  # noqa: E402
 
 GIB = 1024**3
@@ -63,7 +63,7 @@ _METHOD_ROWS = [
     (Method.LORA.value, WeightsDtype.FP32.value, _FP16, LoraTargets.ALL_LINEAR.value, Optimizer.ADAMW.value),
 ]
 METHOD_GRID = [(*row, ckpt, micro) for row in _METHOD_ROWS for ckpt in (False, True) for micro in (1, 4)]
-LORA_RANK = 16  #: the planner's default rank (rules.facts.DEFAULT_LORA_RANK)
+LORA_RANK = 16  #: the planner's default rank (advisor.core.plan.DEFAULT_LORA_RANK)
 
 
 def seq_len_for(profile) -> int:

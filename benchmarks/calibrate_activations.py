@@ -50,9 +50,9 @@ sys.path.insert(0, str(ROOT))
 from advisor.engine.memory import calibration_keys, recomputed_block_bytes  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
 from probes.adapters import adapter_parameters  # noqa: E402
-from probes.errors import UsageError  # noqa: E402
-from probes.kernels import Framework  # noqa: E402
-from probes.vocabulary import Family, LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
+from advisor.core.errors import UsageError  # noqa: E402
+from advisor.core.kernels import Framework  # noqa: E402
+from advisor.core.vocabulary import Family, LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 from rules import Plan  # noqa: E402
 

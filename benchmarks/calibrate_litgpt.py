@@ -31,8 +31,8 @@ from calibrate_activations import calibrate  # noqa: E402
 from litgpt_simulated import import_litgpt, litgpt_step  # noqa: E402
 
 from advisor.engine.memory import calibration_keys  # noqa: E402
-from probes.kernels import Framework  # noqa: E402
-from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
+from advisor.core.kernels import Framework  # noqa: E402
+from advisor.core.vocabulary import LoraTargets, Method, Precision, WeightsDtype  # noqa: E402
 from rules import Plan  # noqa: E402
 
 #: advisor's family → the LitGPT 0.4.12 model whose width calibrates it

@@ -41,10 +41,10 @@ from advisor.engine.traffic import FEATURES, block_layers, traffic_features  # n
 from benchmarks.calibrate_activations import FAMILIES, LORA_VARIANTS, VARIANTS, _plan, design_config  # noqa: E402
 from benchmarks.eager_traffic import counted_traffic  # noqa: E402
 from benchmarks.liger_standins import LIGER_FAMILIES, liger_standins  # noqa: E402
-from probes.errors import UsageError  # noqa: E402
-from probes.kernels import Attention  # noqa: E402
+from advisor.core.errors import UsageError  # noqa: E402
+from advisor.core.kernels import Attention  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
-from probes.vocabulary import WeightsDtype  # noqa: E402
+from advisor.core.vocabulary import WeightsDtype  # noqa: E402
 
 #: (layers, FFN multiple of the model's, extra vocabulary rows, micro-batch, seq-len): 14 rows for 8 features per
 #: phase (the design ``benchmarks/eager_traffic.py --fit`` checked: fitted at 1-3 layers, it priced Llama-3.1-8B's

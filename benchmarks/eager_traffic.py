@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import published  # noqa: E402
-from probes.kernels import LossKernel  # noqa: E402
+from advisor.core.kernels import LossKernel  # noqa: E402
 
 #: aten ops priced as matmuls or attention kernels (compute, not traffic)
 COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
@@ -109,7 +109,7 @@ def counted_traffic(model, plan, seq_len: int, raw: dict | None = None):
     from advisor.measure.quantized_base import cuda_autocast_answers
     from advisor.measure.simulate import _adapter_skeleton, fake_model
     from advisor.measure.trainable import autocast_dtype, hf_config, synthetic_batch
-    from probes.vocabulary import Method
+    from advisor.core.vocabulary import Method
 
     config = hf_config(model, plan, raw, zero_attention_dropout=True, simulated=True)
     dtype = autocast_dtype(plan.precision)

@@ -51,10 +51,10 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.app.api import estimate, probe_hardware  # noqa: E402
 from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
-from probes.errors import AdvisorError  # noqa: E402
+from advisor.core.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
-from probes.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, LossKernel, legacy_bitsandbytes  # noqa: E402
-from probes.vocabulary import LoraTargets, Method, Parallelism, values  # noqa: E402
+from advisor.core.kernels import BNB_DROPS_INPUTS, Checkpointing, Framework, LossKernel, legacy_bitsandbytes  # noqa: E402
+from advisor.core.vocabulary import LoraTargets, Method, Parallelism, values  # noqa: E402
 
 CASES_DIR = ROOT / "benchmarks" / "published"
 CONFIGS_DIR = CASES_DIR / "configs"
@@ -358,7 +358,7 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     return opts
 
 
-#: The sources' attention names → advisor's values (``probes.kernels.Attention``).
+#: The sources' attention names → advisor's values (``advisor.core.kernels.Attention``).
 ATTENTION = {"flash-attention": "flash-attention-2", "flash-attention-2": "flash-attention-2",
              "flash_attention_2": "flash-attention-2", "fa2": "flash-attention-2", "flash-attention-3":
              "flash-attention-3", "flash_attention_3": "flash-attention-3", "sdpa": "sdpa", "eager": "eager"}
@@ -486,7 +486,7 @@ def estimate_case(case: dict, notes: list[str]):
             machine = machine.model_copy(update={"gpus": [g.model_copy(update=stated) for g in machine.gpus]})
         est = estimate(profile, hardware=machine, **opts)
         if opts.get("torch_compile") and case["stack"].get("compiled_loss") is False:
-            # the model compiled, its loss not: advisor's compile fuses the loss (probes.kernels.loss_kept)
+            # the model compiled, its loss not: advisor's compile fuses the loss (advisor.core.kernels.loss_kept)
             eager_loss = estimate(profile, hardware=machine, **{**opts, "torch_compile": False})
             est = est.model_copy(update={"memory": eager_loss.memory})
             notes.append("model compiled, loss computed outside it: memory priced without compile, speed with it")

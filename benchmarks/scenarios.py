@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from advisor.app import api
-from probes.errors import AdvisorError
-from probes.units import GIB
+from advisor.core.errors import AdvisorError
+from advisor.core.units import GIB
 
 ROOT = Path(__file__).resolve().parents[1]
 #: ``advisor recommend`` arguments, one scenario a line: small models on one GPU, DDP, sharded and multi-node

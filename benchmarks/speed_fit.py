@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from advisor.engine import speed  # noqa: E402
 from benchmarks import published  # noqa: E402
 from benchmarks.device_records import read_records  # noqa: E402
-from probes.vocabulary import Method  # noqa: E402
+from advisor.core.vocabulary import Method  # noqa: E402
 
 RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
 #: the plan fields a trial's estimate is made with (the rest: advisor's defaults for the model and GPU)

@@ -44,9 +44,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from advisor.app import api  # noqa: E402
 from advisor.app.progress import Progress  # noqa: E402
 from benchmarks.device_records import read_records, render, trial_rows  # noqa: E402
-from probes.errors import AdvisorError  # noqa: E402
-from probes.kernels import Attention, LossKernel  # noqa: E402
-from probes.vocabulary import Method  # noqa: E402
+from advisor.core.errors import AdvisorError  # noqa: E402
+from advisor.core.kernels import Attention, LossKernel  # noqa: E402
+from advisor.core.vocabulary import Method  # noqa: E402
 
 GIB = 2**30
 
@@ -143,7 +143,7 @@ def edge_rows(**where: Any) -> list[Row]:
 
 def packages_needed(settings: dict[str, Any]) -> list[str]:
     """The optional packages (import names) a row's settings need: its attention kernel's, loss kernel's and
-    method's (:mod:`probes.kernels`, :mod:`probes.vocabulary`), and TRL for activation offloading."""
+    method's (:mod:`advisor.core.kernels`, :mod:`advisor.core.vocabulary`), and TRL for activation offloading."""
     specs = (Attention.of(settings.get("attention", Attention.SDPA)).spec,
              LossKernel.of(settings.get("loss_kernel", LossKernel.STANDARD)).spec,
              Method.of(settings.get("method", Method.FULL)).spec)
@@ -192,7 +192,7 @@ def run_header(steps: int, argv: list[str]) -> dict[str, Any]:
     import torch
     import transformers
 
-    from probes.kernels import installed_packages
+    from probes.packages import installed_packages
 
     return {"kind": "run", "date": date.today().isoformat(), "command": " ".join(["benchmarks/validate_device.py",
                                                                                   *argv]),

@@ -17,7 +17,7 @@ Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) ad
 from __future__ import annotations
 
 from probes.model import ModelProfile
-from probes.vocabulary import Family, LoraTargets, Task
+from advisor.core.vocabulary import Family, LoraTargets, Task
 
 #: bytes per NF4 parameter with double quantization (QLoRA sec. 3, "Double Quantization")
 NF4_BYTES_PER_PARAM = (4 + 8 / 64 + 32 / (64 * 256)) / 8
@@ -59,7 +59,7 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
 
     Args:
         rank: the adapters' rank r.
-        targets: a :class:`probes.vocabulary.LoraTargets` value ('all-linear', 'attention' or 'q-v').
+        targets: a :class:`advisor.core.vocabulary.LoraTargets` value ('all-linear', 'attention' or 'q-v').
     Returns:
         parameters (elements).
     """

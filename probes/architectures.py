@@ -20,7 +20,7 @@ from typing import Callable
 
 from probes.decoders import gemma, gemma2, gemma3_text, llama, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe
 from probes.shapes import FamilyName, ParamGroup, Shape, TaskName, linear, norm, task_head, tied_head
-from probes.vocabulary import Family, Task
+from advisor.core.vocabulary import Family, Task
 
 
 def gpt2(cfg: dict, task: TaskName, num_labels: int) -> Shape:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from probes.errors import BadConfigError
+from advisor.core.errors import BadConfigError
 
 _DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
                 "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}

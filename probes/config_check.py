@@ -2,13 +2,13 @@
 
 Every size the model profile reads (:mod:`probes.architectures`, :mod:`probes.decoders`, and the common names
 transformers' configuration classes use, which :mod:`probes.meta_count` hands to transformers) must be a whole
-number (not a bool, null, float, NaN or Infinity) within the documented limits of :mod:`probes.limits`; the
+number (not a bool, null, float, NaN or Infinity) within the documented limits of :mod:`advisor.core.limits`; the
 widths must split into the heads as transformers requires (BertSelfAttention: "The hidden size is not a
 multiple of the number of attention heads"; GPT2Attention and OPTAttention: "embed_dim must be divisible by
 num_heads"; grouped-query attention repeats each key/value head num_attention_heads / num_key_value_heads
 times, ``repeat_kv`` in ``modeling_llama.py``), transformers 5.23,
 https://github.com/huggingface/transformers/tree/main/src/transformers/models. A config that fails is one
-:class:`~probes.errors.BadConfigError` line naming the field and the file (exit 4), before any work.
+:class:`~advisor.core.errors.BadConfigError` line naming the field and the file (exit 4), before any work.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from probes.errors import BadConfigError
-from probes.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from advisor.core.errors import BadConfigError
+from advisor.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from probes.units import MIB
+from advisor.core.units import MIB
 
 #: Device memory outside the allocator with eager module loading: the HF guide's reading after a first tiny tensor
 #: (transformers v4.18 "Performance and Scalability", "Anatomy of Model's Memory": "GPU memory occupied: 1343 MB",

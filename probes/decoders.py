@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from probes.shapes import ParamGroup, Shape, TaskName, capacity_factor, linear, norm, task_head, tied_head
-from probes.vocabulary import Family, Task
+from advisor.core.vocabulary import Family, Task
 
 
 @dataclass(frozen=True)

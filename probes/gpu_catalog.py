@@ -14,10 +14,10 @@ from importlib import resources
 
 from pydantic import BaseModel, Field
 
-from probes.errors import UnknownGPUError
+from advisor.core.errors import UnknownGPUError
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
-from probes.limits import MAX_GPUS_PER_NODE
-from probes.units import GIB, MIB
+from advisor.core.limits import MAX_GPUS_PER_NODE
+from advisor.core.units import GIB, MIB
 
 
 

@@ -27,9 +27,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from probes.packages import installed_packages
 from probes.cuda_stack import ModuleLoading, default_context_bytes, lazy_loading, module_loading_env, torch_build
-from probes.units import gbit_to_bytes_per_s
-from probes.vocabulary import DEFAULT_NETWORK, Network, literal
+from advisor.core.units import gbit_to_bytes_per_s
+from advisor.core.vocabulary import DEFAULT_NETWORK, Network, literal
 
 #: Tensor-core generation by compute-capability major.minor (CUDA programming guide; NVIDIA
 #: architecture whitepapers: Volta 1st, Turing 2nd, Ampere 3rd, Ada and Hopper 4th, Blackwell 5th).
@@ -127,7 +128,7 @@ class HostInfo(BaseModel):
     cpu_mhz: float | None = Field(None, description="nominal CPU clock, MHz")
     packages: dict[str, str | None] = Field(default_factory=dict, description="optional training packages by import "
                                             "name (flash_attn, liger_kernel, ...): installed version, or None when "
-                                            "absent (:func:`probes.kernels.installed_packages`)")
+                                            "absent (:func:`probes.packages.installed_packages`)")
     torch_version: str | None = Field(None, description="the installed torch's release, e.g. '2.5.1+cu121'; None "
                                                         "without torch")
     torch_cuda_version: str | None = Field(None, description="the CUDA runtime the installed torch was built with "
@@ -208,7 +209,7 @@ class HardwareProfile(BaseModel):
 
     @property
     def network(self) -> Network:
-        """The network between nodes: the one given, else :data:`probes.vocabulary.DEFAULT_NETWORK`."""
+        """The network between nodes: the one given, else :data:`advisor.core.vocabulary.DEFAULT_NETWORK`."""
         return Network(self.interconnect) if self.interconnect else DEFAULT_NETWORK
 
     @property
@@ -376,8 +377,6 @@ def read_host() -> HostInfo:
                     mhz = float(value)
     except (OSError, ValueError):
         pass
-    from probes.kernels import installed_packages
-
     torch_version, torch_cuda = torch_build()
     return HostInfo(cpu_cores=cores, ram_bytes=ram, cpu_model=model, cpu_flags=flags, cpu_mhz=mhz,
                     packages=installed_packages(), torch_version=torch_version, torch_cuda_version=torch_cuda,

@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 
 
 def hub_offline() -> bool:

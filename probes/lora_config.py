@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.model import ModelProfile
-from probes.vocabulary import LoraTargets, Precision, Task, WeightsDtype
+from advisor.core.vocabulary import LoraTargets, Precision, Task, WeightsDtype
 
 LORA_ALPHA_PER_RANK = 2  #: lora_alpha = 2·r (module docstring)
 LORA_DROPOUT = 0.0  #: PEFT's default; the one the memory model prices (module docstring)
@@ -89,7 +89,7 @@ WEIGHT_DTYPES: dict[WeightsDtype, str] = {WeightsDtype.BF16: "bfloat16", Weights
 
 
 def target_modules(model: ModelProfile, targets: str) -> str | list[str]:
-    """PEFT's ``target_modules`` for a :class:`~probes.vocabulary.LoraTargets` value.
+    """PEFT's ``target_modules`` for a :class:`~advisor.core.vocabulary.LoraTargets` value.
 
     Raises:
         UsageError: attention-only adapters for a model type without a row in :data:`ATTENTION_MODULES`; q and v
@@ -134,7 +134,7 @@ def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str
 def bnb_config_kwargs(precision: str, *, sharded_base: bool = False, double_quant: bool = True) -> dict[str, Any]:
     """The keyword arguments of ``transformers.BitsAndBytesConfig`` for QLoRA's frozen base: NF4, double
     quantization (unless ``double_quant`` is False: ``Plan.double_quant``), compute in the plan's precision (a
-    :class:`~probes.vocabulary.Precision` value); ``sharded_base`` (ZeRO-3 / FSDP shard the base) stores the 4-bit
+    :class:`~advisor.core.vocabulary.Precision` value); ``sharded_base`` (ZeRO-3 / FSDP shard the base) stores the 4-bit
     weights in the compute dtype."""
     compute = COMPUTE_DTYPES[Precision.of(precision)]
     kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from probes.kernels import supported_attention
+from advisor.core.kernels import supported_attention
 from probes.shapes import ParamGroup, Shape, capacity_factor
-from probes.errors import BadConfigError
-from probes.vocabulary import Family, Task
+from advisor.core.errors import BadConfigError
+from advisor.core.vocabulary import Family, Task
 
 
 def _first(config, *names, default=None):
@@ -40,7 +40,7 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
 
     Returns:
         (shape, family, supports_gradient_checkpointing, the attention implementations its class runs:
-        :func:`probes.kernels.supported_attention` of its ``_supports_sdpa`` / ``_supports_flash_attn`` flags)
+        :func:`advisor.core.kernels.supported_attention` of its ``_supports_sdpa`` / ``_supports_flash_attn`` flags)
     Raises:
         BadConfigError: transformers does not know the model type, or cannot build it.
     """
@@ -111,7 +111,7 @@ def _hf_config(model_type: str, cfg_dict: dict):
 
 
 def _attention_kernels(model) -> list[str]:
-    """The attention implementations the model's class declares (:func:`probes.kernels.supported_attention`)."""
+    """The attention implementations the model's class declares (:func:`advisor.core.kernels.supported_attention`)."""
     flash = getattr(model, "_supports_flash_attn", None)
     flash = getattr(model, "_supports_flash_attn_2", False) if flash is None else flash  # transformers 4
     return supported_attention(bool(getattr(model, "_supports_sdpa", False)), bool(flash))

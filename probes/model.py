@@ -31,11 +31,11 @@ from probes.architectures import BUILDERS, FAMILIES, MISSING_TASKS
 from probes.checkpoint import QuantizedCheckpoint, adapter_hint, checkpoint_dtype, checkpoint_quantization
 from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
-from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+from advisor.core.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
-from probes.kernels import Attention, closed_form_attention
-from probes.limits import MAX_MODEL_ID
-from probes.vocabulary import Family, Task, values
+from advisor.core.kernels import Attention, closed_form_attention
+from advisor.core.limits import MAX_MODEL_ID
+from advisor.core.vocabulary import Family, Task, values
 
 TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
 

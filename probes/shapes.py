@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from probes.vocabulary import Family, Task, literal
+from advisor.core.vocabulary import Family, Task, literal
 
-TaskName = literal(Task)  #: a task head's name (values: :class:`probes.vocabulary.Task`)
-FamilyName = literal(Family)  #: an architecture family's name (values: :class:`probes.vocabulary.Family`)
+TaskName = literal(Task)  #: a task head's name (values: :class:`advisor.core.vocabulary.Task`)
+FamilyName = literal(Family)  #: an architecture family's name (values: :class:`advisor.core.vocabulary.Family`)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from probes.vocabulary import Penalty, Setting
+from advisor.core.vocabulary import Penalty, Setting
 from rules.facts import Facts, Plan
 
 EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]
@@ -62,7 +62,7 @@ class Effect(BaseModel):
     precision only when every weight trains: ``{method: full}``); a value may be a list: any of"""
     package: str | None = None
     """a soft ``forbid`` that installing this package lifts (its import name, a key of
-    :data:`probes.kernels.STACK_PACKAGES`): the value would run where the plan trains once it is installed"""
+    :data:`advisor.core.kernels.STACK_PACKAGES`): the value would run where the plan trains once it is installed"""
 
     def matches(self, value: Any) -> bool:
         """Whether a setting value is the one this effect names (``value`` may be a list: any of)."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from probes.limits import divisors
-from probes.vocabulary import Objective, Optimizer, Precision, Setting
+from advisor.core.limits import divisors
+from advisor.core.vocabulary import Objective, Optimizer, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from probes.model import ModelProfile
-from probes.vocabulary import Method, Offload, Penalty, Setting
+from advisor.core.vocabulary import Method, Offload, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

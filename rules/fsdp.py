@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Parallelism, Setting
+from advisor.core.vocabulary import Parallelism, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

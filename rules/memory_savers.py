@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from probes.kernels import Checkpointing, Framework
-from probes.vocabulary import Device, Penalty, Setting
+from advisor.core.kernels import Checkpointing, Framework
+from advisor.core.vocabulary import Device, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from probes.adapters import adapter_full_rank, adapter_parameters, frozen_base_bytes
-from probes.errors import UsageError
-from probes.kernels import Framework
+from advisor.core.errors import UsageError
+from advisor.core.kernels import Framework
 from probes.lora_config import target_modules
-from probes.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
+from advisor.core.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
                                WeightsDtype)
 from rules import sources as S
 from rules.base import Effect, Rule, register

@@ -3,7 +3,7 @@ backward."""
 
 from __future__ import annotations
 
-from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting
+from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

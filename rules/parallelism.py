@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from probes.vocabulary import Method, Offload, Parallelism, Penalty, Setting
+from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty, Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -223,7 +223,7 @@ class OffloadLastResort(Rule):
                           setting=Setting.OFFLOAD)]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        """Offload pairs only with sharding that supports it (:class:`probes.vocabulary.ParallelismSpec` offloads)."""
+        """Offload pairs only with sharding that supports it (:class:`advisor.core.vocabulary.ParallelismSpec` offloads)."""
         if plan.offload in Parallelism.of(plan.parallelism).spec.offloads:
             return None
         able = [p.value for p in Parallelism if plan.offload in p.spec.offloads]

@@ -2,7 +2,7 @@
 model code (framework), and how CUDA loads its kernels.
 
 The planner takes, for each layout, the first value of each stack setting that the rules allow and no rule
-refuses (``Plan.attention`` etc.; values declared fastest first in :mod:`probes.kernels`). A value whose package
+refuses (``Plan.attention`` etc.; values declared fastest first in :mod:`advisor.core.kernels`). A value whose package
 is not installed here (or, for catalog GPUs, not known to be installed where the plan runs) is forbidden softly:
 the plan runs with what transformers and torch give, and the recommendation prices the value it could not use
 ("flash-attention-2: not installed ... would take X GiB less and be Y % faster").
@@ -11,10 +11,10 @@ the plan runs with what transformers and torch give, and the recommendation pric
 from __future__ import annotations
 
 from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES
-from probes.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
+from advisor.core.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
                            legacy_bitsandbytes, loss_kept)
-from probes.units import GIB
-from probes.vocabulary import Method, Parallelism, Precision, Setting, Task, values
+from advisor.core.units import GIB
+from advisor.core.vocabulary import Method, Parallelism, Precision, Setting, Task, values
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

@@ -23,7 +23,7 @@ GIB = 1024**3
 
 def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None,
              packages: dict[str, str | None] | None = None, **stack: str) -> HostInfo:
-    """``packages``: installed versions by import name, as ``probes.kernels.installed_packages`` reports them;
+    """``packages``: installed versions by import name, as ``probes.packages.installed_packages`` reports them;
     ``stack``: torch_version, torch_cuda_version, cuda_module_loading as the probe reads them."""
     return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0,
                     packages=packages or {}, **stack)

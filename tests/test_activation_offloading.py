@@ -11,8 +11,8 @@ from advisor.app import api
 from advisor.engine.communication import PCIE_GBPS, activation_offload_seconds
 from advisor.engine.memory import OFFLOAD_RESIDENT, offload_host_bytes, offloaded_activation_bytes
 from advisor.engine.planner import search
-from probes.errors import UsageError
-from probes.units import GIB
+from advisor.core.errors import UsageError
+from advisor.core.units import GIB
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 LORA = dict(method="lora", precision="bf16", weights_dtype="bf16")

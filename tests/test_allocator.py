@@ -10,7 +10,7 @@ import pytest
 
 from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES,
                                       device_bytes)
-from probes.vocabulary import Parallelism
+from advisor.core.vocabulary import Parallelism
 from rules import Plan
 
 GIB = 2**30

@@ -7,7 +7,7 @@ import pytest
 
 from advisor.app.api import estimate
 from advisor.engine.checkpointing import recompute_shares, selective_kept_bytes
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
 from test_cli import advisor

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from advisor.engine.recommendation import Recommendation
-from probes.errors import ExitCode
+from advisor.core.errors import ExitCode
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}

@@ -9,7 +9,7 @@ import pytest
 
 from advisor.app.api import recommend
 from advisor.app.compare import Comparison, compare, count, duration
-from probes.errors import ExitCode, UsageError
+from advisor.core.errors import ExitCode, UsageError
 from probes.gpu_catalog import catalog
 from test_cli import advisor
 

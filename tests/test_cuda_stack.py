@@ -14,7 +14,7 @@ from advisor.app.hardware_report import cuda_stack_line
 from conftest import hardware
 from probes import cuda_stack
 from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES, lazy_loading, torch_build
-from probes.errors import ExitCode, UsageError
+from advisor.core.errors import ExitCode, UsageError
 from probes.nvml_probe import process_used_bytes
 from test_cli import advisor
 

@@ -10,7 +10,7 @@ import pytest
 from benchmarks import refit_device, validate_device
 from benchmarks.device_records import read_records, render
 from benchmarks.validate_device import Row, grid, missing, packages_needed
-from probes.errors import ModelNotFoundError
+from advisor.core.errors import ModelNotFoundError
 
 GIB = 2**30
 

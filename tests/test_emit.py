@@ -14,7 +14,7 @@ from advisor.app.api import recommend
 from advisor.app.emit import (FILE_NAMES, MODEL_KWARGS_FILE, accelerate_config, deepspeed_config, emit, render,
                               training_args, transformers_version)
 from advisor.engine.recommendation import Recommendation
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 
 transformers = pytest.importorskip("transformers")
 
@@ -254,7 +254,7 @@ def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path
     ("fsdp-full-shard", 2, 2), ("fsdp-full-shard", 1, 1), ("fsdp-shard-grad-op", 1, 1), ("fsdp-hybrid-shard", 2, 1)])
 def test_the_fsdp_a_plan_is_priced_for_is_the_one_it_runs(strategy, fsdp_version, written) -> None:
     """FSDP2 unless the plan says ``fsdp_version`` 1 (priced with FSDP1's uncapped allocator reserve) or shards
-    HYBRID_SHARD, which the Trainer runs on FSDP1 (:attr:`rules.facts.Plan.runs_fsdp2`)."""
+    HYBRID_SHARD, which the Trainer runs on FSDP1 (:attr:`advisor.core.plan.Plan.runs_fsdp2`)."""
     if transformers_version()[0] < 5:
         pytest.skip("transformers < 5 takes the FSDP1 option string")
     rec = _rec("Llama-2-7B on a100-40gb:2 x 4 nodes")

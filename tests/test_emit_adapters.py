@@ -17,10 +17,10 @@ from advisor.app.emit import (LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, ac
 from advisor.app.emit_model import model_kwargs
 from advisor.engine.recommendation import Recommendation
 from probes.adapters import adapter_parameters
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.lora_config import ATTENTION_MODULES, lora_config_kwargs
 from probes.model import profile_model
-from probes.vocabulary import LoraTargets, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.core.vocabulary import LoraTargets, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,7 +9,7 @@ from advisor.app.api import estimate, recommend
 from advisor.app.emit import render
 from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.states import local_parameters, model_states
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
 

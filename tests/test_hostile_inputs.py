@@ -35,8 +35,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from advisor.app import api
 from advisor.app.cli import run
 from advisor.app.progress import read_plan
-from probes.errors import AdvisorError, BadConfigError, ExitCode, UsageError
-from probes.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, divisors
+from advisor.core.errors import AdvisorError, BadConfigError, ExitCode, UsageError
+from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, divisors
 from probes.model import profile_from_config
 
 ROOT = Path(__file__).resolve().parents[1]

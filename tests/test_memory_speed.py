@@ -156,7 +156,7 @@ def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
 
 def test_interconnect_flags_change_the_links() -> None:
     from advisor.app.api import probe_hardware
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
 
     nvlinked = probe_hardware("a100-80gb:4")
     assert nvlinked.all_pairs_nvlink
@@ -218,7 +218,7 @@ def test_the_interleaved_schedule_shrinks_the_bubble_for_activations_and_traffic
 def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
     from advisor.app.api import estimate, recommend
     from advisor.app.emit import render
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
 
     def step(pp: int, k: int) -> float:
         return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,

@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from advisor.app.cli import build_parser
-from probes.errors import ExitCode, ModelNotFoundError
+from advisor.core.errors import ExitCode, ModelNotFoundError
 from probes.model import catalog_ids, profile_model
 from probes.model_ids import RENAMED_IDS, near_matches
 from test_cli import advisor

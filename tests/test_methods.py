@@ -13,7 +13,7 @@ from advisor.app.api import estimate, recommend
 from advisor.engine.states import host_bytes
 from probes.adapters import (NF4_BYTES_PER_PARAM, NF4_PLAIN_BYTES_PER_PARAM, adapter_full_rank, adapter_parameters,
                              quantized_parameters)
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from probes.errors import BadConfigError, ModelNotFoundError, UsageError
+from advisor.core.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.model import catalog_ids, profile_model
 from test_cli import ROOT
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from probes.architectures import FAMILIES, MISSING_TASKS
-from probes.vocabulary import Family, Task
+from advisor.core.vocabulary import Family, Task
 from probes.model import _catalog_dir, catalog_ids, profile_model
 
 torch = pytest.importorskip("torch")
@@ -217,7 +217,7 @@ def test_gemma_and_phi3_closed_forms_equal_the_meta_device_profile(config, monke
     meta device gives (parameters, the tensors' shapes the optimizer and Adafactor see, the attention kernels: Gemma 2
     has no SDPA path), for each task head transformers has, and the head it lacks is refused."""
     from probes.architectures import BUILDERS, MISSING_TASKS
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
     from probes.model import profile_from_config
 
     model_type = config["model_type"]

@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 from advisor.app.api import recommend
 from advisor.engine.planner import search
 from conftest import hardware
-from probes.errors import NoFitError, UsageError
-from probes.vocabulary import Parallelism
+from advisor.core.errors import NoFitError, UsageError
+from advisor.core.vocabulary import Parallelism
 
 
 def test_bert_large_on_v100_uses_fp16_without_tf32() -> None:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from probes.errors import UnknownGPUError
+from advisor.core.errors import UnknownGPUError
 from probes.gpu_catalog import catalog, match_catalog, profile_from_catalog
 from probes.hardware import derive_capabilities
 from probes.nvml_probe import probe_local

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from advisor.app.api import estimate  # noqa: E402
 from advisor.measure.simulate import simulate  # noqa: E402
-from probes.errors import UsageError  # noqa: E402
+from advisor.core.errors import UsageError  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from advisor.app.api import estimate, recommend
 from conftest import hardware
-from probes.errors import AdvisorError, UsageError
-from probes.kernels import Attention, LossKernel, loss_kept
+from advisor.core.errors import AdvisorError, UsageError
+from advisor.core.kernels import Attention, LossKernel, loss_kept
 from probes.model import profile_model
-from probes.vocabulary import values
+from advisor.core.vocabulary import values
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -98,7 +98,7 @@ def test_compile_fuses_the_trainers_loss_to_chunked_cross_entropys_bytes() -> No
 
 
 def test_a_compiled_loss_saves_the_16_bit_logits_only() -> None:
-    """What :func:`probes.kernels.loss_kept` says, on torch's own Inductor (CPU): transformers' ``ForCausalLMLoss``
+    """What :func:`advisor.core.kernels.loss_kept` says, on torch's own Inductor (CPU): transformers' ``ForCausalLMLoss``
     (fp32 upcast, shifted labels, summed cross-entropy) saves fp32 log-probabilities eagerly, 8 B a logit as autograd
     sees them, and the 16-bit logits with a max and log-sum-exp per row compiled, 2 B a logit."""
     torch = pytest.importorskip("torch")

@@ -13,7 +13,7 @@ from advisor.engine.traffic import (COMPILE_ELEMENTWISE_TRAFFIC, FEATURES, FLCE_
                                     eager_traffic_bytes, elementwise_traffic_bytes, fallback_ratio,
                                     traffic_features)
 from probes.model import profile_model as load_model
-from rules.facts import Plan
+from advisor.core.plan import Plan
 
 
 def _plan(**kw) -> Plan:

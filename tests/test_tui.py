@@ -429,7 +429,7 @@ async def test_a_bad_value_gets_the_same_line_as_from_the_cli_and_the_api(field,
     """Issue 15: the same bad value, the same message, whichever way it comes in (the wizard shows the API's
     UsageError, which the CLI prints after 'advisor: error: ')."""
     from advisor.app.api import recommend
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
 
     keyword = {"--seq-len": "seq_len", "--global-batch-size": "global_batch_size"}[flag]
     with pytest.raises(UsageError) as api:

@@ -25,7 +25,7 @@ from advisor.app.files import write_atomic  # noqa: E402
 from advisor.measure.trial import StepUpdate  # noqa: E402
 from advisor.measure.session import Session, larger_micro_batch, smaller_micro_batch  # noqa: E402
 from advisor.measure.validation import ValidationReport, baseline_plan  # noqa: E402
-from probes.errors import ExitCode, OutputError, UsageError  # noqa: E402
+from advisor.core.errors import ExitCode, OutputError, UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from rules import Plan  # noqa: E402
 

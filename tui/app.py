@@ -23,10 +23,10 @@ from textual.widgets import Button, Footer, Input, Static, TabbedContent
 from advisor.app.options import (WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions,
                                  parse)
 from advisor.engine.recommendation import Recommendation
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
-from probes.vocabulary import Method
+from advisor.core.vocabulary import Method
 from tui.confirm import Confirm
 from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed, RecommendationReady, \
     ValidationDone
@@ -295,7 +295,7 @@ def trial_question(rec: Recommendation | None, here: HardwareProfile | None, mod
     from advisor.app.compare import duration
     from advisor.app.options import TrialOptions
     from advisor.app.progress import LONG_TRIAL_S
-    from probes.errors import AdvisorError
+    from advisor.core.errors import AdvisorError
 
     def where(hw: HardwareProfile) -> str:
         return f"{hw.num_gpus} × {hw.gpu.name}" if hw.gpu else "no NVIDIA GPU (the CPU)"

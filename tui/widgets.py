@@ -9,7 +9,7 @@ from rich.text import Text
 
 from advisor.app.report import VERDICTS
 from advisor.engine.memory import MemoryEstimate
-from probes.units import GIB
+from advisor.core.units import GIB
 from advisor.engine.recommendation import Recommendation, SettingDecision
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile

@@ -9,11 +9,11 @@ flags are made from the same declarations): ``gpu``, ``nodes``, ``interconnect``
 (:class:`~advisor.app.options.HardwareOptions`); ``task``, ``seq_len``, ``global_batch_size``,
 ``objective`` (:class:`~advisor.app.options.WorkloadOptions`); the plan settings
 (:class:`~advisor.app.options.PlanOptions`); the trial settings (:class:`~advisor.app.options.TrialOptions`).
-A bad value raises the same one-line :class:`~probes.errors.UsageError` the CLI prints.
+A bad value raises the same one-line :class:`~advisor.core.errors.UsageError` the CLI prints.
 
-Every function raises an :class:`probes.errors.AdvisorError` subclass on bad input, and only those: a value of
+Every function raises an :class:`advisor.core.errors.AdvisorError` subclass on bad input, and only those: a value of
 the wrong type (``gpu=8``, ``nodes=2.5``, ``global_batch_size=True``, ``model=None``, ``hardware="x"``), NaN or
-infinity, or a count beyond its limit (:mod:`probes.limits`) is a :class:`~probes.errors.UsageError` with the
+infinity, or a count beyond its limit (:mod:`advisor.core.limits`) is a :class:`~advisor.core.errors.UsageError` with the
 CLI's words, never a pydantic ``ValidationError``, ``TypeError`` or ``AttributeError``.
 """
 
@@ -39,15 +39,15 @@ from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
-from probes.kernels import Framework
+from advisor.core.kernels import Framework
 from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
-from probes.vocabulary import Method, Parallelism
+from advisor.core.vocabulary import Method, Parallelism
 from rules import Facts, Plan, Workload
-from rules.facts import STACK_SETTINGS
+from advisor.core.plan import STACK_SETTINGS
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
@@ -71,7 +71,7 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     """This machine's hardware, or catalog hardware for ``gpu='NAME[:COUNT]'`` over ``nodes`` nodes.
 
     ``interconnect``: 'nvlink' or 'pcie' inside a node (overrides the catalog's links), 'infiniband' or
-    'ethernet' between nodes (bandwidth from :data:`probes.vocabulary.NETWORK_GBIT_S` unless
+    'ethernet' between nodes (bandwidth from :data:`advisor.core.vocabulary.NETWORK_GBIT_S` unless
     ``inter_node_gbps``, in Gb/s per NIC, is given); a list or a comma-separated string. ``nics_per_node``: the
     node's network adapters, which its GPUs share (default: 1 on Ethernet, one per GPU on InfiniBand).
     ``host_memory_bytes``: RAM per node for offload (default: this machine's RAM; unknown for catalog GPUs).
@@ -81,8 +81,8 @@ def probe_hardware(gpu: str | None = None, nodes: int = 1, interconnect: list[st
     torch build, or a current one for ``gpu``); before 11.7 CUDA loads every kernel eagerly.
 
     Raises:
-        UnknownGPUError: unknown catalog name or a GPU count beyond 1..:data:`probes.limits.MAX_GPUS_PER_NODE`.
-        UsageError: nodes outside 1..:data:`probes.limits.MAX_NODES`, a value of the wrong type, NaN or infinity,
+        UnknownGPUError: unknown catalog name or a GPU count beyond 1..:data:`advisor.core.limits.MAX_GPUS_PER_NODE`.
+        UsageError: nodes outside 1..:data:`advisor.core.limits.MAX_NODES`, a value of the wrong type, NaN or infinity,
             an unknown or contradictory interconnect, a ``cuda_version`` that is not X.Y.
     """
     if isinstance(interconnect, (list, tuple)):
@@ -116,7 +116,7 @@ def profile_model(model: str, task: str | None = None) -> ModelProfile:
     """Resolve and profile a model (see :func:`probes.model.profile_model`).
 
     Raises:
-        UsageError: ``model`` not a non-empty string of at most :data:`probes.limits.MAX_MODEL_ID` characters, a
+        UsageError: ``model`` not a non-empty string of at most :data:`advisor.core.limits.MAX_MODEL_ID` characters, a
             task the model's family has no head for. ModelNotFoundError: no config.json. BadConfigError: a
             config.json that is not JSON or whose sizes the profile cannot use (:mod:`probes.config_check`).
     """

@@ -1,6 +1,6 @@
 """The ``advisor`` command line: one function per command; errors mapped to exit codes in one place.
 
-Data goes to stdout, diagnostics to stderr. Exit codes: :class:`probes.errors.ExitCode`.
+Data goes to stdout, diagnostics to stderr. Exit codes: :class:`advisor.core.errors.ExitCode`.
 This module imports neither torch, transformers nor textual.
 """
 
@@ -18,10 +18,10 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
-from probes.errors import AdvisorError, ExitCode, NoFitError
-from probes.kernels import LossKernel
-from probes.vocabulary import Offload
-from probes.units import GIB, MIB
+from advisor.core.errors import AdvisorError, ExitCode, NoFitError
+from advisor.core.kernels import LossKernel
+from advisor.core.vocabulary import Offload
+from advisor.core.units import GIB, MIB
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
 
@@ -64,7 +64,7 @@ def _measured_context(hw, given: bool):
         UsageError: with ``--gpu`` (a catalog GPU is not here), without a GPU, torch's CUDA or NVML's per-process
             figure."""
     from probes.cuda_stack import measure_context_bytes
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
 
     if given or not hw.gpus:
         raise UsageError("--measure-context measures this machine's GPU: " + ("drop --gpu" if given else
@@ -188,11 +188,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("textual") is None:
-        from probes.errors import UsageError
+        from advisor.core.errors import UsageError
 
         raise UsageError("the wizard needs the textual package: pip install textual")
     if not (sys.stdin.isatty() and sys.stdout.isatty()):  # it would wait for keys that never come
-        from probes.errors import UsageError
+        from advisor.core.errors import UsageError
 
         raise UsageError("the wizard needs a terminal (stdin and stdout); without one, use advisor recommend")
     if args.model:  # a bad --model is one line here, as in recommend, not an error on a tab the app does not show

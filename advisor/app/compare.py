@@ -17,9 +17,9 @@ from typing import Any, Callable, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.schema import SCHEMA_VERSION
-from probes.errors import UsageError
-from probes.limits import MAX_TOKENS
-from probes.units import GIB
+from advisor.core.errors import UsageError
+from advisor.core.limits import MAX_TOKENS
+from advisor.core.units import GIB
 from rules import Plan, Workload
 
 #: ``--tokens``' default: a billion tokens, the unit of the cost column.
@@ -134,7 +134,7 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
     ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
 
     Raises:
-        UsageError: tokens outside 1..:data:`probes.limits.MAX_TOKENS`, an unknown sort, a bad option, a price that
+        UsageError: tokens outside 1..:data:`advisor.core.limits.MAX_TOKENS`, an unknown sort, a bad option, a price that
             is not a finite number >= 0 or that is for a GPU not compared.
         UnknownGPUError: an unknown GPU. ModelNotFoundError, BadConfigError: from the model's profile.
     """
@@ -254,7 +254,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """``advisor compare``: the table, or the JSON."""
     from advisor.app.options import HardwareOptions, MethodOptions, WorkloadOptions, collect
     from advisor.app.progress import console
-    from probes.errors import ExitCode
+    from advisor.core.errors import ExitCode
 
     options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions)}
     options.pop("gpu", None)

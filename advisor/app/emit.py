@@ -39,9 +39,9 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
 from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
-from probes.errors import OutputError, UsageError
-from probes.kernels import Framework, LossKernel
-from probes.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
+from advisor.core.errors import OutputError, UsageError
+from advisor.core.kernels import Framework, LossKernel
+from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
 FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
@@ -94,7 +94,7 @@ def _checkpointing_key() -> str:
 def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
     """TrainingArguments' FSDP keys. transformers >= 5: ``fsdp=True`` with ``fsdp_config`` (FSDP2, the plan's
     ``fsdp_version`` 2: ``reshard_after_forward`` True for FULL_SHARD, False for SHARD_GRAD_OP; FSDP1, ``version: 1``,
-    for ``fsdp_version`` 1 and HYBRID_SHARD: :attr:`rules.facts.Plan.runs_fsdp2`), and FSDP's own activation
+    for ``fsdp_version`` 1 and HYBRID_SHARD: :attr:`advisor.core.plan.Plan.runs_fsdp2`), and FSDP's own activation
     checkpointing; before 5: the option string, FSDP1 (TrainingArguments docs, "fsdp")."""
     plan, spec = rec.plan, _parallelism(rec).spec
     offload = plan.offload != Offload.NONE

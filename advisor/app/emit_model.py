@@ -18,8 +18,8 @@ from typing import Any
 
 from advisor.engine.recommendation import Recommendation
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
-from probes.kernels import Attention, LossKernel
-from probes.vocabulary import Method, Offload, Parallelism, WeightsDtype
+from advisor.core.kernels import Attention, LossKernel
+from advisor.core.vocabulary import Method, Offload, Parallelism, WeightsDtype
 
 MODEL_KWARGS_FILE = "model_kwargs.json"  #: ``from_pretrained`` keyword arguments (with the ``hf`` target)
 LORA_CONFIG_FILE = "lora_config.json"  #: ``peft.LoraConfig`` keyword arguments (``hf`` target, adapter plans)
@@ -52,7 +52,7 @@ def model_kwargs(rec: Recommendation) -> dict[str, Any]:
     ``AutoModelFor...from_pretrained(model_id, **json.load(open("model_kwargs.json")))``).
 
     The dtype the memory model priced (``bfloat16``: pure bf16, no fp32 master copy; ``float32``: AMP's fp32
-    weights), the plan's attention kernel (``attn_implementation``, :class:`probes.kernels.AttentionSpec`), and for QLoRA the ``quantization_config`` (``BitsAndBytesConfig`` keyword arguments,
+    weights), the plan's attention kernel (``attn_implementation``, :class:`advisor.core.kernels.AttentionSpec`), and for QLoRA the ``quantization_config`` (``BitsAndBytesConfig`` keyword arguments,
     :func:`probes.lora_config.bnb_config_kwargs`; ``from_pretrained`` takes the dict as it is). The 4-bit weights
     are stored in the compute dtype when ZeRO-3 / FSDP shard them.
     """

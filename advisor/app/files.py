@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from probes.errors import OutputError
+from advisor.core.errors import OutputError
 
 #: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
 WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}

@@ -8,7 +8,7 @@ from rich.text import Text
 
 from advisor.app.report import gib, value_text
 from probes.hardware import HardwareProfile
-from probes.units import MIB
+from advisor.core.units import MIB
 
 
 #: GPUs beyond which a uniform link matrix is one line (16: the largest NVLink board of 8-GPU servers twice over;

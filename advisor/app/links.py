@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.hardware import GPULink, HardwareProfile
-from probes.vocabulary import Link, Network, values
+from advisor.core.vocabulary import Link, Network, values
 
 
 def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ choices from the vocabulary's ``Literal`` types, ``--tf32/--no-tf32`` for option
 field's description as help), the API validates its keyword arguments through the same model
 (:func:`parse`), and the wizard reads defaults and choices from it, so the three accept and refuse
 the same values with the same words. The plan's own settings (``--precision``, ``--optimizer``, …)
-are :class:`rules.facts.Plan`'s fields, whose descriptions are their help.
+are :class:`advisor.core.plan.Plan`'s fields, whose descriptions are their help.
 
 No torch, transformers or textual: the command line builds its parser from here on the fast path.
 """
@@ -22,12 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
 
 from probes.cuda_stack import CUDA_VERSION_PATTERN
-from probes.errors import UsageError
-from probes.kernels import STACK_PACKAGES
-from probes.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
-from probes.units import GIB, KIB, MIB
-from probes.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
-from rules.facts import STACK_SETTINGS, Plan, Workload
+from advisor.core.errors import UsageError
+from advisor.core.kernels import STACK_PACKAGES
+from advisor.core.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
+from advisor.core.units import GIB, KIB, MIB
+from advisor.core.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
+from advisor.core.plan import STACK_SETTINGS, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
@@ -159,7 +159,7 @@ _PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "
 
 
 def _plan_setting(name: str) -> tuple[Any, Any]:
-    """A :class:`rules.facts.Plan` field as an optional option: its type and help; counts are >= 1."""
+    """A :class:`advisor.core.plan.Plan` field as an optional option: its type and help; counts are >= 1."""
     field = Plan.model_fields[name]
     bounds = {"ge": 1, "le": _PLAN_LIMITS.get(name, MAX_GLOBAL_BATCH_SIZE)} if field.annotation is int else {}
     extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else {}
@@ -196,7 +196,7 @@ def _stack_pin(name: str) -> tuple[Any, Any]:
 
 
 #: ``recommend``'s software-stack options: a value the planner must use (None: its choice), from ``Workload``'s
-#: fields of the same names (:data:`rules.facts.STACK_SETTINGS`).
+#: fields of the same names (:data:`advisor.core.plan.STACK_SETTINGS`).
 StackOptions = create_model("StackOptions", __base__=_Options, __module__=__name__,
                             **{name: _stack_pin(name) for name in STACK_SETTINGS})
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 
 from advisor.app.options import ESTIMATE_DEFAULTS, PlanOptions
 from probes.checkpoint import planned_double_quant
-from probes.errors import UsageError
-from probes.kernels import Attention, Framework
-from probes.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
+from advisor.core.errors import UsageError
+from advisor.core.kernels import Attention, Framework
+from advisor.core.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_legacy_bitsandbytes
 
@@ -77,7 +77,7 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
 
 def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
     """The micro-batch and accumulation that make the global batch ``gbs`` over ``replicas`` data-parallel replicas
-    (:attr:`rules.facts.Plan.data_parallel_size`): a micro-batch alone keeps it by changing the accumulation, and
+    (:attr:`advisor.core.plan.Plan.data_parallel_size`): a micro-batch alone keeps it by changing the accumulation, and
     the other way round; both must agree with it.
 
     Raises:

@@ -22,9 +22,9 @@ def console(stderr: bool = False):
     return Console(stderr=stderr, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
 
 
-#: The counts of a plan file and their bounds (those of the options: :mod:`probes.limits`).
+#: The counts of a plan file and their bounds (those of the options: :mod:`advisor.core.limits`).
 def _plan_bounds() -> dict[str, tuple[int, int]]:
-    from probes.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WIDTH
+    from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WIDTH
 
     return {"micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE), "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
             "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES), "cpu_processes": (1, MAX_GPUS_PER_NODE),
@@ -41,7 +41,7 @@ def read_plan(path: str):
     """
     from pydantic import ValidationError
 
-    from probes.errors import UsageError
+    from advisor.core.errors import UsageError
     from probes.config_check import read_bounded
     from rules import Plan
 

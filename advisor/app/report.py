@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.engine.memory import MemoryEstimate, Verdict
-from probes.units import GIB
+from advisor.core.units import GIB
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.speed import SpeedEstimate
 from probes.model import ModelProfile

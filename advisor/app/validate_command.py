@@ -9,8 +9,8 @@ import sys
 
 from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOptions, WorkloadOptions, add_arguments, collect
 from advisor.app.progress import console as _console
-from probes.errors import ExitCode, OutputError
-from rules.facts import STACK_SETTINGS
+from advisor.core.errors import ExitCode, OutputError
+from advisor.core.plan import STACK_SETTINGS
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -10,9 +10,9 @@ back from a GPU's records.
 from __future__ import annotations
 
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
-from probes.units import MIB
-from probes.vocabulary import Device, Parallelism
-from rules.facts import Plan
+from advisor.core.units import MIB
+from advisor.core.vocabulary import Device, Parallelism
+from advisor.core.plan import Plan
 
 #: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
 #: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of

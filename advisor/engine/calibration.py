@@ -9,9 +9,9 @@ from functools import lru_cache
 from importlib import resources
 
 from advisor.engine.structural import sixteen_bit_weights
-from probes.kernels import Framework
-from probes.vocabulary import LoraTargets, Method, Precision, WeightsDtype
-from rules.facts import Plan
+from advisor.core.kernels import Framework
+from advisor.core.vocabulary import LoraTargets, Method, Precision, WeightsDtype
+from advisor.core.plan import Plan
 
 MIXED_COLUMN = "mixed"  #: the activations.json column of fp32 weights under autocast (:func:`calibration_keys`)
 LEGACY_BNB_SUFFIX = "+keeps-inputs"  #: QLoRA columns of bitsandbytes < 0.43.2 (:func:`calibration_keys`)

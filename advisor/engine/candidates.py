@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from advisor.engine.legality import propose_effects
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
-from probes.vocabulary import Device, Objective, Penalty
+from advisor.core.vocabulary import Device, Objective, Penalty
 from rules import Effect, Facts, Plan
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)

@@ -1,4 +1,4 @@
-"""What each activation-checkpointing policy keeps and recomputes (:class:`probes.kernels.Checkpointing`).
+"""What each activation-checkpointing policy keeps and recomputes (:class:`advisor.core.kernels.Checkpointing`).
 
 Full checkpointing keeps each block's input and recomputes the whole block in the backward: one more forward of
 the blocks. Selective checkpointing as torchtitan runs it (``torchtitan/distributed/activation_checkpoint.py``;
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from probes.kernels import Checkpointing
+from advisor.core.kernels import Checkpointing
 from probes.model import ModelProfile
-from rules.facts import Plan
+from advisor.core.plan import Plan
 
 
 def _widths(model: ModelProfile) -> tuple[int, int, int, int]:

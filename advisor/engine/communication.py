@@ -7,9 +7,9 @@ from __future__ import annotations
 from advisor.engine.states import adapter_rank_sizes, local_parameters
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
-from probes.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
-from probes.vocabulary import DEFAULT_NETWORK, OPTIMIZER_SPECS, Method, Offload, Parallelism, Precision
-from rules.facts import Plan
+from advisor.core.units import gbit_to_bytes_per_s, gbyte_to_bytes_per_s
+from advisor.core.vocabulary import DEFAULT_NETWORK, OPTIMIZER_SPECS, Method, Offload, Parallelism, Precision
+from advisor.core.plan import Plan
 
 PCIE_GBPS = {3: 12.0, 4: 24.0, 5: 48.0}  #: effective one-direction x16 bandwidth, GB/s
 
@@ -19,7 +19,7 @@ def _link_bandwidth(gpu: GPUInfo | None, nvlink: bool, nodes: int, inter_node_by
     through the node's GPUs runs over NVLink (``HardwareProfile.nvlink_ring``; bridged pairs do not).
 
     ``inter_node_bytes_per_s``: the network between nodes (``HardwareProfile.inter_node_bytes_per_s``;
-    default: the catalog figure of :data:`probes.vocabulary.DEFAULT_NETWORK`).
+    default: the catalog figure of :data:`advisor.core.vocabulary.DEFAULT_NETWORK`).
     """
     if nodes > 1:
         return inter_node_bytes_per_s or gbit_to_bytes_per_s(DEFAULT_NETWORK.gbit_s)

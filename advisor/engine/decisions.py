@@ -10,8 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.engine.candidates import Candidate, evaluate
 from advisor.engine.planner import PlanningResult, refusal, search
-from probes.kernels import INSTALL, STACK_PACKAGES
-from probes.units import GIB
+from advisor.core.kernels import INSTALL, STACK_PACKAGES
+from advisor.core.units import GIB
 from rules import REGISTRY, Plan
 
 

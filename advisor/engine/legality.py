@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from probes.errors import UsageError
-from probes.vocabulary import Device, Method, Optimizer, Parallelism, Precision, Setting
+from advisor.core.errors import UsageError
+from advisor.core.vocabulary import Device, Method, Optimizer, Parallelism, Precision, Setting
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
-from rules.facts import STACK_SETTINGS
+from advisor.core.plan import STACK_SETTINGS
 
 
 def propose_effects(facts: Facts) -> list[Effect]:
@@ -93,7 +93,7 @@ def require_legal(facts: Facts, plan: Plan) -> None:
 
 def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
                ) -> Plan | None:
-    """``plan`` with each stack setting (:data:`rules.facts.STACK_SETTINGS`, in that order) at the first value the
+    """``plan`` with each stack setting (:data:`advisor.core.plan.STACK_SETTINGS`, in that order) at the first value the
     rules allow that no rule refuses for its layout, or None when a setting has none.
 
     The values are declared best first and a better kernel never costs memory or speed (FlashAttention before SDPA,

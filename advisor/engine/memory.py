@@ -51,7 +51,7 @@ from operator import itemgetter
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
-from probes.units import MIB
+from advisor.core.units import MIB
 from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, model_states
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
@@ -59,9 +59,9 @@ from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer
                                        residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
-from probes.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
-from probes.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
-from rules.facts import Plan
+from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
+from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
+from advisor.core.plan import Plan
 
 #: Blocks' saved tensors an activation-offloading plan keeps on the GPU: one block's. TRL's ``OffloadActivations``
 #: (``trl/models/activation_offloading.py``, torchtune's design) keeps the 5 latest offloaded tensors alive until
@@ -139,7 +139,7 @@ class MemoryEstimate(BaseModel):
 
 
 def _loss(plan: Plan) -> LossKernelSpec:
-    """What the plan's loss keeps as it runs (:func:`probes.kernels.loss_kept`)."""
+    """What the plan's loss keeps as it runs (:func:`advisor.core.kernels.loss_kept`)."""
     return loss_kept(plan.loss_kernel, plan.torch_compile, plan.framework)
 
 

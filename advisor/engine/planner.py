@@ -19,10 +19,10 @@ from typing import Any
 
 from advisor.engine.candidates import Candidate, Pricing, evaluate, order
 from probes.checkpoint import planned_double_quant
-from probes.errors import UsageError
-from probes.kernels import Attention, LossKernel
-from probes.limits import divisors
-from probes.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
+from advisor.core.errors import UsageError
+from advisor.core.kernels import Attention, LossKernel
+from advisor.core.limits import divisors
+from advisor.core.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                Setting, WeightsDtype, searched, values)
 from rules import Effect, Facts, Plan
 from rules.base import Rule

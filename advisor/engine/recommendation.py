@@ -18,10 +18,10 @@ from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
-from probes.units import GIB
-from probes.vocabulary import Objective, Offload, Penalty, Setting
+from advisor.core.units import GIB
+from advisor.core.vocabulary import Objective, Offload, Penalty, Setting
 from rules import Effect, Plan, Workload
-from rules.facts import STACK_SETTINGS
+from advisor.core.plan import STACK_SETTINGS
 
 
 class PlanSummary(BaseModel):

@@ -29,9 +29,9 @@ from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
 from probes.adapters import adapter_parameters, quantized_parameters
-from probes.kernels import Attention
-from probes.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
-from rules.facts import Plan
+from advisor.core.kernels import Attention
+from advisor.core.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
+from advisor.core.plan import Plan
 
 from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, activation_offload_seconds, communication_seconds,
                                           model_parallel_seconds, offload_seconds)
@@ -179,7 +179,7 @@ BANDWIDTH_SHARE = 0.8
 
 def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_efficiency: float) -> float:
     """Fraction of the 16-bit peak the plan's attention kernel reaches, forward + backward
-    (:class:`probes.kernels.AttentionSpec`), rising with the sequence (FlashAttention-2 fig. 4-7: about 3/4 of its
+    (:class:`advisor.core.kernels.AttentionSpec`), rising with the sequence (FlashAttention-2 fig. 4-7: about 3/4 of its
     long-sequence rate at 512 tokens); the plan's matmul efficiency where the kernel has no figure (eager's batched
     GEMMs, fp32, the CPU)."""
     if gpu is None or plan.precision == Precision.FP32 or not gpu.tensor_cores:

@@ -18,10 +18,10 @@ from operator import itemgetter
 
 from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, head_matmul_parameters,
                              largest_block_matrix, quantized_parameters)
-from probes.kernels import Framework
+from advisor.core.kernels import Framework
 from probes.model import ModelProfile
-from probes.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
-from rules.facts import Plan
+from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.core.plan import Plan
 
 
 def _optimizer_state_bytes(model: ModelProfile, optimizer: Optimizer, weights: WeightsDtype) -> int:

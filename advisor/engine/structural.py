@@ -6,10 +6,10 @@ keep, for every family.
 
 from __future__ import annotations
 
-from probes.kernels import Framework, LossKernel
+from advisor.core.kernels import Framework, LossKernel
 from probes.model import ModelProfile
-from probes.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
-from rules.facts import Plan
+from advisor.core.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
+from advisor.core.plan import Plan
 
 
 def compute_bytes(plan: Plan) -> int:

@@ -1,5 +1,5 @@
 """When nothing fits: what would (a larger catalog GPU, more GPUs with sharding and offload), and the
-:class:`~probes.errors.NoFitError` that carries it; when a plan fits but is slow (offload, or fallbacks up to a
+:class:`~advisor.core.errors.NoFitError` that carries it; when a plan fits but is slow (offload, or fallbacks up to a
 risky one): the catalog GPU that would run it much faster (:func:`faster_hardware`)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 from advisor.engine import planner
 from advisor.engine.candidates import Candidate
 from advisor.engine.legality import no_layout_error
-from probes.errors import NoFitError, UsageError
+from advisor.core.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
-from probes.units import GIB
-from probes.vocabulary import Method, Offload, Parallelism, Penalty
+from advisor.core.units import GIB
+from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty
 from rules import Facts
 
 #: GPU counts tried for "more GPUs" (a node holds up to 8; more are whole nodes of 8).

@@ -33,10 +33,10 @@ from advisor.engine.calibration import calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, recompute_shares
 from advisor.engine.memory import activation_traffic_bytes
 from probes.adapters import quantized_parameters
-from probes.kernels import Attention, Checkpointing, Framework, LossKernel
+from advisor.core.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.model import ModelProfile
-from probes.vocabulary import Family, Setting, Task
-from rules.facts import Plan
+from advisor.core.vocabulary import Family, Setting, Task
+from advisor.core.plan import Plan
 
 #: The names of :func:`traffic_features`, in order: the first :data:`LAYER_FEATURES` are per block (recomputed under
 #: checkpointing)

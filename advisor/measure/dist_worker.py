@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from probes.vocabulary import Device, Parallelism
+from advisor.core.vocabulary import Device, Parallelism
 
 #: The plans a distributed trial runs: DDP, and sharding through FSDP2 (every strategy run by torch,
 #: DeepSpeed or FSDP that the vocabulary does not trial as another one: ZeRO-2 / SHARD_GRAD_OP keep the

@@ -19,7 +19,7 @@ from typing import Annotated, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from probes.model import ModelProfile
-from probes.units import GIB
+from advisor.core.units import GIB
 from rules import Plan
 
 TrialStatus = Literal["ok", "oom", "nonfinite", "error", "interrupted"]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import importlib.util
 from contextlib import contextmanager
 
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.lora_config import bnb_config_kwargs
 from rules import Plan
 

@@ -16,7 +16,7 @@ from advisor.engine.memory import MemoryEstimate
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.measure.outcome import TrialStatus
-from probes.vocabulary import Device, literal
+from advisor.core.vocabulary import Device, literal
 from rules import Plan, Workload
 
 TrialRole = Literal["plan", "smaller-micro-batch", "checkpointing", "bf16", "no-compile", "larger-micro-batch",

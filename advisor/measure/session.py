@@ -28,8 +28,8 @@ from advisor.engine.speed import SpeedEstimate
 from advisor.measure.outcome import TrialOutcome
 from advisor.measure.report_models import (Measured, Predicted, PredictionError, ProgressHook, RankMeasured,
                                            RuntimeSettings, Trial, TrialRole, TrialStarted)
-from probes.units import GIB
-from probes.vocabulary import Precision
+from advisor.core.units import GIB
+from advisor.core.vocabulary import Precision
 from rules import Facts, Plan
 
 KEEP_LARGER_IF_FASTER = 0.02  #: a larger micro-batch must be 2 % faster to replace a confirmed one

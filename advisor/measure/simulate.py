@@ -48,10 +48,10 @@ from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, lega
                                             quantize_skeleton, quantized_weight)
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
                                        make_optimizer, synthetic_batch)
-from probes.errors import UsageError
-from probes.kernels import Checkpointing, Framework
+from advisor.core.errors import UsageError
+from advisor.core.kernels import Checkpointing, Framework
 from probes.model import ModelProfile
-from probes.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
+from advisor.core.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
 from rules import Plan
 
 

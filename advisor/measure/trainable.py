@@ -13,11 +13,11 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from probes.errors import UsageError
+from advisor.core.errors import UsageError
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from probes.model import ModelProfile, load_config
-from probes.kernels import Attention
-from probes.vocabulary import Device, Method, Optimizer, Precision, Task, WeightsDtype
+from advisor.core.kernels import Attention
+from advisor.core.vocabulary import Device, Method, Optimizer, Precision, Task, WeightsDtype
 from rules import Plan
 
 #: Config keys of attention-probability dropout.
@@ -69,7 +69,7 @@ def local_weights_dir(model: ModelProfile) -> Path | None:
 
 
 def _dtype_kwargs(weights_dtype: str | None) -> dict[str, Any]:
-    """``from_config`` / ``from_pretrained``'s dtype argument for a :class:`~probes.vocabulary.WeightsDtype` value:
+    """``from_config`` / ``from_pretrained``'s dtype argument for a :class:`~advisor.core.vocabulary.WeightsDtype` value:
     ``dtype`` from transformers 4.56, ``torch_dtype`` before (nothing for None: fp32, transformers' default for a
     config without a dtype)."""
     if weights_dtype is None:
@@ -85,7 +85,7 @@ def _dtype_kwargs(weights_dtype: str | None) -> dict[str, Any]:
 def build_model(model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None,
                 init_device=None):
     """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads), held
-    in ``weights_dtype`` (a :class:`~probes.vocabulary.WeightsDtype` value: 'bf16' is the plan's pure-bf16 model,
+    in ``weights_dtype`` (a :class:`~advisor.core.vocabulary.WeightsDtype` value: 'bf16' is the plan's pure-bf16 model,
     what ``from_pretrained(dtype=torch.bfloat16)`` loads; None or 'fp32': fp32).
 
     ``init_device`` (a ``torch.device``; None: the CPU): where random weights are created and initialised
@@ -170,7 +170,7 @@ def enable_checkpointing(net) -> None:
 
 def make_optimizer(params, plan: Plan, *, fused_ok: bool = True):
     """The plan's optimizer, as the Trainer builds it, from its vocabulary spec
-    (:attr:`probes.vocabulary.Optimizer.spec`: ``factory`` class, ``factory_kwargs``, ``learning_rate``).
+    (:attr:`advisor.core.vocabulary.Optimizer.spec`: ``factory`` class, ``factory_kwargs``, ``learning_rate``).
 
     AdamW: ``fused=True`` on CUDA (when ``fused_ok``), ``foreach=True`` otherwise (PyTorch
     torch.optim.AdamW, foreach / fused); SGD: ``foreach=True``; Adafactor: transformers' with

@@ -44,9 +44,9 @@ from advisor.measure.trainable import (Rows, apply_adapters, autocast_dtype, bui
                                        enable_checkpointing, hf_config, local_weights_dir, make_optimizer, offloading,
                                        synthetic_batch)
 from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
-from probes.kernels import LossKernel
+from advisor.core.kernels import LossKernel
 from probes.model import ModelProfile
-from probes.vocabulary import Device, Method, Precision
+from advisor.core.vocabulary import Device, Method, Precision
 from rules import Plan
 
 #: How bad a rank's ending is, worst first: the distributed trial reports its worst rank's status.

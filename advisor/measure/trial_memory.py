@@ -17,7 +17,7 @@ import resource
 import sys
 
 from advisor.measure.outcome import TrialOutcome
-from probes.units import GIB
+from advisor.core.units import GIB
 
 
 class TrialOutOfMemory(Exception):

@@ -35,9 +35,9 @@ from advisor.engine.candidates import Candidate, evaluate
 from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSettings, Trial, TrialDevice,
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
-from probes.errors import UsageError
-from probes.kernels import Checkpointing, Framework, LossKernel
-from probes.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.core.errors import UsageError
+from advisor.core.kernels import Checkpointing, Framework, LossKernel
+from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
 
@@ -82,7 +82,7 @@ def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | Non
 
 
 def method_unavailable(method: str, cuda: bool, quantized_checkpoint: bool = False) -> str | None:
-    """Why a trial of ``method`` (a :class:`~probes.vocabulary.Method` value) cannot run on this machine (one line),
+    """Why a trial of ``method`` (a :class:`~advisor.core.vocabulary.Method` value) cannot run on this machine (one line),
     or None: LoRA and QLoRA need peft; QLoRA's 4-bit base needs bitsandbytes and a CUDA device (its 4-bit training
     kernels are CUDA's: the rule ``method.adapters-when-full-does-not-fit`` forbids QLoRA on the CPU). The advice
     to trial LoRA instead is left out for a checkpoint stored quantized (``quantized_checkpoint``), which only

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, Static, TabPane
 
 from advisor.engine.recommendation import Recommendation
-from probes.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from tui.messages import Exported
 
 

@@ -14,7 +14,7 @@ from probes.gpu_catalog import catalog
 from probes.hardware import HardwareProfile
 from tui import widgets
 from tui.fields import whole_number
-from probes.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from tui.messages import ComparisonReady, HardwareProbed
 
 

@@ -10,7 +10,7 @@ from textual.suggester import SuggestFromList
 from textual.widgets import Input, Static, TabPane
 
 from advisor.app import api
-from probes.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from probes.model import ModelProfile, catalog_ids
 from tui import widgets
 from tui.messages import ModelFailed, ModelResolved

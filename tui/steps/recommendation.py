@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from advisor.app import api
 from advisor.engine.recommendation import Recommendation
-from probes.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from tui import widgets

@@ -13,7 +13,7 @@ from textual.widgets import Button, Checkbox, Input, Label, ProgressBar, Static,
 
 from advisor.app import api
 from advisor.app.options import TrialOptions
-from probes.errors import AdvisorError
+from advisor.core.errors import AdvisorError
 from tui.fields import whole_number
 from tui.messages import ValidationDone, ValidationProgress
 

@@ -1,20 +1,18 @@
 """The software stack's vocabulary: attention kernels, loss kernels and checkpointing policies, with their facts.
 
 The values a plan's stack settings take (``Plan.attention``, ``Plan.loss_kernel``) and the optional
-packages whose presence the probes report, spelled once here beside :mod:`probes.vocabulary` (which keeps
-the other dimensions; this module follows its conventions: a :class:`~probes.vocabulary.Vocabulary`
+packages whose presence the probes report, spelled once here beside :mod:`advisor.core.vocabulary` (which keeps
+the other dimensions; this module follows its conventions: a :class:`~advisor.core.vocabulary.Vocabulary`
 enum and a spec table). The rules that decide them are in ``rules/stack.py``; the memory and speed
 models read the specs.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import re
 from dataclasses import dataclass, replace
 
-from probes.vocabulary import Device, Vocabulary
+from advisor.core.vocabulary import Device, Vocabulary
 
 
 @dataclass(frozen=True)
@@ -259,22 +257,3 @@ def legacy_bitsandbytes(version: str | None) -> bool:
     if parts is None:
         return False
     return tuple(int(p or 0) for p in parts.groups()) < BNB_DROPS_INPUTS
-
-
-def installed_packages() -> dict[str, str | None]:
-    """The :data:`STACK_PACKAGES` on this machine: import name → installed version ('?' when the distribution's
-    metadata is missing), None when the module cannot be found. Reads metadata only: imports nothing."""
-    out: dict[str, str | None] = {}
-    for name, dist in STACK_PACKAGES.items():
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            out[name] = None
-            continue
-        try:
-            out[name] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "?"
-    return out
