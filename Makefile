@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev run test clean
+.PHONY: setup setup-dev run lint test clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -29,7 +29,11 @@ setup-dev: $(DEV_STAMP)
 run: setup
 	$(VENV)/bin/advisor recommend --model gpt2
 
-test: setup-dev
+lint: setup-dev
+	$(VENV)/bin/ruff check advisor probes rules tui benchmarks tests
+	$(VENV)/bin/lint-imports
+
+test: setup-dev lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto
 
 clean:

@@ -88,7 +88,7 @@ def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport
                   f"{', CUDA ' + run['cuda'] if run.get('cuda') else ''}, transformers {run['transformers']}"
                   f"{', ' + packages if packages else ''}; Python {run['python']}, {run['cpu_count']} CPU cores; "
                   f"{run['steps']} timed steps per trial after the warm-up"
-                  + (f"; matmul (1024 × 768) @ (768 × 3072): "
+                  + ("; matmul (1024 × 768) @ (768 × 3072): "
                      + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items()) if rates else "") + "."
                   + "".join(f" Began {u} and did not finish within the call." for u in run.get("unfinished", []))]
     lines += [

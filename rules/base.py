@@ -24,7 +24,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from advisor.core.vocabulary import Penalty, Setting
+from advisor.core.vocabulary import Penalty
+from advisor.core.dimensions import Setting
 from rules.facts import Facts, Plan
 
 EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]

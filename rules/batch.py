@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from advisor.core.limits import divisors
-from advisor.core.vocabulary import Objective, Optimizer, Precision, Setting
+from advisor.core.vocabulary import Objective, Optimizer, Precision
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

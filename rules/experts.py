@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from probes.model import ModelProfile
-from advisor.core.vocabulary import Method, Offload, Penalty, Setting
+from advisor.core.vocabulary import Method, Offload, Penalty
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from advisor.core.vocabulary import Setting
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts

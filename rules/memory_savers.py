@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from advisor.core.kernels import Checkpointing, Framework
-from advisor.core.vocabulary import Device, Penalty, Setting
+from advisor.core.vocabulary import Device, Penalty
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

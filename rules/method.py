@@ -6,8 +6,9 @@ from probes.adapters import adapter_full_rank, adapter_parameters, frozen_base_b
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Framework
 from probes.lora_config import target_modules
-from advisor.core.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting,
-                               WeightsDtype)
+from advisor.core.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision,
+                                   WeightsDtype)
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

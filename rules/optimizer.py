@@ -3,7 +3,8 @@ backward."""
 
 from __future__ import annotations
 
-from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision, Setting
+from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Penalty, Precision
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty, Setting
+from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

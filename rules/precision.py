@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from probes.model import FP16_OVERFLOW_TYPES
-from advisor.core.vocabulary import Method, Penalty, Precision, Setting, WeightsDtype
+from advisor.core.vocabulary import Method, Penalty, Precision, WeightsDtype
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

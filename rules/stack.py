@@ -14,7 +14,8 @@ from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES
 from advisor.core.kernels import (INSTALL, LIGER_MODEL_TYPES, STACK_PACKAGES, Attention, Framework, LossKernel,
                            legacy_bitsandbytes, loss_kept)
 from advisor.core.units import GIB
-from advisor.core.vocabulary import Method, Parallelism, Precision, Setting, Task, values
+from advisor.core.vocabulary import Method, Parallelism, Precision, Task, values
+from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan

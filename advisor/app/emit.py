@@ -39,9 +39,11 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
 from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
+from advisor.core.dimensions import Consumer, refusal
 from advisor.core.errors import OutputError, UsageError
-from advisor.core.kernels import Framework, LossKernel
-from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision, Setting
+from advisor.core.kernels import LossKernel
+from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
+from advisor.core.dimensions import Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
 FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
@@ -319,18 +321,9 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
         UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline /
             expert parallel plan, a plan priced for another framework than transformers, or attention-only adapters on a model type without known projection names.
     """
-    if rec.plan.model_parallel_size > 1:
-        raise UsageError(f"--emit: the plan uses tensor parallel {rec.plan.tensor_parallel} x pipeline parallel "
-                         f"{rec.plan.pipeline_parallel}, which --emit does not write (the Trainer runs TP through "
-                         "accelerate's ParallelismConfig, PP not at all); configure it from the plan")
-    if rec.plan.framework != Framework.TRANSFORMERS:
-        raise UsageError(f"--emit writes the Trainer's recipe; the plan is priced for {rec.plan.framework}'s own code: "
-                         "configure it from the plan")
-    if rec.plan.expert_parallel > 1:
-        e = rec.plan.expert_parallel
-        raise UsageError(f"--emit: the plan uses expert parallel {e}, which the Trainer and accelerate cannot run; "
-                         f"configure Megatron-Core (--expert-model-parallel-size {e}) or DeepSpeed-MoE "
-                         f"(deepspeed.moe.layer.MoE(..., ep_size={e})) from the plan")
+    refused = refusal(Consumer.EMIT, rec.plan)  # the settings no emitted file runs (the table's rows)
+    if refused is not None:
+        raise UsageError(refused)
     wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown:

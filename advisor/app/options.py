@@ -24,9 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from probes.cuda_stack import CUDA_VERSION_PATTERN
 from advisor.core.errors import UsageError
 from advisor.core.kernels import STACK_PACKAGES
-from advisor.core.limits import (MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_SEQ_LEN, MAX_WIDTH)
+from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN
 from advisor.core.units import GIB, KIB, MIB
-from advisor.core.vocabulary import Method, Objective, Offload, Optimizer, Task, literal, values
+from advisor.core.vocabulary import Method, Objective, Task, literal, values
+from advisor.core.dimensions import BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
 from advisor.core.plan import STACK_SETTINGS, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
@@ -130,16 +131,6 @@ class WorkloadOptions(_Options):
                                                                 "packing pay", json_schema_extra={"metavar": "L"})
 
 
-#: The plan settings ``estimate`` and ``validate`` take as flags (``Plan`` fields; their descriptions are the help).
-PLAN_FLAGS = ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
-              "optimizer", "gradient_checkpointing", "parallelism", "offload", "tensor_parallel", "pipeline_parallel",
-              "lora_rank", "lora_targets", *STACK_SETTINGS, "optimizer_in_backward", "activation_offloading", "expert_parallel",
-              "checkpointing", "legacy_bitsandbytes", "double_quant", "framework", "virtual_pipeline", "fsdp_version")
-#: ``estimate``'s defaults for the plan settings it is not told (precision, tf32 and parallelism follow
-#: the hardware: see :func:`advisor.app.api.estimate`).
-ESTIMATE_DEFAULTS = {"micro_batch_size": 1, "gradient_accumulation_steps": 1, "optimizer": Optimizer.ADAMW.value,
-                     "gradient_checkpointing": False, "offload": Offload.NONE.value, "tensor_parallel": 1,
-                     "pipeline_parallel": 1}
 
 
 class _PlanSettings(_Options):
@@ -150,26 +141,21 @@ class _PlanSettings(_Options):
         return {k: v for k, v in self.model_dump().items() if v is not None}
 
 
-#: Upper bounds of the plan's counts (micro-batch and accumulation: the largest global batch).
-_PLAN_LIMITS = {"tensor_parallel": MAX_GPUS_PER_NODE, "pipeline_parallel": MAX_NODES, "lora_rank": MAX_WIDTH,
-                "virtual_pipeline": MAX_LAYERS, "fsdp_version": Plan.model_fields["fsdp_version"].default}
-
-_PLAN_METAVARS = {"micro_batch_size": "b", "gradient_accumulation_steps": "k", "tensor_parallel": "T",
-                  "pipeline_parallel": "P", "lora_rank": "R", "expert_parallel": "E", "virtual_pipeline": "V", "fsdp_version": "N"}
-
-
 def _plan_setting(name: str) -> tuple[Any, Any]:
-    """A :class:`advisor.core.plan.Plan` field as an optional option: its type and help; counts are >= 1."""
+    """A :class:`advisor.core.plan.Plan` field as an optional option: its type and help; counts are >= 1, at most the
+    row's limit in :mod:`advisor.core.dimensions` (else the largest global batch), with the row's metavar."""
     field = Plan.model_fields[name]
-    bounds = {"ge": 1, "le": _PLAN_LIMITS.get(name, MAX_GLOBAL_BATCH_SIZE)} if field.annotation is int else {}
-    extra = {"metavar": _PLAN_METAVARS[name]} if name in _PLAN_METAVARS else {}
+    row = BY_NAME[name]
+    bounds = {"ge": 1, "le": row.limit or MAX_GLOBAL_BATCH_SIZE} if field.annotation is int else {}
+    extra = {"metavar": row.metavar} if row.metavar else {}
     if name in ("lora_rank", "lora_targets"):  # the adapters' shape defaults to Plan's whatever the command
         extra["unset"] = field.default
     return field.annotation | None, Field(None, description=field.description, json_schema_extra=extra, **bounds)
 
 
 #: The plan settings as options, made from ``Plan``'s own fields (type, choices, help), so a new plan
-#: dimension is a flag of ``estimate`` and ``validate`` once it is named in :data:`PLAN_FLAGS`.
+#: dimension is a flag of ``estimate`` and ``validate`` once its row in :mod:`advisor.core.dimensions` says so
+#: (:data:`~advisor.core.dimensions.PLAN_FLAGS`).
 PlanOptions = create_model("PlanOptions", __base__=_PlanSettings, __module__=__name__,
                            **{name: _plan_setting(name) for name in PLAN_FLAGS})
 

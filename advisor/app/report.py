@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from advisor.engine.memory import MemoryEstimate, Verdict
+from advisor.core.dimensions import PLAN_LINE
 from advisor.core.units import GIB
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.speed import SpeedEstimate
@@ -142,8 +143,7 @@ def _bar(used: float, width: int, style: str) -> Text:
 #: folds those settings into one ``spared`` row of the values not needed.
 _SPARED = " fits without "
 #: Settings the plan line already shows (by value, or by its absence): not repeated in the card's folded row.
-_IN_PLAN_LINE = ("method", "precision", "weights_dtype", "tf32", "optimizer", "micro_batch_size",
-                 "gradient_accumulation_steps", "gradient_checkpointing", "num_gpus")
+_IN_PLAN_LINE = PLAN_LINE
 
 
 def _line(*parts) -> Text:
@@ -163,6 +163,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
                                        f", seq-len {rec.workload.seq_len} × batch {rec.workload.global_batch_size}")]
     lines += [_line((f"note: {note}", "dim")) for note in m.notes]
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
+    if rec.estimate_only:
+        lines.append(_line(("estimate only: ", "yellow"), rec.estimate_only))
     decided = {n: d for n, d in rec.settings.items() if _decided(d)}
     spared = {n: d.rationale.partition(_SPARED)[2] for n, d in decided.items() if _SPARED in d.rationale}
     pad = max((len(n) for n in decided if n not in spared), default=0)
@@ -245,6 +247,8 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
     if hw.gpu is None:
         console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")
+    if rec.estimate_only:
+        console.print(Text(f"estimate only: {rec.estimate_only}", style="yellow"))
     numbers: dict[str, int] = {}
     titles: dict[str, str] = {}
     for setting in rec.settings.values():

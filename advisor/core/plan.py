@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from advisor.core.dimensions import STACK_SETTINGS
 from advisor.core.kernels import Attention, Checkpointing, Framework, LossKernel
 from advisor.core.vocabulary import (Device, LoraTargets, Method, Objective, Offload, Optimizer, Parallelism, Precision,
                                WeightsDtype, literal)
@@ -63,9 +64,6 @@ class Workload(BaseModel):
         return {k: v for k in STACK_SETTINGS if (v := getattr(self, k)) is not None}
 
 
-#: The software-stack settings of a plan: decided per layout by the planner (the first value the rules allow
-#: that no rule refuses), asked for with ``Workload``'s fields of the same names.
-STACK_SETTINGS = ("attention", "loss_kernel", "torch_compile", "packing", "fp8")
 
 
 class Plan(BaseModel):

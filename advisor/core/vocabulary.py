@@ -4,7 +4,8 @@ Each dimension is a :class:`StrEnum` (its members compare equal to their strings
 ``Plan`` fields stay plain strings) with a spec table beside it: what the memory and speed models,
 the emitters, the trial builder and the rules need to know about a value. The pydantic ``Literal``
 types of the models, the command line's choices and the wizard's lists are made from these enums;
-no other module spells a value. To add a value (say an optimizer), add the member and its spec
+no other module spells a value. The settings themselves (``Setting``) are the rows of
+:mod:`advisor.core.dimensions`. To add a value (say an optimizer), add the member and its spec
 row here, then the rule that decides it (``rules/``) and that rule's cases file; see
 docs/ARCHITECTURE.md.
 
@@ -56,49 +57,6 @@ def searched(enum: type[Enum]) -> tuple[str, ...]:
     does not name, in declaration order."""
     order = SEARCH_ORDER.get(enum, ())
     return tuple(member.value for member in (*order, *(m for m in enum if m not in order)))
-
-
-# -- the settings a recommendation explains -------------------------------------------------------
-
-class Setting(Vocabulary):
-    """Every setting a rule speaks about and a recommendation explains (``Recommendation.settings`` keys).
-
-    The searched ones are ``Plan`` fields; the rest are set by rules (``Effect`` kind 'set')."""
-
-    PRECISION = "precision"
-    TF32 = "tf32"
-    OPTIMIZER = "optimizer"
-    GRADIENT_CHECKPOINTING = "gradient_checkpointing"
-    MICRO_BATCH_SIZE = "micro_batch_size"
-    PARALLELISM = "parallelism"
-    OFFLOAD = "offload"
-    TENSOR_PARALLEL = "tensor_parallel"
-    PIPELINE_PARALLEL = "pipeline_parallel"
-    GRADIENT_ACCUMULATION_STEPS = "gradient_accumulation_steps"
-    NUM_GPUS = "num_gpus"
-    OPTIMIZER_IMPLEMENTATION = "optimizer_implementation"
-    DATALOADER_NUM_WORKERS = "dataloader_num_workers"
-    DATALOADER_PIN_MEMORY = "dataloader_pin_memory"
-    TORCH_COMPILE = "torch_compile"
-    PAD_TO_MULTIPLE_OF = "pad_to_multiple_of"
-    LOSS_SCALING = "loss_scaling"
-    METHOD = "method"
-    WEIGHTS_DTYPE = "weights_dtype"
-    LORA_RANK = "lora_rank"
-    LORA_TARGETS = "lora_targets"
-    ATTENTION = "attention"
-    LOSS_KERNEL = "loss_kernel"
-    PACKING = "packing"
-    FP8 = "fp8"
-    OPTIMIZER_IN_BACKWARD = "optimizer_in_backward"
-    ACTIVATION_OFFLOADING = "activation_offloading"
-    EXPERT_PARALLEL = "expert_parallel"
-    CHECKPOINTING = "checkpointing"
-    LEGACY_BITSANDBYTES = "legacy_bitsandbytes"
-    DOUBLE_QUANT = "double_quant"
-    FRAMEWORK = "framework"
-    VIRTUAL_PIPELINE = "virtual_pipeline"
-    FSDP_VERSION = "fsdp_version"
 
 
 # -- where a plan runs ---------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.core.errors import UsageError
-from advisor.core.vocabulary import Device, Method, Optimizer, Parallelism, Precision, Setting
+from advisor.core.vocabulary import Device, Method, Optimizer, Parallelism, Precision
+from advisor.core.dimensions import Setting
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 from advisor.core.plan import STACK_SETTINGS

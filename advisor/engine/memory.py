@@ -51,7 +51,6 @@ from operator import itemgetter
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.model import ModelProfile
-from advisor.core.units import MIB
 from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, model_states
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
@@ -60,7 +59,9 @@ from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
-from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Setting, Task
+from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
+from advisor.core.dimensions import Setting
+from advisor.core.dimensions import NOT_ACTIVATIONS
 from advisor.core.plan import Plan
 
 #: Blocks' saved tensors an activation-offloading plan keeps on the GPU: one block's. TRL's ``OffloadActivations``
@@ -223,7 +224,7 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
 
 
 #: Plan fields the activations do not depend on, which the planner varies within a layout: a memo key leaves them out.
-_NOT_ACTIVATIONS = frozenset({"tf32", "optimizer", "gradient_accumulation_steps"})
+_NOT_ACTIVATIONS = NOT_ACTIVATIONS  #: the table's rows that the activations do not read
 _ACTIVATION_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_ACTIVATIONS))  #: the memo key's
 _MEMO: dict[tuple, tuple[ModelProfile, tuple[int, int]]] = {}
 _MEMO_ENTRIES = 8192

@@ -23,10 +23,12 @@ from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
 from advisor.core.limits import divisors
 from advisor.core.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
-                               Setting, WeightsDtype, searched, values)
+                                   WeightsDtype, searched, values)
+from advisor.core.dimensions import Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
+from advisor.core.dimensions import CROSSED, LAYOUT, SEARCHED  # noqa: F401 (SEARCHED: the recommendation's)
 from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
@@ -34,11 +36,6 @@ from advisor.engine.legality import (_refusing_rules, check_effects, check_plan,
                                      refusal, require_legal, require_runnable_pins, with_stack)
 
 
-#: The settings the planner searches (the rest are set by rules).
-SEARCHED = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.TF32, Setting.OPTIMIZER,
-            Setting.GRADIENT_CHECKPOINTING, Setting.MICRO_BATCH_SIZE, Setting.PARALLELISM, Setting.OFFLOAD,
-            Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.OPTIMIZER_IN_BACKWARD, Setting.EXPERT_PARALLEL,
-            Setting.ACTIVATION_OFFLOADING)
 
 
 @dataclass
@@ -117,15 +114,7 @@ def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, l
     return allowed
 
 
-#: The settings of a layout: what ``Rule.refuse`` decides on (with the tensor / pipeline split and the GPUs; the
-#: step in backward also needs accumulation 1, which :func:`_micro_batches` keeps to).
-LAYOUT = (Setting.METHOD, Setting.PRECISION, Setting.WEIGHTS_DTYPE, Setting.OPTIMIZER_IN_BACKWARD,
-          Setting.ACTIVATION_OFFLOADING, Setting.EXPERT_PARALLEL, Setting.PARALLELISM, Setting.OFFLOAD)
-
-
-#: The settings :func:`_layout_candidates` crosses a layout with, before the micro-batch: each combination is a group.
-CROSSED = (Setting.TF32, Setting.OPTIMIZER, Setting.GRADIENT_CHECKPOINTING)
-GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares
+GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule],
@@ -134,7 +123,7 @@ def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies
     offload) tuples no rule
     refuses for ``plan``'s tensor / pipeline split and GPUs (``Rule.refuse`` decides on the layout alone, at
     accumulation 1, so one plan per tuple stands for all its candidates)."""
-    choices = [allowed[s] for s in LAYOUT[:-2]] + [strategies, allowed[Setting.OFFLOAD]]
+    choices = [strategies if s == Setting.PARALLELISM else allowed[s] for s in LAYOUT]
     plan = plan.model_copy(update={Setting.GRADIENT_ACCUMULATION_STEPS: 1})
     log = log if log is not None else LayoutLog()
     key = (id(facts.model), id(facts.hardware), tuple(plan.__dict__.values()), *map(tuple, choices), *map(id, refusing))

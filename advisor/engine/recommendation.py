@@ -12,14 +12,16 @@ from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDeci
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
-from advisor.engine.planner import SEARCHED, PlanningResult, search
+from advisor.core.dimensions import MULTI_GPU, SEARCHED, Consumer, refusal
+from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from advisor.core.units import GIB
-from advisor.core.vocabulary import Objective, Offload, Penalty, Setting
+from advisor.core.vocabulary import Objective, Offload, Penalty
+from advisor.core.dimensions import Setting
 from rules import Effect, Plan, Workload
 from advisor.core.plan import STACK_SETTINGS
 
@@ -71,6 +73,9 @@ class Recommendation(BaseModel):
                                      "assume where it trains would bring: the stack values held back only by it, "
                                      "each with the best plan it allows, fastest first")
     alternative_plans: list[PlanSummary] = Field(default_factory=list, description="the next best plans that fit")
+    estimate_only: str | None = Field(None, description="why no file --emit writes runs this plan as it was priced "
+                                      "(the hand-off's refusal, advisor.core.dimensions): the plan is an estimate "
+                                      "only; None: the emitted files run it")
 
     def value(self, setting: Setting) -> Any:
         """The recommended value of a setting.
@@ -325,8 +330,7 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     assert best is not None, "build() needs a plan that fits"
     facts = result.facts
     settings: dict[str, SettingDecision] = {}
-    multi = (Setting.OFFLOAD, Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL, Setting.EXPERT_PARALLEL)
-    searched = [s for s in SEARCHED if not (s in multi and facts.hardware.num_gpus <= 1)
+    searched = [s for s in SEARCHED if not (s in MULTI_GPU and facts.hardware.num_gpus <= 1)
                 and not (s == Setting.EXPERT_PARALLEL and not facts.model.num_experts)]
     if facts.gpu is None:
         searched = [s for s in searched if s != Setting.TF32]
@@ -359,6 +363,7 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
         memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
+        estimate_only=refusal(Consumer.EMIT, best.plan),
         gains=sorted(gains, key=lambda g: -g.speedup),
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,

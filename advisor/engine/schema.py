@@ -27,7 +27,9 @@ CUDA context's size). 1.16: model.quantization (a pre-quantized checkpoint's qua
 double_quant); estimate.warnings (what the rules say of the plan estimated). 1.17: plan.loss_kernel / workload
 pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's own loss on whole logits);
 plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline stage). 1.18: plan.fsdp_version
-(FSDP2's fully_shard or FSDP1's FullyShardedDataParallel).
+(FSDP2's fully_shard or FSDP1's FullyShardedDataParallel). 1.19: recommendation.estimate_only (why no emitted
+file runs the plan as priced, from the table of dimensions); hardware host.packages' description names
+probes.packages.
 """
 
-SCHEMA_VERSION = "1.18"
+SCHEMA_VERSION = "1.19"

@@ -21,6 +21,7 @@ from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen
 from advisor.core.kernels import Framework
 from probes.model import ModelProfile
 from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.core.dimensions import NOT_STATES
 from advisor.core.plan import Plan
 
 
@@ -257,9 +258,7 @@ def _no_sync_gradients(states: ModelStates, model: ModelProfile, plan: Plan, spl
 
 #: Plan fields the model states do not read, which the planner varies within a layout: a memo key leaves them out
 #: (accumulation only matters as more than one micro-batch, :func:`_no_sync_gradients`).
-_NOT_STATES = frozenset({"tf32", "gradient_checkpointing", "micro_batch_size", "gradient_accumulation_steps",
-                         "activation_offloading", "attention", "loss_kernel", "torch_compile", "packing", "fp8",
-                         "checkpointing"})
+_NOT_STATES = NOT_STATES  #: the table's rows that the model states do not read
 _STATES_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_STATES))  #: the memo key's
 _MEMO: dict[tuple, tuple[ModelProfile, ModelStates]] = {}
 _MEMO_ENTRIES = 4096

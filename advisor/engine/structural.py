@@ -63,7 +63,6 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     """
     b, s, h = plan.micro_batch_size, seq_len, model.hidden_size
     a = compute_bytes(plan)
-    r = residual_bytes(plan)
     sbh = s * b * h
     sbf = s * b * model.ffn_size
     drop = 1 if model.dropout else 0

@@ -35,7 +35,8 @@ from advisor.engine.memory import activation_traffic_bytes
 from probes.adapters import quantized_parameters
 from advisor.core.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.model import ModelProfile
-from advisor.core.vocabulary import Family, Setting, Task
+from advisor.core.vocabulary import Family, Task
+from advisor.core.dimensions import Setting
 from advisor.core.plan import Plan
 
 #: The names of :func:`traffic_features`, in order: the first :data:`LAYER_FEATURES` are per block (recomputed under

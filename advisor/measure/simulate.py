@@ -48,10 +48,10 @@ from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, lega
                                             quantize_skeleton, quantized_weight)
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
                                        make_optimizer, synthetic_batch)
+from advisor.core.dimensions import Consumer, refusal
 from advisor.core.errors import UsageError
-from advisor.core.kernels import Checkpointing, Framework
 from probes.model import ModelProfile
-from advisor.core.vocabulary import Device, Family, Method, Optimizer, Parallelism, Task
+from advisor.core.vocabulary import Device, Family, Method, Task
 from rules import Plan
 
 
@@ -163,28 +163,11 @@ def fake_model(model: ModelProfile, config, plan: Plan, skeleton=None):
 
 def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     """Why ``--simulate`` cannot run ``plan`` (one line for the user), or None when it can."""
-    method, optimizer = Method.of(plan.method), Optimizer.of(plan.optimizer)
-    if plan.framework != Framework.TRANSFORMERS:
-        litgpt = " (benchmarks/litgpt_simulated.py simulates LitGPT's own step)" if (
-            plan.framework == Framework.LITGPT) else ""
-        return (f"--simulate runs transformers' model, not {Framework.of(plan.framework).label}: use the analytic "
-                f"estimate{litgpt}")
-    if plan.parallelism != Parallelism.NONE:
-        return "--simulate runs one device: drop --parallelism / use one GPU"
-    if plan.torch_compile:  # Inductor's fusions (the loss's, the pointwise ops') are what compile changes
-        return ("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
-                "like with like")
-    if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
-        return (f"--simulate runs the Trainer's full activation checkpointing, not {plan.checkpointing}: use the "
-                "analytic estimate")
-    if plan.activation_offloading:
-        return ("--simulate counts the live tensors of one device and cannot see activation offloading's copies "
-                "in CPU RAM: use the analytic estimate")
-    if method.spec.quantized_base and missing_reason() is not None:
-        return f"--simulate cannot run {method}: {missing_reason()}"
-    if optimizer.spec.package is not None:
-        return (f"--simulate cannot run {optimizer}: {optimizer.spec.package}' kernels need a real CUDA device; use the "
-                "analytic estimate (without --simulate)")
+    refused = refusal(Consumer.SIMULATE, plan)  # the settings a simulated step cannot run (the table's rows)
+    if refused is not None:
+        return refused
+    if Method.of(plan.method).spec.quantized_base and missing_reason() is not None:
+        return f"--simulate cannot run {plan.method}: {missing_reason()}"
     if model.num_experts:
         return (f"--simulate cannot run the mixture of experts {model.model_type}: routing tokens to experts is "
                 "data-dependent, which fake tensors cannot run; use the analytic estimate")

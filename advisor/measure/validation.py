@@ -35,8 +35,8 @@ from advisor.engine.candidates import Candidate, evaluate
 from advisor.measure.report_models import (Comparison, ProgressHook, RuntimeSettings, Trial, TrialDevice,
                                            TrialStarted, ValidationReport, Verdict)
 from advisor.measure.session import Session
+from advisor.core.dimensions import Consumer, refusal
 from advisor.core.errors import UsageError
-from advisor.core.kernels import Checkpointing, Framework, LossKernel
 from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
@@ -194,27 +194,9 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     """Refuse what a trial on this machine cannot run (see :func:`validate`'s errors)."""
     if steps < 1 or warmup < 1:
         raise UsageError(f"--steps and --warmup must be >= 1, got {steps} and {warmup}")
-    if plan.model_parallel_size > 1:
-        raise UsageError("trials of tensor / pipeline parallel plans are not supported (they need Megatron-LM, "
-                         "DeepSpeed's pipeline engine or torch.distributed pipelining): validate a data-parallel plan")
-    if plan.expert_parallel > 1:
-        raise UsageError("trials of expert-parallel plans are not supported (they need DeepSpeed-MoE or Megatron-Core): "
-                         "validate a plan with --expert-parallel 1")
-    if plan.gradient_checkpointing and Checkpointing.of(plan.checkpointing).selective:
-        raise UsageError(f"trials run the Trainer's full activation checkpointing, not {plan.checkpointing}: validate "
-                         "a plan with full checkpointing (estimate --checkpointing full)")
-    if plan.framework != Framework.TRANSFORMERS:
-        raise UsageError(f"trials run transformers' model and the Trainer's loop, not "
-                         f"{Framework.of(plan.framework).label}: validate a plan without --framework")
-    if plan.fp8:
-        raise UsageError("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
-                         "convert_to_float8_training); validate the plan with --no-fp8")
-    if plan.loss_kernel == LossKernel.CHUNKED:
-        raise UsageError("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: "
-                         f"validate the plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}")
-    if plan.optimizer_in_backward:
-        raise UsageError("trials do not run the optimizer step in backward yet (estimate --simulate does): validate "
-                         "the plan without --optimizer-in-backward")
+    refused = refusal(Consumer.TRIAL, plan)  # what a trial cannot run, whatever the machine (the table's rows)
+    if refused is not None:
+        raise UsageError(refused)
     if plan.data_parallel_size > 1:
         from advisor.measure.dist_worker import KINDS
 

@@ -13,7 +13,8 @@ from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select,
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, METHOD_CHOICES, OPTIONAL_PACKAGES,
                                  MethodOptions)
 from advisor.core.kernels import Attention, LossKernel
-from advisor.core.vocabulary import Method, Objective, Setting, Task, values
+from advisor.core.vocabulary import Method, Objective, Task, values
+from advisor.core.dimensions import STACK_LABELS, Setting
 from tui.fields import whole_number
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
@@ -95,8 +96,6 @@ class WorkloadStep(TabPane):
 AUTO = AUTO_METHOD  #: the planner chooses (what the stack options' None means), as for the method
 #: The stack settings the step offers (``options.StackOptions``), their labels and values: 'auto', then the
 #: vocabulary's (:mod:`advisor.core.kernels`), or on / off.
-STACK_LABELS = {Setting.ATTENTION: "attention kernel", Setting.LOSS_KERNEL: "loss kernel",
-                Setting.TORCH_COMPILE: "torch.compile"}
 STACK_CHOICES = {Setting.ATTENTION: (AUTO, *values(Attention)), Setting.LOSS_KERNEL: (AUTO, *values(LossKernel)),
                  Setting.TORCH_COMPILE: (AUTO, True, False)}
 
