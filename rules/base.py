@@ -30,6 +30,22 @@ from rules.facts import Facts, Plan
 
 EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]
 
+#: How rules that speak of the same setting combine, strongest first (what :func:`advisor.engine.planner.allowed`
+#: and the ranking apply; docs/ARCHITECTURE.md, "Rule precedence"):
+#:
+#: 1. a hard ``forbid``: the value cannot run here; nothing brings it back;
+#: 2. the user's pin (a ``forbid`` with ``pin``: every value but the one asked for); a pin a hard forbid rules out
+#:    leaves no plan (the API says why in one line), never another value;
+#: 3. a soft ``forbid``: the value is inadvisable; soft forbids never empty a setting: when they would forbid every
+#:    value the hard forbids and pins leave, they are lifted for that setting and the order below decides;
+#: 4. a ``fallback``: used only when no plan without it fits (the least total penalty wins, then the fewest risky
+#:    fallbacks), then the fastest plan (tokens/s) among those;
+#: 5. a ``prefer``: among plans equally fast, the one with the most preferences; and for a stack setting, which the
+#:    planner settles per layout (the first value that runs), the order in which values are tried: preferred first;
+#: 6. the default order: the vocabulary's search order (:data:`advisor.core.vocabulary.SEARCH_ORDER`, a stack
+#:    setting's values best first).
+PRECEDENCE = ("hard forbid", "pin", "soft forbid", "fallback", "speed", "prefer", "default order")
+
 
 class Source(BaseModel):
     """A public document a rule comes from."""
@@ -58,6 +74,9 @@ class Effect(BaseModel):
     rule_id: str = ""
     hard: bool = False
     """a ``forbid`` of a value that cannot run here (not merely inadvisable): given plans are refused too"""
+    pin: bool = False
+    """a ``forbid`` that says the user asked for another value (``--method lora``, ``--attention sdpa``): it outranks
+    every soft forbid (:data:`PRECEDENCE`)"""
     when: dict[Setting, Any] | None = None
     """a ``fallback`` or ``prefer`` that holds only in plans with these other settings (e.g. bf16 weights cost
     precision only when every weight trains: ``{method: full}``); a value may be a list: any of"""
@@ -110,9 +129,9 @@ class Rule:
 
     # helpers: rules build effects with these, so every effect carries the rule id
     def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False,
-               package: str | None = None) -> Effect:
+               package: str | None = None, pin: bool = False) -> Effect:
         return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard,
-                      package=package)
+                      package=package, pin=pin)
 
     def prefer(self, setting: Setting, value: Any, reason: str, *, when: dict[Setting, Any] | None = None) -> Effect:
         return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id, when=when)

@@ -49,7 +49,7 @@ class AdaptersWhenFullDoesNotFit(Rule):
             why = "pre-training from random weights trains every weight: adapters over a random base learn nothing useful"
             return [self.forbid(Setting.METHOD, m, why, hard=True) for m in _ADAPTERS]
         if w.method is not None:
-            return [self.forbid(Setting.METHOD, m.value, f"--method {w.method} was asked for")
+            return [self.forbid(Setting.METHOD, m.value, f"--method {w.method} was asked for", pin=True)
                     for m in Method if m != w.method]
         if facts.model.quantization is not None:  # the checkpoint decides (method.pre-quantized-checkpoint)
             return []

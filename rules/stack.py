@@ -30,7 +30,7 @@ def pinned(rule: Rule, facts: Facts, setting: Setting) -> list[Effect] | None:
                                                                    else LossKernel)
     flag = "--" + str(setting).replace("_", "-")
     said = flag if asked is True else f"--no-{flag[2:]}" if asked is False else f"{flag} {asked}"
-    return [rule.forbid(setting, v, f"{said} was asked for") for v in choices if v != asked]
+    return [rule.forbid(setting, v, f"{said} was asked for", pin=True) for v in choices if v != asked]
 
 
 def package_missing(rule: Rule, facts: Facts, setting: Setting, value: str, package: str | None) -> Effect | None:

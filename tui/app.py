@@ -209,7 +209,18 @@ class AdvisorApp(App):
         workload.pop("objective")
         if workload["method"] == AUTO_METHOD:  # the trial takes this machine's plan as the planner chooses it
             workload.pop("method")
-        question = trial_question(self.recommendation, self.local_hardware, text, workload, step.trial_steps())
+        step.query_one("#validate-live", Static).update("Pricing this machine's plan…")
+        rec, here, steps = self.recommendation, self.local_hardware, step.trial_steps()
+
+        def ask() -> None:  # a planner search: off the event loop, so the screen stays live
+            question = trial_question(rec, here, text, workload, steps)
+            self.call_from_thread(self._ask_before_trial, question, text, workload)
+
+        self.run_worker(ask, thread=True, exclusive=True, group="trial-question")
+
+    def _ask_before_trial(self, question: str | None, text: str, workload: dict[str, Any]) -> None:
+        """Start the trial, or first ask ``question`` (:func:`trial_question`)."""
+        step = self.query_one(ValidateStep)
         if question is None:
             step.start(text, workload)
             return

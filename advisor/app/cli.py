@@ -18,6 +18,7 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console
+from advisor.app.progress import slow_notice
 from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
 from advisor.core.vocabulary import Offload
@@ -120,8 +121,9 @@ def cmd_recommend(args: argparse.Namespace) -> int:
 
         check_targets(args.emit, args.out)
     try:
-        rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
-                        **collect(args, MethodOptions), **collect(args, StackOptions))
+        with slow_notice(f"planning {args.model}…"):
+            rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
+                            **collect(args, MethodOptions), **collect(args, StackOptions))
     except NoFitError as err:
         if args.json:
             closest = err.closest

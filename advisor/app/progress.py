@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 
 #: A trial longer than this (seconds, warm-up and timed steps together) is "long": the CLI says how to shorten it
@@ -20,6 +23,30 @@ def console(stderr: bool = False):
     from rich.console import Console
 
     return Console(stderr=stderr, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160)
+
+
+#: How long a command works before it says so on stderr (a terminal only): what people notice as a wait.
+SLOW_NOTICE_S = 1.0
+
+
+@contextmanager
+def slow_notice(text: str, after_s: float = SLOW_NOTICE_S) -> Iterator[None]:
+    """A rich spinner with ``text`` on stderr once the block has run ``after_s`` seconds (a terminal only: piped
+    stderr stays one line per diagnostic); gone when the block ends."""
+    if not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    status = Console(stderr=True).status(text)
+    timer = threading.Timer(after_s, status.start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        status.stop()
 
 
 #: The counts of a plan file and their bounds (those of the options: :mod:`advisor.core.limits`).

@@ -5,6 +5,7 @@ explanations and ``advisor estimate`` share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from advisor.engine.legality import propose_effects
 from advisor.engine.memory import MemoryEstimate, estimate_memory
@@ -18,14 +19,23 @@ SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline 
 
 @dataclass
 class Candidate:
-    """One evaluated plan."""
+    """One evaluated plan: its memory at once, its speed when first read (:attr:`speed`: most plans a search prices
+    do not fit, and nothing ranks or shows their speed)."""
 
     plan: Plan
     memory: MemoryEstimate
-    speed: SpeedEstimate
+    price_speed: Callable[[], SpeedEstimate] = field(repr=False)
     penalty: int
     preferences: int
     fallbacks: list[Effect] = field(default_factory=list)
+    _speed: SpeedEstimate | None = field(default=None, repr=False)
+
+    @property
+    def speed(self) -> SpeedEstimate:
+        """The plan's speed estimate (:func:`advisor.engine.speed.estimate_speed`), priced once on first read."""
+        if self._speed is None:
+            self._speed = self.price_speed()
+        return self._speed
 
     @property
     def fits(self) -> bool:
@@ -111,11 +121,14 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
     memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
                              host_capacity_bytes=pricing.host_capacity_bytes,
                              cuda_context_bytes=pricing.cuda_context_bytes)
-    speed = estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
-                           nvlink=pricing.nvlink, nodes=hw.nodes, inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
-                           mean_sample_len=facts.workload.mean_sample_len)
+
+    def speed() -> SpeedEstimate:
+        return estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
+                              nvlink=pricing.nvlink, nodes=hw.nodes,
+                              inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
+                              mean_sample_len=facts.workload.mean_sample_len)
     values = plan.__dict__
     fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
     prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
-    return Candidate(plan=plan, memory=memory, speed=speed, penalty=sum(e.penalty for e in fallbacks),
+    return Candidate(plan=plan, memory=memory, price_speed=speed, penalty=sum(e.penalty for e in fallbacks),
                      preferences=prefs, fallbacks=fallbacks)

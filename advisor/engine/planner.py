@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.engine.candidates import Candidate, Pricing, evaluate, order
+from advisor.engine.candidates import SAFETY_MARGIN_CPU, SAFETY_MARGIN_GPU, Candidate, Pricing, evaluate, order
+from advisor.engine.memory import device_floor_bytes
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
@@ -28,7 +29,7 @@ from advisor.core.dimensions import Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
-from advisor.core.dimensions import CROSSED, LAYOUT, SEARCHED  # noqa: F401 (SEARCHED: the recommendation's)
+from advisor.core.dimensions import CROSSED, LAYOUT, SEARCHED, STACK_SETTINGS  # noqa: F401 (SEARCHED: the recommendation's)
 from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
@@ -107,11 +108,21 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
 
 
 def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, list[Any]]:
+    """Each setting's values the rules leave, in the order they are tried (:data:`rules.base.PRECEDENCE`): hard
+    forbids and the user's pins remove values (an empty setting: no plan, and the API says why), then soft forbids,
+    but never the last values the first two leave; a stack setting's preferred values come first."""
     allowed = {}
     for setting, choices in domain.items():
-        allowed[setting] = [v for v in choices
-                            if not any(e.kind == "forbid" and e.setting == setting and e.matches(v) for e in effects)]
+        forbids = [e for e in effects if e.kind == "forbid" and e.setting == setting]
+        left = [v for v in choices if not any((e.hard or e.pin) and e.matches(v) for e in forbids)]
+        softly = [v for v in left if not any(e.matches(v) for e in forbids)]
+        left = softly or left  # soft forbids never empty a setting the hard forbids and pins leave values
+        if setting in STACK_SETTINGS:
+            prefers = [e for e in effects if e.kind == "prefer" and e.setting == setting and not e.when]
+            left.sort(key=lambda v: -sum(e.matches(v) for e in prefers))
+        allowed[setting] = left
     return allowed
+
 
 
 GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
@@ -207,7 +218,8 @@ def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
-                bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False) -> list[Candidate]:
+                bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False,
+                risky_bound: int | None = None) -> list[Candidate]:
     """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
 
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
@@ -216,7 +228,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload), and those that offload
     activations (a fallback whatever its rung, and the costliest layouts to price), are priced last, cheapest
     first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
-    than they do (``bound``: the least penalty of a fitting plan found before this call). ``best_only``: only the
+    than they do (``bound``: the least penalty of a fitting plan found before this call; ``risky_bound``: the fewest
+    risky fallbacks of a fitting plan at that penalty). ``best_only``: only the
     candidates that could be the best plan (:func:`_best_candidates`).
     """
     device = Device.CPU if facts.gpu is None else Device.CUDA
@@ -259,14 +272,14 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                 heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
     if best_only:
         ranked = light + [h[2:] for h in sorted(heavy, key=lambda h: h[:2])]
-        return _best_candidates(facts, ranked, allowed, pricing, bound)
+        return _best_candidates(facts, ranked, allowed, pricing, bound, risky_bound)
     out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
                                                                                 per_replica, pricing)]
     return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
 
 
 def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]],
-                     pricing: Pricing, bound: int | None) -> list[Candidate]:
+                     pricing: Pricing, bound: int | None, risky_bound: int | None = None) -> list[Candidate]:
     """The candidates that could be the best plan, in the order the full search prices them (``layouts``: light, then
     heavy cheapest first, as ``(layout, micro-batches, per-replica batch)``), so the same plan wins, ties included.
 
@@ -274,26 +287,46 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
     order of the penalty the settings they share carry (:data:`GROUP`), and none once a plan that fits pays less than
     the next group (``bound``: such a penalty found before). Exact under both objectives: the best plan pays the least
     penalty of the plans that fit (:func:`order`); a group that pays more can hold neither the fastest plan nor one
-    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search."""
+    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search.
+
+    Under the 'speed' objective a group at that penalty is skipped too when it carries more risky fallbacks than a
+    plan that fits (``risky_bound`` from before): every candidate of a group pays at least the group's penalty and
+    risky fallbacks, and at equal penalty it pays exactly those (a further fallback would add to the penalty), so
+    :meth:`Candidate.key` ranks it after that plan whatever its speed."""
     own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
+    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
+    speed = facts.workload.objective == Objective.SPEED
     groups = []
     for layout, micros, per_replica in layouts:
-        base, values = _layout_penalty(pricing, layout.__dict__), dict(layout.__dict__)
+        values = dict(layout.__dict__)
+        base = [e for e in layout_own if e.applies(values)]
         for combo in product(*(allowed[s] for s in CROSSED)):
             values.update(zip(CROSSED, combo))
-            penalty = base + sum(e.penalty for e in own if e.applies(values))
-            groups.append((penalty, len(groups), layout, combo, micros, per_replica))
+            paid = base + [e for e in own if e.applies(values)]
+            risky = sum(1 for e in paid if e.penalty == Penalty.RISKY) if speed else 0
+            groups.append((sum(e.penalty for e in paid), len(groups), risky, layout, combo, micros, per_replica))
     priced: list[tuple[int, list[Candidate]]] = []
     spared: set[tuple] = set()
-    least = bound
-    for penalty, rank, layout, combo, micros, per_replica in sorted(groups, key=lambda g: g[:2]):
-        if least is not None and least < penalty:
-            break
+    least = None if bound is None else (bound, risky_bound if speed and risky_bound is not None else len(GROUP) + 1)
+    deferred = []  # groups whose model states alone pass the usable memory: priced only if nothing fits
+    usable = pricing.capacity_bytes * (1 - (SAFETY_MARGIN_GPU if facts.gpu is not None else SAFETY_MARGIN_CPU))
+    for penalty, rank, risky, layout, combo, micros, per_replica in sorted(groups, key=lambda g: g[:2]):
+        if least is not None and least < (penalty, risky):
+            if least[0] < penalty:
+                break
+            continue
         group = layout.model_copy(update=dict(zip(CROSSED, combo)))
+        if device_floor_bytes(facts.model, group, facts.hardware.nodes, pricing.cuda_context_bytes) > usable:
+            deferred.append((rank, group, micros, per_replica))
+            continue
         batch = _micro_batches(facts, group, micros, per_replica, pricing, spared)
         spared.update(_twin(c.plan) for c in batch if c.fits and not c.plan.activation_offloading)
-        least = min([c.penalty for c in batch if c.fits] + ([least] if least is not None else []), default=None)
+        keys = [(c.penalty, c.risky if speed else len(GROUP) + 1) for c in batch if c.fits]
+        least = min(keys + ([least] if least is not None else []), default=None)
         priced.append((rank, batch))
+    if least is None:  # nothing fits: the full search's candidates, the smallest plan among them
+        priced += [(rank, _micro_batches(facts, group, micros, per_replica, pricing, spared))
+                   for rank, group, micros, per_replica in deferred]
     return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
 
 
@@ -323,6 +356,14 @@ def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]]
     return out
 
 
+def _nothing_fits(facts: Facts) -> bool:
+    """Whether no plan can fit, before any is priced: the device memory every plan holds whatever its settings (the
+    CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
+    if facts.gpu is None:
+        return False
+    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
+
+
 def search(facts: Facts, best_only: bool = False) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
@@ -336,6 +377,8 @@ def search(facts: Facts, best_only: bool = False) -> PlanningResult:
     """
     effects = propose_effects(facts)
     domain = domains(facts)
+    if best_only and _nothing_fits(facts):
+        return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects, check_effects=[])
     allowed = _allowed(domain, effects)
     log = LayoutLog()
     candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)
@@ -345,7 +388,8 @@ def search(facts: Facts, best_only: bool = False) -> PlanningResult:
     mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
-                                  bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only)
+                                  bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only,
+                                  risky_bound=fitting[0].risky if fitting else None)
         fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
