@@ -35,7 +35,7 @@ SCENARIOS: list[tuple[float, str]] = [
     (1.0, "recommend --model Qwen/Qwen3-30B-A3B --gpu a100-80gb:8"),
     (1.0, "recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu h100-sxm:8 --nodes 2"),
     (1.0, "recommend --model meta-llama/Llama-3.1-70B --gpu h100-sxm:8 --nodes 2 --seq-len 4096"),
-    (1.0, "recommend --model meta-llama/Llama-3.1-70B --gpu h100-sxm:8 --nodes 16 --seq-len 8192"),
+    (1.0, "recommend --model meta-llama/Llama-3.1-70B --gpu h100-sxm:8 --nodes 16 --seq-len 8192 --global-batch-size 256"),
     (1.0, "recommend --model meta-llama/Llama-3.1-70B --gpu rtx-a6000 --seq-len 2048 --global-batch-size 16"),
     (1.0, "recommend --model meta-llama/Llama-3.2-1B --gpu a100-80gb --cuda-context 85GB"),
     (1.0, "estimate --model gpt2-xl --gpu v100-32gb:64"),

@@ -103,17 +103,37 @@ def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing
     """
     rules = refusing if refusing is not None else _refusing_rules()
     for setting in STACK_SETTINGS:
-        for value in allowed[setting]:
-            candidate = plan.model_copy(update={setting: value})
-            # only refusals of a stack value count here: the layout's own were settled before (its accumulation,
-            # say, is the first micro-batch's, not the one a candidate will run with)
-            if not any((e := rule.refuse(facts, candidate)) is not None and e.setting in STACK_SETTINGS
-                       for rule in rules):
-                plan = candidate
-                break
-        else:
+        key = (id(facts.model), id(facts.hardware), tuple(plan.__dict__.values()), setting, tuple(allowed[setting]),
+               tuple(map(id, rules)))
+        hit = _STACK.get(key)
+        if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
+            if len(_STACK) >= _STACK_ENTRIES:
+                _STACK.clear()
+            hit = _STACK[key] = (facts.model, facts.hardware, _first_runnable(facts, plan, setting, allowed, rules))
+        if hit[2] is None:
             return None
+        plan = plan.model_copy(update={setting: hit[2][0]})
     return plan
+
+
+#: The stack values settled before (:func:`_first_runnable`), by model, hardware, plan, setting and the values tried:
+#: a rule's ``refuse`` reads only the plan, the model and the hardware (as for the planner's layouts), so the searches
+#: that explain a recommendation (the same layouts, one stack setting pinned) reuse the settled values of the others.
+#: Each entry keeps its model and hardware alive, so their ``id`` in the key cannot be reused by another object.
+_STACK: dict[tuple, tuple] = {}
+_STACK_ENTRIES = 65536
+
+
+def _first_runnable(facts: Facts, plan: Plan, setting: str, allowed: dict[str, list[Any]], rules: list[Rule]
+                    ) -> tuple[Any] | None:
+    """``(value,)``: the first of ``allowed[setting]`` no rule refuses for ``plan`` with it, or None."""
+    for value in allowed[setting]:
+        candidate = plan.model_copy(update={setting: value})
+        # only refusals of a stack value count here: the layout's own were settled before (its accumulation,
+        # say, is the first micro-batch's, not the one a candidate will run with)
+        if not any((e := rule.refuse(facts, candidate)) is not None and e.setting in STACK_SETTINGS for rule in rules):
+            return (value,)
+    return None
 
 
 def require_runnable_pins(facts: Facts) -> None:

@@ -177,7 +177,7 @@ def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[R
 
 def _twin(plan: Plan) -> tuple:
     """A plan's settings with activation offloading off: the key of the plan it would spare (:func:`_micro_batches`)."""
-    return tuple((k, v) for k, v in plan.__dict__.items() if k != Setting.ACTIVATION_OFFLOADING)
+    return tuple({**plan.__dict__, Setting.ACTIVATION_OFFLOADING.value: False}.values())
 
 
 def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing,
