@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from advisor.core.units import MIB
+from probes.nvml_memory import bus_id, process_used_bytes
 
 #: Device memory outside the allocator with eager module loading: the HF guide's reading after a first tiny tensor
 #: (transformers v4.18 "Performance and Scalability", "Anatomy of Model's Memory": "GPU memory occupied: 1343 MB",
@@ -158,7 +159,6 @@ def measure_context_bytes(index: int = 0) -> int | None:
         return None
     if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         return None
-    from probes.nvml_probe import bus_id, process_used_bytes
 
     with torch.cuda.device(index):
         a = torch.ones((256, 256), device="cuda", dtype=torch.float16)

@@ -20,7 +20,6 @@ import json
 import math
 import os
 import time
-from importlib import resources
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -32,6 +31,7 @@ from probes.checkpoint import QuantizedCheckpoint, adapter_hint, checkpoint_dtyp
 from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from advisor.core.errors import BadConfigError, ModelNotFoundError, UsageError
+from probes.model_ids import RENAMED_IDS, _catalog_dir, catalog_ids, near_matches
 from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
 from advisor.core.kernels import Attention, closed_form_attention
 from advisor.core.limits import MAX_MODEL_ID
@@ -192,15 +192,6 @@ def _factored_elements(shapes: tuple[tuple[tuple[int, ...], int], ...]) -> int:
                for shape, count in shapes)
 
 
-def _catalog_dir():
-    return resources.files("probes").joinpath("configs")
-
-
-def catalog_ids() -> list[str]:
-    """Ids of the shipped configs, e.g. 'gpt2', 'meta-llama/Llama-2-7b-hf'."""
-    return sorted(p.name[:-5].replace("--", "/") for p in _catalog_dir().iterdir() if p.name.endswith(".json"))
-
-
 def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     """Find and read config.json for an id or path.
 
@@ -238,7 +229,6 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
     cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
-    from probes.model_ids import RENAMED_IDS, near_matches
 
     shipped_id = RENAMED_IDS.get(model.lower(), model)
     shipped = _catalog_dir().joinpath(shipped_id.replace("/", "--") + ".json")

@@ -4,9 +4,18 @@ a not-found message offers (from the shipped catalog and the Hugging Face cache)
 from __future__ import annotations
 
 import difflib
+from importlib import resources
 from pathlib import Path
 
-from probes.model import catalog_ids
+
+def _catalog_dir():
+    """The shipped configs' folder (``probes/configs``: one ``{org}--{name}.json`` per model id)."""
+    return resources.files("probes").joinpath("configs")
+
+
+def catalog_ids() -> list[str]:
+    """Ids of the shipped configs, e.g. 'gpt2', 'meta-llama/Llama-2-7b-hf'."""
+    return sorted(p.name[:-5].replace("--", "/") for p in _catalog_dir().iterdir() if p.name.endswith(".json"))
 
 
 #: The Hub's current ids of shipped configs whose repositories moved into organisations in 2024 (each old id now

@@ -10,11 +10,11 @@ Sources: NVML API reference, https://docs.nvidia.com/deploy/nvml-api/ (Device Qu
 
 from __future__ import annotations
 
-import os
 from typing import Any, Callable
 
 from probes.gpu_catalog import match_catalog
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, derive_capabilities, read_host
+from probes.nvml_memory import bus_id, process_used_bytes  # noqa: F401 (this probe's API)
 
 #: NVML clock throttle (event) reason bits: nvml.h, "nvmlClocksEventReasons".
 THROTTLE_REASONS = {
@@ -155,31 +155,3 @@ def probe_local(nvml: Any = None) -> HardwareProfile:
             notes.append(f"GPU {g.index} '{g.name}' is not in the catalog: no datasheet peak rates, "
                          "speed estimates use its compute capability only")
     return HardwareProfile(source="nvml" if gpus else "none", host=host, gpus=gpus, links=links, notes=notes)
-
-
-def bus_id(props: Any) -> str:
-    """NVML's PCI bus id ('00000000:3b:00.0') of a GPU from ``torch.cuda.get_device_properties``."""
-    return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-
-
-def process_used_bytes(bus: str, nvml: Any = None) -> int | None:
-    """Device memory NVML shows in use by this process on the GPU at PCI bus id ``bus`` ('00000000:3b:00.0'), bytes;
-    the whole GPU's used memory when per-process figures are hidden (containers); None when NVML cannot say.
-
-    Args:
-        nvml: the NVML binding (``pynvml``); injectable so tests can drive this code without a GPU.
-    Never raises."""
-    try:
-        if nvml is None:
-            import pynvml as nvml
-        nvml.nvmlInit()
-        try:
-            handle = nvml.nvmlDeviceGetHandleByPciBusId(bus)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == os.getpid() and proc.usedGpuMemory:
-                    return int(proc.usedGpuMemory)
-            return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
-        finally:
-            _opt(nvml.nvmlShutdown)
-    except Exception:  # NVML missing, old driver, no permission
-        return None

@@ -57,7 +57,7 @@ def _peak_rss() -> int:
 
 def _nvml_used_bytes(torch) -> int | None:
     """GPU memory NVML shows in use by this process (all processes when per-process data is hidden)."""
-    from probes.nvml_probe import bus_id, process_used_bytes
+    from probes.nvml_memory import bus_id, process_used_bytes
 
     return process_used_bytes(bus_id(torch.cuda.get_device_properties(torch.cuda.current_device())))
 
