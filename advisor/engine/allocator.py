@@ -13,6 +13,8 @@ from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.core.units import MIB
 from advisor.core.vocabulary import Device, Parallelism
 from advisor.core.plan import Plan
+from advisor.engine.states import model_states
+from probes.model import ModelProfile
 
 #: The caching allocator's reserve over live tensors (``max_memory_reserved`` / ``max_memory_allocated``): model
 #: states are allocated once at their exact sizes (rounded to 2 MiB blocks), while activations and temporaries of
@@ -75,3 +77,16 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_
     if not gathers_through_record_stream(plan):
         reserve = min(reserve, TRANSIENT_RESERVE_CAP_BYTES)
     return peak_bytes + reserve + ALLOCATOR_SLACK_BYTES + context_bytes
+
+
+def device_floor_bytes(model: ModelProfile, plan: Plan, nodes: int = 1,
+                       cuda_context_bytes: int = LAZY_CONTEXT_BYTES) -> int:
+    """A lower bound of :func:`advisor.engine.memory.estimate_memory`'s ``device_bytes`` for ``plan`` at any micro-batch, accumulation,
+    checkpointing or stack (what the model states do not read,
+    :data:`advisor.core.dimensions.NOT_STATES`), bytes: the weights and optimizer
+    states every peak holds, the allocator's slack and the CUDA context (on the CPU: the states alone). What the
+    planner's search prunes a group of candidates by before pricing it."""
+    s = model_states(model, plan, nodes)
+    if plan.device != Device.CUDA:
+        return s.weights + s.optimizer
+    return s.weights + s.optimizer + ALLOCATOR_SLACK_BYTES + cuda_context_bytes

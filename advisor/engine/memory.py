@@ -57,7 +57,7 @@ from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_byt
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
                                        residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
-from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES, device_bytes
+from advisor.engine.allocator import device_bytes
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from advisor.core.dimensions import Setting
@@ -335,19 +335,6 @@ def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resid
     tensor-parallel split)."""
     kept = _activation_bytes(model, plan.model_copy(update={Setting.ACTIVATION_OFFLOADING: False}), seq_len, eager)[0]
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
-
-
-def device_floor_bytes(model: ModelProfile, plan: Plan, nodes: int = 1,
-                       cuda_context_bytes: int = LAZY_CONTEXT_BYTES) -> int:
-    """A lower bound of :func:`estimate_memory`'s ``device_bytes`` for ``plan`` at any micro-batch, accumulation,
-    checkpointing or stack (what the model states do not read,
-    :data:`advisor.core.dimensions.NOT_STATES`), bytes: the weights and optimizer
-    states every peak holds, the allocator's slack and the CUDA context (on the CPU: the states alone). What the
-    planner's search prunes a group of candidates by before pricing it."""
-    s = model_states(model, plan, nodes)
-    if plan.device != Device.CUDA:
-        return s.weights + s.optimizer
-    return s.weights + s.optimizer + ALLOCATOR_SLACK_BYTES + cuda_context_bytes
 
 
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,

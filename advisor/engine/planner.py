@@ -18,7 +18,7 @@ from itertools import product
 from typing import Any
 
 from advisor.engine.candidates import SAFETY_MARGIN_CPU, SAFETY_MARGIN_GPU, Candidate, Pricing, evaluate, order
-from advisor.engine.memory import device_floor_bytes
+from advisor.engine.allocator import device_floor_bytes
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
