@@ -76,8 +76,11 @@ def test_a_value_a_consumer_runs_is_not_refused() -> None:
 
 
 def test_trials_swap_what_they_run_in_its_place() -> None:
-    plan, notes = swapped(Consumer.TRIAL, _plan(parallelism="zero-1", num_gpus=2))
-    assert plan.parallelism == "zero-2" and notes == ["trials run ZeRO-1 as ZeRO-2"]
+    plan, notes = swapped(Consumer.TRIAL, _plan(parallelism="zero-1", num_gpus=2))  # crashed before (StopIteration)
+    assert plan.parallelism == "zero-2" and notes == ["zero-1 has no torch.distributed counterpart here: the trial "
+                                                      "runs zero-2 (FSDP SHARD_GRAD_OP)"]
+    assert swapped(Consumer.TRIAL, _plan(parallelism="dp", num_gpus=2))[1] == [
+        "dp has no torch.distributed counterpart here: the trial runs ddp (DDP)"]
     assert swapped(Consumer.TRIAL, _plan(parallelism="ddp", num_gpus=2))[1] == []
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
-from advisor.app.plan_flags import estimate_plan, given_settings, require_adapters_for, split_batch, trial_label
+from advisor.app.plan_flags import estimate_plan, given_settings, require_adapters_for, split_batch
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
@@ -47,6 +47,7 @@ from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from advisor.core.vocabulary import Method, Parallelism
 from rules import Facts, Plan, Workload
+from advisor.core.dimensions import Consumer, swapped
 from advisor.core.plan import STACK_SETTINGS
 
 
@@ -361,12 +362,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     else:  # the settings given override the file's plan, as they override the recommendation
         plan = _with_settings(plan, opts, global_batch_size=opts.global_batch_size)
     require_adapters_for(opts, plan.method)
-    notes: list[str] = []
-    strategy = Parallelism(plan.parallelism)
-    if strategy.spec.trial_as:
-        notes.append(f"{strategy} has no torch.distributed counterpart here: the trial runs "
-                     f"{strategy.spec.trial_as} ({trial_label(strategy)})")
-        plan = plan.model_copy(update={"parallelism": strategy.spec.trial_as})
+    plan, notes = swapped(Consumer.TRIAL, plan)  # what a trial runs in place of a setting (the table's swaps)
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,
                             memory_limit_bytes=opts.memory_limit_bytes, max_trials=opts.max_trials,

@@ -101,11 +101,3 @@ def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[
                          f"{micro * steps * replicas} samples, not the global batch {gbs}: give two of the three, or "
                          "three that agree")
     return overrides
-
-
-def trial_label(parallelism: Parallelism) -> str:
-    """How a trial runs a strategy: DeepSpeed's stages as their FSDP counterparts, DP as DDP."""
-    if parallelism.deepspeed or parallelism.fsdp:
-        fsdp = next(p for p in Parallelism if p.fsdp and p.stage == parallelism.stage)
-        return f"FSDP {fsdp.spec.fsdp_strategy}"
-    return parallelism.value.upper()

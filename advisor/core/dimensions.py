@@ -25,7 +25,7 @@ from typing import Any
 
 from advisor.core.kernels import Checkpointing, Framework, LossKernel
 from advisor.core.limits import MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_WIDTH
-from advisor.core.vocabulary import Offload, Optimizer, Parallelism, StrEnum, Vocabulary
+from advisor.core.vocabulary import PARALLELISM_SPECS, Offload, Optimizer, Parallelism, StrEnum, Vocabulary
 
 
 class Role(StrEnum):
@@ -137,6 +137,13 @@ _D = Dimension
 _R, _T, _S, _E = refuses, Consumer.TRIAL, Consumer.SIMULATE, Consumer.EMIT
 _SELECTIVE = (Checkpointing.SELECTIVE_OP.value, Checkpointing.SELECTIVE_LAYER.value)
 _CHECKPOINTING_ON = (("gradient_checkpointing", True),)
+def _trial_label(parallelism: Parallelism) -> str:
+    """How a torch.distributed trial runs a strategy: a ZeRO stage as the FSDP strategy of that stage, DDP as DDP."""
+    if parallelism.deepspeed or parallelism.fsdp:
+        return "FSDP " + next(p.spec.fsdp_strategy for p in Parallelism if p.fsdp and p.stage == parallelism.stage)
+    return parallelism.value.upper()
+
+
 _SHARED = tuple(p.value for p in Parallelism if p is not Parallelism.NONE)  #: several devices
 _PACKAGED_OPTIMIZERS = tuple(o.value for o in Optimizer if o.spec.package is not None)
 
@@ -153,8 +160,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("gradient_checkpointing", Role.CROSSED, estimate_default=False, states=False, plan_line=True),
     _D("micro_batch_size", Role.BATCH, metavar="b", estimate_default=1, states=False, plan_line=True),
     _D("parallelism", Role.LAYOUT, handling={
-        _T: (swaps(Parallelism.DDP.value, "trials run DP as DDP", Parallelism.DP.value),
-             swaps(Parallelism.ZERO_2.value, "trials run ZeRO-1 as ZeRO-2", Parallelism.ZERO_1.value)),
+        _T: tuple(swaps(spec.trial_as, f"{p} has no torch.distributed counterpart here: the trial runs "
+                        f"{spec.trial_as} ({_trial_label(Parallelism.of(spec.trial_as))})", p.value)
+                  for p, spec in PARALLELISM_SPECS.items() if spec.trial_as),
         _S: (_R("--simulate runs one device: drop --parallelism / use one GPU", *_SHARED),)}),
     _D("offload", Role.LAYOUT, estimate_default=Offload.NONE.value, multi_gpu=True),
     _D("tensor_parallel", Role.SPLIT, metavar="T", limit=MAX_GPUS_PER_NODE, estimate_default=1, multi_gpu=True,
