@@ -5,12 +5,13 @@ explanations and ``advisor estimate`` share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Callable
 
 from advisor.engine.legality import propose_effects
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
-from advisor.core.vocabulary import Device, Objective, Penalty
+from advisor.core.vocabulary import Device, Objective, Penalty, Precision
 from rules import Effect, Facts, Plan
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
@@ -99,6 +100,34 @@ class Pricing:
     inter_node_bytes_per_s: float
     fallbacks: tuple[Effect, ...]
     preferences: tuple[Effect, ...]
+    #: the plans priced so far by their :func:`_priced_key`: a plan that differs from one of them only where neither
+    #: memory nor speed reads takes its figures (a search prices each once)
+    priced: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the (fallbacks, preferences) a plan pays and meets, by the values of the settings the effects read
+    #: (:meth:`judge`: many plans share them)
+    judged: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The plan settings the fallbacks and preferences read (their own and their ``when``'s)."""
+        found = {e.setting for e in (*self.fallbacks, *self.preferences)}
+        found.update(k for e in (*self.fallbacks, *self.preferences) for k in (e.when or {}))
+        return tuple(sorted(found))
+
+    def judge(self, plan: Plan) -> tuple[list[Effect], int]:
+        """The fallbacks ``plan`` pays and how many preferences it meets."""
+        values = plan.__dict__
+        reads = self.judged.get(None)
+        if reads is None:
+            reads = self.judged[None] = itemgetter(*self.reads) if self.reads else (lambda _: ())
+        key = reads(values)
+        hit = self.judged.get(key)
+        if hit is None:
+            fallbacks = [e for e in self.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
+            prefs = sum(1 for e in self.preferences
+                        if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
+            hit = self.judged[key] = (fallbacks, prefs)
+        return hit
 
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
@@ -116,6 +145,31 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
     effects, when the caller prices many plans)."""
     if pricing is None:
         pricing = Pricing.of(facts, effects if effects is not None else propose_effects(facts))
+    key = _priced_key(plan)
+    twin = pricing.priced.get(key)
+    if twin is not None:
+        memory, speed = twin.memory, (lambda: twin.speed)
+    else:
+        memory, speed = _price(facts, plan, pricing)
+    fallbacks, prefs = pricing.judge(plan)
+    fallbacks = list(fallbacks)
+    candidate = Candidate(plan=plan, memory=memory, price_speed=speed, penalty=sum(e.penalty for e in fallbacks),
+                          preferences=prefs, fallbacks=fallbacks)
+    if twin is None:
+        pricing.priced[key] = candidate
+    return candidate
+
+
+def _priced_key(plan: Plan) -> tuple:
+    """What a plan's memory and speed read: its settings, less TF32 under 16-bit mixed precision (the matmuls run in
+    bf16 / fp16, :func:`advisor.engine.speed.device_rates`; no memory model reads it)."""
+    if plan.precision == Precision.FP32:
+        return tuple(plan.__dict__.values())
+    return tuple({**plan.__dict__, "tf32": None}.values())
+
+
+def _price(facts: Facts, plan: Plan, pricing: Pricing) -> tuple[MemoryEstimate, Callable[[], SpeedEstimate]]:
+    """The plan's memory estimate, and how to price its speed (when first read)."""
     margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
     hw = facts.hardware
     memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
@@ -127,8 +181,5 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
                               nvlink=pricing.nvlink, nodes=hw.nodes,
                               inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
                               mean_sample_len=facts.workload.mean_sample_len)
-    values = plan.__dict__
-    fallbacks = [e for e in pricing.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
-    prefs = sum(1 for e in pricing.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
-    return Candidate(plan=plan, memory=memory, price_speed=speed, penalty=sum(e.penalty for e in fallbacks),
-                     preferences=prefs, fallbacks=fallbacks)
+
+    return memory, speed

@@ -336,12 +336,13 @@ def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int],
     per-replica batch)``), cheapest first while they could still win (:func:`_candidates`)."""
     speed = facts.workload.objective == Objective.SPEED
     spared = {_twin(c.plan) for c in out if c.fits}
+    least = min([c.penalty for c in out if c.fits] + ([bound] if bound is not None else []), default=None)
     for penalty, _, plan, micros, per_replica in sorted(heavy, key=lambda h: h[:2]):
-        least = min([c.penalty for c in out if c.fits] + ([bound] if bound is not None else []), default=None)
         if speed and least is not None and least < penalty:
             break
         priced = _layout_candidates(facts, plan, allowed, micros, per_replica, pricing, spared)
         spared.update(_twin(c.plan) for c in priced if c.fits and not c.plan.activation_offloading)
+        least = min([c.penalty for c in priced if c.fits] + ([least] if least is not None else []), default=None)
         out += priced
     return out
 
