@@ -109,3 +109,49 @@ def test_no_module_outside_core_lists_settings() -> None:
     offenders = [hit for pkg in ("probes", "rules", "advisor", "tui") for path in sorted((ROOT / pkg).rglob("*.py"))
                  if "core" not in path.relative_to(ROOT).parts for hit in _assigned_collections(path)]
     assert not offenders, "\n".join(offenders)
+
+
+def test_a_plan_the_hand_off_swaps_is_labelled_estimate_only() -> None:
+    from advisor.engine.recommendation import estimate_only
+
+    assert estimate_only(_plan()) is None
+    assert "TRL's SFTConfig(activation_offloading=True)" in estimate_only(_plan(activation_offloading=True))
+    assert "expert-model-parallel-size 8" in estimate_only(_plan(expert_parallel=8, num_gpus=8, parallelism="ddp"))
+
+
+def test_a_search_for_a_trial_leaves_out_what_a_trial_cannot_run() -> None:
+    from advisor.engine.planner import capability_forbids
+
+    forbids = {(e.setting, e.value) for e in capability_forbids(Consumer.TRIAL, {
+        "tensor_parallel": [1, 2, 4], "loss_kernel": ["liger", "chunked", "standard"], "fp8": [True, False],
+        "optimizer_in_backward": [False, True], "precision": ["bf16", "fp32"]})}
+    assert forbids == {("tensor_parallel", 2), ("tensor_parallel", 4), ("loss_kernel", "chunked"), ("fp8", True),
+                       ("optimizer_in_backward", True)}
+
+
+#: Catalog questions whose plans reach for what the hand-off or a trial cannot run: tensor / expert parallelism,
+#: activation offloading, the step in backward, 4-bit adapters, several nodes.
+GRID = [
+    ("gpt2", {"gpu": "a100-80gb"}),
+    ("meta-llama/Llama-3.1-8B", {"gpu": "rtx-4090", "seq_len": 2048, "global_batch_size": 16}),
+    ("meta-llama/Llama-3.1-70B", {"gpu": "rtx-a6000", "seq_len": 2048, "global_batch_size": 16}),
+    ("meta-llama/Llama-2-7b-hf", {"gpu": "a100-40gb:2", "nodes": 4}),
+    ("mistralai/Mixtral-8x7B-v0.1", {"gpu": "a100-80gb:8"}),
+    ("Qwen/Qwen3-14B", {"gpu": "l40s:4", "seq_len": 8192, "global_batch_size": 32}),
+]
+
+
+@pytest.mark.parametrize("model, options", GRID, ids=[f"{m}-{o['gpu']}" for m, o in GRID])
+def test_the_recommended_plan_runs_as_emitted_or_says_so(model, options) -> None:
+    from advisor.app.api import make_facts, recommend
+    from advisor.app.emit import render
+    from advisor.engine.planner import search
+
+    rec = recommend(model, **options)
+    if rec.estimate_only is None:
+        assert refusal(Consumer.EMIT, rec.plan) is None and swapped(Consumer.EMIT, rec.plan)[1] == []
+        assert render(rec, ["all"])  # the files are written
+    else:
+        assert rec.estimate_only in (refusal(Consumer.EMIT, rec.plan) or "; ".join(swapped(Consumer.EMIT, rec.plan)[1]))
+    trial = search(make_facts(model, **options), runs_on=Consumer.TRIAL).best
+    assert trial is None or refusal(Consumer.TRIAL, trial.plan) is None  # validate's plan is one a trial runs

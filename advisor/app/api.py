@@ -290,7 +290,7 @@ def _plan_to_validate(facts: Facts, opts: BaseModel, processes: int) -> Plan:
     Raises:
         NoFitError: nothing fits and no setting was given. UsageError: a setting that does not divide the batch.
     """
-    result = planner.search(facts)
+    result = planner.search(facts, runs_on=Consumer.TRIAL)  # only plans a trial runs as they were priced
     if result.best is None and (not given_settings(opts) or not result.candidates):
         raise no_fit_error(result)
     base = (result.best or min(result.candidates, key=lambda c: c.memory.device_bytes)).plan

@@ -171,7 +171,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
        handling={_T: (_R(_TRIAL_TP_PP),), _E: (_R(_EMIT_TP_PP),)}),
     _D("optimizer_in_backward", Role.LAYOUT, handling={
         _T: (_R("trials do not run the optimizer step in backward yet (estimate --simulate does): validate the plan "
-                "without --optimizer-in-backward"),)}),
+                "without --optimizer-in-backward"),),
+        _E: (swaps(False, "the Trainer has no option for the optimizer step in backward: the emitted files step after "
+                   "the backward pass (launch.sh says how torchtune's optimizer_in_bwd runs it)"),)}),
     _D("expert_parallel", Role.LAYOUT, metavar="E", multi_gpu=True, handling={
         _T: (_R("trials of expert-parallel plans are not supported (they need DeepSpeed-MoE or Megatron-Core): "
                 "validate a plan with --expert-parallel 1"),),
@@ -179,6 +181,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
                 "configure Megatron-Core (--expert-model-parallel-size {expert_parallel}) or DeepSpeed-MoE "
                 "(deepspeed.moe.layer.MoE(..., ep_size={expert_parallel})) from the plan"),)}),
     _D("activation_offloading", Role.LAYOUT, states=False, handling={
+        _E: (swaps(False, "the Trainer has no option for activation offloading: the emitted files keep activations on "
+                   "the GPU (launch.sh says how TRL's SFTConfig(activation_offloading=True) runs it)"),),
         _S: (_R("--simulate counts the live tensors of one device and cannot see activation offloading's copies in "
                 f"CPU RAM: {_SIMULATE_ESTIMATE}"),)}),
     _D("gradient_accumulation_steps", Role.BATCH, metavar="k", estimate_default=1, states=False, activations=False,
@@ -186,14 +190,18 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("attention", Role.STACK, states=False, label="attention kernel"),
     _D("loss_kernel", Role.STACK, states=False, label="loss kernel", handling={
         _T: (_R("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: validate the "
-                f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),)}),
+                f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),),
+        _E: (swaps(LossKernel.STANDARD.value, "the Trainer has no chunked cross-entropy: the emitted files compute the "
+                   "standard loss (torchtune's CEWithChunkedOutputLoss runs it)", LossKernel.CHUNKED.value),)}),
     _D("torch_compile", Role.STACK, states=False, label="torch.compile", handling={
         _S: (_R("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
                 "like with like"),)}),
     _D("packing", Role.STACK, states=False),
     _D("fp8", Role.STACK, states=False, handling={
         _T: (_R("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
-                "convert_to_float8_training); validate the plan with --no-fp8"),)}),
+                "convert_to_float8_training); validate the plan with --no-fp8"),),
+        _E: (swaps(False, "the emitted files train the linear layers in 16 bits (launch.sh says how torchao's "
+                   "convert_to_float8_training turns fp8 on)"),)}),
     _D("lora_rank", Role.PRICED, metavar="R", limit=MAX_WIDTH),
     _D("lora_targets", Role.PRICED),
     _D("checkpointing", Role.PRICED, states=False, handling={
@@ -290,6 +298,20 @@ def refusal(consumer: Consumer, plan: Any) -> str | None:
     with the plan's values (None: it runs every setting, perhaps after swaps)."""
     found = next((h for _, h in handlings(consumer, plan) if h.verdict is Verdict.REFUSES), None)
     return None if found is None else found.reason.format(**dict(plan))
+
+
+def refused_values(consumer: Consumer, name: str, values: list[Any], fields: dict[str, Any]) -> list[tuple[Any, str]]:
+    """``(value, reason)`` for each of ``values`` of the setting ``name`` that ``consumer`` refuses whatever the other
+    settings (``fields``: the plan's defaults, which the reason is filled in with): what a search for a plan it must
+    run leaves out (a refusal with a ``when`` condition is judged on the whole plan, by :func:`refusal`)."""
+    row = BY_NAME.get(name)
+    refusals = [h for h in (row.handling.get(consumer, ()) if row else ()) if h.verdict is Verdict.REFUSES and not h.when]
+    out = []
+    for v in values:
+        found = next((h for h in refusals if h.values is None or v in h.values), None)
+        if v != fields.get(name, _REQUIRED) and found is not None:
+            out.append((v, found.reason.format(**{**fields, name: v})))
+    return out
 
 
 def swapped(consumer: Consumer, plan: Any) -> tuple[Any, list[str]]:

@@ -30,6 +30,7 @@ from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
 from advisor.core.dimensions import CROSSED, LAYOUT, SEARCHED, STACK_SETTINGS  # noqa: F401 (SEARCHED: the recommendation's)
+from advisor.core.dimensions import Consumer, refused_values
 from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
@@ -365,7 +366,15 @@ def _nothing_fits(facts: Facts) -> bool:
     return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
 
 
-def search(facts: Facts, best_only: bool = False) -> PlanningResult:
+def capability_forbids(consumer: Consumer, domain: dict[str, list[Any]]) -> list[Effect]:
+    """Hard forbids of the searched values ``consumer`` cannot run (the table of dimensions' refusals): a search for a
+    plan it must run as priced (``validate``'s trial) leaves them out."""
+    fields = {n: f.default for n, f in Plan.model_fields.items() if not f.is_required()}
+    return [Effect(kind="forbid", setting=name, value=v, hard=True, rule_id=f"capability.{consumer}", reason=reason)
+            for name, values in domain.items() for v, reason in refused_values(consumer, name, values, fields)]
+
+
+def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
     ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
@@ -375,9 +384,13 @@ def search(facts: Facts, best_only: bool = False) -> PlanningResult:
     Tensor and pipeline parallel plans are evaluated only when they could win: under the 'speed'
     objective, when no plan without them fits at a lower fallback penalty than theirs (the rules make
     model parallelism a fallback: Narayanan et al. 2021, takeaways 1-2).
+
+    ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
     """
     effects = propose_effects(facts)
     domain = domains(facts)
+    if runs_on is not None:
+        effects += capability_forbids(runs_on, domain)
     if best_only and _nothing_fits(facts):
         return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects, check_effects=[])
     allowed = _allowed(domain, effects)

@@ -12,7 +12,7 @@ from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDeci
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
-from advisor.core.dimensions import MULTI_GPU, SEARCHED, Consumer, refusal
+from advisor.core.dimensions import MULTI_GPU, SEARCHED, Consumer, refusal, swapped
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
@@ -324,6 +324,15 @@ def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
     return SettingDecision(value=chosen.value, rule_ids=rule_ids, rationale=chosen.reason, sources=_sources(rule_ids))
 
 
+def estimate_only(plan: Plan) -> str | None:
+    """Why the files ``--emit`` writes do not run ``plan`` as it was priced: the hand-off's refusal, or what it swaps
+    (the table of dimensions, :class:`advisor.core.dimensions.Consumer` EMIT); None: they run it."""
+    refused = refusal(Consumer.EMIT, plan)
+    if refused is not None:
+        return refused
+    return "; ".join(swapped(Consumer.EMIT, plan)[1]) or None
+
+
 def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = None) -> Recommendation:
     """Assemble the recommendation from a planning result whose ``best`` is not None."""
     best = result.best
@@ -363,7 +372,7 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
         memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
-        estimate_only=refusal(Consumer.EMIT, best.plan),
+        estimate_only=estimate_only(best.plan),
         gains=sorted(gains, key=lambda g: -g.speedup),
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,
