@@ -1,25 +1,29 @@
 """Byte-identical outputs of recommend / estimate / emit (and their refusals) across refactors.
 
 The commands are in ``tests/golden/commands.txt`` and ``emit_commands.txt``; the recorded exit
-codes, stdout, stderr and emitted files in ``tests/golden/outputs.json``. A change that means to
-change an output re-records them (``python tests/test_golden.py --record``) and says why in its commit.
+codes, stdout, stderr and emitted files in ``tests/golden/outputs.json``. Each command runs in this interpreter
+through ``advisor.app.cli.run`` (``tests/cli_runner.py``: the environment, working directory and captured streams
+of the ``python -m advisor`` subprocess the outputs were recorded from, ``COLUMNS=160``); the bytes must not
+change. A change that means to change an output re-records them (``python tests/test_golden.py --record``) and
+says why in its commit.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # python tests/test_golden.py --record: the helpers beside this file, the checkout's advisor
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from cli_runner import ENV, ROOT, run_cli  # noqa: E402
+
 GOLDEN = ROOT / "tests" / "golden"
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
 
 
 def _lines(name: str) -> list[str]:
@@ -29,19 +33,17 @@ def _lines(name: str) -> list[str]:
 
 def run(line: str) -> dict:
     """Exit code, stdout and stderr of ``advisor LINE``."""
-    out = subprocess.run([sys.executable, "-m", "advisor", *shlex.split(line)], capture_output=True, text=True,
-                         env=ENV, cwd=ROOT, timeout=300)
-    return {"exit": out.returncode, "stdout": out.stdout, "stderr": out.stderr}
+    code, stdout, stderr = run_cli(shlex.split(line), env=ENV, cwd=ROOT)
+    return {"exit": code, "stdout": stdout, "stderr": stderr}
 
 
 def run_emit(line: str) -> dict:
     """``advisor recommend LINE --emit all --out DIR``: the exit code and every written file."""
     with tempfile.TemporaryDirectory() as folder:
-        out = subprocess.run([sys.executable, "-m", "advisor", "recommend", *shlex.split(line), "--emit", "all",
-                              "--out", folder, "--json"], capture_output=True, text=True, env=ENV, cwd=ROOT,
-                             timeout=300)
+        code, _stdout, _stderr = run_cli(["recommend", *shlex.split(line), "--emit", "all", "--out", folder,
+                                          "--json"], env=ENV, cwd=ROOT)
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(folder).iterdir())}
-    return {"exit": out.returncode, "files": files}
+    return {"exit": code, "files": files}
 
 
 def _recorded() -> dict:
@@ -62,6 +64,18 @@ def test_emitted_files_unchanged(line: str) -> None:
     expected = _recorded()["emit"][line]
     got = run_emit(line)
     assert got == expected
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("line", [_lines("commands.txt")[0], "recommend --model gpt2 --gpu a100-80gb --seq-len 0"])
+def test_the_command_in_its_own_process_prints_the_recorded_bytes(line: str) -> None:
+    """The goldens run in this interpreter; a plan card and a refusal also run as ``python -m advisor``, the process
+    the outputs were recorded from, so that the in-process runner cannot drift from it unnoticed."""
+    from cli_runner import advisor_subprocess
+
+    expected = _recorded()["commands"][line]
+    out = advisor_subprocess(*shlex.split(line), env=ENV, timeout=300)
+    assert (out.returncode, out.stdout, out.stderr) == (expected["exit"], expected["stdout"], expected["stderr"])
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
