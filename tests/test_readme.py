@@ -1,10 +1,12 @@
 """The README stays true: its command blocks are run and their shown output compared, its JSON excerpts and
 emitted files are checked against the commands that make them, and its links resolve inside the repository.
 
-A fenced block whose first line starts with ``$ `` is a console block: each ``$ COMMAND`` line runs in bash
-(``advisor`` and ``python`` are this checkout's, ``HF_HUB_OFFLINE=1``, ``COLUMNS=80`` unless the command sets
-it, in a fresh folder shared by the README's commands in order) and the lines after it are its output (stdout
-then stderr); a last line ``…`` shows only the output's first lines. A marker comment just before a block says
+A fenced block whose first line starts with ``$ `` is a console block: each ``$ COMMAND`` line runs (``advisor``
+and ``python`` are this checkout's, ``HF_HUB_OFFLINE=1``, ``COLUMNS=80`` unless the command sets it, in a fresh
+folder shared by the README's commands in order) and the lines after it are its output (stdout then stderr); a last
+line ``…`` shows only the output's first lines. A plain ``advisor ARGS`` (with ``NAME=VALUE`` assignments before
+it, if any) runs in this interpreter through ``advisor.app.cli.run`` (``tests/cli_runner.py``); a line that needs a
+shell (a pipe, a redirection, ``python``, ``cd``) runs in bash, and its block is marked ``subprocess``. A marker comment just before a block says
 more:
 
 - ``<!-- readme: measured -->``: the output is measured on some machine (timings): the commands' flags are
@@ -28,7 +30,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # python tests/test_readme.py --update: the helpers beside this file, the checkout's advisor
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+
+from cli_runner import ROOT, run_cli  # noqa: E402
+
 README = ROOT / "README.md"
 FENCE = re.compile(r"(?:<!-- readme: (?P<marker>.*?) -->\n)?^```[\w-]*\n(?P<body>.*?)^```", re.S | re.M)
 ELLIPSIS = "…"
@@ -68,9 +74,49 @@ class Shell:
                     "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
 
     def run(self, command: str) -> tuple[int, str]:
+        """Exit code and stdout + stderr of ``command``: in this interpreter when it is a plain ``advisor ARGS``."""
+        plain = in_process(command)
+        if plain is not None:
+            assignments, argv = plain
+            code, out, err = run_cli(argv, env={**self.env, **assignments}, cwd=self.folder)
+            return code, out + err
         out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=self.folder, env=self.env,
                              timeout=300)
         return out.returncode, out.stdout + out.stderr
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def in_process(command: str) -> tuple[dict[str, str], list[str]] | None:
+    """``({NAME: VALUE}, ARGS)`` of ``[NAME=VALUE ...] advisor ARGS`` without anything else a shell would do (a pipe,
+    a redirection, a list, a substitution, a glob); None for a line that needs bash."""
+    if re.search(r"[|&;<>()$`*?\[\]{}~\\\n#]", command):
+        return None
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    assignments = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        assignments[name] = value
+    if not words or words[0] != "advisor":
+        return None
+    return assignments, words[1:]
+
+
+def _needs_a_shell(index: int) -> bool:
+    """Whether block ``index`` runs a command in bash (its marker's command, or one of its ``$`` lines)."""
+    block = _blocks(README.read_text(encoding="utf-8"))[index]
+    marker, body = block["marker"] or "", block["body"]
+    if marker == "measured":
+        return False
+    if marker.startswith("excerpt of "):
+        return in_process(marker.removeprefix("excerpt of ")) is None
+    if marker.startswith("file "):
+        return in_process(marker.removeprefix("file ").partition(" of ")[2]) is None
+    return body.startswith("$ ") and any(in_process(command) is None for command, _ in _steps(body))
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +140,8 @@ def _output(shell: Shell, command: str) -> list[str]:
     return out.rstrip("\n").split("\n") if out else []
 
 
-@pytest.mark.parametrize("index", range(len(_blocks(README.read_text(encoding="utf-8")))))
+@pytest.mark.parametrize("index", [pytest.param(i, marks=[pytest.mark.subprocess] if _needs_a_shell(i) else [])
+                                   for i in range(len(_blocks(README.read_text(encoding="utf-8"))))])
 def test_block(shell: Shell, index: int) -> None:
     from advisor.app.cli import build_parser
 
