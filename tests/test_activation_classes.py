@@ -105,7 +105,7 @@ def test_a_litgpt_plan_reads_litgpts_columns_first() -> None:
 def test_cli_estimate_takes_the_framework_and_says_it() -> None:
     import json
 
-    from test_cli import advisor
+    from cli_runner import advisor
 
     args = ("estimate", "--model", LLAMA, "--gpu", "a10g", "--method", "lora", "--seq-len", "512", "--json")
     hf, lit = (json.loads(advisor(*args, *extra).stdout) for extra in ((), ("--framework", "litgpt")))

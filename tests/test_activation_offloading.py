@@ -114,8 +114,9 @@ def test_the_emitted_notes_name_trl() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None or not __import__("torch").cuda.is_available()
-                    or importlib.util.find_spec("trl") is None, reason="needs a CUDA GPU and TRL")
+@pytest.mark.skipif("importlib.util.find_spec('torch') is None or not __import__('torch').cuda.is_available() "
+                    "or importlib.util.find_spec('trl') is None",  # a string: evaluated when run, torch not collected
+                    reason="needs a CUDA GPU and TRL")
 def test_cuda_trial_offloads_the_checkpoints_it_was_priced_to() -> None:
     """On a GPU: TRL's OffloadActivations lowers the measured peak by about what advisor prices as offloaded."""
     kw = dict(seq_len=1024, global_batch_size=8, micro_batch_size=8, gradient_checkpointing=True, steps=3)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 

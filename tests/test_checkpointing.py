@@ -10,7 +10,7 @@ from advisor.engine.checkpointing import recompute_shares, selective_kept_bytes
 from probes.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
-from test_cli import advisor
+from cli_runner import advisor
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 

@@ -1,25 +1,20 @@
-"""The command line as a user runs it: a subprocess, stdout for data, one stderr line per error."""
+"""The command line as a user runs it: stdout for data, one stderr line per error.
+
+The commands run in this interpreter (``tests/cli_runner.py``: the environment, working directory and captured
+streams a ``python -m advisor`` subprocess has); the fast-path test starts a Python process, since which modules a
+fresh interpreter imports is what it checks (marked ``subprocess``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from advisor.engine.recommendation import Recommendation
+from cli_runner import ENV, ROOT, advisor
 from probes.errors import ExitCode
-
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
-
-
-def advisor(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
-                          env=env or ENV, cwd=ROOT, timeout=120)
 
 
 def test_recommend_gpt2_here() -> None:
@@ -138,8 +133,8 @@ def test_profile_of_a_mixture_of_experts() -> None:
     (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
     (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),
     (["recommend", "--model", "gpt2", "--seq-len", "abc"], ExitCode.USAGE, "whole number"),
-    (["recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384"],
-     ExitCode.NO_FIT, "would fit"),
+    pytest.param(["recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384"],
+                 ExitCode.NO_FIT, "would fit", marks=pytest.mark.slow),
     (["frobnicate"], ExitCode.USAGE, "invalid choice"),
 ])
 def test_bad_input_is_one_line_and_a_documented_code(args, code, needle) -> None:
@@ -160,6 +155,7 @@ def test_bad_config_files(tmp_path, content, code) -> None:
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_no_fit_json_goes_to_stdout() -> None:
     out = advisor("recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384", "--json")
     assert out.returncode == ExitCode.NO_FIT
@@ -178,6 +174,7 @@ print("HEAVY:" + ",".join(heavy))
 """
 
 
+@pytest.mark.subprocess
 def test_fast_path_imports_no_torch_transformers_textual() -> None:
     argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
                   ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],

@@ -11,11 +11,12 @@ from advisor.app.api import recommend
 from advisor.app.compare import Comparison, compare, count, duration
 from probes.errors import ExitCode, UsageError
 from probes.gpu_catalog import catalog
-from test_cli import advisor
+from cli_runner import advisor
 
 LLAMA = "meta-llama/Llama-2-7b-hf"
 
 
+@pytest.mark.slow
 def test_the_catalog_ranked_by_time_with_recommend_s_plans() -> None:
     start = time.perf_counter()
     c = compare(LLAMA, tokens=10**9)

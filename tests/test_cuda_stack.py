@@ -16,7 +16,7 @@ from probes import cuda_stack
 from probes.cuda_stack import EAGER_CONTEXT_BYTES, LAZY_CONTEXT_BYTES, lazy_loading, torch_build
 from probes.errors import ExitCode, UsageError
 from probes.nvml_probe import process_used_bytes
-from test_cli import advisor
+from cli_runner import advisor
 
 MIB = 2**20
 

@@ -69,6 +69,7 @@ def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
     assert validate_device.edge_rows(gpu="t4")[0].settings["micro_batch_size"] < rows[0].settings["micro_batch_size"]
 
 
+@pytest.mark.slow
 def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeypatch) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,

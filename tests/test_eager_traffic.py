@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 torch = pytest.importorskip("torch")
 
 from benchmarks.eager_traffic import counted_traffic, traffic_mode  # noqa: E402

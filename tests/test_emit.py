@@ -8,12 +8,15 @@ import subprocess
 from unittest import mock
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
 import yaml
 
 from advisor.app.api import recommend
 from advisor.app.emit import (FILE_NAMES, MODEL_KWARGS_FILE, accelerate_config, deepspeed_config, emit, render,
                               training_args, transformers_version)
 from advisor.engine.recommendation import Recommendation
+from helpers import build_training_arguments
 from probes.errors import UsageError
 
 transformers = pytest.importorskip("transformers")
@@ -51,19 +54,6 @@ def _rec(name: str) -> Recommendation:
     return rec
 
 
-def _build_training_arguments(args: dict, rec: Recommendation):
-    """TrainingArguments(**args) with the GPU checks answered as the planned hardware would."""
-    import transformers.training_args as ta
-
-    gpu = rec.hardware.gpu
-    with mock.patch.object(ta, "is_torch_bf16_gpu_available", return_value=bool(gpu and gpu.bf16)), \
-            mock.patch.object(ta, "is_torch_tf32_available", return_value=bool(gpu and gpu.tf32)), \
-            mock.patch.object(ta, "enable_tf32"), \
-            mock.patch.object(transformers.TrainingArguments, "world_size",
-                              new=property(lambda self: rec.plan.data_parallel_size)):
-        return transformers.TrainingArguments(**args)
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_training_args_are_trainingarguments_fields_and_build(name) -> None:
     rec = _rec(name)
@@ -76,7 +66,7 @@ def test_training_args_are_trainingarguments_fields_and_build(name) -> None:
     if "deepspeed" in args:  # the Trainer reads the file relative to the working directory: give it the dict
         pytest.importorskip("deepspeed")
         args = {**args, "deepspeed": deepspeed_config(rec)}
-    built = _build_training_arguments(args, rec)
+    built = build_training_arguments(args, rec)
     assert built.per_device_train_batch_size == rec.plan.micro_batch_size
     assert built.gradient_accumulation_steps == rec.plan.gradient_accumulation_steps
     assert built.bf16 == (rec.plan.precision == "bf16") and built.fp16 == (rec.plan.precision == "fp16")
@@ -196,7 +186,7 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     with pytest.raises(UsageError, match="not ZeRO"):
         render(_rec("gpt2 on a100-80gb:8 (DDP)"), ["deepspeed"])
     assert "ds_config.json" not in render(_rec("gpt2 on a100-80gb:8 (DDP)"), ["all"])
-    from test_cli import advisor
+    from cli_runner import advisor
 
     out = tmp_path / "cfg"
     res = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "all", "--out", str(out), "--json")
@@ -233,7 +223,7 @@ def test_fsdp_plans_emit_trainer_and_accelerate_fsdp_settings(strategy, tmp_path
     rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"parallelism": strategy, "offload": offload})})
     args = training_args(rec)
     assert "deepspeed" not in args and args["fsdp"]
-    built = _build_training_arguments(args, rec)
+    built = build_training_arguments(args, rec)
     assert built.fsdp
     # with accumulation every micro-batch reduce-scatters (the gradients stay sharded, as the memory figure assumed)
     assert (rec.plan.gradient_accumulation_steps > 1) == bool(
@@ -263,7 +253,7 @@ def test_the_fsdp_a_plan_is_priced_for_is_the_one_it_runs(strategy, fsdp_version
     args = training_args(rec)
     assert args["fsdp_config"]["version"] == written == (2 if rec.plan.runs_fsdp2 else 1)
     assert accelerate_config(rec)["fsdp_config"]["fsdp_version"] == written  # accelerate launch's too
-    assert _build_training_arguments(args, rec).fsdp
+    assert build_training_arguments(args, rec).fsdp
 
 
 def test_an_sgd_plan_gets_the_momentum_it_was_priced_with() -> None:
@@ -273,7 +263,7 @@ def test_an_sgd_plan_gets_the_momentum_it_was_priced_with() -> None:
     rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"optimizer": "sgd"})})
     args = training_args(rec)
     assert (args["optim"], args["optim_args"]) == ("sgd", "momentum=0.9")
-    cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(_build_training_arguments(args, rec))
+    cls, kwargs = transformers.Trainer.get_optimizer_cls_and_kwargs(build_training_arguments(args, rec))
     assert cls.__name__ == "SGD" and kwargs["momentum"] == 0.9
     adamw = training_args(_rec("gpt2 on a100-80gb:8 (DDP)"))
     assert "optim_args" not in adamw

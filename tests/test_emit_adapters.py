@@ -9,6 +9,8 @@ import subprocess
 import warnings
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
 import yaml
 
 from advisor.app.api import estimate, recommend
@@ -255,12 +257,12 @@ def test_model_kwargs_load_the_planned_dtype(tmp_path) -> None:
 def test_paged_and_8bit_optimizers_name_the_trainers_optim(optimizer) -> None:
     from transformers.training_args import OptimizerNames
 
-    from test_emit import _build_training_arguments
+    from helpers import build_training_arguments
 
     rec = _with(_rec("qlora on rtx-4090"), optimizer=optimizer.value)
     args = training_args(rec)
     assert args["optim"] == optimizer.spec.trainer_optim and args["optim"] in {o.value for o in OptimizerNames}
-    built = _build_training_arguments(args, rec)
+    built = build_training_arguments(args, rec)
     assert built.optim == OptimizerNames(optimizer.spec.trainer_optim) and built.bf16
 
 
@@ -314,7 +316,7 @@ def test_single_gpu_fsdp_offload_in_accelerate_and_the_trainer(tmp_path) -> None
     pytest.importorskip("accelerate")
     from accelerate.commands.config.config_args import ClusterConfig
 
-    from test_emit import _build_training_arguments
+    from helpers import build_training_arguments
 
     rec = _with(_rec("full, ZeRO-2 CPU offload on rtx-4090"), parallelism=Parallelism.FSDP_FULL_SHARD.value)
     path = tmp_path / "accelerate_config.yaml"
@@ -324,7 +326,7 @@ def test_single_gpu_fsdp_offload_in_accelerate_and_the_trainer(tmp_path) -> None
     assert cfg.fsdp_config["fsdp_offload_params"] is True
     args = training_args(rec)
     offloads = args["fsdp_config"]["cpu_offload"] if "fsdp_config" in args else "offload" in args["fsdp"]
-    assert offloads is True and _build_training_arguments(args, rec).fsdp
+    assert offloads is True and build_training_arguments(args, rec).fsdp
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -356,12 +358,13 @@ def test_every_hf_file_follows_the_method(tmp_path) -> None:
     assert "4-bit NF4" in after["launch.sh"] and "rank 32" in after["launch.sh"]
 
 
+@pytest.mark.subprocess
 def test_emitting_adapter_configs_stays_on_the_fast_path(tmp_path) -> None:
     """recommend --method qlora --emit all writes lora_config.json and the quantization config without importing
     torch, transformers, peft, bitsandbytes or textual."""
     import sys
 
-    from test_cli import ENV, ROOT
+    from cli_runner import ENV, ROOT
 
     code = f"""
 import io, contextlib, sys

@@ -53,6 +53,7 @@ def test_all_to_all_is_four_exchanges_per_moe_block_or_six_with_checkpointing() 
     assert all_to_all_seconds(model, _plan(), 1024, gpu, True, 1) == 0.0
 
 
+@pytest.mark.slow
 def test_mixtral_on_8_a100s_weighs_expert_parallelism_with_figures() -> None:
     rec = recommend(MIXTRAL, gpu="a100-80gb:8")
     decision = rec.settings["expert_parallel"]
@@ -121,6 +122,7 @@ def test_step_in_backward_never_accumulates_nor_runs_under_ddp() -> None:
         estimate("gpt2", gpu="a100-80gb:2", optimizer_in_backward=True)
 
 
+@pytest.mark.slow
 def test_emit_refuses_an_expert_parallel_plan_in_one_line() -> None:
     rec = recommend(MIXTRAL, gpu="a100-80gb:8")
     rec = rec.model_copy(update={"plan": rec.plan.model_copy(update={"expert_parallel": 8})})

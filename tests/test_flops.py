@@ -10,6 +10,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

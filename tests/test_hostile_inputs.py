@@ -104,6 +104,7 @@ def test_defects_are_one_line_and_a_documented_code(argv, code, words) -> None:
     assert_clean(got, err, seconds)
 
 
+@pytest.mark.slow
 def test_the_largest_batch_on_the_largest_cluster_is_planned_in_bounded_time() -> None:
     """The divisor search and the multiple-of-8 rule cost the batch's divisors, not the batch (it took minutes)."""
     code, _, err, seconds = cli("recommend", "--model", "gpt2", "--gpu", f"h100-sxm:{MAX_GPUS_PER_NODE}",
@@ -212,6 +213,7 @@ def test_emit_is_all_or_nothing(folder: Path) -> None:
     assert code == ExitCode.OUTPUT and "not a folder" in err
 
 
+@pytest.mark.subprocess
 def test_a_full_stdout_is_exit_7(folder: Path) -> None:
     import subprocess
     import sys
@@ -397,6 +399,7 @@ def valid_configs(draw) -> dict:
             "max_position_embeddings": 256}
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=valid_configs(), gbs=st.integers(1, 4096), gpus=st.sampled_from(["a100-80gb", "a100-80gb:8", "t4:2"]))
 def test_valid_plans_keep_the_global_batch_and_round_trip(config: dict, gbs: int, gpus: str) -> None:
@@ -477,6 +480,7 @@ def test_emit_never_replaces_what_is_not_a_file(folder: Path, kind: str, target:
 # -- the Hub's deadline and signals ----------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess  # huggingface_hub reads HF_ENDPOINT / HF_HUB_OFFLINE when imported: a fresh process
 def test_a_hub_that_never_answers_costs_the_deadline_not_minutes(tmp_path: Path) -> None:
     """A server that accepts the connection and never answers: the look-up gives up at --hub-timeout."""
     import socket
@@ -516,6 +520,7 @@ def test_hub_timeout_flag_is_checked() -> None:
         assert code == ExitCode.USAGE and "--hub-timeout" in err and words in err
 
 
+@pytest.mark.subprocess
 def test_sigterm_stops_validate_like_ctrl_c(tmp_path: Path) -> None:
     """SIGTERM: the step finishes, the partial report is printed and written, exit 130 (it was -15, nothing)."""
     import signal
@@ -560,6 +565,7 @@ def test_the_wizard_needs_a_terminal_and_a_good_model(monkeypatch) -> None:
         assert run(["tui", "--seq-len", "0"]) == ExitCode.USAGE
 
 
+@pytest.mark.subprocess
 def test_a_second_sigterm_ends_torchrun_and_its_ranks(tmp_path: Path) -> None:
     """validate --nproc 2, SIGTERM twice: exit 130, no rank left running, no /tmp/advisor-trial-* left behind."""
     import glob

@@ -215,6 +215,7 @@ def test_the_interleaved_schedule_shrinks_the_bubble_for_activations_and_traffic
     assert tip == [True, False]
 
 
+@pytest.mark.slow
 def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
     from advisor.app.api import estimate, recommend
     from advisor.app.emit import render

@@ -10,7 +10,7 @@ from advisor.app.cli import build_parser
 from probes.errors import ExitCode, ModelNotFoundError
 from probes.model import catalog_ids, profile_model
 from probes.model_ids import RENAMED_IDS, near_matches
-from test_cli import advisor
+from cli_runner import advisor
 
 
 def test_not_found_names_the_sources_and_near_matches(monkeypatch) -> None:

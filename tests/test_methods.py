@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from test_cli import ROOT, advisor
+from cli_runner import ROOT, advisor
 
 from advisor.app.api import estimate, recommend
 from advisor.engine.states import host_bytes
@@ -166,6 +166,7 @@ def test_litgpt_fsdp_accumulation_holds_unsharded_gradients_of_every_block() -> 
     assert sharded == 2 * lit_full.model.num_parameters // 2  # bf16 shards over 2 GPUs
 
 
+@pytest.mark.slow
 def test_a_70b_qlora_on_two_24gb_gpus_is_fsdp_with_the_base_offloaded_never_tensor_parallel() -> None:
     # Answer.AI's fsdp_qlora recipe (README, "A 70B QLoRA on two 24 GB GPUs"): bitsandbytes' 4-bit layers do not split
     # over tensor-parallel ranks, so the NVLink-bridged pair shards the base with FSDP and offloads it to CPU RAM

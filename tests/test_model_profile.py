@@ -9,7 +9,7 @@ import pytest
 
 from probes.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.model import catalog_ids, profile_model
-from test_cli import ROOT
+from cli_runner import ROOT
 
 REQUIRED = ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilbert-base-uncased", "bert-base-uncased",
             "bert-large-uncased", "roberta-base", "t5-small", "t5-base", "facebook/opt-125m", "facebook/opt-1.3b",

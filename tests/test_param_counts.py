@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 from probes.architectures import FAMILIES, MISSING_TASKS
 from probes.vocabulary import Family, Task
 from probes.model import _catalog_dir, catalog_ids, profile_model

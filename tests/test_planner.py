@@ -61,6 +61,7 @@ def test_model_pretrained_in_bf16_never_gets_fp16() -> None:
     assert any(w.rule_id == "precision.bf16-pretrained-no-fp16" for w in rec.warnings)
 
 
+@pytest.mark.slow
 def test_nothing_fits_says_what_would() -> None:
     # 16384 tokens: the logits with their gradient and one block's recomputation alone outgrow a T4, whatever the
     # method (activations offloaded)
@@ -69,6 +70,7 @@ def test_nothing_fits_says_what_would() -> None:
     assert "larger GPU" in str(err.value) and "tight" not in str(err.value)  # 1.13 x the T4
 
 
+@pytest.mark.slow
 def test_nothing_fits_but_the_smallest_plan_is_within_capacity_says_it_may_run() -> None:
     # 12288 tokens: the smallest plan needs 0.93 of the T4, more than its 90 % planning margin allows
     with pytest.raises(NoFitError) as err:
@@ -88,6 +90,7 @@ def test_full_fine_tuning_that_does_not_fit_suggests_adapters() -> None:
     assert any(i.startswith("--method lora: ") and "GiB per GPU" in i for i in ideas)
 
 
+@pytest.mark.slow
 def test_suggested_hardware_keeps_the_settings_given_for_this_one() -> None:
     """A CUDA context of 100 GB per GPU does not fit an 80 GB A100, nor two of them: "would fit" names the H200 and
     not more A100s, because the suggestions re-plan with the context, host RAM and network given (they used the
@@ -129,6 +132,7 @@ def test_global_batch_must_divide_over_gpus() -> None:
         recommend("gpt2", gpu="a100-80gb:3", global_batch_size=64)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
        model=st.sampled_from(["gpt2", "bert-base-uncased", "distilbert-base-uncased", "facebook/opt-125m"]),
@@ -168,6 +172,7 @@ def test_model_parallel_replicas_set_the_data_parallel_size() -> None:
     assert (plan.model_parallel_size, plan.data_parallel_size, plan.global_batch_size) == (8, 2, 16)
 
 
+@pytest.mark.slow
 def test_memory_objective_stays_within_its_speed_tolerance() -> None:
     """`--objective memory` (issue 14): the least memory among plans within 10 % of the fastest plan's tokens/s and
     its fallbacks, not fp32 + Adafactor + checkpointing at 15 % MFU to save 0.15 GiB."""
@@ -208,7 +213,8 @@ def _same_best(f) -> None:
     ("a10g", "meta-llama/Llama-2-7b-hf", 2048, {"objective": "memory"}),
     ("a100-80gb:8", "meta-llama/Llama-2-7b-hf", 2048, {"attention": "flash-attention-2"}),
     ("rtx-4090:2", "mistralai/Mistral-7B-v0.1", 1024, {"method": "full"}),  # offload or model parallel
-    ("a100-40gb:8", "mistralai/Mixtral-8x7B-v0.1", 1024, {}),  # expert parallel, model parallel
+    pytest.param("a100-40gb:8", "mistralai/Mixtral-8x7B-v0.1", 1024, {},  # expert parallel, model parallel
+                 marks=pytest.mark.slow),
     ("t4", "meta-llama/Llama-3.1-70B", 4096, {}),  # nothing fits
     ("v100-16gb", "gpt2-xl", 1024, {"objective": "memory"}),
 ])
@@ -220,6 +226,7 @@ def test_best_only_search_finds_the_full_search_s_best(gpu, model, seq_len, work
     _same_best(facts(gpu, model, seq_len=seq_len, global_batch_size=64, workload=workload))
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "l4", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
        model=st.sampled_from(["gpt2", "gpt2-xl", "bert-large-uncased", "t5-base", "facebook/opt-1.3b"]),

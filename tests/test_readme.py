@@ -140,7 +140,15 @@ def _output(shell: Shell, command: str) -> list[str]:
     return out.rstrip("\n").split("\n") if out else []
 
 
-@pytest.mark.parametrize("index", [pytest.param(i, marks=[pytest.mark.subprocess] if _needs_a_shell(i) else [])
+def _marks(index: int) -> list:
+    """``subprocess`` for a block with a line bash runs; ``slow`` for one running ``advisor compare`` (a planner search
+    per GPU: seconds)."""
+    body = _blocks(README.read_text(encoding="utf-8"))[index]["body"]
+    return ([pytest.mark.subprocess] if _needs_a_shell(index) else []) + (
+        [pytest.mark.slow] if "$ advisor compare " in body else [])
+
+
+@pytest.mark.parametrize("index", [pytest.param(i, marks=_marks(i))
                                    for i in range(len(_blocks(README.read_text(encoding="utf-8"))))])
 def test_block(shell: Shell, index: int) -> None:
     from advisor.app.cli import build_parser
@@ -190,6 +198,7 @@ def test_facts_in_the_prose_are_today_s() -> None:
     assert f"lists all {len(REGISTRY)}" in text
 
 
+@pytest.mark.slow
 def test_the_rationales_the_prose_quotes_are_today_s() -> None:
     """The prose quotes a recommendation's parallelism rationale and the expert-parallel comparison's figures: they
     are what advisor prints now (the README is a promise, prose included)."""

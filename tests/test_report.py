@@ -70,6 +70,7 @@ def test_rows_without_a_decision_fold_into_one_row() -> None:
     assert "\nprecision " in text  # bf16 beat fp16 and fp32 on figures: a row of its own
 
 
+@pytest.mark.slow
 def test_the_gain_row_names_each_package_with_what_it_brings() -> None:
     """A package missing where the plan trains that would make it faster: one row, the method when it changes;
     --explain gives the install command and the whole plan."""

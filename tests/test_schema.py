@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from advisor.engine.schema import SCHEMA_VERSION
-from test_cli import ROOT, advisor
+from cli_runner import ROOT, advisor
 
 COPY = ROOT / "schema" / "advisor.schema.json"
 VERSIONS = ROOT / "schema" / "versions.json"

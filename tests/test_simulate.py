@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -181,7 +183,7 @@ def test_qlora_without_bitsandbytes_and_its_optimizers_are_refused_in_one_line(t
 
 def test_cli_estimate_simulates_qlora(tiny_llama) -> None:
     pytest.importorskip("bitsandbytes")
-    from test_cli import advisor
+    from cli_runner import advisor
 
     res = advisor("estimate", "--model", tiny_llama.config_path, "--gpu", "a100-80gb", "--method", "qlora",
                   "--seq-len", "64", "--simulate", "--json")

@@ -97,6 +97,7 @@ def test_compile_fuses_the_trainers_loss_to_chunked_cross_entropys_bytes() -> No
     assert layers.logit_bytes == LossKernel.CHUNKED.spec.logit_bytes and layers.fused_layers
 
 
+@pytest.mark.slow
 def test_a_compiled_loss_saves_the_16_bit_logits_only() -> None:
     """What :func:`probes.kernels.loss_kept` says, on torch's own Inductor (CPU): transformers' ``ForCausalLMLoss``
     (fp32 upcast, shifted labels, summed cross-entropy) saves fp32 log-probabilities eagerly, 8 B a logit as autograd
@@ -199,6 +200,7 @@ def test_catalog_gpus_plan_without_optional_packages_and_price_them() -> None:
     assert re.search(r"\d GiB (less|more)", liger.reason), liger.reason
 
 
+@pytest.mark.slow
 def test_a_missing_package_that_would_make_the_plan_faster_is_a_gain_with_its_plan() -> None:
     """On a 24 GB L4 the Trainer's logits (16-bit once compiled, with their gradient) leave Llama-3.1-8B at 8192
     tokens to QLoRA; Liger's fused loss makes room for LoRA over bf16 weights: the gain carries that plan and how
@@ -217,6 +219,7 @@ def test_a_missing_package_that_would_make_the_plan_faster_is_a_gain_with_its_pl
     assert not [g for g in installed.gains if g.setting == "loss_kernel"]
 
 
+@pytest.mark.slow
 def test_a_package_is_a_gain_only_when_it_alone_holds_back_a_faster_plan() -> None:
     # Liger does not patch GPT-2 (a hard forbid): nothing to install; FlashAttention-2 is as fast as SDPA's kernels
     assert recommend("gpt2", gpu="a100-80gb").gains == []
@@ -270,6 +273,7 @@ def test_a_pinned_kernel_that_cannot_run_is_one_line() -> None:
         recommend("gpt2", gpu="v100-16gb", packing=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gpu=st.sampled_from(["v100-16gb", "a100-80gb", "h100-sxm", "rtx-4090"]),
        model=st.sampled_from(["gpt2", LLAMA]),

@@ -68,6 +68,7 @@ def test_fused_kernels_and_compile_shrink_it_and_other_stacks_fall_back() -> Non
         3 * activation_traffic_bytes(model, litgpt, 1024) * fallback_ratio())
 
 
+@pytest.mark.slow
 def test_the_calibration_fits_a_tiny_family_and_prices_its_full_depth(tmp_path, monkeypatch) -> None:
     """benchmarks/calibrate_traffic.py end to end on a tiny Llama: the fit from 1-3 layers prices its 8 layers."""
     pytest.importorskip("torch")

@@ -16,7 +16,7 @@ pytest.importorskip("textual")
 from textual import on  # noqa: E402
 
 from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
-from test_cli import ENV, ROOT  # noqa: E402
+from cli_runner import ENV, ROOT, advisor  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
 from probes.gpu_catalog import catalog  # noqa: E402
 from tui.messages import (ComparisonReady, Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
@@ -25,7 +25,7 @@ from tui.confirm import Confirm  # noqa: E402
 from tui.steps import HardwareStep, RecommendationStep, WorkloadStep  # noqa: E402
 from tui.widgets import plan_differences  # noqa: E402
 
-pytestmark = pytest.mark.anyio  # the Pilot tests are coroutines, run by anyio's pytest plugin on asyncio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # coroutines run by anyio's plugin on asyncio; Pilot: seconds each
 
 SIZE = (80, 24)
 #: A fixed CPU-only machine, so that what the wizard shows does not depend on where the tests run.
@@ -395,6 +395,7 @@ def test_snapshot_model_error(snap_compare) -> None:
 
 # ── a real terminal ───────────────────────────────────────────────────────────────────────────────
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
     session = f"advisor-test-{time.monotonic_ns()}"
@@ -434,8 +435,7 @@ async def test_a_bad_value_gets_the_same_line_as_from_the_cli_and_the_api(field,
     keyword = {"--seq-len": "seq_len", "--global-batch-size": "global_batch_size"}[flag]
     with pytest.raises(UsageError) as api:
         recommend("gpt2", gpu="a100-80gb", **{keyword: int(value)})
-    cli = subprocess.run([sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--gpu", "a100-80gb",
-                          flag, value], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
+    cli = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb", flag, value)
     assert cli.returncode == 2 and cli.stderr.strip().endswith(str(api.value))
     app = RecordingApp(gpu="a100-80gb", hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:

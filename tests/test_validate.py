@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -30,10 +32,10 @@ from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from rules import Plan  # noqa: E402
 
 from conftest import facts as make_facts  # noqa: E402
-from test_cli import ENV, ROOT  # noqa: E402
+from cli_runner import ENV, ROOT, advisor  # noqa: E402
+from helpers import TINY_GPT2, cpu_plan  # noqa: E402
 
-TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-        "n_positions": 256, "vocab_size": 1000}
+TINY = TINY_GPT2
 CPU = HardwareProfile(source="none", host=read_host())
 
 
@@ -44,11 +46,7 @@ def tiny(tmp_path) -> str:
     return str(path)
 
 
-def _plan(**kw) -> Plan:
-    base = dict(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=8, gradient_accumulation_steps=1, parallelism="none", num_gpus=0)
-    base.update(kw)
-    return Plan(**base)
+_plan = cpu_plan
 
 
 def test_cpu_trial_confirms_the_plan_and_measures_it(tiny) -> None:
@@ -253,9 +251,9 @@ def test_a_plan_for_another_device_is_refused(tiny) -> None:
         api.validate(tiny, precision="fp16", hardware=CPU)
 
 
-def _cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True, env=ENV,
-                          cwd=ROOT, timeout=timeout)
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    """``advisor ARGS`` in this interpreter (tests/cli_runner.py), the trials included."""
+    return advisor(*args)
 
 
 def test_cli_validates_a_recommend_json_plan_and_writes_the_output(tiny, tmp_path) -> None:
@@ -322,6 +320,7 @@ def test_cli_plan_file_that_is_not_a_plan(tiny, tmp_path) -> None:
     assert res.returncode == ExitCode.USAGE and "--plan" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_stops_at_a_step_boundary_writes_the_partial_report_and_exits_130(tiny, tmp_path) -> None:
     out = tmp_path / "partial.json"
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", tiny, "--seq-len", "32",

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
+
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -17,7 +19,7 @@ from probes.errors import UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from probes.vocabulary import Method, Optimizer, WeightsDtype  # noqa: E402
 
-from test_validate import TINY, _plan  # noqa: E402
+from helpers import TINY_GPT2 as TINY, cpu_plan as _plan  # noqa: E402
 
 CPU = HardwareProfile(source="none", host=read_host())
 GPT2_PARAMETERS = 124_439_808
@@ -77,7 +79,7 @@ def test_qlora_trial_is_refused_in_one_line_without_a_gpu(tiny) -> None:
     with pytest.raises(UsageError, match="4-bit kernels on a CUDA GPU") as err:
         api.validate(tiny, seq_len=32, global_batch_size=4, steps=1, method=Method.QLORA.value, hardware=CPU)
     assert "\n" not in str(err.value)
-    from test_cli import advisor
+    from cli_runner import advisor
 
     res = advisor("validate", "--model", tiny, "--seq-len", "32", "--global-batch-size", "4", "--steps", "1",
                   "--method", "qlora")
