@@ -14,7 +14,7 @@ from rich.console import Console
 from advisor.app.api import recommend
 from advisor.app.report import CARD_LINES, print_recommendation
 
-SNAPSHOTS = Path(__file__).resolve().parent / "report_snapshots"
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "report_snapshots"
 #: (name, model, options): catalog hardware only, so the rendering is the same on every machine.
 CASES = [
     ("gpt2-a100", "gpt2", {"gpu": "a100-80gb"}),

@@ -17,7 +17,7 @@ from conftest import facts as build_facts
 from rules import REGISTRY, Plan
 from rules.base import Rule, RuleDefinitionError, Source, register
 
-CASES_DIR = Path(__file__).parent / "rule_cases"
+CASES_DIR = Path(__file__).resolve().parents[1] / "rule_cases"
 
 
 def _plan(f, overrides: dict) -> Plan:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 if __name__ == "__main__":  # python tests/test_golden.py --record: the helpers beside this file, the checkout's advisor
-    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+    sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
 from cli_runner import ENV, ROOT, run_cli  # noqa: E402
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from advisor.measure.autocast_ops import CUDA_FLOAT32_OPS, cuda_autocast_float32  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
 
 

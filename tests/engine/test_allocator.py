@@ -15,7 +15,7 @@ from rules import Plan
 
 GIB = 2**30
 MIB = 2**20
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H100_RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
 
 

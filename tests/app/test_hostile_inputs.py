@@ -39,7 +39,7 @@ from probes.errors import AdvisorError, BadConfigError, ExitCode, UsageError
 from probes.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, divisors
 from probes.model import profile_from_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CODES = {int(c) for c in ExitCode}
 SLOW_S = 20.0  #: bounded time: far above a run's usual second, far below a hang
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -197,7 +197,7 @@ def test_factored_statistics_match_transformers_adafactor_on_fused_experts(tmp_p
     assert stats == profile.factored_statistics_elements
 
 
-_PUBLISHED_CONFIGS = Path(__file__).resolve().parents[1] / "benchmarks" / "published" / "configs"
+_PUBLISHED_CONFIGS = Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "configs"
 TINY_GEMMA_PHI = [
     {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 500},
