@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from unittest import mock
 
-#: a 2-layer gpt2 config a CPU trial runs in a second or two (tests/test_validate.py, test_validate_adapters.py)
+#: a 2-layer gpt2 config a CPU trial runs in a second or two (tests/measure/test_validate.py, test_validate_adapters.py)
 TINY_GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
              "n_positions": 256, "vocab_size": 1000}
 

@@ -178,7 +178,7 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     assert training_args(compiled)["torch_compile"] is True
     assert "micro-batch 2 x 4" in after["launch.sh"] and "fp16" in after["launch.sh"]
     # model_kwargs.json carries the weights' dtype and the attention, which this change keeps (both fp32 weights on
-    # CUDA); tests/test_emit_adapters.py changes them and sees it follow
+    # CUDA); tests/app/test_emit_adapters.py changes them and sees it follow
     assert all(before[n] != after[n] for n in before if n != MODEL_KWARGS_FILE)
 
 

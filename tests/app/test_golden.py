@@ -4,7 +4,7 @@ The commands are in ``tests/golden/commands.txt`` and ``emit_commands.txt``; the
 codes, stdout, stderr and emitted files in ``tests/golden/outputs.json``. Each command runs in this interpreter
 through ``advisor.app.cli.run`` (``tests/cli_runner.py``: the environment, working directory and captured streams
 of the ``python -m advisor`` subprocess the outputs were recorded from, ``COLUMNS=160``); the bytes must not
-change. A change that means to change an output re-records them (``python tests/test_golden.py --record``) and
+change. A change that means to change an output re-records them (``python tests/app/test_golden.py --record``) and
 says why in its commit.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-if __name__ == "__main__":  # python tests/test_golden.py --record: the helpers beside this file, the checkout's advisor
+if __name__ == "__main__":  # python tests/app/test_golden.py --record: tests/ (the helpers), the checkout's advisor
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
 from cli_runner import ENV, ROOT, run_cli  # noqa: E402

@@ -14,7 +14,7 @@ more:
 - ``<!-- readme: excerpt of COMMAND -->``: every string of the JSON excerpt is in COMMAND's output;
 - ``<!-- readme: file PATH of COMMAND -->``: the block is the file PATH that COMMAND writes.
 
-After a deliberate change of output, ``python tests/test_readme.py --update`` rewrites the console blocks'
+After a deliberate change of output, ``python tests/app/test_readme.py --update`` rewrites the console blocks'
 output in README.md (review the diff).
 """
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-if __name__ == "__main__":  # python tests/test_readme.py --update: the helpers beside this file, the checkout's advisor
+if __name__ == "__main__":  # python tests/app/test_readme.py --update: tests/ (the helpers), the checkout's advisor
     sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
 from cli_runner import ROOT, run_cli  # noqa: E402

@@ -1,6 +1,6 @@
 """The human report of ``advisor recommend``: the plan card (default) and the full report (``--explain``), rendered
 at 80 and 120 columns and compared with the text snapshots in ``tests/report_snapshots``. A change that means to
-change them re-records them: ``python tests/test_report.py --record``."""
+change them re-records them: ``python tests/app/test_report.py --record``."""
 
 from __future__ import annotations
 

@@ -204,7 +204,7 @@ def test_catalog_gpus_plan_without_optional_packages_and_price_them() -> None:
 def test_a_missing_package_that_would_make_the_plan_faster_is_a_gain_with_its_plan() -> None:
     """On a 24 GB L4 the Trainer's logits (16-bit once compiled, with their gradient) leave Llama-3.1-8B at 8192
     tokens to QLoRA; Liger's fused loss makes room for LoRA over bf16 weights: the gain carries that plan and how
-    to install it (the card's row: tests/test_report.py)."""
+    to install it (the card's row: tests/app/test_report.py)."""
     rec = recommend("meta-llama/Llama-3.1-8B", gpu="l4", seq_len=8192, global_batch_size=32)
     assert rec.plan.method == "qlora" and rec.plan.loss_kernel == "standard"
     (gain,) = [g for g in rec.gains if g.setting == "loss_kernel"]

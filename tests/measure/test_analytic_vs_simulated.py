@@ -20,7 +20,7 @@ least once, the smallest model of a family first:
   expected failures among them stay strict;
 - QLoRA grid: each (targets, bitsandbytes before / since 0.43.2, checkpointing) class (8) and each small family.
 
-``ADVISOR_FULL_GRID=1`` runs every row as before (``ADVISOR_FULL_GRID=1 pytest tests/test_analytic_vs_simulated.py``),
+``ADVISOR_FULL_GRID=1`` runs every row as before (``ADVISOR_FULL_GRID=1 pytest tests/measure/test_analytic_vs_simulated.py``),
 and ``benchmarks/analytic_vs_simulated.py --grid precision|methods|qlora`` runs the whole grids with both
 micro-batch sizes and every model, and records the results in benchmarks/results/.
 """
