@@ -2,13 +2,15 @@
 #   make run    -> creates .venv, installs advisor and what it needs to run (no development extras),
 #                  prints a recommendation for gpt2 on this machine
 #   make test   -> adds the development extras (pytest, hypothesis, accelerate, deepspeed, peft, the wizard's
-#                  snapshot plugin), then runs the test suite (offline, no GPU needed)
+#                  snapshot plugin), then runs the whole test suite (offline, no GPU needed)
+#   make test-fast -> the quick lane: the suite less the tests marked slow (simulations, CPU trials), subprocess
+#                  (a Python process of its own) and cuda; under a minute on 2 cores
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup setup-dev run lint test clean
+.PHONY: setup setup-dev run lint test test-fast clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -35,6 +37,9 @@ lint: setup-dev
 
 test: setup-dev lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto
+
+test-fast: setup-dev
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -n auto -m "not slow and not subprocess and not cuda"
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

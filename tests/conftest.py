@@ -1,8 +1,12 @@
-"""Shared fixtures: hardware and model facts built in the tests (never live NVML), offline Hub."""
+"""Shared fixtures: hardware and model facts built in the tests (never live NVML), offline Hub; and the lanes:
+a module marked as a whole (``pytestmark = pytest.mark.slow``) is not even imported when ``-m`` deselects every
+test it could hold (``make test-fast``), so that its torch / transformers imports do not slow collection."""
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -67,3 +71,34 @@ def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = 
 @pytest.fixture
 def make_facts():
     return facts
+
+
+_MODULE_MARKS = re.compile(r"^pytestmark = (.+)$", re.M)
+_WORDS = re.compile(r"[\w.+-]+")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """True for a test module whose every test ``-m`` deselects, whatever marks its tests add to the module's: its
+    ``pytestmark = ...`` line (read, not imported) gives marks every test has; the expression is evaluated for each
+    combination of the other names it mentions. None (collect as usual) when in doubt."""
+    markexpr = config.getoption("markexpr", "") or ""
+    if not markexpr or re.search(r"\w\(", markexpr):
+        return None  # no -m, or marks with arguments (``slow(...)``): pytest decides
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    match = _MODULE_MARKS.search(collection_path.read_text(encoding="utf-8"))
+    if match is None:
+        return None
+    marks = set(re.findall(r"pytest\.mark\.(\w+)", match[1]))
+    others = sorted(set(_WORDS.findall(markexpr)) - {"and", "or", "not"} - marks)
+    try:
+        from _pytest.mark.expression import Expression
+
+        expression = Expression.compile(markexpr)
+        for chosen in itertools.product((False, True), repeat=len(others)):
+            names = marks | {name for name, on in zip(others, chosen) if on}
+            if expression.evaluate(lambda name, /, **kwargs: name in names):
+                return None
+    except Exception:  # pytest's private expression API changed: collect, -m still deselects
+        return None
+    return True
