@@ -47,8 +47,7 @@ from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from advisor.core.vocabulary import Method, Parallelism
 from rules import Facts, Plan, Workload
-from advisor.core.dimensions import Consumer, swapped
-from advisor.core.plan import STACK_SETTINGS
+from advisor.core.dimensions import WORKLOAD_SETTINGS, Consumer, swapped
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
@@ -158,7 +157,7 @@ def _facts(model: str | ModelProfile, opts: BaseModel, hardware: HardwareProfile
         raise UsageError(f"--method {method} trains adapters over pretrained weights: it cannot pre-train "
                          "(--from-scratch)")
     require_adapters_for(opts, method, opts.from_scratch)
-    given = {k: getattr(opts, k) for k in ("lora_rank", "lora_targets", "mean_sample_len", *STACK_SETTINGS)
+    given = {k: getattr(opts, k) for k in ("mean_sample_len", *WORKLOAD_SETTINGS)
              if getattr(opts, k, None) is not None}
     workload = Workload(seq_len=seq_len, global_batch_size=opts.global_batch_size or DEFAULT_GLOBAL_BATCH_SIZE,
                         objective=opts.objective, from_scratch=opts.from_scratch, method=method, **given)

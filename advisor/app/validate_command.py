@@ -10,7 +10,7 @@ import sys
 from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOptions, WorkloadOptions, add_arguments, collect
 from advisor.app.progress import console as _console
 from advisor.core.errors import ExitCode, OutputError
-from advisor.core.plan import STACK_SETTINGS
+from advisor.core.dimensions import VALIDATE_FLAGS
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -89,9 +89,7 @@ def add_parser(sub, epilog: str) -> None:
                                                   "machine's recommendation)")
     add_arguments(p.add_argument_group("plan settings (override this machine's recommendation or the --plan file's)"),
                   PlanOptions,
-                  ("method", "micro_batch_size", "gradient_accumulation_steps", "precision", "weights_dtype", "tf32",
-                   "optimizer", "gradient_checkpointing", "activation_offloading", "parallelism", "lora_rank",
-                   "lora_targets", *STACK_SETTINGS),
+                  VALIDATE_FLAGS,
                   helps={"parallelism": "several processes: DDP, or FSDP as ZeRO-2 (SHARD_GRAD_OP) / ZeRO-3 "
                                         "(FULL_SHARD)"}, unset="the --plan file's, else this machine's recommendation")
     add_arguments(p, TrialOptions)

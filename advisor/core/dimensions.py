@@ -36,7 +36,8 @@ class Role(StrEnum):
     CROSSED = "crossed"  #: crossed with each legal layout before the micro-batch (a group of candidates)
     BATCH = "batch"  #: the micro-batch (searched: divisors of the per-replica batch) and the accumulation it implies
     STACK = "stack"  #: the software stack: per layout, the first value the rules allow and no rule refuses
-    PRICED = "priced"  #: priced as given (``estimate`` / ``validate`` flags, the workload's adapter shape): never searched
+    #: priced as given (``estimate`` / ``validate`` flags, the workload's adapter shape): never searched
+    PRICED = "priced"
     RULE = "rule"  #: set by a rule (an ``Effect`` of kind 'set'), not a plan field
     MACHINE = "machine"  #: follows from the hardware (device, GPUs, CPU processes)
 
@@ -105,6 +106,8 @@ class Dimension:
         activations: the activations read it (part of their memo key, :mod:`advisor.engine.memory`).
         label: the wizard's label of a stack setting it offers (None: not offered there).
         plan_line: the plan's one-line summary (``Plan.describe``) shows it, by its value or its absence.
+        validate_flag: ``validate`` takes it as a flag too (a setting a trial can run at another value).
+        workload: the question carries it (``Workload``'s field of the same name: a stack pin, the adapters' shape).
         handling: per consumer, what it does with a non-default value (absent: runs it).
     """
 
@@ -120,6 +123,8 @@ class Dimension:
     activations: bool = True
     label: str | None = None
     plan_line: bool = False
+    validate_flag: bool = False
+    workload: bool = False
     handling: dict[Consumer, tuple[Handling, ...]] = field(default_factory=dict)
 
     @property
@@ -150,16 +155,19 @@ _PACKAGED_OPTIMIZERS = tuple(o.value for o in Optimizer if o.spec.package is not
 #: The table, in the order a recommendation explains the searched settings, then the stack, then the rest. A
 #: handling's reason is a ``str.format`` template over the plan's fields (``{expert_parallel}``).
 DIMENSIONS: tuple[Dimension, ...] = (
-    _D("method", Role.LAYOUT, plan_line=True),
-    _D("precision", Role.LAYOUT, plan_line=True),
-    _D("weights_dtype", Role.LAYOUT, plan_line=True),
-    _D("tf32", Role.CROSSED, states=False, activations=False, plan_line=True),
-    _D("optimizer", Role.CROSSED, estimate_default=Optimizer.ADAMW.value, activations=False, plan_line=True, handling={
+    _D("method", Role.LAYOUT, validate_flag=True, plan_line=True),
+    _D("precision", Role.LAYOUT, validate_flag=True, plan_line=True),
+    _D("weights_dtype", Role.LAYOUT, validate_flag=True, plan_line=True),
+    _D("tf32", Role.CROSSED, validate_flag=True, states=False, activations=False, plan_line=True),
+    _D("optimizer", Role.CROSSED, validate_flag=True, estimate_default=Optimizer.ADAMW.value, activations=False,
+       plan_line=True, handling={
         _S: (_R("--simulate cannot run {optimizer}: its package's kernels need a real CUDA device; use the analytic "
                 "estimate (without --simulate)", *_PACKAGED_OPTIMIZERS),)}),
-    _D("gradient_checkpointing", Role.CROSSED, estimate_default=False, states=False, plan_line=True),
-    _D("micro_batch_size", Role.BATCH, metavar="b", estimate_default=1, states=False, plan_line=True),
-    _D("parallelism", Role.LAYOUT, handling={
+    _D("gradient_checkpointing", Role.CROSSED, validate_flag=True, estimate_default=False, states=False,
+       plan_line=True),
+    _D("micro_batch_size", Role.BATCH, validate_flag=True, metavar="b", estimate_default=1, states=False,
+       plan_line=True),
+    _D("parallelism", Role.LAYOUT, validate_flag=True, handling={
         _T: tuple(swaps(spec.trial_as, f"{p} has no torch.distributed counterpart here: the trial runs "
                         f"{spec.trial_as} ({_trial_label(Parallelism.of(spec.trial_as))})", p.value)
                   for p, spec in PARALLELISM_SPECS.items() if spec.trial_as),
@@ -180,30 +188,31 @@ DIMENSIONS: tuple[Dimension, ...] = (
         _E: (_R("--emit: the plan uses expert parallel {expert_parallel}, which the Trainer and accelerate cannot run; "
                 "configure Megatron-Core (--expert-model-parallel-size {expert_parallel}) or DeepSpeed-MoE "
                 "(deepspeed.moe.layer.MoE(..., ep_size={expert_parallel})) from the plan"),)}),
-    _D("activation_offloading", Role.LAYOUT, states=False, handling={
+    _D("activation_offloading", Role.LAYOUT, validate_flag=True, states=False, handling={
         _E: (swaps(False, "the Trainer has no option for activation offloading: the emitted files keep activations on "
                    "the GPU (launch.sh says how TRL's SFTConfig(activation_offloading=True) runs it)"),),
         _S: (_R("--simulate counts the live tensors of one device and cannot see activation offloading's copies in "
                 f"CPU RAM: {_SIMULATE_ESTIMATE}"),)}),
-    _D("gradient_accumulation_steps", Role.BATCH, metavar="k", estimate_default=1, states=False, activations=False,
+    _D("gradient_accumulation_steps", Role.BATCH, validate_flag=True, metavar="k", estimate_default=1, states=False,
+       activations=False,
        plan_line=True),
-    _D("attention", Role.STACK, states=False, label="attention kernel"),
-    _D("loss_kernel", Role.STACK, states=False, label="loss kernel", handling={
+    _D("attention", Role.STACK, validate_flag=True, workload=True, states=False, label="attention kernel"),
+    _D("loss_kernel", Role.STACK, validate_flag=True, workload=True, states=False, label="loss kernel", handling={
         _T: (_R("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: validate the "
                 f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),),
         _E: (swaps(LossKernel.STANDARD.value, "the Trainer has no chunked cross-entropy: the emitted files compute the "
                    "standard loss (torchtune's CEWithChunkedOutputLoss runs it)", LossKernel.CHUNKED.value),)}),
-    _D("torch_compile", Role.STACK, states=False, label="torch.compile", handling={
+    _D("torch_compile", Role.STACK, validate_flag=True, workload=True, states=False, label="torch.compile", handling={
         _S: (_R("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
                 "like with like"),)}),
-    _D("packing", Role.STACK, states=False),
-    _D("fp8", Role.STACK, states=False, handling={
+    _D("packing", Role.STACK, validate_flag=True, workload=True, states=False),
+    _D("fp8", Role.STACK, validate_flag=True, workload=True, states=False, handling={
         _T: (_R("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
                 "convert_to_float8_training); validate the plan with --no-fp8"),),
         _E: (swaps(False, "the emitted files train the linear layers in 16 bits (launch.sh says how torchao's "
                    "convert_to_float8_training turns fp8 on)"),)}),
-    _D("lora_rank", Role.PRICED, metavar="R", limit=MAX_WIDTH),
-    _D("lora_targets", Role.PRICED),
+    _D("lora_rank", Role.PRICED, validate_flag=True, workload=True, metavar="R", limit=MAX_WIDTH),
+    _D("lora_targets", Role.PRICED, validate_flag=True, workload=True),
     _D("checkpointing", Role.PRICED, states=False, handling={
         _T: (_R("trials run the Trainer's full activation checkpointing, not {checkpointing}: validate a plan with "
                 "full checkpointing (estimate --checkpointing full)", *_SELECTIVE, when=_CHECKPOINTING_ON),),
@@ -264,6 +273,10 @@ ESTIMATE_DEFAULTS: dict[str, Any] = {row.name: row.estimate_default for row in D
 NOT_STATES = frozenset(row.name for row in DIMENSIONS if row.plan_field and not row.states)
 #: Plan fields the activations do not read (left out of their memo key).
 NOT_ACTIVATIONS = frozenset(row.name for row in DIMENSIONS if row.plan_field and not row.activations)
+#: The plan settings ``validate`` takes as flags (a subset of :data:`PLAN_FLAGS`).
+VALIDATE_FLAGS: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.validate_flag)
+#: The plan settings the question carries (``Workload``'s fields of the same names).
+WORKLOAD_SETTINGS: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.workload)
 #: The settings the plan's one-line summary shows (a card does not repeat them).
 PLAN_LINE: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.plan_line)
 #: The stack settings the wizard offers, with their labels.
@@ -305,7 +318,8 @@ def refused_values(consumer: Consumer, name: str, values: list[Any], fields: dic
     settings (``fields``: the plan's defaults, which the reason is filled in with): what a search for a plan it must
     run leaves out (a refusal with a ``when`` condition is judged on the whole plan, by :func:`refusal`)."""
     row = BY_NAME.get(name)
-    refusals = [h for h in (row.handling.get(consumer, ()) if row else ()) if h.verdict is Verdict.REFUSES and not h.when]
+    handled = row.handling.get(consumer, ()) if row else ()
+    refusals = [h for h in handled if h.verdict is Verdict.REFUSES and not h.when]
     out = []
     for v in values:
         found = next((h for h in refusals if h.values is None or v in h.values), None)

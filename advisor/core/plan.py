@@ -1,4 +1,5 @@
-"""A training plan and the workload it is planned for: the words every layer speaks (values: :mod:`advisor.core.vocabulary`).
+"""A training plan and the workload it is planned for: the words every layer speaks (values:
+:mod:`advisor.core.vocabulary`).
 
 A leaf of :mod:`advisor.core`: it imports nothing of the project outside it."""
 

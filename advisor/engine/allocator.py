@@ -81,8 +81,8 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_
 
 def device_floor_bytes(model: ModelProfile, plan: Plan, nodes: int = 1,
                        cuda_context_bytes: int = LAZY_CONTEXT_BYTES) -> int:
-    """A lower bound of :func:`advisor.engine.memory.estimate_memory`'s ``device_bytes`` for ``plan`` at any micro-batch, accumulation,
-    checkpointing or stack (what the model states do not read,
+    """A lower bound of :func:`advisor.engine.memory.estimate_memory`'s ``device_bytes`` for ``plan`` at any
+    micro-batch, accumulation, checkpointing or stack (what the model states do not read,
     :data:`advisor.core.dimensions.NOT_STATES`), bytes: the weights and optimizer
     states every peak holds, the allocator's slack and the CUDA context (on the CPU: the states alone). What the
     planner's search prunes a group of candidates by before pricing it."""

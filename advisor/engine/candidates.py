@@ -123,7 +123,8 @@ class Pricing:
         key = reads(values)
         hit = self.judged.get(key)
         if hit is None:
-            fallbacks = [e for e in self.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
+            fallbacks = [e for e in self.fallbacks
+                         if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
             prefs = sum(1 for e in self.preferences
                         if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
             hit = self.judged[key] = (fallbacks, prefs)

@@ -8,7 +8,7 @@ from typing import Any
 
 from advisor.core.errors import UsageError
 from advisor.core.vocabulary import Device, Method, Optimizer, Parallelism, Precision
-from advisor.core.dimensions import Setting
+from advisor.core.dimensions import Consumer, Setting, refused_values
 from rules import REGISTRY, Effect, Facts, Plan
 from rules.base import Rule
 from advisor.core.plan import STACK_SETTINGS
@@ -178,3 +178,28 @@ def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
                                             and e.setting in asked_values and e.matches(asked_values[e.setting])), None)
     why = f": {refused.reason} [{refused.rule_id}]" if refused is not None else ""
     return UsageError(f"no plan can run with {asked} here{why}")
+
+
+def allowed_values(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, list[Any]]:
+    """Each setting's values the rules leave, in the order they are tried (:data:`rules.base.PRECEDENCE`): hard
+    forbids and the user's pins remove values (an empty setting: no plan, and the API says why), then soft forbids,
+    but never the last values the first two leave; a stack setting's preferred values come first."""
+    allowed = {}
+    for setting, choices in domain.items():
+        forbids = [e for e in effects if e.kind == "forbid" and e.setting == setting]
+        left = [v for v in choices if not any((e.hard or e.pin) and e.matches(v) for e in forbids)]
+        softly = [v for v in left if not any(e.matches(v) for e in forbids)]
+        left = softly or left  # soft forbids never empty a setting the hard forbids and pins leave values
+        if setting in STACK_SETTINGS:
+            prefers = [e for e in effects if e.kind == "prefer" and e.setting == setting and not e.when]
+            left.sort(key=lambda v: -sum(e.matches(v) for e in prefers))
+        allowed[setting] = left
+    return allowed
+
+
+def capability_forbids(consumer: Consumer, domain: dict[str, list[Any]]) -> list[Effect]:
+    """Hard forbids of the searched values ``consumer`` cannot run (the table of dimensions' refusals): a search for a
+    plan it must run as priced (``validate``'s trial) leaves them out."""
+    fields = {n: f.default for n, f in Plan.model_fields.items() if not f.is_required()}
+    return [Effect(kind="forbid", setting=name, value=v, hard=True, rule_id=f"capability.{consumer}", reason=reason)
+            for name, values in domain.items() for v, reason in refused_values(consumer, name, values, fields)]

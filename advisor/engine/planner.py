@@ -29,12 +29,13 @@ from advisor.core.dimensions import Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
-from advisor.core.dimensions import CROSSED, LAYOUT, SEARCHED, STACK_SETTINGS  # noqa: F401 (SEARCHED: the recommendation's)
-from advisor.core.dimensions import Consumer, refused_values
+from advisor.core.dimensions import CROSSED, LAYOUT
+from advisor.core.dimensions import Consumer
 from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app
-from advisor.engine.legality import (_refusing_rules, check_effects, check_plan, propose_effects,  # noqa: F401,E402
+from advisor.engine.legality import (_refusing_rules, allowed_values, capability_forbids,  # noqa: F401,E402
+                                     check_effects, check_plan, propose_effects,
                                      refusal, require_legal, require_runnable_pins, with_stack)
 
 
@@ -106,23 +107,6 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.ACTIVATION_OFFLOADING: [False, True],
         Setting.EXPERT_PARALLEL: [1] + expert_parallel_degrees(facts.model, gpus),
     }
-
-
-def _allowed(domain: dict[str, list[Any]], effects: list[Effect]) -> dict[str, list[Any]]:
-    """Each setting's values the rules leave, in the order they are tried (:data:`rules.base.PRECEDENCE`): hard
-    forbids and the user's pins remove values (an empty setting: no plan, and the API says why), then soft forbids,
-    but never the last values the first two leave; a stack setting's preferred values come first."""
-    allowed = {}
-    for setting, choices in domain.items():
-        forbids = [e for e in effects if e.kind == "forbid" and e.setting == setting]
-        left = [v for v in choices if not any((e.hard or e.pin) and e.matches(v) for e in forbids)]
-        softly = [v for v in left if not any(e.matches(v) for e in forbids)]
-        left = softly or left  # soft forbids never empty a setting the hard forbids and pins leave values
-        if setting in STACK_SETTINGS:
-            prefers = [e for e in effects if e.kind == "prefer" and e.setting == setting and not e.when]
-            left.sort(key=lambda v: -sum(e.matches(v) for e in prefers))
-        allowed[setting] = left
-    return allowed
 
 
 
@@ -247,7 +231,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
         if gbs % dp:
             continue
         if model_parallel:
-            micros = _allowed({Setting.MICRO_BATCH_SIZE: divisors(gbs // dp)}, effects)[Setting.MICRO_BATCH_SIZE]
+            micros = allowed_values({Setting.MICRO_BATCH_SIZE: divisors(gbs // dp)}, effects)[Setting.MICRO_BATCH_SIZE]
             strategies = ([Parallelism.NONE.value] if dp == 1
                           else [p for p in allowed[Setting.PARALLELISM] if p != Parallelism.NONE])
         else:
@@ -366,14 +350,6 @@ def _nothing_fits(facts: Facts) -> bool:
     return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
 
 
-def capability_forbids(consumer: Consumer, domain: dict[str, list[Any]]) -> list[Effect]:
-    """Hard forbids of the searched values ``consumer`` cannot run (the table of dimensions' refusals): a search for a
-    plan it must run as priced (``validate``'s trial) leaves them out."""
-    fields = {n: f.default for n, f in Plan.model_fields.items() if not f.is_required()}
-    return [Effect(kind="forbid", setting=name, value=v, hard=True, rule_id=f"capability.{consumer}", reason=reason)
-            for name, values in domain.items() for v, reason in refused_values(consumer, name, values, fields)]
-
-
 def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
@@ -393,7 +369,7 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
         effects += capability_forbids(runs_on, domain)
     if best_only and _nothing_fits(facts):
         return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects, check_effects=[])
-    allowed = _allowed(domain, effects)
+    allowed = allowed_values(domain, effects)
     log = LayoutLog()
     candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)

@@ -120,7 +120,7 @@ def test_a_plan_the_hand_off_swaps_is_labelled_estimate_only() -> None:
 
 
 def test_a_search_for_a_trial_leaves_out_what_a_trial_cannot_run() -> None:
-    from advisor.engine.planner import capability_forbids
+    from advisor.engine.legality import capability_forbids
 
     forbids = {(e.setting, e.value) for e in capability_forbids(Consumer.TRIAL, {
         "tensor_parallel": [1, 2, 4], "loss_kernel": ["liger", "chunked", "standard"], "fp8": [True, False],
