@@ -136,7 +136,7 @@ def _backward_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
 
 #: (LoRA targets, bitsandbytes before 0.43.2, checkpointing) of the QLoRA grid, at micro-batch 2. q and v adapters
 #: (``q-v``) are left out: over a 4-bit base they keep what q, k, v, o adapters keep (their calibrated columns agree,
-#: ``tests/test_activation_classes.py``), and GPT-2's fused c_attn cannot take them
+#: ``tests/engine/test_activation_classes.py``), and GPT-2's fused c_attn cannot take them
 QLORA_GRID = [(t.value, legacy, ckpt) for t in (LoraTargets.ALL_LINEAR, LoraTargets.ATTENTION)
               for legacy in (False, True) for ckpt in (False, True)]
 

@@ -51,7 +51,7 @@ ALL_LINEAR = "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.
 #: ``query``, ``key``, ``value`` and BertSelfOutput's ``dense`` (``attention.output.dense``: the MLP's output
 #: is ``output.dense`` too), RoBERTa the same; DistilBERT's MultiHeadSelfAttention ``q_lin``, ``k_lin``,
 #: ``v_lin``, ``out_lin``; T5Attention ``q``, ``k``, ``v``, ``o`` (self- and cross-attention); OPTAttention
-#: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``. tests/test_emit.py checks each against the model built.
+#: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``. tests/app/test_emit.py checks each against the model built.
 ATTENTION_MODULES: dict[str, tuple[str, ...]] = {
     **{t: ("q_proj", "k_proj", "v_proj", "o_proj")
        for t in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",

@@ -216,7 +216,7 @@ def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKern
     saves those logits with each row's max and log-sum-exp and recomputes the softmax in the backward (Ansel et
     al. 2024, https://pytorch.org/assets/pytorch2-2.pdf sec. 4.3, "recompute pointwise ops, save the smallest cut").
     Measured with torch 2.13's Inductor on the CPU: the Trainer's loss saves 8.0 B a logit for the backward
-    eagerly, 2.0 compiled (``tests/test_stack.py::test_a_compiled_loss_saves_the_16_bit_logits_only``).
+    eagerly, 2.0 compiled (``tests/engine/test_stack.py::test_a_compiled_loss_saves_the_16_bit_logits_only``).
     torchtitan compiles its loss with the model since April 2025 (``torchtitan/components/loss.py``,
     ``build_cross_entropy_loss``); its December 2024 code did not ("compiling loss function causes CUDA errors").
     LitGPT's and Megatron's losses run outside a compiled model (their frameworks keep their own columns).

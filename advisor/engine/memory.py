@@ -19,7 +19,7 @@ Components follow the HF guide's anatomy of model memory
   2022 sec. 4.1 (https://arxiv.org/abs/2205.05198), per class too: the residual stream in fp32 under autocast
   over fp32 weights and 16-bit over 16-bit weights (:func:`residual_bytes`), frozen layers without their inputs,
   a checkpointed block recomputed apart from the logits (within 10 % of the calibrated gated families' 16-bit,
-  ZeRO / FSDP and LoRA columns, ``tests/test_activation_classes.py``; it under-counts autocast over fp32 weights
+  ZeRO / FSDP and LoRA columns, ``tests/engine/test_activation_classes.py``; it under-counts autocast over fp32 weights
   by 8-21 % and GPT-2's Python GELU by a third);
 - checkpointing keeps each checkpointed block's input, and under a selective policy what it saves
   (:mod:`advisor.engine.checkpointing`); activation offloading (TRL's ``OffloadActivations``, torchtune's) moves

@@ -52,7 +52,7 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     matmul's input for the weight gradient only): under adapters on the attention projections the MLP's last
     matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
     output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
-    Checked against the calibrated families' columns in ``tests/test_activation_classes.py``.
+    Checked against the calibrated families' columns in ``tests/engine/test_activation_classes.py``.
 
     Megatron-style layers (``Plan.framework`` megatron) keep what Korthikanti et al. 2022 sec. 4.1 count: norms
     their input only (:func:`norm_bytes`), the fused bias-GeLU / SwiGLU its input (the first matmul's output),

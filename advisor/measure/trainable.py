@@ -135,7 +135,7 @@ def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights:
     ``weights`` (a local folder): transformers loads and quantizes them (``from_pretrained``). Without: random
     weights made and quantized one tensor at a time on ``device``
     (:func:`advisor.measure.quantized_base.random_quantized`), the model ``from_pretrained`` builds from a
-    checkpoint (``tests/test_quantized_trial_base.py`` compares the two on the CPU; a CUDA test there, skipped
+    checkpoint (``tests/measure/test_quantized_trial_base.py`` compares the two on the CPU; a CUDA test there, skipped
     without a GPU); the device never holds more than the 4-bit model and one 16-bit matrix. Before, random weights
     were saved to a temporary folder and loaded back: an 8B model's QLoRA trial took 306 s to start on an H100, and
     16 GB of disk; on this project's 2-core CPU Llama-3.2-1B's base takes 27.8 s this way and took 48.2 s that way.

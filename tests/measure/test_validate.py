@@ -389,6 +389,7 @@ def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
     assert report.trials[0].measured.losses[0] == pytest.approx(math.log(1000), abs=1e-4)
 
 
+@pytest.mark.subprocess  # torchrun and its ranks
 @pytest.mark.parametrize("parallelism", ["ddp", "zero-3"])
 def test_two_process_cpu_trial_through_torchrun_and_gloo(tiny, parallelism) -> None:
     """A distributed trial: torchrun starts 2 ranks (gloo), DDP or FSDP (ZeRO-3's counterpart)."""
@@ -405,6 +406,7 @@ def test_two_process_cpu_trial_through_torchrun_and_gloo(tiny, parallelism) -> N
     assert report.verdict == "confirmed"
 
 
+@pytest.mark.subprocess  # torchrun and its ranks
 def test_distributed_trial_stops_together_and_a_failed_rank_tears_the_run_down(tiny) -> None:
     stop = threading.Event()
 
