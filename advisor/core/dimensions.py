@@ -150,7 +150,6 @@ def _trial_label(parallelism: Parallelism) -> str:
 
 
 _SHARED = tuple(p.value for p in Parallelism if p is not Parallelism.NONE)  #: several devices
-_PACKAGED_OPTIMIZERS = tuple(o.value for o in Optimizer if o.spec.package is not None)
 
 #: The table, in the order a recommendation explains the searched settings, then the stack, then the rest. A
 #: handling's reason is a ``str.format`` template over the plan's fields (``{expert_parallel}``).
@@ -161,8 +160,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("tf32", Role.CROSSED, validate_flag=True, states=False, activations=False, plan_line=True),
     _D("optimizer", Role.CROSSED, validate_flag=True, estimate_default=Optimizer.ADAMW.value, activations=False,
        plan_line=True, handling={
-        _S: (_R("--simulate cannot run {optimizer}: its package's kernels need a real CUDA device; use the analytic "
-                "estimate (without --simulate)", *_PACKAGED_OPTIMIZERS),)}),
+        _S: tuple(_R(f"--simulate cannot run {o}: {o.spec.package}' kernels need a real CUDA device; use the analytic "
+                     "estimate (without --simulate)", o.value) for o in Optimizer if o.spec.package)}),
     _D("gradient_checkpointing", Role.CROSSED, validate_flag=True, estimate_default=False, states=False,
        plan_line=True),
     _D("micro_batch_size", Role.BATCH, validate_flag=True, metavar="b", estimate_default=1, states=False,
@@ -221,11 +220,11 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("legacy_bitsandbytes", Role.PRICED),
     _D("double_quant", Role.PRICED),
     _D("framework", Role.PRICED, handling={
-        _T: (_R("trials run transformers' model and the Trainer's loop, not {framework}'s own code: validate a plan "
-                "without --framework"),),
-        _S: (_R("--simulate runs transformers' model, not {framework}'s own code: use the analytic estimate "
-                "(benchmarks/litgpt_simulated.py simulates LitGPT's own step)", Framework.LITGPT.value),
-             _R(f"--simulate runs transformers' model, not {{framework}}'s own code: {_SIMULATE_ESTIMATE}"),),
+        _T: tuple(_R(f"trials run transformers' model and the Trainer's loop, not {f.label}: validate a plan without "
+                     "--framework", f.value) for f in Framework if f is not Framework.TRANSFORMERS),
+        _S: tuple(_R(f"--simulate runs transformers' model, not {f.label}: use the analytic estimate"
+                     + (" (benchmarks/litgpt_simulated.py simulates LitGPT's own step)" if f is Framework.LITGPT else ""),
+                     f.value) for f in Framework if f is not Framework.TRANSFORMERS),
         _E: (_R("--emit writes the Trainer's recipe; the plan is priced for {framework}'s own code: configure it from "
                 "the plan"),)}),
     _D("virtual_pipeline", Role.PRICED, metavar="V", limit=MAX_LAYERS),

@@ -3,6 +3,7 @@ what its copies cost, when the planner takes it, and what a trial needs to run i
 
 from __future__ import annotations
 
+import importlib.util  # noqa: F401 (read by the skipif condition's string, evaluated in this module's namespace)
 
 import pytest
 
