@@ -14,8 +14,9 @@ least device memory within :data:`MEMORY_SPEED_TOLERANCE` of the fastest plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import heapq
 from itertools import product
-from typing import Any
+from typing import Any, Iterator
 
 from advisor.engine.candidates import SAFETY_MARGIN_CPU, SAFETY_MARGIN_GPU, Candidate, Pricing, evaluate, order
 from advisor.engine.allocator import device_floor_bytes
@@ -278,24 +279,14 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
     plan that fits (``risky_bound`` from before): every candidate of a group pays at least the group's penalty and
     risky fallbacks, and at equal penalty it pays exactly those (a further fallback would add to the penalty), so
     :meth:`Candidate.key` ranks it after that plan whatever its speed."""
-    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
-    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
     speed = facts.workload.objective == Objective.SPEED
-    groups = []
-    for layout, micros, per_replica in layouts:
-        values = dict(layout.__dict__)
-        base = [e for e in layout_own if e.applies(values)]
-        for combo in product(*(allowed[s] for s in CROSSED)):
-            values.update(zip(CROSSED, combo))
-            paid = base + [e for e in own if e.applies(values)]
-            risky = sum(1 for e in paid if e.penalty == Penalty.RISKY) if speed else 0
-            groups.append((sum(e.penalty for e in paid), len(groups), risky, layout, combo, micros, per_replica))
+    groups = _groups(layouts, allowed, pricing, speed)
     priced: list[tuple[int, list[Candidate]]] = []
     spared: set[tuple] = set()
     least = None if bound is None else (bound, risky_bound if speed and risky_bound is not None else len(GROUP) + 1)
     deferred = []  # groups whose model states alone pass the usable memory: priced only if nothing fits
     usable = pricing.capacity_bytes * (1 - (SAFETY_MARGIN_GPU if facts.gpu is not None else SAFETY_MARGIN_CPU))
-    for penalty, rank, risky, layout, combo, micros, per_replica in sorted(groups, key=lambda g: g[:2]):
+    for penalty, rank, risky, layout, combo, micros, per_replica in groups:
         if least is not None and least < (penalty, risky):
             if least[0] < penalty:
                 break
@@ -313,6 +304,41 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
         priced += [(rank, _micro_batches(facts, group, micros, per_replica, pricing, spared))
                    for rank, group, micros, per_replica in deferred]
     return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
+
+
+def _groups(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
+            speed: bool) -> Iterator[tuple]:
+    """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
+    micro-batches, per-replica batch)``, in the order of (penalty, rank) (``rank``: the group's place in layout x
+    combination order), made as they are read: a search that stops at a penalty never makes the costlier ones.
+
+    The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
+    alike, so each combination's share is worked out once per such layout values."""
+    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
+    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
+    reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
+    combos = list(product(*(allowed[s] for s in CROSSED)))
+    shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}
+
+    def share(values: dict[str, Any]) -> list[tuple[int, int, int, tuple]]:
+        key = tuple(values[s] for s in reads)
+        found = shares.get(key)
+        if found is None:
+            found = []
+            for i, combo in enumerate(combos):
+                paid = [e for e in own if e.applies({**values, **dict(zip(CROSSED, combo))})]
+                found.append((sum(e.penalty for e in paid), i, sum(e.penalty == Penalty.RISKY for e in paid), combo))
+            found = shares[key] = sorted(found, key=lambda f: f[:2])
+        return found
+
+    def of(index: int, layout: Plan, micros: list[int], per_replica: int) -> Iterator[tuple]:
+        base = [e for e in layout_own if e.applies(layout.__dict__)]
+        penalty, risky = sum(e.penalty for e in base), sum(e.penalty == Penalty.RISKY for e in base)
+        for add, i, add_risky, combo in share(layout.__dict__):
+            yield (penalty + add, index * len(combos) + i, (risky + add_risky) if speed else 0, layout, combo, micros,
+                   per_replica)
+
+    return heapq.merge(*(of(i, *entry) for i, entry in enumerate(layouts)), key=lambda g: g[:2])
 
 
 def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], int]], out: list[Candidate],
