@@ -23,6 +23,7 @@ from textual.widgets import Button, Footer, Input, Static, TabbedContent
 from advisor.app.options import (WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions,
                                  parse)
 from advisor.engine.recommendation import Recommendation
+from advisor.core.dimensions import ADAPTER_SHAPE
 from advisor.core.errors import UsageError
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
@@ -194,7 +195,7 @@ class AdvisorApp(App):
         line would refuse it (:func:`advisor.app.plan_flags.require_adapters_for`)."""
         if method != AUTO_METHOD and not Method.of(method).spec.adapters:
             return {}
-        return {k: self.options[k] for k in ("lora_rank", "lora_targets") if self.options.get(k) is not None}
+        return {k: self.options[k] for k in ADAPTER_SHAPE if self.options.get(k) is not None}
 
     def action_validate(self) -> None:
         """Validate this machine's plan with trial steps (``ctrl+t``)."""

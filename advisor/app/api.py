@@ -47,7 +47,7 @@ from probes.model import ModelProfile, profile_model as _profile_model
 from probes.nvml_probe import probe_local
 from advisor.core.vocabulary import Method, Parallelism
 from rules import Facts, Plan, Workload
-from advisor.core.dimensions import WORKLOAD_SETTINGS, Consumer, swapped
+from advisor.core.dimensions import BATCH, WORKLOAD_SETTINGS, Consumer, swapped
 
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
@@ -238,7 +238,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     facts = _facts(model, opts.model_copy(update={"global_batch_size": micro}), hardware)
     plan = estimate_plan(facts, settings)
     if opts.global_batch_size is not None:  # the accumulation (or micro-batch) that makes it
-        batch = settings if {"micro_batch_size", "gradient_accumulation_steps"} & settings.keys() else {
+        batch = settings if set(BATCH) & settings.keys() else {
             **settings, "micro_batch_size": plan.micro_batch_size}
         plan = estimate_plan(facts, split_batch(opts.global_batch_size, batch, plan.data_parallel_size))
     require_adapters_for(opts, plan.method)
@@ -307,7 +307,7 @@ def _with_settings(base: Plan, opts: BaseModel, processes: int = 1, global_batch
     overrides = given_settings(opts)
     parallelism = overrides.pop("parallelism", None)
     gbs = global_batch_size or base.global_batch_size
-    if gbs != base.global_batch_size and not {"micro_batch_size", "gradient_accumulation_steps"} & overrides.keys():
+    if gbs != base.global_batch_size and not set(BATCH) & overrides.keys():
         overrides["micro_batch_size"] = base.micro_batch_size
     replicas = base.model_copy(update=overrides).data_parallel_size
     overrides = split_batch(gbs, overrides, replicas)

@@ -23,6 +23,8 @@ from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
 from advisor.core.vocabulary import Offload
 from advisor.core.units import GIB, MIB
+from advisor.core.dimensions import BATCH
+
 EXIT_CODES_HELP = "exit codes: " + ", ".join(f"{c.value} {c.name.lower().replace('_', '-')}" for c in ExitCode)
 
 
@@ -271,7 +273,7 @@ def _add_estimate(sub) -> None:
         "GPUs)")})
     group = p.add_argument_group("plan settings (default: the hardware's precision and tf32, ddp over several GPUs)")
     # the batch flags get no parser default: the API must see which of them --global-batch-size may set
-    batch = ("micro_batch_size", "gradient_accumulation_steps")
+    batch = BATCH
     add_arguments(group, PlanOptions, PLAN_FLAGS, unset="chosen for the hardware",
                   defaults={k: v for k, v in ESTIMATE_DEFAULTS.items() if k not in batch},
                   helps={k: f"{PlanOptions.model_fields[k].description} (default: {ESTIMATE_DEFAULTS[k]}, or what "

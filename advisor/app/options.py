@@ -27,7 +27,7 @@ from advisor.core.kernels import STACK_PACKAGES
 from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN
 from advisor.core.units import GIB, KIB, MIB
 from advisor.core.vocabulary import Method, Objective, Task, literal, values
-from advisor.core.dimensions import BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
+from advisor.core.dimensions import ADAPTER_SHAPE, BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
 from advisor.core.plan import STACK_SETTINGS, Plan, Workload
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
@@ -148,7 +148,7 @@ def _plan_setting(name: str) -> tuple[Any, Any]:
     row = BY_NAME[name]
     bounds = {"ge": 1, "le": row.limit or MAX_GLOBAL_BATCH_SIZE} if field.annotation is int else {}
     extra = {"metavar": row.metavar} if row.metavar else {}
-    if name in ("lora_rank", "lora_targets"):  # the adapters' shape defaults to Plan's whatever the command
+    if name in ADAPTER_SHAPE:  # the adapters' shape defaults to Plan's whatever the command
         extra["unset"] = field.default
     return field.annotation | None, Field(None, description=field.description, json_schema_extra=extra, **bounds)
 
@@ -172,7 +172,7 @@ class _MethodChoice(_Options):
 
 #: ``recommend``'s method options: the method to plan (or 'auto') and the adapters' shape, from ``Plan``'s fields.
 MethodOptions = create_model("MethodOptions", __base__=_MethodChoice, __module__=__name__,
-                             **{name: _plan_setting(name) for name in ("lora_rank", "lora_targets")})
+                             **{name: _plan_setting(name) for name in ADAPTER_SHAPE})
 
 
 def _stack_pin(name: str) -> tuple[Any, Any]:

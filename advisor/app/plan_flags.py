@@ -15,6 +15,7 @@ from advisor.core.kernels import Attention, Framework
 from advisor.core.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
 from rules.stack import installed_legacy_bitsandbytes
+from advisor.core.dimensions import ADAPTER_SHAPE, BATCH
 
 
 def given_settings(opts: BaseModel) -> dict[str, Any]:
@@ -29,7 +30,7 @@ def require_adapters_for(opts: BaseModel, method: str | None, from_scratch: bool
     Raises:
         UsageError: an adapter flag given with ``--method full`` or ``--from-scratch``.
     """
-    given = [name for name in ("lora_rank", "lora_targets") if getattr(opts, name, None) is not None]
+    given = [name for name in ADAPTER_SHAPE if getattr(opts, name, None) is not None]
     if not given:
         return
     flag = "--" + given[0].replace("_", "-")
@@ -88,8 +89,7 @@ def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[
         raise UsageError(f"--global-batch-size {gbs} does not split over {replicas} data-parallel replicas")
     per = gbs // replicas
     where = f"the global batch {gbs}" + (f" over {replicas} data-parallel replicas ({per} each)" if replicas > 1 else "")
-    for given, derived in (("micro_batch_size", "gradient_accumulation_steps"),
-                           ("gradient_accumulation_steps", "micro_batch_size")):
+    for given, derived in (BATCH, BATCH[::-1]):
         if given in overrides and derived not in overrides:
             if per % overrides[given]:
                 raise UsageError(f"--{given.replace('_', '-')} {overrides[given]} does not divide {where}")

@@ -261,6 +261,12 @@ CROSSED: tuple[str, ...] = _names(Role.CROSSED)
 #: The software-stack settings, settled per layout in this order; asked for with ``Workload``'s fields of the
 #: same names.
 STACK_SETTINGS: tuple[str, ...] = _names(Role.STACK)
+#: The batch's settings: the micro-batch and the accumulation it implies.
+BATCH: tuple[str, ...] = _names(Role.BATCH)
+#: The model-parallel split: tensor and pipeline parallel.
+SPLIT: tuple[str, ...] = _names(Role.SPLIT)
+#: The adapters' shape: the priced settings the question carries (LoRA's rank and target layers).
+ADAPTER_SHAPE: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.workload and row.role is Role.PRICED)
 #: The settings that matter only on several GPUs.
 MULTI_GPU: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.multi_gpu)
 #: The plan settings ``estimate`` and ``validate`` take as flags.

@@ -14,12 +14,12 @@ least device memory within :data:`MEMORY_SPEED_TOLERANCE` of the fastest plan.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import heapq
 from itertools import product
-from typing import Any, Iterator
+from typing import Any
 
 from advisor.engine.candidates import SAFETY_MARGIN_CPU, SAFETY_MARGIN_GPU, Candidate, Pricing, evaluate, order
 from advisor.engine.allocator import device_floor_bytes
+from advisor.engine.groups import GROUP, _groups, _within  # noqa: F401 (GROUP: the groups' settings)
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
@@ -30,7 +30,7 @@ from advisor.core.dimensions import Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
-from advisor.core.dimensions import CROSSED, LAYOUT
+from advisor.core.dimensions import CROSSED, LAYOUT, SPLIT
 from advisor.core.dimensions import Consumer
 from rules.stack import installed_legacy_bitsandbytes
 
@@ -111,7 +111,6 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
 
 
 
-GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
 
 
 def _layouts(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], strategies: list[str], refusing: list[Rule],
@@ -190,11 +189,6 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
         overflow = overflow or not candidate.fits
         out.append(candidate)
     return out
-
-
-def _within(effect: Effect, settings: tuple[str, ...]) -> bool:
-    """Whether a fallback reads only ``settings`` (its own and its ``when``'s)."""
-    return effect.setting in settings and all(k in settings for k in effect.when or {})
 
 
 def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
@@ -306,41 +300,6 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
     return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
 
 
-def _groups(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
-            speed: bool) -> Iterator[tuple]:
-    """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
-    micro-batches, per-replica batch)``, in the order of (penalty, rank) (``rank``: the group's place in layout x
-    combination order), made as they are read: a search that stops at a penalty never makes the costlier ones.
-
-    The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
-    alike, so each combination's share is worked out once per such layout values."""
-    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
-    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
-    reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
-    combos = list(product(*(allowed[s] for s in CROSSED)))
-    shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}
-
-    def share(values: dict[str, Any]) -> list[tuple[int, int, int, tuple]]:
-        key = tuple(values[s] for s in reads)
-        found = shares.get(key)
-        if found is None:
-            found = []
-            for i, combo in enumerate(combos):
-                paid = [e for e in own if e.applies({**values, **dict(zip(CROSSED, combo))})]
-                found.append((sum(e.penalty for e in paid), i, sum(e.penalty == Penalty.RISKY for e in paid), combo))
-            found = shares[key] = sorted(found, key=lambda f: f[:2])
-        return found
-
-    def of(index: int, layout: Plan, micros: list[int], per_replica: int) -> Iterator[tuple]:
-        base = [e for e in layout_own if e.applies(layout.__dict__)]
-        penalty, risky = sum(e.penalty for e in base), sum(e.penalty == Penalty.RISKY for e in base)
-        for add, i, add_risky, combo in share(layout.__dict__):
-            yield (penalty + add, index * len(combos) + i, (risky + add_risky) if speed else 0, layout, combo, micros,
-                   per_replica)
-
-    return heapq.merge(*(of(i, *entry) for i, entry in enumerate(layouts)), key=lambda g: g[:2])
-
-
 def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], int]], out: list[Candidate],
                       allowed: dict[str, list[Any]], pricing: Pricing, bound: int | None) -> list[Candidate]:
     """``out`` (the light layouts' candidates) and the heavy layouts' (``(penalty, order, layout, micro-batches,
@@ -399,9 +358,8 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     log = LayoutLog()
     candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
-    mp_penalty = min((e.penalty for e in effects if e.kind == "fallback"
-                      and e.setting in (Setting.TENSOR_PARALLEL, Setting.PIPELINE_PARALLEL)), default=0)
-    mp_possible = len(allowed[Setting.TENSOR_PARALLEL]) > 1 or len(allowed[Setting.PIPELINE_PARALLEL]) > 1
+    mp_penalty = min((e.penalty for e in effects if e.kind == "fallback" and e.setting in SPLIT), default=0)
+    mp_possible = any(len(allowed[s]) > 1 for s in SPLIT)
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
                                   bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only,

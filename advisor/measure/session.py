@@ -31,6 +31,7 @@ from advisor.measure.report_models import (Measured, Predicted, PredictionError,
 from advisor.core.units import GIB
 from advisor.core.vocabulary import Precision
 from rules import Facts, Plan
+from advisor.core.dimensions import BATCH
 
 KEEP_LARGER_IF_FASTER = 0.02  #: a larger micro-batch must be 2 % faster to replace a confirmed one
 
@@ -193,7 +194,7 @@ class Session:
         larger = larger_micro_batch(confirmed.plan)
         if larger is None or not self.budget_left or confirmed.measured is None:
             return confirmed
-        same = ("precision", "optimizer", "gradient_checkpointing")
+        same = [k for k in larger.__dict__ if k not in BATCH]  # the same plan but its batch split
         if any(t.status == "oom" and t.plan.micro_batch_size <= larger.micro_batch_size
                and all(getattr(t.plan, k) == getattr(larger, k) for k in same) for t in self.trials):
             return confirmed  # already ran out of memory there

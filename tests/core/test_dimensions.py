@@ -85,22 +85,17 @@ def test_trials_swap_what_they_run_in_its_place() -> None:
 
 
 def _assigned_collections(path: Path) -> list[str]:
-    """Module-level names bound to a tuple, list or set literal of two or more plan setting names (a dict is a plan
-    update or a table by setting, not a list of settings)."""
+    """Tuple, list or set literals of two or more plan setting names, anywhere in the module (a dict is a plan update
+    or a table by setting, not a list of settings)."""
     names = {row.name for row in DIMENSIONS}
     found = []
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
             continue
-        value = node.value
-        if isinstance(value, ast.Call) and getattr(value.func, "id", None) in ("frozenset", "set", "tuple"):
-            value = value.args[0] if value.args else value
-        elts = getattr(value, "elts", [])
-        spelled = [e for e in elts if isinstance(e, ast.Constant) and e.value in names]
-        members = [e for e in elts if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "Setting"]
+        spelled = [e for e in node.elts if isinstance(e, ast.Constant) and e.value in names]
+        members = [e for e in node.elts if isinstance(e, ast.Attribute) and getattr(e.value, "id", None) == "Setting"]
         if len(spelled) + len(members) >= 2:
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(target)}")
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)[:80]}")
     return found
 
 

@@ -1,0 +1,55 @@
+"""The groups of candidates a best-only search prices: each legal layout crossed with the crossed settings' values
+(:data:`advisor.core.dimensions.CROSSED`), in the order of the fallback penalty they share, made as they are read."""
+
+from __future__ import annotations
+
+import heapq
+from itertools import product
+from typing import Any, Iterator
+
+from advisor.core.dimensions import CROSSED, LAYOUT
+from advisor.core.vocabulary import Penalty
+from advisor.engine.candidates import Pricing
+from rules import Effect, Plan
+
+GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
+
+
+def _within(effect: Effect, settings: tuple[str, ...]) -> bool:
+    """Whether a fallback reads only ``settings`` (its own and its ``when``'s)."""
+    return effect.setting in settings and all(k in settings for k in effect.when or {})
+
+
+def _groups(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
+            speed: bool) -> Iterator[tuple]:
+    """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
+    micro-batches, per-replica batch)``, in the order of (penalty, rank) (``rank``: the group's place in layout x
+    combination order), made as they are read: a search that stops at a penalty never makes the costlier ones.
+
+    The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
+    alike, so each combination's share is worked out once per such layout values."""
+    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
+    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
+    reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
+    combos = list(product(*(allowed[s] for s in CROSSED)))
+    shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}
+
+    def share(values: dict[str, Any]) -> list[tuple[int, int, int, tuple]]:
+        key = tuple(values[s] for s in reads)
+        found = shares.get(key)
+        if found is None:
+            found = []
+            for i, combo in enumerate(combos):
+                paid = [e for e in own if e.applies({**values, **dict(zip(CROSSED, combo))})]
+                found.append((sum(e.penalty for e in paid), i, sum(e.penalty == Penalty.RISKY for e in paid), combo))
+            found = shares[key] = sorted(found, key=lambda f: f[:2])
+        return found
+
+    def of(index: int, layout: Plan, micros: list[int], per_replica: int) -> Iterator[tuple]:
+        base = [e for e in layout_own if e.applies(layout.__dict__)]
+        penalty, risky = sum(e.penalty for e in base), sum(e.penalty == Penalty.RISKY for e in base)
+        for add, i, add_risky, combo in share(layout.__dict__):
+            yield (penalty + add, index * len(combos) + i, (risky + add_risky) if speed else 0, layout, combo, micros,
+                   per_replica)
+
+    return heapq.merge(*(of(i, *entry) for i, entry in enumerate(layouts)), key=lambda g: g[:2])
