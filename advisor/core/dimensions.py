@@ -346,3 +346,27 @@ class _Required(Enum):
 
 
 _REQUIRED = _Required.REQUIRED  #: a required field has no default: every value counts as given
+
+
+def markdown() -> str:
+    """The table as docs/ARCHITECTURE.md shows it (``tests/core/test_dimensions.py`` keeps the two the same): a line
+    per row with its role, flag, multi-GPU, the cost caches that read it, and what the trial, the simulation and
+    ``--emit`` do with a value other than the default (``-``: run it)."""
+    def handled(row: Dimension, consumer: Consumer) -> str:
+        refused = [h for h in row.handling.get(consumer, ()) if h.verdict is Verdict.REFUSES]
+        words = [f"refuses {'/'.join(str(v) for h in refused for v in h.values)}" if all(h.values for h in refused)
+                 else "refuses any"] if refused else []
+        words += [f"swaps {'/'.join(map(str, h.values)) if h.values else 'any'} → {h.to}"
+                  for h in row.handling.get(consumer, ()) if h.verdict is Verdict.SWAPS]
+        return "; ".join(words) or "-"
+
+    lines = ["| setting | role | flag | multi-GPU | states / activations read it | trial | simulate | emit |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in DIMENSIONS:
+        flag = ("estimate, validate" if row.validate_flag else "estimate") if row.flag else "-"
+        reads = "/".join(w for w, on in (("states", row.states), ("activations", row.activations)) if on)
+        lines.append(f"| {row.name} | {row.role} | {flag} | {'yes' if row.multi_gpu else '-'} | "
+                     f"{reads if row.plan_field and reads else '-'} | {handled(row, Consumer.TRIAL)} | "
+                     f"{handled(row, Consumer.SIMULATE)} | {handled(row, Consumer.EMIT)} |")
+    return "\n".join(lines) + "\n"
+

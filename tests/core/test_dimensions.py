@@ -150,3 +150,11 @@ def test_the_recommended_plan_runs_as_emitted_or_says_so(model, options) -> None
         assert rec.estimate_only in (refusal(Consumer.EMIT, rec.plan) or "; ".join(swapped(Consumer.EMIT, rec.plan)[1]))
     trial = search(make_facts(model, **options), runs_on=Consumer.TRIAL).best
     assert trial is None or refusal(Consumer.TRIAL, trial.plan) is None  # validate's plan is one a trial runs
+
+
+def test_the_architecture_page_shows_the_table() -> None:
+    from advisor.core.dimensions import markdown
+
+    page = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    shown = page.split("<!-- dimensions -->\n", 1)[1].split("<!-- /dimensions -->", 1)[0]
+    assert shown == markdown(), "docs/ARCHITECTURE.md's table of dimensions is stale: paste dimensions.markdown()"
