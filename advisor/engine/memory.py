@@ -225,7 +225,9 @@ def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, 
 
 #: Plan fields the activations do not depend on, which the planner varies within a layout: a memo key leaves them out.
 _NOT_ACTIVATIONS = NOT_ACTIVATIONS  #: the table's rows that the activations do not read
-_ACTIVATION_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_ACTIVATIONS))  #: the memo key's
+#: the memo key's fields: the attention kernel enters it as ``eager`` (whether the kernel keeps the s x s scores), all
+#: that the activations read of it, so FlashAttention-2, -3 and SDPA plans share their activations
+_ACTIVATION_FIELDS = itemgetter(*(f for f in Plan.model_fields if f not in _NOT_ACTIVATIONS | {"attention"}))
 _MEMO: dict[tuple, tuple[ModelProfile, tuple[int, int]]] = {}
 _MEMO_ENTRIES = 8192
 

@@ -418,16 +418,19 @@ def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the
 
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from(["adamw", "adamw-8bit", "sgd", "adafactor"]), st.booleans(), st.sampled_from([1, 2, 8]),
-       st.booleans(), st.sampled_from(["fp32", "bf16"]), st.booleans())
+       st.booleans(), st.sampled_from(["fp32", "bf16"]), st.booleans(),
+       st.sampled_from(["sdpa", "flash-attention-2", "flash-attention-3"]))
 def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(optimizer, tf32, steps, ckpt, precision,
-                                                                       offload) -> None:
-    """advisor.engine.memory remembers activations by plan less tf32, optimizer and accumulation: computed afresh,
-    plans that differ only in those keep the same activations."""
+                                                                       offload, attention) -> None:
+    """advisor.engine.memory remembers activations by plan less tf32, optimizer and accumulation, and the attention
+    kernel but whether it keeps the scores (``eager``, its own key): computed afresh, plans that differ only in those
+    keep the same activations."""
     from advisor.engine.memory import _NOT_ACTIVATIONS, _activation_bytes, _activation_bytes_of
 
     assert _NOT_ACTIVATIONS == {"tf32", "optimizer", "gradient_accumulation_steps"}
     base = _plan(precision=precision, gradient_checkpointing=ckpt, activation_offloading=offload, device="cuda")
-    varied = base.model_copy(update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps})
+    varied = base.model_copy(update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps,
+                                     "attention": attention})
     fresh = _activation_bytes_of(GPT2, varied, 512, False)
     assert fresh == _activation_bytes_of(GPT2, base, 512, False) == _activation_bytes(GPT2, varied, 512, False)
 
