@@ -102,18 +102,20 @@ def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing
     for every other: the recommendation prices the values not taken (:mod:`advisor.engine.decisions`).
     """
     rules = refusing if refusing is not None else _refusing_rules()
+    values, chosen = dict(plan.__dict__), {}
     for setting in STACK_SETTINGS:
-        key = (id(facts.model), id(facts.hardware), tuple(plan.__dict__.values()), setting, tuple(allowed[setting]),
+        key = (id(facts.model), id(facts.hardware), tuple(values.values()), setting, tuple(allowed[setting]),
                tuple(map(id, rules)))
         hit = _STACK.get(key)
         if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
             if len(_STACK) >= _STACK_ENTRIES:
                 _STACK.clear()
-            hit = _STACK[key] = (facts.model, facts.hardware, _first_runnable(facts, plan, setting, allowed, rules))
+            here = plan.model_copy(update=chosen) if chosen else plan
+            hit = _STACK[key] = (facts.model, facts.hardware, _first_runnable(facts, here, setting, allowed, rules))
         if hit[2] is None:
             return None
-        plan = plan.model_copy(update={setting: hit[2][0]})
-    return plan
+        chosen[setting] = values[setting] = hit[2][0]
+    return plan.model_copy(update=chosen)
 
 
 #: The stack values settled before (:func:`_first_runnable`), by model, hardware, plan, setting and the values tried:
