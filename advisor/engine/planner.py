@@ -327,14 +327,6 @@ def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]]
     return out
 
 
-def _nothing_fits(facts: Facts) -> bool:
-    """Whether no plan can fit, before any is priced: the device memory every plan holds whatever its settings (the
-    CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
-    if facts.gpu is None:
-        return False
-    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
-
-
 def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
@@ -352,8 +344,6 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     domain = domains(facts)
     if runs_on is not None:
         effects += capability_forbids(runs_on, domain)
-    if best_only and _nothing_fits(facts):
-        return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects, check_effects=[])
     allowed = allowed_values(domain, effects)
     log = LayoutLog()
     candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)

@@ -5,7 +5,7 @@ risky one): the catalog GPU that would run it much faster (:func:`faster_hardwar
 from __future__ import annotations
 
 from advisor.engine import planner
-from advisor.engine.candidates import Candidate
+from advisor.engine.candidates import SAFETY_MARGIN_GPU, Candidate
 from advisor.engine.legality import no_layout_error
 from advisor.core.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
@@ -22,7 +22,18 @@ def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> Candidate | None:
     """The best plan on catalog hardware ``gpu`` over ``nodes`` (None: nothing fits), with the settings the question
     gave its own hardware (network, host RAM, CUDA context and version: :meth:`HardwareProfile.with_settings_of`)."""
     hw = profile_from_catalog(gpu, nodes).with_settings_of(facts.hardware)
-    return planner.search(facts.model_copy(update={"hardware": hw, "packages": {}}), best_only=True).best
+    other = facts.model_copy(update={"hardware": hw, "packages": {}})
+    if nothing_fits(other):  # the CUDA context alone passes the usable memory: no count of these GPUs helps
+        return None
+    return planner.search(other, best_only=True).best
+
+
+def nothing_fits(facts: Facts) -> bool:
+    """Whether no plan can fit, before any is priced: the device memory every plan holds whatever its settings (the
+    CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
+    if facts.gpu is None:
+        return False
+    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
 
 
 def _larger_gpu(facts: Facts) -> str | None:

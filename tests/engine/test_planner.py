@@ -216,6 +216,9 @@ def _same_best(f) -> None:
     pytest.param("a100-40gb:8", "mistralai/Mixtral-8x7B-v0.1", 1024, {},  # expert parallel, model parallel
                  marks=pytest.mark.slow),
     ("t4", "meta-llama/Llama-3.1-70B", 4096, {}),  # nothing fits
+    pytest.param({"gpu": "h100-sxm:8", "nodes": 2}, "meta-llama/Llama-3.1-70B", 4096, {},  # states pass the GPU
+                 marks=pytest.mark.slow),  # in most layouts (the floor), risky model parallel at the best's penalty
+    ({"gpu": "a100-80gb", "given": {"cuda_context_bytes": 85 * 2**30}}, "gpt2", 1024, {}),  # the context alone
     ("v100-16gb", "gpt2-xl", 1024, {"objective": "memory"}),
 ])
 def test_best_only_search_finds_the_full_search_s_best(gpu, model, seq_len, workload) -> None:
