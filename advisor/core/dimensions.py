@@ -179,8 +179,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("optimizer_in_backward", Role.LAYOUT, handling={
         _T: (_R("trials do not run the optimizer step in backward yet (estimate --simulate does): validate the plan "
                 "without --optimizer-in-backward"),),
-        _E: (swaps(False, "the Trainer has no option for the optimizer step in backward: the emitted files step after "
-                   "the backward pass (launch.sh says how torchtune's optimizer_in_bwd runs it)"),)}),
+        _E: (swaps(False, "the emitted files step the optimizer after the backward pass: the Trainer has no option for "
+                   "the step in backward (launch.sh says how torchtune's optimizer_in_bwd runs it)"),)}),
     _D("expert_parallel", Role.LAYOUT, metavar="E", multi_gpu=True, handling={
         _T: (_R("trials of expert-parallel plans are not supported (they need DeepSpeed-MoE or Megatron-Core): "
                 "validate a plan with --expert-parallel 1"),),
@@ -188,8 +188,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
                 "configure Megatron-Core (--expert-model-parallel-size {expert_parallel}) or DeepSpeed-MoE "
                 "(deepspeed.moe.layer.MoE(..., ep_size={expert_parallel})) from the plan"),)}),
     _D("activation_offloading", Role.LAYOUT, validate_flag=True, states=False, handling={
-        _E: (swaps(False, "the Trainer has no option for activation offloading: the emitted files keep activations on "
-                   "the GPU (launch.sh says how TRL's SFTConfig(activation_offloading=True) runs it)"),),
+        _E: (swaps(False, "the emitted files keep activations on the GPU: the Trainer has no option for activation "
+                   "offloading (launch.sh says how TRL's SFTConfig(activation_offloading=True) runs it)"),),
         _S: (_R("--simulate counts the live tensors of one device and cannot see activation offloading's copies in "
                 f"CPU RAM: {_SIMULATE_ESTIMATE}"),)}),
     _D("gradient_accumulation_steps", Role.BATCH, validate_flag=True, metavar="k", estimate_default=1, states=False,
@@ -199,8 +199,8 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("loss_kernel", Role.STACK, validate_flag=True, workload=True, states=False, label="loss kernel", handling={
         _T: (_R("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: validate the "
                 f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),),
-        _E: (swaps(LossKernel.STANDARD.value, "the Trainer has no chunked cross-entropy: the emitted files compute the "
-                   "standard loss (torchtune's CEWithChunkedOutputLoss runs it)", LossKernel.CHUNKED.value),)}),
+        _E: (swaps(LossKernel.STANDARD.value, "the emitted files compute the standard loss: the Trainer has no chunked "
+                   "cross-entropy (torchtune's CEWithChunkedOutputLoss runs it)", LossKernel.CHUNKED.value),)}),
     _D("torch_compile", Role.STACK, validate_flag=True, workload=True, states=False, label="torch.compile", handling={
         _S: (_R("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
                 "like with like"),)}),
