@@ -20,6 +20,7 @@ A leaf module: it imports the vocabulary only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from enum import Enum
 from typing import Any
 
@@ -293,6 +294,7 @@ def plan_fields() -> tuple[str, ...]:
     return tuple(row.name for row in DIMENSIONS if row.plan_field)
 
 
+@lru_cache(maxsize=None)
 def defaults(plan_type: type) -> dict[str, Any]:
     """Each plan field's default (pydantic ``model_fields``; required fields are left out)."""
     return {name: f.default for name, f in plan_type.model_fields.items() if not f.is_required()}

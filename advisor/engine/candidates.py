@@ -5,6 +5,7 @@ explanations and ``advisor estimate`` share."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from operator import itemgetter
 from typing import Callable
 
@@ -16,6 +17,12 @@ from rules import Effect, Facts, Plan
 
 SAFETY_MARGIN_GPU = 0.10  #: fraction of GPU memory kept free (fragmentation, other processes)
 SAFETY_MARGIN_CPU = 0.25  #: fraction of RAM kept for the OS, the data pipeline and other programs
+
+
+def safety_margin(device: str) -> float:
+    """The fraction of a device's memory a plan on ``device`` keeps free (:data:`SAFETY_MARGIN_GPU` on CUDA, else
+    :data:`SAFETY_MARGIN_CPU`)."""
+    return SAFETY_MARGIN_GPU if device == Device.CUDA else SAFETY_MARGIN_CPU
 
 
 @dataclass
@@ -107,20 +114,18 @@ class Pricing:
     #: (:meth:`judge`: many plans share them)
     judged: dict = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def reads(self) -> tuple[str, ...]:
-        """The plan settings the fallbacks and preferences read (their own and their ``when``'s)."""
-        found = {e.setting for e in (*self.fallbacks, *self.preferences)}
-        found.update(k for e in (*self.fallbacks, *self.preferences) for k in (e.when or {}))
-        return tuple(sorted(found))
+    @cached_property
+    def _judged_key(self) -> Callable[[dict], tuple]:
+        """The values of a plan's settings the fallbacks and preferences read (their own and their ``when``'s)."""
+        reads = {e.setting for e in (*self.fallbacks, *self.preferences)}
+        reads.update(k for e in (*self.fallbacks, *self.preferences) for k in (e.when or {}))
+        getter = itemgetter(*sorted(reads)) if reads else (lambda _: ())
+        return lambda values: (getter(values),)
 
     def judge(self, plan: Plan) -> tuple[list[Effect], int]:
         """The fallbacks ``plan`` pays and how many preferences it meets."""
         values = plan.__dict__
-        reads = self.judged.get(None)
-        if reads is None:
-            reads = self.judged[None] = itemgetter(*self.reads) if self.reads else (lambda _: ())
-        key = reads(values)
+        key = self._judged_key(values)
         hit = self.judged.get(key)
         if hit is None:
             fallbacks = [e for e in self.fallbacks
@@ -171,7 +176,7 @@ def _priced_key(plan: Plan) -> tuple:
 
 def _price(facts: Facts, plan: Plan, pricing: Pricing) -> tuple[MemoryEstimate, Callable[[], SpeedEstimate]]:
     """The plan's memory estimate, and how to price its speed (when first read)."""
-    margin = SAFETY_MARGIN_GPU if plan.device == Device.CUDA else SAFETY_MARGIN_CPU
+    margin = safety_margin(plan.device)
     hw = facts.hardware
     memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
                              host_capacity_bytes=pricing.host_capacity_bytes,

@@ -15,12 +15,12 @@ from rules import Effect, Plan
 GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
 
 
-def _within(effect: Effect, settings: tuple[str, ...]) -> bool:
+def within(effect: Effect, settings: tuple[str, ...]) -> bool:
     """Whether a fallback reads only ``settings`` (its own and its ``when``'s)."""
     return effect.setting in settings and all(k in settings for k in effect.when or {})
 
 
-def _groups(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
+def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
             speed: bool) -> Iterator[tuple]:
     """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
     micro-batches, per-replica batch)``, in the order of (penalty, rank) (``rank``: the group's place in layout x
@@ -28,8 +28,8 @@ def _groups(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[
 
     The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
     alike, so each combination's share is worked out once per such layout values."""
-    own = [e for e in pricing.fallbacks if _within(e, GROUP) and not _within(e, LAYOUT)]  # they read a crossed setting
-    layout_own = [e for e in pricing.fallbacks if _within(e, LAYOUT)]
+    own = [e for e in pricing.fallbacks if within(e, GROUP) and not within(e, LAYOUT)]  # they read a crossed setting
+    layout_own = [e for e in pricing.fallbacks if within(e, LAYOUT)]
     reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
     combos = list(product(*(allowed[s] for s in CROSSED)))
     shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.engine.candidates import SAFETY_MARGIN_CPU, SAFETY_MARGIN_GPU, Candidate, Pricing, evaluate, order
+from advisor.engine.candidates import Candidate, Pricing, evaluate, order, safety_margin
 from advisor.engine.allocator import device_floor_bytes
-from advisor.engine.groups import GROUP, _groups, _within  # noqa: F401 (GROUP: the groups' settings)
+from advisor.engine.groups import groups_in_order, within
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
@@ -194,7 +194,7 @@ def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int
 def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
     """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this: a fallback
     whose ``when`` reads a setting outside the layout, such as checkpointing, may not apply to all of them)."""
-    return sum(e.penalty for e in pricing.fallbacks if _within(e, LAYOUT) and e.applies(values))
+    return sum(e.penalty for e in pricing.fallbacks if within(e, LAYOUT) and e.applies(values))
 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
@@ -258,6 +258,11 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
 
 
+#: A fitting plan's risky count where it does not rank (the 'memory' objective, or no count known): above any
+#: group's, so only the penalty prunes.
+_UNRANKED = float("inf")
+
+
 def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]],
                      pricing: Pricing, bound: int | None, risky_bound: int | None = None) -> list[Candidate]:
     """The candidates that could be the best plan, in the order the full search prices them (``layouts``: light, then
@@ -274,12 +279,12 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
     risky fallbacks, and at equal penalty it pays exactly those (a further fallback would add to the penalty), so
     :meth:`Candidate.key` ranks it after that plan whatever its speed."""
     speed = facts.workload.objective == Objective.SPEED
-    groups = _groups(layouts, allowed, pricing, speed)
+    groups = groups_in_order(layouts, allowed, pricing, speed)
     priced: list[tuple[int, list[Candidate]]] = []
     spared: set[tuple] = set()
-    least = None if bound is None else (bound, risky_bound if speed and risky_bound is not None else len(GROUP) + 1)
+    least = None if bound is None else (bound, risky_bound if speed and risky_bound is not None else _UNRANKED)
     deferred = []  # groups whose model states alone pass the usable memory: priced only if nothing fits
-    usable = pricing.capacity_bytes * (1 - (SAFETY_MARGIN_GPU if facts.gpu is not None else SAFETY_MARGIN_CPU))
+    usable = pricing.capacity_bytes * (1 - safety_margin(Device.CPU if facts.gpu is None else Device.CUDA))
     for penalty, rank, risky, layout, combo, micros, per_replica in groups:
         if least is not None and least < (penalty, risky):
             if least[0] < penalty:
@@ -291,7 +296,7 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
             continue
         batch = _micro_batches(facts, group, micros, per_replica, pricing, spared)
         spared.update(_twin(c.plan) for c in batch if c.fits and not c.plan.activation_offloading)
-        keys = [(c.penalty, c.risky if speed else len(GROUP) + 1) for c in batch if c.fits]
+        keys = [(c.penalty, c.risky if speed else _UNRANKED) for c in batch if c.fits]
         least = min(keys + ([least] if least is not None else []), default=None)
         priced.append((rank, batch))
     if least is None:  # nothing fits: the full search's candidates, the smallest plan among them

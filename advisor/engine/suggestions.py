@@ -5,12 +5,12 @@ risky one): the catalog GPU that would run it much faster (:func:`faster_hardwar
 from __future__ import annotations
 
 from advisor.engine import planner
-from advisor.engine.candidates import SAFETY_MARGIN_GPU, Candidate
+from advisor.engine.candidates import Candidate, safety_margin
 from advisor.engine.legality import no_layout_error
 from advisor.core.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
 from advisor.core.units import GIB
-from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty
+from advisor.core.vocabulary import Device, Method, Offload, Parallelism, Penalty
 from rules import Facts
 
 #: GPU counts tried for "more GPUs" (a node holds up to 8; more are whole nodes of 8).
@@ -33,7 +33,7 @@ def nothing_fits(facts: Facts) -> bool:
     CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
     if facts.gpu is None:
         return False
-    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - SAFETY_MARGIN_GPU)
+    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - safety_margin(Device.CUDA))
 
 
 def _larger_gpu(facts: Facts) -> str | None:
