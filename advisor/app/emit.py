@@ -39,11 +39,10 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWAR
 from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
-from advisor.core.dimensions import Consumer, refusal
+from advisor.core.dimensions import Consumer, Setting, refusal
 from advisor.core.errors import OutputError, UsageError
 from advisor.core.kernels import LossKernel
 from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
-from advisor.core.dimensions import Setting
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
 FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,

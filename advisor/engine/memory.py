@@ -60,8 +60,7 @@ from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
-from advisor.core.dimensions import Setting
-from advisor.core.dimensions import NOT_ACTIVATIONS
+from advisor.core.dimensions import NOT_ACTIVATIONS, Setting
 from advisor.core.plan import Plan
 
 #: Blocks' saved tensors an activation-offloading plan keeps on the GPU: one block's. TRL's ``OffloadActivations``

@@ -26,12 +26,10 @@ from advisor.core.kernels import Attention, LossKernel
 from advisor.core.limits import divisors
 from advisor.core.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                    WeightsDtype, searched, values)
-from advisor.core.dimensions import Setting
+from advisor.core.dimensions import CROSSED, Consumer, LAYOUT, SPLIT, Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
-from advisor.core.dimensions import CROSSED, LAYOUT, SPLIT
-from advisor.core.dimensions import Consumer
 from rules.stack import installed_legacy_bitsandbytes
 
 # the legality checks, also reached as planner.check_plan / planner.require_legal by the app

@@ -12,7 +12,7 @@ from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDeci
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
-from advisor.core.dimensions import MULTI_GPU, SEARCHED, Consumer, refusal, swapped
+from advisor.core.dimensions import Consumer, MULTI_GPU, SEARCHED, Setting, refusal, swapped
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
@@ -21,7 +21,6 @@ from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from advisor.core.units import GIB
 from advisor.core.vocabulary import Objective, Offload, Penalty
-from advisor.core.dimensions import Setting
 from rules import Effect, Plan, Workload
 from advisor.core.plan import STACK_SETTINGS
 
