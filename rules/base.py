@@ -30,7 +30,7 @@ from rules.facts import Facts, Plan
 
 EffectKind = Literal["forbid", "prefer", "fallback", "set", "warn"]
 
-#: How rules that speak of the same setting combine, strongest first (what :func:`advisor.engine.planner.allowed`
+#: How rules that speak of the same setting combine, strongest first (what :func:`advisor.engine.legality.allowed_values`
 #: and the ranking apply; docs/ARCHITECTURE.md, "Rule precedence"):
 #:
 #: 1. a hard ``forbid``: the value cannot run here; nothing brings it back;
