@@ -80,6 +80,11 @@ class Effect(BaseModel):
     when: dict[Setting, Any] | None = None
     """a ``fallback`` or ``prefer`` that holds only in plans with these other settings (e.g. bf16 weights cost
     precision only when every weight trains: ``{method: full}``); a value may be a list: any of"""
+    quality_risk: bool = False
+    """a ``fallback`` that may cost the trained model's quality, not only time (bf16 weights without fp32 masters,
+    Adafactor, fp16 on a bf16-pretrained model, the optimizer step in backward without clipping): under ``--method
+    auto`` a full fine-tuning plan that needs one is weighed against the fastest adapter plan (rule
+    ``method.full-unless-quality-risk``)"""
     package: str | None = None
     """a soft ``forbid`` that installing this package lifts (its import name, a key of
     :data:`advisor.core.kernels.STACK_PACKAGES`): the value would run where the plan trains once it is installed"""
@@ -137,9 +142,9 @@ class Rule:
         return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id, when=when)
 
     def fallback(self, setting: Setting, value: Any, reason: str, penalty: Penalty, *,
-                 when: dict[Setting, Any] | None = None) -> Effect:
+                 when: dict[Setting, Any] | None = None, quality_risk: bool = False) -> Effect:
         return Effect(kind="fallback", setting=setting, value=value, reason=reason, penalty=penalty,
-                      rule_id=self.id, when=when)
+                      rule_id=self.id, when=when, quality_risk=quality_risk)
 
     def set(self, setting: Setting, value: Any, reason: str) -> Effect:
         return Effect(kind="set", setting=setting, value=value, reason=reason, rule_id=self.id)

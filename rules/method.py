@@ -56,7 +56,8 @@ class AdaptersWhenFullDoesNotFit(Rule):
         effects = [self.prefer(Setting.METHOD, Method.FULL, "every weight trains: full fine-tuning's quality, no "
                                "adapters to merge"),
                    self.fallback(Setting.METHOD, Method.LORA, "trains low-rank adapters, not every weight: only when "
-                                 "full fine-tuning does not fit without a heavy fallback", penalty=Penalty.ADAPTERS),
+                                 "full fine-tuning does not fit without a heavy fallback, or needs one that risks "
+                                 "quality and trains slower", penalty=Penalty.ADAPTERS),
                    self.fallback(Setting.METHOD, Method.QLORA, "adapters over a 4-bit base: dequantization time and a "
                                  "small quantization error on top of LoRA's trade-off, weighed as one light fallback "
                                  "more: when LoRA does not fit, or needs a fallback (checkpointing) QLoRA is faster "
@@ -107,6 +108,53 @@ class AdaptersWhenFullDoesNotFit(Rule):
                                                           "them only adds PCIe traffic (offloading the frozen base's "
                                                           "parameters under FSDP / ZeRO-3 is allowed: "
                                                           "optimizer+parameters)", hard=True)
+
+
+@register
+class FullUnlessQualityRisk(Rule):
+    id = "method.full-unless-quality-risk"
+    title = ("--method auto: full fine-tuning unless its plan needs a quality-risk fallback and an adapter plan trains "
+             "faster (or, under --objective memory, needs less memory at least as fast)")
+    topic = "method"
+    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.BF16_UPDATES, S.ADAFACTOR_PAPER,
+               S.EIGHT_BIT_PAPER]
+    rationale = ("The fallback ladder ranks a fallback by what it costs, and adapters above every light full "
+                 "fine-tuning fallback (method.adapters-when-full-does-not-fit). Some of those fallbacks cost the "
+                 "trained model's quality, not only time: bf16 weights without fp32 masters round small updates away "
+                 "(Zamirai et al. 2020), Adafactor's factored states can converge slower or worse (Shazeer & Stern "
+                 "2018, sec. 3; the HF single-GPU guide), and the optimizer step in backward drops accumulation and "
+                 "clipping by global norm. 8-bit states are not among them: block-wise 8-bit Adam matched 32-bit "
+                 "Adam (Dettmers et al. 2022). A full fine-tune that needs such a fallback is no longer the "
+                 "quality-safe choice; LoRA on every linear layer matched full fine-tuning on instruction tuning "
+                 "(QLoRA sec. 4-5), and learns less new knowledge in long continued pre-training (Biderman et al. "
+                 "2024). So the planner weighs the two by the figures: full fine-tuning wins when it needs no "
+                 "quality-risk fallback, or when the fastest adapter plan is not faster; otherwise the adapter plan "
+                 "wins, and the card says what full fine-tuning would have needed and at what speed. Under "
+                 "--objective memory an adapter plan that needs less memory at least as fast wins too. --method "
+                 "full keeps full fine-tuning.")
+
+    def weigh(self, risks: list[str], full: tuple[float, int], adapters: tuple[float, int], adapter_method: str,
+              memory_objective: bool) -> list[Effect]:
+        """The effects that choose the adapter plan over the best full fine-tuning plan, or [] (full stays).
+
+        Args:
+            risks: the full plan's quality-risk fallbacks, as ``setting=value``.
+            full, adapters: each best plan's (tokens/s, device bytes per GPU).
+            adapter_method: the adapter plan's method (lora, qlora).
+            memory_objective: the user asked for the least memory (``--objective memory``).
+        """
+        ratio = full[0] / adapters[0] if adapters[0] > 0 else float("inf")
+        faster = adapters[0] > full[0]
+        smaller = adapters[1] < full[1] and adapters[0] >= full[0]
+        if not ((risks and faster) or (memory_objective and smaller)):
+            return []
+        if risks:
+            need = f"full fine-tuning would need {' + '.join(risks)} at {ratio:.2f}x the speed"
+        else:
+            need = (f"full fine-tuning needs {full[1] / 2**30:.1f} GiB per GPU at {ratio:.2f}x the speed, this "
+                    f"{adapter_method} plan {adapters[1] / 2**30:.1f} GiB")
+        why = f"{need}: {adapter_method} trains the adapters faster, with no quality-risk fallback"
+        return [self.prefer(Setting.METHOD, _ADAPTERS, why), self.forbid(Setting.METHOD, Method.FULL, need)]
 
 
 @register
@@ -167,7 +215,7 @@ class Bf16Weights(Rule):
                                 f"{facts.gpu.cc[0]}.{facts.gpu.cc[1]} has no bf16 arithmetic", hard=True)]
         return [self.fallback(Setting.WEIGHTS_DTYPE, WeightsDtype.BF16, "no fp32 master weights: bf16 updates can round "
                               "away, so only when AMP's fp32 weights do not fit", penalty=Penalty.MUCH_SLOWER,
-                              when={Setting.METHOD: Method.FULL.value}),
+                              when={Setting.METHOD: Method.FULL.value}, quality_risk=True),
                 self.prefer(Setting.WEIGHTS_DTYPE, WeightsDtype.BF16, "the frozen base needs no fp32 copy: half the "
                             "bytes, no autocast casts", when={Setting.METHOD: _ADAPTERS})]
 

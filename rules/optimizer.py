@@ -54,7 +54,7 @@ class LowMemoryOptimizerWhenStatesDoNotFit(Rule):
             self.fallback(Setting.OPTIMIZER, Optimizer.PAGED_ADAMW_8BIT, why, penalty=Penalty.MUCH_SLOWER),
             self.fallback(Setting.OPTIMIZER, Optimizer.ADAFACTOR,
                           "factored states, but convergence can be slower or worse than Adam: only when neither "
-                          "AdamW nor 8-bit Adam fits", penalty=Penalty.RISKY),
+                          "AdamW nor 8-bit Adam fits", penalty=Penalty.RISKY, quality_risk=True),
         ]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
@@ -108,7 +108,8 @@ class OptimizerInBackward(Rule):
     def propose(self, facts: Facts) -> list[Effect]:
         return [self.fallback(Setting.OPTIMIZER_IN_BACKWARD, True, "steps each parameter in backward and frees its "
                               "gradient: no gradient accumulation and no clipping by global norm, so only when the "
-                              "gradients are what does not fit", penalty=Penalty.MUCH_SLOWER)]
+                              "gradients are what does not fit", penalty=Penalty.MUCH_SLOWER,
+                              quality_risk=True)]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not plan.optimizer_in_backward:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty
+from probes.adapters import adapter_parameters
 from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -88,24 +89,37 @@ class DataParallelForSmallModels(Rule):
 @register
 class ShardingOnlyWhenNeeded(Rule):
     id = "parallelism.deepspeed-only-when-needed"
-    title = "ZeRO / FSDP only when the model or a small batch does not fit (models up to ~500M)"
+    title = ("ZeRO / FSDP only when the model or a small batch does not fit (models up to ~500M; adapters on any "
+             "model: what trains is small)")
     topic = "parallelism"
-    sources = [S.HF_DEEPSPEED, S.HF_SCALE, S.ZERO_PAPER]
+    sources = [S.HF_DEEPSPEED, S.HF_SCALE, S.ZERO_PAPER, S.PEFT_ACCELERATE]
     rationale = ("The documents' decision tree: if the model fits one GPU with room for a small batch, DeepSpeed "
                  "only slows things down; if it does not, use DeepSpeed ZeRO (or FSDP). ZeRO-3 also gathers "
-                 "parameters every layer (~1.5x DDP's traffic).")
+                 "parameters every layer (~1.5x DDP's traffic). What counts is what trains: under LoRA / QLoRA the "
+                 "gradients and optimizer states are the adapters' (millions of parameters, not billions), so DDP "
+                 "all-reduces only those and replicates the frozen base; sharding then saves only the base's bytes, "
+                 "at the cost of gathering them every layer (no gradients of the base to reduce-scatter: a bounded "
+                 "slowdown, one rung), and is a fallback for a base DDP cannot hold, whatever the model's size (PEFT's FSDP guide shards to fit a base one GPU cannot hold).")
 
     def propose(self, facts: Facts) -> list[Effect]:
-        if facts.hardware.num_gpus <= 1 or facts.model.num_parameters > LARGE_MODEL:
+        if facts.hardware.num_gpus <= 1:
             return []
-        why = "shards model states at the cost of communication: only when DDP does not fit"
+        heavy_penalty = Penalty.MUCH_SLOWER
+        if facts.model.num_parameters <= LARGE_MODEL:
+            when, why = None, "shards model states at the cost of communication: only when DDP does not fit"
+        else:  # only the frozen base's gathers: no gradients but the adapters' to reduce-scatter
+            heavy_penalty = Penalty.SLOWER
+            w = facts.workload
+            trained = adapter_parameters(facts.model, w.lora_rank, w.lora_targets)
+            when = {Setting.METHOD: [m.value for m in Method if m.spec.adapters]}
+            why = (f"the adapters train {trained / 1e6:,.0f}M parameters: DDP all-reduces only their gradients and "
+                   "replicates the frozen base; sharding it costs communication, so only when DDP does not fit")
         every_layer = why + " (gathers parameters every layer)"
-        return [self.fallback(Setting.PARALLELISM, Parallelism.ZERO_1, why, penalty=Penalty.SLOWER),
-                self.fallback(Setting.PARALLELISM, Parallelism.ZERO_2, why, penalty=Penalty.SLOWER),
-                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_SHARD_GRAD_OP, why, penalty=Penalty.SLOWER),
-                self.fallback(Setting.PARALLELISM, Parallelism.ZERO_3, every_layer, penalty=Penalty.MUCH_SLOWER),
-                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_FULL_SHARD, every_layer, penalty=Penalty.MUCH_SLOWER),
-                self.fallback(Setting.PARALLELISM, Parallelism.FSDP_HYBRID_SHARD, every_layer, penalty=Penalty.MUCH_SLOWER)]
+        light = (Parallelism.ZERO_1, Parallelism.ZERO_2, Parallelism.FSDP_SHARD_GRAD_OP)
+        heavy = (Parallelism.ZERO_3, Parallelism.FSDP_FULL_SHARD, Parallelism.FSDP_HYBRID_SHARD)
+        return ([self.fallback(Setting.PARALLELISM, p, why, penalty=Penalty.SLOWER, when=when) for p in light]
+                + [self.fallback(Setting.PARALLELISM, p, every_layer, penalty=heavy_penalty, when=when)
+                   for p in heavy])
 
 
 @register
@@ -123,7 +137,8 @@ class ShardLargeModels(Rule):
             return []
         why = (f"{facts.model.num_parameters / 1e9:.1f}B parameters: shard optimizer states and gradients at "
                "DDP-like traffic")
-        return [self.prefer(Setting.PARALLELISM, [Parallelism.ZERO_2, Parallelism.FSDP_SHARD_GRAD_OP], why)]
+        return [self.prefer(Setting.PARALLELISM, [Parallelism.ZERO_2, Parallelism.FSDP_SHARD_GRAD_OP], why,
+                            when={Setting.METHOD: Method.FULL.value})]
 
 
 @register

@@ -141,6 +141,9 @@ HF_QUANT_BNB = Source(title="transformers bitsandbytes quantization",
 HF_QUANT_OVERVIEW = Source(title="transformers quantization overview",
                            url="https://huggingface.co/docs/transformers/quantization/overview",
                            section="the methods' table (bits, PEFT fine-tuning, serializable)")
+PEFT_ACCELERATE = Source(title="PEFT: Fully Sharded Data Parallel (accelerate integration)",
+                         url="https://huggingface.co/docs/peft/accelerate/fsdp",
+                         section="introduction: FSDP shards a base too large for one GPU; only the adapters train")
 PEFT_QUANTIZATION = Source(title="PEFT quantization guide",
                            url="https://huggingface.co/docs/peft/developer_guides/quantization",
                            section="introduction: a quantized model trains through adapters only")

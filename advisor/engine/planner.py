@@ -20,6 +20,7 @@ from typing import Any
 from advisor.engine.candidates import Candidate, Pricing, evaluate, order, safety_margin
 from advisor.engine.allocator import device_floor_bytes
 from advisor.engine.groups import groups_in_order, within
+from advisor.engine.method_policy import weigh_method
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
@@ -342,8 +343,17 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     model parallelism a fallback: Narayanan et al. 2021, takeaways 1-2).
 
     ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
+
+    Under ``--method auto`` a full fine-tuning plan that needs a quality-risk fallback is weighed against the best
+    adapter plan (:func:`advisor.engine.method_policy.weigh_method`).
     """
-    effects = propose_effects(facts)
+    result = _search(facts, best_only, runs_on, [])
+    return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra))
+
+
+def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list[Effect]) -> PlanningResult:
+    """:func:`search` without the method's weighing, with ``extra`` effects before the rules' own."""
+    effects = [*extra, *propose_effects(facts)]
     domain = domains(facts)
     if runs_on is not None:
         effects += capability_forbids(runs_on, domain)

@@ -296,7 +296,8 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
     reasons = [e.reason for e in touching if (e.kind == "set" and e.matches(value))
                or (e.kind in ("prefer", "fallback") and e.applies(chosen))]
     if not reasons:
-        unused = [e for e in touching if e.kind == "fallback"]
+        unused = [e for e in touching if e.kind == "fallback"  # those this plan could have paid (their ``when``)
+                  and e.applies({**chosen, setting: e.value if not isinstance(e.value, list) else e.value[0]})]
         blocked = [result.layouts.refusal_of(setting, e.value) for e in unused if not isinstance(e.value, list)]
         if unused and len(blocked) == len(unused) and all(blocked):  # no layout could take any of them
             reasons = [f"the only value a layout can take: {blocked[0].reason}"]

@@ -210,7 +210,7 @@ def test_the_rationales_the_prose_quotes_are_today_s() -> None:
     assert f'"{quoted}"' in text
     plan = multi_node.plan
     assert f"micro-batch {plan.micro_batch_size} × {plan.gradient_accumulation_steps} accumulation × 8 GPUs" in text
-    mixtral = recommend("mistralai/Mixtral-8x7B-v0.1", gpu="a100-80gb:8")
+    mixtral = recommend("mistralai/Mixtral-8x7B-v0.1", gpu="a100-80gb:8", method="full")
     rationale = mixtral.settings["expert_parallel"].rationale
     chosen = re.search(r"fsdp-full-shard: ([\d.]+ GiB) per GPU, communication ([\d.]+ s) of the ([\d.]+ s) step, "
                        r"est\. ([\d,]+) tokens/s", rationale)

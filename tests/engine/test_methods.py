@@ -106,13 +106,41 @@ def test_eight_a100s_still_train_every_weight() -> None:
 
 
 def test_one_a100_weighs_bf16_weights_against_lora_with_figures() -> None:
+    """Llama-2-7B on one A100 80GB: full fine-tuning fits only with bf16 weights (a quality-risk fallback), and LoRA
+    trains faster, so --method auto takes LoRA and says what full fine-tuning would need and at what speed
+    (method.full-unless-quality-risk); --method full keeps full fine-tuning with LoRA's figures beside it."""
     rec = recommend(LLAMA2, gpu="a100-80gb")
-    assert rec.plan.method == "full" and rec.plan.weights_dtype == "bf16"
-    lora = next(a for a in rec.settings["method"].alternatives if a.value == "lora")
+    assert rec.plan.method == "lora"
+    assert "full fine-tuning would need weights_dtype=bf16 at 0." in rec.settings["method"].rationale
+    full = next(a for a in rec.settings["method"].alternatives if a.value == "full")
+    assert "[method.full-unless-quality-risk]" in full.reason
+    pinned = recommend(LLAMA2, gpu="a100-80gb", method="full")
+    assert pinned.plan.method == "full" and pinned.plan.weights_dtype == "bf16"
+    lora = next(a for a in pinned.settings["method"].alternatives if a.value == "lora")
     assert "tokens/s" in lora.reason and "GiB per GPU" in lora.reason
-    fp32 = next(a for a in rec.settings["weights_dtype"].alternatives if a.value == "fp32")
+    ratio = float(lora.reason.split("tokens/s (")[1].split("x")[0])
+    assert ratio > 1  # what the policy read: LoRA is faster than full fine-tuning with bf16 weights
+    fp32 = next(a for a in pinned.settings["weights_dtype"].alternatives if a.value == "fp32")
     assert "fits only with" in fp32.reason
-    assert any("round away" in w.message for w in rec.warnings)
+    assert any("round away" in w.message for w in pinned.warnings)
+
+
+def test_full_fine_tuning_without_a_quality_risk_stays_although_lora_is_faster() -> None:
+    """GPT-2 on an A100 fits full fine-tuning with AMP's fp32 masters and AdamW: no quality-risk fallback, so
+    --method auto keeps it although LoRA would train faster."""
+    rec = recommend("gpt2", gpu="a100-80gb", seq_len=1024)
+    assert rec.plan.method == "full" and rec.plan.weights_dtype == "fp32" and rec.plan.optimizer == "adamw"
+    lora = next(a for a in rec.settings["method"].alternatives if a.value == "lora")
+    assert float(lora.reason.split("tokens/s (")[1].split("x")[0]) > 1  # faster, and still not chosen
+
+
+def test_lora_on_several_gpus_prefers_ddp_when_the_base_fits() -> None:
+    """Llama-3.1-8B LoRA on 8 H100s: 42M adapter parameters train, the 16 GB base fits each GPU, so DDP (one
+    all-reduce of the adapters' gradients) is chosen over sharding (parallelism.deepspeed-only-when-needed)."""
+    rec = recommend("meta-llama/Llama-3.1-8B", gpu="h100-sxm:8", seq_len=4096, method="lora")
+    assert rec.plan.parallelism == "ddp"
+    fsdp = next(a for a in rec.settings["parallelism"].alternatives if a.value == "fsdp-full-shard")
+    assert "adapters train" in fsdp.reason or "not needed" in fsdp.reason or "slower" in fsdp.reason
 
 
 def test_from_scratch_forbids_adapters() -> None:

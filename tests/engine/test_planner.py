@@ -22,7 +22,7 @@ def test_bert_large_on_v100_uses_fp16_without_tf32() -> None:
 
 
 def test_llama2_7b_on_a100_80gb_is_bf16_with_tf32() -> None:
-    rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=2048)
+    rec = recommend("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=2048, method="full")
     assert rec.plan.precision == "bf16" and rec.plan.tf32 is True
     assert rec.memory.fits
     # AMP's 16+ B/param of 6.7B parameters cannot fit 80 GB with AdamW; pure bf16 weights (8 B/param) can
@@ -36,7 +36,7 @@ def test_at_equal_penalty_8_bit_adam_with_checkpointing_beats_adafactor() -> Non
     activation checkpointing, Adafactor without it. Both pay the same fallback penalty (the ladder's 2 + 1 and 3),
     and the rules take Adafactor "only when neither AdamW nor 8-bit Adam fits": the risky one loses the tie, even
     though it is faster, and its row says by how much and why."""
-    rec = recommend("meta-llama/Llama-3.2-3B", gpu="rtx-4090", seq_len=2048)
+    rec = recommend("meta-llama/Llama-3.2-3B", gpu="rtx-4090", seq_len=2048, method="full")
     assert (rec.plan.method, rec.plan.optimizer, rec.plan.gradient_checkpointing) == ("full", "adamw-8bit", True)
     adafactor = next(a for a in rec.settings["optimizer"].alternatives if a.value == "adafactor")
     assert "tokens/s (+" in adafactor.reason and "risky fallback, optimizer=adafactor" in adafactor.reason

@@ -1,7 +1,8 @@
 """Every rule against its cases file (tests/rule_cases/<rule id>.yaml), and the registry's contract.
 
 A case gives facts (hardware, model, workload built here, not live NVML), optionally a plan
-(then the rule's ``check`` runs too; with ``phase: refuse`` only its ``refuse``) and the expected
+(then the rule's ``check`` runs too; with ``phase: refuse`` only its ``refuse``; with ``phase: weigh`` the rule's
+``weigh`` on the case's ``args``) and the expected
 effects of that rule alone.
 Run one rule's cases with ``pytest -k <rule id>``.
 """
@@ -48,6 +49,8 @@ def test_rule_case(rule_id: str, case: dict) -> None:
     effects = rule.propose(f) if phase == "propose" else []
     if phase == "check":
         effects += rule.check(f, _plan(f, case.get("plan", {})))
+    if phase == "weigh":  # a rule that compares two priced plans (method.full-unless-quality-risk)
+        effects = rule.weigh(**case["args"])
     if phase == "refuse":
         refused = rule.refuse(f, _plan(f, case.get("plan", {})))
         effects = [refused] if refused is not None else []
