@@ -131,7 +131,8 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
 
     ``options``: the workload and method options of :func:`advisor.app.api.recommend` and ``nodes`` /
     ``interconnect`` / ``inter_node_gbps`` / ``host_memory_bytes``; ``prices``: USD per GPU hour by catalog id;
-    ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``).
+    ``progress(done, total, gpu)`` is called before each GPU and once at the end (``done == total``). The rows
+    are ranked per method (:func:`per_method`): under ``--method auto`` each method's rows together, best first.
 
     Raises:
         UsageError: tokens outside 1..:data:`advisor.core.limits.MAX_TOKENS`, an unknown sort, a bad option, a price that
@@ -181,7 +182,17 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         return (not r.fits, time, r.device_bytes)
 
     rows.sort(key=key)
+    rows = per_method(rows)
     return Comparison(model=profile.id, workload=workload, tokens=tokens, sort=sort, rows=rows)
+
+
+def per_method(rows: list[CompareRow]) -> list[CompareRow]:
+    """``rows`` (ranked) grouped by their plan's method, each group in its rank order and the groups in the order of
+    their best row; rows where nothing fits last. Under ``--method auto`` the method may differ between GPUs (full
+    fine-tuning on one, LoRA on another), and a LoRA row is not a cheaper way to the same training: a ranking per
+    method compares like with like."""
+    methods = list(dict.fromkeys(r.plan.method for r in rows if r.plan is not None))
+    return sorted(rows, key=lambda r: methods.index(r.plan.method) if r.plan is not None else len(methods))
 
 
 def duration(seconds: float) -> str:
@@ -210,21 +221,26 @@ def comparison_table(c: Comparison, width: int = 160):
 
     priced = any(r.price_per_gpu_hour_usd is not None for r in c.rows)
     wide = width >= 120
+    methods = len({r.plan.method for r in c.rows if r.plan is not None}) > 1
     t = Table(title=f"{c.model}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
-                    f"per GPU, by {c.sort}", title_justify="left", box=box.SIMPLE_HEAD)
-    columns = ["GPU", "tokens/s", "step", f"{count(c.tokens)} tokens"] + (["$/GPU-h", "$ per 1B"] if priced else [])
+                    f"per GPU, by {c.sort}" + (", ranked per method" if methods else ""), title_justify="left",
+              box=box.SIMPLE_HEAD)
+    columns = (["GPU"] + (["method"] if methods else []) + ["tokens/s", "step", f"{count(c.tokens)} tokens"]
+               + (["$/GPU-h", "$ per 1B"] if priced else []))
     for col in columns + (["memory"] if wide else []):
-        t.add_column(col, justify="left" if col == "GPU" else "right", no_wrap=True)
+        t.add_column(col, justify="left" if col in ("GPU", "method") else "right", no_wrap=True)
     if wide:
         t.add_column("plan", overflow="fold")
     for r in c.rows:
         price = [f"{r.price_per_gpu_hour_usd:.2f}" if r.price_per_gpu_hour_usd is not None else "—",
                  f"{r.cost_per_billion_tokens_usd:,.0f}" if r.cost_per_billion_tokens_usd is not None else "—"]
         memory = [f"{r.device_bytes / GIB:.1f}/{r.usable_bytes / GIB:.1f} GiB"] if wide else []
+        method = ([r.plan.method if r.plan is not None else "—"] if methods else [])
         if not r.fits:
-            t.add_row(r.gpu, "—", "—", "—", *(price if priced else []), *memory, *(["no plan fits"] if wide else []))
+            t.add_row(r.gpu, *method, "—", "—", "—", *(price if priced else []), *memory,
+                      *(["no plan fits"] if wide else []))
             continue
-        t.add_row(r.gpu, f"{r.tokens_per_s:,.0f}", f"{r.step_time_s:.2f} s", duration(r.time_s),
+        t.add_row(r.gpu, *method, f"{r.tokens_per_s:,.0f}", f"{r.step_time_s:.2f} s", duration(r.time_s),
                   *(price if priced else []), *memory, *([r.plan.describe()] if wide else []))
     if wide:
         return t

@@ -22,8 +22,9 @@ def test_the_catalog_ranked_by_time_with_recommend_s_plans() -> None:
     c = compare(LLAMA, tokens=10**9)
     elapsed = time.perf_counter() - start
     assert [r.gpu for r in c.rows] and {r.gpu for r in c.rows} == set(catalog())
-    times = [r.time_s for r in c.rows if r.fits]
-    assert times == sorted(times)
+    for method in {r.plan.method for r in c.rows if r.fits}:  # ranked per method: like with like
+        times = [r.time_s for r in c.rows if r.fits and r.plan.method == method]
+        assert times == sorted(times)
     assert elapsed < 30, elapsed  # one search per GPU, no explanation: about 1 s here
     for row in c.rows[:3]:  # the same plan as recommend's
         assert recommend(LLAMA, gpu=row.gpu).plan == row.plan
@@ -32,7 +33,8 @@ def test_the_catalog_ranked_by_time_with_recommend_s_plans() -> None:
 
 def test_cost_per_billion_tokens_and_sorting_by_cost() -> None:
     prices = {"h100-sxm": 3.0, "a100-80gb": 1.5, "t4": 0.3}
-    c = compare(LLAMA, gpus=["h100-sxm", "a100-80gb:2", "t4", "l4"], prices=prices, sort="cost", tokens=5 * 10**8)
+    c = compare(LLAMA, gpus=["h100-sxm", "a100-80gb:2", "t4", "l4"], prices=prices, sort="cost", tokens=5 * 10**8,
+                method="lora")
     rows = {r.gpu: r for r in c.rows}
     a100 = rows["a100-80gb:2"]
     assert a100.num_gpus == 2
@@ -101,3 +103,19 @@ def test_a_gpu_given_twice_is_one_row() -> None:
     """t4, T4 and t4:1 are one GPU: one row (the first spelling), not three identical ones; t4:2 is another."""
     c = compare("gpt2", gpus=["t4", "T4", "t4:1", "t4:2"])
     assert sorted(r.gpu for r in c.rows) == ["t4", "t4:2"]
+
+
+def test_method_auto_ranks_each_method_apart() -> None:
+    """Llama-3.1-8B under --method auto: QLoRA on a 24 GB card and LoRA on the larger ones. A QLoRA row is not a
+    cheaper way to the same training as a LoRA row, so the rows come grouped by method (the groups in the order of
+    their best row, each ranked by cost) and the table has a method column."""
+    c = compare("meta-llama/Llama-3.1-8B", gpus=["h100-sxm", "l40s", "a100-80gb", "rtx-4090"], sort="cost",
+                prices={"h100-sxm": 3.0, "l40s": 1.0, "a100-80gb": 1.8, "rtx-4090": 0.4})
+    methods = [r.plan.method for r in c.rows]
+    assert len(set(methods)) > 1
+    assert methods == sorted(methods, key=methods.index)  # each method's rows together
+    for method in set(methods):
+        costs = [r.cost_per_billion_tokens_usd for r in c.rows if r.plan.method == method]
+        assert costs == sorted(costs)
+    table = advisor("compare", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "h100-sxm", "--gpu", "rtx-4090")
+    assert "ranked per method" in table.stdout and " method " in table.stdout
