@@ -85,7 +85,8 @@ HEAD_LINEARS_TRAINED_WHOLE: dict[tuple[str, Task], list[str]] = {
 #: torch dtype names (``getattr(torch, name)``; transformers and bitsandbytes take them as strings).
 COMPUTE_DTYPES: dict[Precision, str] = {Precision.BF16: "bfloat16", Precision.FP16: "float16",
                                         Precision.FP32: "float32"}
-WEIGHT_DTYPES: dict[WeightsDtype, str] = {WeightsDtype.BF16: "bfloat16", WeightsDtype.FP32: "float32"}
+WEIGHT_DTYPES: dict[WeightsDtype, str] = {WeightsDtype.BF16: "bfloat16", WeightsDtype.FP32: "float32",
+                                          WeightsDtype.FP16: "float16"}
 
 
 def target_modules(model: ModelProfile, targets: str) -> str | list[str]:

@@ -240,6 +240,45 @@ class Bf16Weights(Rule):
 
 
 @register
+class Fp16FrozenBase(Rule):
+    id = "method.fp16-frozen-base"
+    title = "adapters over an fp16 base under fp16 mixed precision (V100 / T4); never fp16 trained weights"
+    topic = "method"
+    sources = [S.PEFT_MODEL_REF, S.TORCH_AMP, S.NV_AMP, S.QLORA_PAPER]
+    rationale = ("Before Ampere there is no bf16, and fp16 mixed precision keeps fp32 weights with 16-bit autocast "
+                 "copies: a frozen LoRA base held so costs 4 + 2 bytes per weight, where the base loaded with "
+                 "torch_dtype=torch.float16 costs 2 (Mistral-7B: 14.5 GB instead of 42 GB). Only the adapters train, "
+                 "and PEFT casts fp16 adapter weights to fp32 (get_peft_model's autocast_adapter_dtype, on by "
+                 "default), so GradScaler unscales fp32 gradients as AMP requires; the frozen fp16 weights are never "
+                 "updated, so fp16's 10-bit mantissa costs them nothing. That is the usual LoRA recipe on T4 and "
+                 "V100. Trained weights in fp16 without fp32 masters are another matter: GradScaler refuses fp16 "
+                 "gradients and small updates vanish (NVIDIA's mixed-precision guide keeps an fp32 master copy).")
+
+    def propose(self, facts: Facts) -> list[Effect]:
+        if facts.gpu is None:
+            return [self.forbid(Setting.WEIGHTS_DTYPE, WeightsDtype.FP16, "the CPU trains in fp32", hard=True)]
+        effects = [self.prefer(Setting.WEIGHTS_DTYPE, WeightsDtype.FP16, "the frozen base in fp16 needs no fp32 copy:"
+                               " half the bytes, no autocast casts; PEFT keeps the adapters in fp32",
+                               when={Setting.METHOD: _ADAPTERS, Setting.PRECISION: Precision.FP16.value})]
+        if facts.gpu.bf16:
+            effects.append(self.forbid(Setting.WEIGHTS_DTYPE, WeightsDtype.FP16, "bf16 has fp32's range: a 16-bit "
+                                       "base is bf16 where the GPU has it"))
+        return effects
+
+    def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
+        if plan.weights_dtype != WeightsDtype.FP16:
+            return None
+        if not Method.of(plan.method).spec.adapters:
+            return self.forbid(Setting.WEIGHTS_DTYPE, plan.weights_dtype, "fp16 weights that train need fp32 "
+                               "masters (GradScaler refuses fp16 gradients): fp16 holds only a frozen adapter base",
+                               hard=True)
+        if plan.precision != Precision.FP16:
+            return self.forbid(Setting.WEIGHTS_DTYPE, plan.weights_dtype, f"an fp16 base computes in fp16: use "
+                               f"--precision fp16, not {plan.precision}", hard=True)
+        return None
+
+
+@register
 class PagedOptimizerForQlora(Rule):
     id = "method.paged-optimizer-for-adapters"
     title = "paged AdamW with QLoRA; 8-bit states keep the embedding in 32-bit"

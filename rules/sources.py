@@ -144,6 +144,9 @@ HF_QUANT_OVERVIEW = Source(title="transformers quantization overview",
 PEFT_ACCELERATE = Source(title="PEFT: Fully Sharded Data Parallel (accelerate integration)",
                          url="https://huggingface.co/docs/peft/accelerate/fsdp",
                          section="introduction: FSDP shards a base too large for one GPU; only the adapters train")
+PEFT_MODEL_REF = Source(title="PEFT reference: get_peft_model / PeftModel",
+                        url="https://huggingface.co/docs/peft/package_reference/peft_model",
+                        section="autocast_adapter_dtype (default True: fp16 / bf16 adapter weights are cast to fp32)")
 PEFT_QUANTIZATION = Source(title="PEFT quantization guide",
                            url="https://huggingface.co/docs/peft/developer_guides/quantization",
                            section="introduction: a quantized model trains through adapters only")

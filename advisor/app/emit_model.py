@@ -88,6 +88,8 @@ def load_notes(rec: Recommendation) -> list[str]:
     lines = [f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
              f"from_pretrained(model_id, **json.load(open(\"{MODEL_KWARGS_FILE}\"))), in {dtype}"
              + (" (pure bf16: no fp32 master copy)" if plan.weights_dtype == WeightsDtype.BF16 else "")
+             + (" (the frozen base in fp16; PEFT keeps the adapters in fp32)" if plan.weights_dtype == WeightsDtype.FP16
+                else "")
              + (", the base in 4-bit NF4 (bitsandbytes)" if Method.of(plan.method).spec.quantized_base else "") + "."]
     if Method.of(plan.method).spec.adapters:
         lines.append(f"# Then train {plan.method} adapters (rank {plan.lora_rank}, {plan.lora_targets}): model = "

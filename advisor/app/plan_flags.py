@@ -61,9 +61,10 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
             Precision.BF16 if g.bf16 else Precision.FP16)
     tf32_here = bool(g is not None and g.tf32)
     s["tf32"] = tf32_here and s.get("tf32", True) is not False
-    if "weights_dtype" not in settings:  # adapters' frozen base loads in bf16 (torch_dtype=torch.bfloat16)
+    if "weights_dtype" not in settings:  # adapters' frozen base loads in the 16-bit compute dtype (torch_dtype)
         adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
-        s["weights_dtype"] = WeightsDtype.BF16 if adapters and s["precision"] == Precision.BF16 else WeightsDtype.FP32
+        sixteen = {Precision.BF16: WeightsDtype.BF16, Precision.FP16: WeightsDtype.FP16}
+        s["weights_dtype"] = sixteen.get(Precision.of(s["precision"]), WeightsDtype.FP32) if adapters else WeightsDtype.FP32
     if "legacy_bitsandbytes" not in settings:  # QLoRA on this machine: its bitsandbytes' backward
         s["legacy_bitsandbytes"] = installed_legacy_bitsandbytes(facts)
     gpus = facts.hardware.num_gpus

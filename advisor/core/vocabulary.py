@@ -151,6 +151,8 @@ class WeightsDtype(Vocabulary):
 
     FP32 = "fp32"  #: fp32 weights; under mixed precision autocast makes 16-bit copies (AMP's master weights)
     BF16 = "bf16"  #: loaded with ``torch_dtype=torch.bfloat16``: no fp32 master copy ("pure bf16")
+    FP16 = "fp16"  #: loaded with ``torch_dtype=torch.float16``: a frozen adapter base under fp16 mixed precision
+    #: (V100 / T4, which have no bf16), never trained weights
 
     @property
     def bytes(self) -> int:
@@ -487,7 +489,7 @@ SEARCH_ORDER: dict[type[Enum], tuple[Enum, ...]] = {
     Precision: (Precision.BF16, Precision.FP16, Precision.FP32),
     Optimizer: (Optimizer.ADAMW, Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT, Optimizer.PAGED_ADAMW,
                 Optimizer.ADAFACTOR, Optimizer.SGD),
-    WeightsDtype: (WeightsDtype.FP32, WeightsDtype.BF16),
+    WeightsDtype: (WeightsDtype.FP32, WeightsDtype.BF16, WeightsDtype.FP16),
     Method: (Method.FULL, Method.LORA, Method.QLORA),
 }
 

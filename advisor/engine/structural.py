@@ -20,7 +20,7 @@ def compute_bytes(plan: Plan) -> int:
 def sixteen_bit_weights(plan: Plan) -> bool:
     """Whether the step computes with 16-bit parameters: bf16 weights, or ZeRO / FSDP's 16-bit working copy
     (:func:`advisor.engine.calibration.calibration_keys`)."""
-    return plan.weights_dtype == WeightsDtype.BF16 or Parallelism.of(plan.parallelism).stage > 0
+    return plan.weights_dtype != WeightsDtype.FP32 or Parallelism.of(plan.parallelism).stage > 0
 
 
 def residual_bytes(plan: Plan) -> int:

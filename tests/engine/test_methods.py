@@ -229,3 +229,20 @@ def test_a_bitsandbytes_4bit_checkpoint_is_planned_as_qlora_and_a_gptq_one_is_re
         recommend(str(bnb), gpu="a100-80gb", method="full")
     out = advisor("recommend", "--model", str(gptq), "--gpu", "a100-80gb")
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "gptq 4-bit" in out.stderr, out.stderr
+
+
+def test_lora_before_ampere_holds_the_frozen_base_in_fp16() -> None:
+    """Mistral-7B LoRA on a V100 32GB under fp16: the frozen base loads in fp16 (2 B/weight, no fp32 copy with
+    autocast's 16-bit casts beside it), so estimate's default prices about 14 GB of weights, not 42 GB, and
+    recommend plans LoRA on the fp16 base where it used to need QLoRA (method.fp16-frozen-base)."""
+    kw = dict(gpu="v100-32gb", method="lora", precision="fp16", seq_len=2048, micro_batch_size=1,
+              gradient_checkpointing=True)
+    est = estimate("mistralai/Mistral-7B-v0.1", **kw)
+    assert est.plan.weights_dtype == "fp16"
+    assert est.memory.device_bytes < 18 * 2**30
+    fp32 = estimate("mistralai/Mistral-7B-v0.1", weights_dtype="fp32", **kw)
+    assert fp32.memory.device_bytes > 2.4 * est.memory.device_bytes
+    rec = recommend("mistralai/Mistral-7B-v0.1", gpu="v100-32gb", seq_len=2048)
+    assert (rec.plan.method, rec.plan.weights_dtype, rec.plan.precision) == ("lora", "fp16", "fp16")
+    with pytest.raises(UsageError, match="fp16 weights that train"):
+        estimate("mistralai/Mistral-7B-v0.1", gpu="v100-32gb", method="full", precision="fp16", weights_dtype="fp16")
