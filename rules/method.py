@@ -79,11 +79,10 @@ class AdaptersWhenFullDoesNotFit(Rule):
                      f"rank {plan.lora_rank}: {trained / 1e6:,.1f}M trainable parameters ({share:.2f} % of the model); "
                      "with adapters on every linear layer the rank matters little (QLoRA sec. 4); lora_alpha = 2 x "
                      "rank is the common scale"),
-            self.set(Setting.LORA_TARGETS, plan.lora_targets, TARGETS_REASONS[LoraTargets.of(plan.lora_targets)]),
-            self.warn(f"{plan.method} trains {trained / 1e6:,.1f}M adapter parameters and leaves the "
-                      f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
-                      "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
-                      "for inference or load them with peft", setting=Setting.METHOD)]
+            self.set(Setting.LORA_TARGETS, plan.lora_targets, TARGETS_REASONS[LoraTargets.of(plan.lora_targets)]
+                     + ("; on this mixture of experts the routed experts' 3-D parameters are not linear layers: "
+                        "they stay frozen" if model.num_experts else "")),
+            self.warn(_adapters_warning(model, plan.method, trained), setting=Setting.METHOD)]
         full_rank = adapter_full_rank(model, plan.lora_targets)
         if plan.lora_rank > full_rank:
             effects.append(self.warn(f"rank {plan.lora_rank} is above {full_rank}, the full rank of the widest adapted "
@@ -155,6 +154,24 @@ class FullUnlessQualityRisk(Rule):
                     f"{adapter_method} plan {adapters[1] / 2**30:.1f} GiB")
         why = f"{need}: {adapter_method} trains the adapters faster, with no quality-risk fallback"
         return [self.prefer(Setting.METHOD, _ADAPTERS, why), self.forbid(Setting.METHOD, Method.FULL, need)]
+
+
+def _adapters_warning(model, method: str, trained: int) -> str:
+    """What adapters train and leave frozen, in one line: close to full fine-tuning on a dense model; on a mixture of
+    experts, plainly that the routed experts stay frozen (transformers 5 stores each block's experts as 3-D
+    parameters, which PEFT's ``target_modules`` (linear layers) do not reach)."""
+    if not model.num_experts:
+        return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters and leaves the "
+                f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
+                "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
+                "for inference or load them with peft")
+    share = model.routed_parameters / max(model.num_parameters, 1) * 100
+    return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters on attention and the routers only: the "
+            f"{model.num_experts} routed experts of every MoE block ({model.routed_parameters / 1e9:.1f}B parameters, "
+            f"{share:.0f} % of the model) stay frozen, since transformers 5 stores them as 3-D parameters that "
+            "target_modules do not reach; expect less than full fine-tuning's adaptation. PEFT >= 0.17 can adapt them "
+            "(LoraConfig target_parameters=['mlp.experts.gate_up_proj', 'mlp.experts.down_proj']), which this plan "
+            "does not price or emit")
 
 
 @register

@@ -246,3 +246,15 @@ def test_lora_before_ampere_holds_the_frozen_base_in_fp16() -> None:
     assert (rec.plan.method, rec.plan.weights_dtype, rec.plan.precision) == ("lora", "fp16", "fp16")
     with pytest.raises(UsageError, match="fp16 weights that train"):
         estimate("mistralai/Mistral-7B-v0.1", gpu="v100-32gb", method="full", precision="fp16", weights_dtype="fp16")
+
+
+def test_lora_on_a_mixture_of_experts_says_the_routed_experts_stay_frozen() -> None:
+    """Qwen3-30B-A3B: transformers 5 stores the routed experts as 3-D parameters, which all-linear does not reach;
+    the card says so with the share of the model they hold, and never "close to full fine-tuning"."""
+    rec = recommend("Qwen/Qwen3-30B-A3B", gpu="a100-80gb", seq_len=2048, method="lora")
+    warning = next(w.message for w in rec.warnings if w.rule_id == "method.adapters-when-full-does-not-fit")
+    assert "routed experts" in warning and "stay frozen" in warning and "% of the model" in warning
+    assert "close to full fine-tuning" not in warning
+    assert "stay frozen" in rec.settings["lora_targets"].rationale
+    dense = recommend("meta-llama/Llama-3.1-8B", gpu="a100-80gb", seq_len=2048, method="lora")
+    assert any("close to full fine-tuning" in w.message for w in dense.warnings)
