@@ -59,6 +59,9 @@ class SpeedEstimate(BaseModel):
     mfu: float = Field(description="model FLOPs utilization: achieved model FLOP/s / peak FLOP/s of the precision")
     peak_flops_per_s: float = Field(description="peak FLOP/s of one device at the plan's precision")
     communication_s: float = Field(0.0, description="exposed communication per step, seconds")
+    step_time_band: float | None = Field(None, description="the uncertainty of step_time_s, relative (0.2: ± 20 %): "
+                                         "the published runs of the plan's class (method, sharding, GPU generation) "
+                                         "scored leave-one-source-out; None on the CPU")
 
 
 def attention_forward_flops(model: ModelProfile, micro_batch: int, seq_len: int, attended: float | None = None
