@@ -188,8 +188,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
     fits = VERDICTS[mem.verdict]
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
-    figures = [_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)}{band(mem.band)} · device {gib(mem.device_bytes)} of "
-                     f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits),
+    # the verdict first: a narrow terminal crops the line's end
+    figures = [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
+                     f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
                Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
