@@ -10,7 +10,8 @@ The constants fitted to the published runs (:data:`FITTED`):
 
 - the speed model's GEMM ceiling and bandwidth share (``advisor.engine.speed.TENSOR16_TOP``, ``BANDWIDTH_SHARE``),
   jointly: the pair with the most runs' tokens/s per GPU within 1.25x of the published, then the least median
-  |log(predicted / published)|, then the nearest to advisor's;
+  |log(predicted / published)|, then the nearest to advisor's; this project's H100 trials (step time) count as runs
+  too, as when the constants were chosen, and are in every fit (:data:`TRIALS`: not a published source, not scored);
 - the fit verdict's tight limit (``advisor.engine.bands.TIGHT_LIMIT``): the limit whose three-state verdicts agree
   with the most published ones (ran: fits or tight; out of memory: does not fit), the smallest on a tie.
 
@@ -44,10 +45,13 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.engine import bands, speed  # noqa: E402
 from advisor.engine.bands import Verdict  # noqa: E402
-from benchmarks import published  # noqa: E402
+from benchmarks import published, speed_fit  # noqa: E402
 from benchmarks.published import Result, within  # noqa: E402
 
 BANDS = ROOT / "advisor" / "data" / "bands.json"
+#: The source name of this project's H100 trials in the speed fit (``benchmarks/results/validate_h100-sxm.jsonl``):
+#: fitted on with every published source, as the speed constants were, and never scored here.
+TRIALS = "h100-trials"
 Point = tuple[float, ...]
 
 
@@ -86,6 +90,19 @@ FITTED_ELSEWHERE = (
     ("allocator.TRANSIENT_RESERVE_CAP_BYTES", "this project's H100 trials (validate_h100-sxm.jsonl)", True),
     ("data/activations.json", "simulated steps on fake tensors (counted, per family and class of step)", False),
     ("data/traffic.json", "simulated steps' memory traffic, op by op", False),
+)
+
+
+#: Changes to the speed model tried against these runs and judged by LOSO (issue 43), with what it showed.
+TRIED = (
+    ("a GEMM ceiling of its own for Hopper (`TENSOR16_TOP_HOPPER`, 0.6-0.85, refitted jointly with the two above)",
+     "in-sample it chose 0.85, above Ampere's; LOSO throughput fell from 47 to 41 of 47 within 1.25x (median 0.98 → "
+     "0.96; NeMo's six H100 runs 6 → 3, torchtitan 19 → 16): one more constant fitted to the same five sources "
+     "overfits them. Not adopted."),
+    ("QLoRA's dequantization traffic (`communication.DEQUANT_BYTES_PER_PARAM`) at 9, 18 or 27 B a weight instead of "
+     "4.5", "in-sample the QLoRA runs' median went 0.98 → 0.97 / 0.95 / 0.93, all 8 within 1.25x, the speed ratios 43 "
+     "→ 44 of 44; but one source only (fms-acceleration's runs in hf-qlora) publishes a QLoRA rate, so leaving it out "
+     "leaves nothing to refit on: LOSO cannot judge it. Not adopted."),
 )
 
 
@@ -149,13 +166,17 @@ def refit(grid: dict[Point, list[Result]], loss: Loss, keep: Callable[[Result], 
     return min(grid, key=key)
 
 
-def speed_grid(cases: list[dict]) -> dict[Point, list[Result]]:
-    """Every rated case priced at each point of :data:`SPEED`'s grid."""
+def speed_grid(cases: list[dict], trials: list | None = None) -> dict[Point, list[Result]]:
+    """Every rated case priced at each point of :data:`SPEED`'s grid, with this project's H100 trials
+    (``speed_fit.device_trials``; default: none) as runs of :data:`TRIALS`, always in the fit, never scored."""
     rated = [c for c in cases if c["measured"].get("tokens_per_s_per_gpu") or c["measured"].get("samples_per_s")]
     grid = {}
     for point in SPEED.grid:
         with values(SPEED, point):
-            grid[point] = [published.run_case(c) for c in rated]
+            device, _ = speed_fit.evaluate(trials, []) if trials else ([], [])
+            grid[point] = [published.run_case(c) for c in rated] + [
+                Result(id=f"{TRIALS}:{name}", source=TRIALS, model="", gpu="h100-sxm", rate_unit="tokens/s/GPU",
+                       rate_published=1.0, rate_predicted=1 / ratio, per_gpu=True) for name, ratio in device]
     return grid
 
 
@@ -174,11 +195,12 @@ class CrossValidation:
         return sorted({source_group(r.source) for r in self.in_sample if not r.skipped})
 
 
-def cross_validate(results: list[Result], cases: list[dict]) -> CrossValidation:
-    """Refit every :data:`FITTED` constant without each source and score that source's runs at the refit."""
+def cross_validate(results: list[Result], cases: list[dict], trials: list | None = None) -> CrossValidation:
+    """Refit every :data:`FITTED` constant without each source and score that source's runs at the refit (``trials``:
+    :func:`speed_grid`'s)."""
     sources = sorted({source_group(r.source) for r in results if not r.skipped})
     loso = {r.id: r for r in results}
-    grids = {SPEED.label(): (SPEED, speed_grid(cases), speed_loss),
+    grids = {SPEED.label(): (SPEED, speed_grid(cases, trials), speed_loss),
              TIGHT.label(): (TIGHT, {p: results for p in TIGHT.grid}, fit_loss)}
     refits: dict[str, dict[str, Point]] = {}
     alone: dict[str, dict[str, Point]] = {}
@@ -269,18 +291,20 @@ def _source_row(cv: CrossValidation, source: str) -> str:
 
 
 def _support(cv: CrossValidation) -> list[str]:
-    """Which sources' runs alone choose each fitted constant's value, and which sources move it when left out."""
+    """What each fitted constant reads: the sources with runs for its criterion, what each would choose alone, where
+    leaving each out moves it; those fitted elsewhere with what they were fitted to (one source: named)."""
     out = []
     for fitted in FITTED:
         label = fitted.label()
-        scored = {source_group(r.source) for r in cv.in_sample if not r.skipped
-                  and (throughput_ratios([r]) if fitted is SPEED else r.fits_published is not None)}
-        alone = [s for s, p in cv.alone[label].items() if p == fitted.shipped() and s in scored]
-        moved = {s: fitted.label(p) for s, p in cv.refits[label].items() if p != fitted.shipped()}
-        single = " — **supported by one source only**" if len(alone) <= 1 else ""
-        out.append(f"- `{label}` ({fitted.criterion}; {len(scored)} sources have runs it reads): best (or tied) for "
-                   f"{len(alone)} of them on their own ({', '.join(alone) or 'none'}){single}; left out, "
-                   + ("; ".join(f"{s} moves it to {p}" for s, p in moved.items()) or "no source moves it") + ".")
+        scored = sorted({source_group(r.source) for r in cv.in_sample if not r.skipped
+                         and (throughput_ratios([r]) if fitted is SPEED else r.fits_published is not None)})
+        alone = "; ".join(f"{s} {fitted.label(cv.alone[label][s])}" for s in scored)
+        moved = sorted({fitted.label(p) for p in cv.refits[label].values()} - {label})
+        single = " — **one source only**" if len(scored) <= 1 else ""
+        trials = " and this project's H100 trials (always in the fit)" if fitted is SPEED else ""
+        out.append(f"- `{label}` ({fitted.criterion}): read by the runs of {len(scored)} sources{trials}{single}; "
+                   f"each source alone would choose: {alone}; the refits without one source: "
+                   f"{', '.join(moved) or 'unmoved'}.")
     for name, basis, one in FITTED_ELSEWHERE:
         out.append(f"- `{name}`: fitted to {basis}{' — **one source**' if one else ''}; not refitted here (LOSO = "
                    "in-sample).")
@@ -301,11 +325,15 @@ def markdown(cv: CrossValidation) -> list[str]:
               "predicted/published, within 1.25x) and its three-state verdicts agreeing, in-sample → LOSO.", "",
               "| source | runs | speed refit | throughput | tight refit | verdicts |", "|---|---|---|---|---|---|"]
     lines += [_source_row(cv, s) for s in cv.sources]
-    lines += ["", "### What each constant was fitted to", "", *_support(cv), "",
+    lines += ["", "### What each constant was fitted to", "",
+              "A source whose runs cannot tell the grid's values apart 'chooses' advisor's (ties go to the nearest to "
+              "it).", "", *_support(cv)]
+    lines += ["", "### Tried and judged by LOSO", "", *(f"- {what}: {outcome}" for what, outcome in TRIED), "",
               "### Uncertainty bands (`advisor/data/bands.json`)", "",
               f"The {bands.BAND_QUANTILE:.0%} quantile of the LOSO residuals' absolute values per class "
               "(method/sharding/GPU generation; `*`: any), classes with at least "
-              f"{bands.MIN_RESIDUALS} residuals.", "", "| kind | class | band | residuals |", "|---|---|---|---|"]
+              f"{bands.MIN_RESIDUALS} residuals; runs whose reading is below their own model states give none.", "",
+              "| kind | class | band | residuals |", "|---|---|---|---|"]
     for kind, classes in json.loads(table).items():
         lines += [f"| {kind} | {key} | ± {v['band']:.0%} | {v['n']} |" for key, v in classes.items()]
     return lines
@@ -316,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--write-bands", action="store_true", help=f"write {BANDS.relative_to(ROOT)}")
     args = parser.parse_args(argv)
     cases = published.load_cases()
-    cv = cross_validate([published.run_case(c) for c in cases], cases)
+    cv = cross_validate([published.run_case(c) for c in cases], cases, speed_fit.device_trials())
     if args.write_bands:
         BANDS.write_text(json.dumps(band_table(cv.loso), indent=1) + "\n", encoding="utf-8")
     print("\n".join(markdown(cv)))
