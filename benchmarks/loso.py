@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.engine import bands, speed  # noqa: E402
+from advisor.engine import allocator, bands, speed  # noqa: E402
 from advisor.engine.bands import Verdict  # noqa: E402
 from benchmarks import published, speed_fit  # noqa: E402
 from benchmarks.published import Result, within  # noqa: E402
@@ -79,6 +79,12 @@ SPEED = Fitted(speed, ("TENSOR16_TOP", "BANDWIDTH_SHARE"),
 TIGHT = Fitted(bands, ("TIGHT_LIMIT",), tuple((x,) for x in (0.95, 1.0, 1.05, 1.1, 1.15, 1.2)),
                "most three-state verdicts agreeing with the published ones (ran / out of memory)")
 FITTED = (SPEED, TIGHT)
+#: The allocator's constants, fitted elsewhere (:data:`FITTED_ELSEWHERE`), refitted here on the published readings of
+#: reserved or device memory as a check only (:func:`allocator_check`): would these runs choose them, and would what
+#: they choose hold for a source left out?
+ALLOCATOR = Fitted(allocator, ("TRANSIENT_RESERVE", "TRANSIENT_RESERVE_CAP_BYTES"),
+                   tuple((r, c * 2**30) for r in (1.1, 1.25, 1.4, 1.6) for c in (1, 2, 4, 1024)),
+                   "least median |error| over the readings of max_memory_reserved and NVML's used memory")
 
 #: The constants fitted to data outside the published runs: (constant, what it was fitted to, one source or more).
 FITTED_ELSEWHERE = (
@@ -274,6 +280,47 @@ def band_table(results: list[Result]) -> dict:
     return table
 
 
+def allocator_errors(results: list[Result]) -> list[float]:
+    """The memory errors of the runs whose reading includes the allocator's reserve (reserved or NVML's used)."""
+    return [r.memory_error for r in results if not r.skipped and r.memory_error is not None
+            and r.memory_quantity != "max_memory_allocated"]
+
+
+def allocator_loss(results: list[Result], point: Point = ()) -> tuple[float]:
+    """:data:`ALLOCATOR`'s criterion."""
+    errors = allocator_errors(results)
+    return (statistics.median(map(abs, errors)) if errors else 0.0,)
+
+
+def allocator_check(cases: list[dict]) -> list[str]:
+    """:data:`ALLOCATOR` refitted on the published readings, in-sample and leave-one-source-out, beside advisor's."""
+    read = [c for c in cases if c["measured"].get("memory_quantity") in ("max_memory_reserved", "nvml_used")]
+    grid = {}
+    for point in ALLOCATOR.grid:
+        with values(ALLOCATOR, point):
+            grid[point] = [published.run_case(c) for c in read]
+    shipped, sources = ALLOCATOR.shipped(), sorted({source_group(r.source) for r in grid[ALLOCATOR.shipped()]
+                                                    if r.memory_error is not None})
+    everyone = refit(grid, allocator_loss, lambda r: True, shipped)
+    held = []
+    for s in sources:
+        point = refit(grid, allocator_loss, lambda r, s=s: source_group(r.source) != s, shipped)
+        held += [(s, point, e) for e in allocator_errors([r for r in grid[point] if source_group(r.source) == s])]
+
+    def label(point: Point) -> str:
+        return f"reserve {point[0]:g}, cap {point[1] / 2**30:g} GiB"
+
+    def median(errors: list[float]) -> str:
+        return f"{statistics.median(map(abs, errors)):.1%}"
+
+    return [f"- `allocator.TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES` refitted on these runs as a check "
+            f"({ALLOCATOR.criterion}; {len(allocator_errors(grid[shipped]))} readings of {len(sources)} sources, "
+            f"cap 1024 GiB: none): advisor's ({label(shipped)}) {median(allocator_errors(grid[shipped]))}; refitted "
+            f"on all of them ({label(everyone)}) {median(allocator_errors(grid[everyone]))}; leave-one-source-out "
+            f"{median([e for *_, e in held])} (refits: "
+            + "; ".join(f"without {s} {label(p)}" for s, p in dict((s, p) for s, p, _ in held).items()) + ")."]
+
+
 def _source_row(cv: CrossValidation, source: str) -> str:
     """One source's line: its runs, the refits without it and its figures in-sample → LOSO."""
     mine = [i for i, r in enumerate(cv.in_sample) if source_group(r.source) == source and not r.skipped]
@@ -311,7 +358,7 @@ def _support(cv: CrossValidation) -> list[str]:
     return out
 
 
-def markdown(cv: CrossValidation) -> list[str]:
+def markdown(cv: CrossValidation, checks: list[str] = ()) -> list[str]:
     """The LOSO section of ``benchmarks/results/published.md``."""
     ins, out = figures(cv.in_sample), figures(cv.loso)
     table = json.dumps(band_table(cv.loso))
@@ -327,7 +374,7 @@ def markdown(cv: CrossValidation) -> list[str]:
     lines += [_source_row(cv, s) for s in cv.sources]
     lines += ["", "### What each constant was fitted to", "",
               "A source whose runs cannot tell the grid's values apart 'chooses' advisor's (ties go to the nearest to "
-              "it).", "", *_support(cv)]
+              "it).", "", *_support(cv), *checks]
     lines += ["", "### Tried and judged by LOSO", "", *(f"- {what}: {outcome}" for what, outcome in TRIED), "",
               "### Uncertainty bands (`advisor/data/bands.json`)", "",
               f"The {bands.BAND_QUANTILE:.0%} quantile of the LOSO residuals' absolute values per class "
@@ -347,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     cv = cross_validate([published.run_case(c) for c in cases], cases, speed_fit.device_trials())
     if args.write_bands:
         BANDS.write_text(json.dumps(band_table(cv.loso), indent=1) + "\n", encoding="utf-8")
-    print("\n".join(markdown(cv)))
+    print("\n".join(markdown(cv, allocator_check(cases))))
 
 
 if __name__ == "__main__":

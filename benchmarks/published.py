@@ -687,7 +687,8 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_loso:
         from benchmarks import loso  # imports this module
 
-        section = loso.markdown(loso.cross_validate(results, cases, loso.speed_fit.device_trials()))
+        section = loso.markdown(loso.cross_validate(results, cases, loso.speed_fit.device_trials()),
+                                loso.allocator_check(cases))
     command = " ".join(["benchmarks/published.py", *(sys.argv[1:] if argv is None else argv)])
     header = (f"# Published GPU training runs vs `advisor estimate` ({date.today()}, advisor {_commit()})\n\n"
               f"`HF_HUB_OFFLINE=1 python {command}`"
