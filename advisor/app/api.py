@@ -31,10 +31,9 @@ from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
-from advisor.engine.candidates import evaluate
+from advisor.engine.candidates import evaluate, with_bands
 from advisor.engine.decisions import Warning as RuleWarning
 from advisor.engine.legality import advice
-from advisor.engine.bands import with_bands
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
 from advisor.engine.schema import SCHEMA_VERSION

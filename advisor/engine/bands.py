@@ -12,14 +12,9 @@ import json
 from enum import StrEnum
 from functools import lru_cache
 from importlib import resources
-from typing import TYPE_CHECKING
 
 from advisor.core.plan import Plan
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device
-
-if TYPE_CHECKING:  # pragma: no cover
-    from advisor.engine.memory import MemoryEstimate
-    from advisor.engine.speed import SpeedEstimate
 
 #: The verdict's upper bound, a fraction of the device's capacity: a plan whose device memory lies between the
 #: planning margin (``candidates.SAFETY_MARGIN_GPU``) and this limit is "tight" (it should run: validate it first),
@@ -90,10 +85,3 @@ def band(kind: str, plan: Plan, cc_major: int | None) -> float | None:
         return None
     table = _bands()[kind]
     return next((table[k]["band"] for k in coarser(key) if k in table), None)
-
-
-def with_bands(memory: MemoryEstimate, speed: SpeedEstimate, plan: Plan, cc_major: int | None
-               ) -> tuple[MemoryEstimate, SpeedEstimate]:
-    """The estimates with their bands set (``MemoryEstimate.band``, ``SpeedEstimate.step_time_band``)."""
-    return (memory.model_copy(update={"band": band("memory", plan, cc_major)}),
-            speed.model_copy(update={"step_time_band": band("step_time", plan, cc_major)}))

@@ -7,12 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor.engine.bands import with_bands
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDecision, SourceRef,  # noqa: F401
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
-from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
+from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order, with_bands
 from advisor.core.dimensions import Consumer, MULTI_GPU, SEARCHED, Setting, refusal, swapped
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
