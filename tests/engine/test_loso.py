@@ -92,3 +92,16 @@ def test_estimates_carry_the_verdict_and_the_bands_of_their_class(monkeypatch) -
     assert (full.memory.band, full.speed.step_time_band) == (0.11, 0.13)
     assert estimate("gpt2", gpu="a100-80gb", micro_batch_size=512).memory.verdict == Verdict.NO_FIT
     assert estimate("gpt2", hardware=hardware("cpu")).memory.band is None  # no published run on the CPU
+
+
+def test_a_speed_refit_without_a_source_ignores_its_rates() -> None:
+    def rated(source: str, ratio: float, i: int = 0) -> Result:
+        return Result(id=f"{source}{i}", source=source, model="m", gpu="g", rate_unit="tokens/s/GPU",
+                      rate_published=1.0, rate_predicted=ratio, per_gpu=True)
+    low, high = (0.7, 0.6), (0.9, 1.0)  # a's three runs are right at the first point, b's and c's at the second
+    grid = {low: [*(rated("a", 1.0, i) for i in range(3)), rated("b", 1.4), rated("c", 1.4)],
+            high: [*(rated("a", 0.5, i) for i in range(3)), rated("b", 1.0), rated("c", 1.0)]}
+    shipped = (0.8, 0.8)
+    assert loso.refit(grid, loso.speed_loss, lambda r: True, shipped) == low  # three within 1.25x against two
+    assert loso.refit(grid, loso.speed_loss, lambda r: r.source != "a", shipped) == high
+    assert loso.refit(grid, loso.speed_loss, lambda r: r.source != "b", shipped) == low
