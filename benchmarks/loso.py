@@ -13,18 +13,19 @@ The constants fitted to the published runs (:data:`FITTED`):
   |log(predicted / published)|, then the nearest to advisor's; this project's H100 trials (step time) count as runs
   too, as when the constants were chosen, and are in every fit (:data:`TRIALS`: not a published source, not scored);
 - the fit verdict's tight limit (``advisor.engine.bands.TIGHT_LIMIT``): the limit whose three-state verdicts agree
-  with the most published ones (ran: fits or tight; out of memory: does not fit), the smallest on a tie.
+  with the most published ones (ran: fits or tight; out of memory: does not fit), the nearest to advisor's on a tie.
 
 The other constants were fitted to data outside the published runs (:data:`FITTED_ELSEWHERE`): leaving a published
 source out does not move them, so their LOSO figures are their in-sample ones; each names what it was fitted to, and
-those fitted to a single source are named as such.
+those fitted to a single source are named as such. The allocator's are also refitted on the published readings, as a
+check only (:func:`allocator_check`).
 
 The uncertainty bands (``advisor/data/bands.json``, :mod:`advisor.engine.bands`) are the LOSO residuals per class of
 plan: memory (predicted / measured - 1) and step time (published / predicted tokens/s - 1).
 
 Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/published.py (runs this too); this module alone:
-HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loso.py [--write-bands]; about 25 passes over the rated runs, a
-minute or two on 2 cores.
+HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/loso.py [--write-bands]; 25 passes over the rated runs and 16 over the
+memory readings, a minute or two on 2 cores.
 """
 
 from __future__ import annotations

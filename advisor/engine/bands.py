@@ -19,8 +19,8 @@ from advisor.core.vocabulary import PARALLELISM_SPECS, Device
 #: The verdict's upper bound, a fraction of the device's capacity: a plan whose device memory lies between the
 #: planning margin (``candidates.SAFETY_MARGIN_GPU``) and this limit is "tight" (it should run: validate it first),
 #: above it "does not fit". Fitted to the published runs' verdicts (ran or out of memory) on a grid of 0.95-1.20
-#: (``benchmarks/loso.py``: the limit that agrees with the most verdicts, the smallest on a tie): 1.05 agrees with
-#: 141 of 150, the whole capacity (1.00) with 139, 0.95 with 137, 1.10 with 140, 1.15 and 1.20 with 136; refitted
+#: (``benchmarks/loso.py``: the limit that agrees with the most verdicts; ties: the nearest to this value): 1.05
+#: agrees with 141 of 150, the whole capacity (1.00) with 139, 0.95 with 137, 1.10 with 140, 1.15 and 1.20 with 136; refitted
 #: without each of the 10 sources it stays 1.05 (LOSO: 141 of 150, ``benchmarks/results/published.md``). Ten sources
 #: have verdicts; the limit rests on the few runs near the capacity (below). It lies above the capacity because the
 #: memory model's own error does: runs that completed at 101-104 % of their priced capacity (torchtitan's Llama 2 13B
