@@ -29,7 +29,10 @@ What is compared, like with like (``advisor/engine/memory.py``):
   where a source's figures were measured with two versions of its code; GPU counts cancel);
 - throughput: ``speed.tokens_per_s`` / GPUs against published tokens/s per GPU.
 
-Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/published.py [--json] [--cases GLOB] [--no-write]
+The leave-one-source-out figures (every constant fitted to these runs refitted without the source scored:
+``benchmarks/loso.py``) follow the summary.
+
+Usage: HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/published.py [--json] [--cases GLOB] [--no-write] [--no-loso]
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from advisor.app.api import estimate, probe_hardware  # noqa: E402
+from advisor.engine.bands import plan_class  # noqa: E402
 from probes.cuda_stack import CUDA_VERSION_PATTERN  # noqa: E402
 from advisor.core.errors import AdvisorError  # noqa: E402
 from probes.model import ModelProfile, profile_model  # noqa: E402
@@ -140,6 +144,9 @@ class Result:
     fits_predicted: bool | None = None
     device_bytes: int | None = None
     usable_bytes: int | None = None
+    capacity_bytes: int | None = None
+    verdict: str | None = None  #: advisor's three-state verdict (``MemoryEstimate.verdict``)
+    plan_class: str | None = None  #: :func:`advisor.engine.bands.plan_class`: the class its residuals band
     fits_capacity: bool | None = None  #: device bytes within the whole GPU (no planning margin)
     rate_unit: str | None = None
     rate_published: float | None = None
@@ -511,7 +518,9 @@ def run_case(case: dict) -> Result:
     r.method = est.plan.method
     r.fits_published, r.fit_basis = published_fit(case)
     r.fits_predicted, r.device_bytes, r.usable_bytes = est.memory.fits, est.memory.device_bytes, est.memory.usable_bytes
-    r.fits_capacity = est.memory.fits_capacity
+    r.fits_capacity, r.capacity_bytes = est.memory.fits_capacity, est.memory.capacity_bytes
+    r.verdict = est.memory.verdict.value
+    r.plan_class = plan_class(est.plan, _generation(hardware_options(case, [])["gpu"]))
     if m.get("memory_bytes") and m.get("memory_quantity") in MEMORY_QUANTITIES:
         r.memory_quantity, r.measured_bytes = m["memory_quantity"], int(m["memory_bytes"])
         r.predicted_bytes = predicted_memory(r.memory_quantity, est)
@@ -525,6 +534,13 @@ def run_case(case: dict) -> Result:
         r.per_gpu = case["hardware"].get("count") is not None
     r.why = stack_notes(case) + notes + _states_check(r, est)
     return r
+
+
+@lru_cache(maxsize=None)
+def _generation(gpu: str) -> int | None:
+    """The compute-capability major of a catalog GPU (``NAME:COUNT``)."""
+    gpus = probe_hardware(gpu=gpu).gpus
+    return gpus[0].cc[0] if gpus else None
 
 
 def _states_check(r: Result, est) -> list[str]:
@@ -623,11 +639,12 @@ def _row(r: Result) -> str:
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
-def markdown(results: list[Result], header: str) -> str:
-    """The report: summary lines, the per-case table, the skipped cases and the speed ratios."""
+def markdown(results: list[Result], header: str, loso: list[str] = ()) -> str:
+    """The report: summary lines, the LOSO section (``loso``: :func:`benchmarks.loso.markdown`), the per-case table,
+    the skipped cases and the speed ratios."""
     lines = summary(results)
     skipped = [r for r in results if r.skipped]
-    out = [header, "", "```", *lines.values(), "```", "",
+    out = [header, "", "```", *lines.values(), "```", "", *loso, *([""] if loso else []),
            f"{len(results)} cases: {len(results) - len(skipped)} run, {len(skipped)} skipped. Memory in GB (10^9 B); "
            "error = predicted / measured - 1; fit = published / predicted (✗: disagree); device = advisor's "
            "memory.device_bytes / usable bytes; rate = published / predicted.", "",
@@ -658,17 +675,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the results and summary as JSON")
     parser.add_argument("--cases", default="*", help="only the case ids matching this glob")
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.relative_to(ROOT)}")
+    parser.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out section (benchmarks/"
+                        "loso.py: about 25 more passes over the rated runs)")
     parser.add_argument("--extra-configs", action="append", type=Path, default=[], metavar="DIR",
                         help="configs (<id with / as -->.json) for Hub ids the shipped catalog lacks")
     args = parser.parse_args(argv)
     EXTRA_CONFIGS[:] = args.extra_configs
-    results = [run_case(c) for c in load_cases(args.cases)]
+    cases = load_cases(args.cases)
+    results = [run_case(c) for c in cases]
+    section: list[str] = []
+    if not args.no_loso:
+        from benchmarks import loso  # imports this module
+
+        section = loso.markdown(loso.cross_validate(results, cases, loso.speed_fit.device_trials()),
+                                loso.allocator_check(cases))
     command = " ".join(["benchmarks/published.py", *(sys.argv[1:] if argv is None else argv)])
     header = (f"# Published GPU training runs vs `advisor estimate` ({date.today()}, advisor {_commit()})\n\n"
               f"`HF_HUB_OFFLINE=1 python {command}`"
               ": every case of `benchmarks/published/*.jsonl` through `advisor.app.api.estimate` (how each is "
               "mapped: the script's docstring).")
-    text = markdown(results, header)
+    text = markdown(results, header, section)
     if not args.no_write:
         RESULTS.write_text(text, encoding="utf-8")
     if args.json:

@@ -31,7 +31,7 @@ from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
-from advisor.engine.candidates import evaluate
+from advisor.engine.candidates import evaluate, with_bands
 from advisor.engine.decisions import Warning as RuleWarning
 from advisor.engine.legality import advice
 from advisor.engine.memory import MemoryEstimate
@@ -250,7 +250,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     candidate = evaluate(facts, plan)
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     warnings = [RuleWarning(rule_id=e.rule_id, message=e.reason) for e in advice(facts, plan)]
-    return Estimate(plan=plan, memory=candidate.memory, speed=candidate.speed, simulated=simulated,
+    memory, speed = with_bands(candidate.memory, candidate.speed, plan, facts.gpu.cc[0] if facts.gpu else None)
+    return Estimate(plan=plan, memory=memory, speed=speed, simulated=simulated,
                     model=facts.model, workload=facts.workload, warnings=warnings)
 
 

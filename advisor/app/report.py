@@ -22,6 +22,11 @@ def gib(n: int | float | None) -> str:
     return "—" if n is None else f"{n / GIB:,.2f} GiB"
 
 
+def band(relative: float | None) -> str:
+    """An uncertainty band for display (`` ± 3 %``; nothing without one)."""
+    return "" if relative is None else f" ± {relative:.0%}".replace("%", " %")
+
+
 def value_text(v) -> str:
     """A setting's value for display: booleans lower-case ('true'), the rest as str."""
     return str(v).lower() if isinstance(v, bool) else str(v)
@@ -73,7 +78,7 @@ def _moe_rows(m: ModelProfile) -> list[tuple[str, str]]:
 
 
 #: Each memory verdict (:attr:`MemoryEstimate.verdict`) in words and colour: a tight plan says what it lacks.
-VERDICTS = {Verdict.FITS: ("fits", "green"), Verdict.TIGHT: ("tight: no margin", "yellow"),
+VERDICTS = {Verdict.FITS: ("fits", "green"), Verdict.TIGHT: ("tight: validate first", "yellow"),
             Verdict.NO_FIT: ("does not fit", "red")}
 
 
@@ -87,8 +92,8 @@ def memory_table(mem: MemoryEstimate) -> Table:
     total = sum(comps.values()) or 1
     for name, value in comps.items():
         t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
-    t.add_row("peak (live tensors)", gib(mem.peak_bytes), "", style="bold")
-    t.add_row("device in use (NVML)", gib(mem.device_bytes), "", style="bold")
+    t.add_row("peak (live tensors)", gib(mem.peak_bytes) + band(mem.band), "", style="bold")
+    t.add_row("device in use (NVML)", gib(mem.device_bytes) + band(mem.band), "", style="bold")
     words, colour = VERDICTS[mem.device_verdict if mem.host_bytes else mem.verdict]
     t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", Text(words, style=colour))
     if mem.host_bytes:  # an offload: the host's RAM is the other half of the verdict
@@ -107,7 +112,7 @@ def speed_table(speed: SpeedEstimate) -> Table:
     t = Table(title="Estimated speed", title_justify="left", show_header=False)
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
-    t.add_row("step time", f"{speed.step_time_s:.3f} s")
+    t.add_row("step time", f"{speed.step_time_s:.3f} s{band(speed.step_time_band)}")
     t.add_row("throughput", f"{speed.samples_per_s:,.1f} samples/s, {speed.tokens_per_s:,.0f} tokens/s")
     t.add_row("FLOPs per step", f"{speed.flops_per_step:.3e} FLOP")
     t.add_row("MFU", f"{speed.mfu:.0%} of {speed.peak_flops_per_s / 1e12:,.1f} TFLOP/s per device")
@@ -183,10 +188,11 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
     fits = VERDICTS[mem.verdict]
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
-    figures = [_line(("memory ", "bold"), f"peak {gib(mem.peak_bytes)} · device {gib(mem.device_bytes)} of "
-                     f"{gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable) · ", fits),
+    # the verdict first: a narrow terminal crops the line's end
+    figures = [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
+                     f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
                Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
-               _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step · {sp.tokens_per_s:,.0f} tokens/s · "
+               _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     if rec.hardware.gpu is None:

@@ -9,6 +9,7 @@ from functools import cached_property
 from operator import itemgetter
 from typing import Callable
 
+from advisor.engine.bands import band
 from advisor.engine.legality import propose_effects
 from advisor.engine.memory import MemoryEstimate, estimate_memory
 from advisor.engine.speed import SpeedEstimate, estimate_speed
@@ -143,6 +144,14 @@ class Pricing:
                    inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
                    fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
                    preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
+
+
+def with_bands(memory: MemoryEstimate, speed: SpeedEstimate, plan: Plan, cc_major: int | None
+               ) -> tuple[MemoryEstimate, SpeedEstimate]:
+    """The estimates with their bands set (``MemoryEstimate.band``, ``SpeedEstimate.step_time_band``:
+    :func:`advisor.engine.bands.band` of the plan's class on a GPU of compute capability ``cc_major``)."""
+    return (memory.model_copy(update={"band": band("memory", plan, cc_major)}),
+            speed.model_copy(update={"step_time_band": band("step_time", plan, cc_major)}))
 
 
 def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None

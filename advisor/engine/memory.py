@@ -3,14 +3,14 @@
 Components follow the HF guide's anatomy of model memory
 (https://huggingface.co/docs/transformers/v4.18.0/en/performance#anatomy-of-models-memory):
 
-- weights: 4 B/param in fp32; mixed precision adds the 16-bit copies autocast makes of every
-  matmul weight (saved for backward), the guide's "6 bytes per parameter";
+- weights: 4 B/param in fp32; mixed precision adds the 16-bit copies autocast makes of every matmul weight (saved
+  for backward), the guide's "6 bytes per parameter";
 - gradients: 4 B/param (the parameters stay fp32 under autocast);
-- optimizer states: AdamW 8 B/param, 8-bit Adam 2, SGD with momentum 4, Adafactor the factored
-  row + column statistics of every matrix (Shazeer & Stern 2018, sec. 3);
-- activations: for the catalog families and task heads, coefficients fitted to simulated training
-  steps (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per
-  layer c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
+- optimizer states: AdamW 8 B/param, 8-bit Adam 2, SGD with momentum 4, Adafactor the factored row + column
+  statistics of every matrix (Shazeer & Stern 2018, sec. 3);
+- activations: for the catalog families and task heads, coefficients fitted to simulated training steps
+  (``advisor/data/activations.json``, made by ``benchmarks/calibrate_activations.py``): per layer
+  c_h·s·b·h + c_f·s·b·ffn + c_s·b·heads·s² bytes, the head (fp32 logits and log-softmax) and
   what the start of backward adds (the loss gradient) or, under checkpointing, the backward of the last
   recomputed block (where the head is small: a classifier, a fused loss), one set per class of step
   (:func:`calibration_keys`: the residual stream's dtype, frozen layers); tensor parallelism with sequence
@@ -24,15 +24,14 @@ Components follow the HF guide's anatomy of model memory
 - checkpointing keeps each checkpointed block's input, and under a selective policy what it saves
   (:mod:`advisor.engine.checkpointing`); activation offloading (TRL's ``OffloadActivations``, torchtune's) moves
   what the blocks save to pinned CPU RAM and keeps one block's worth on the GPU (:data:`OFFLOAD_RESIDENT`);
-- lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the
-  forward; in backward only those autograd saved remain (under checkpointing, the head's); the
-  end of backward holds every gradient plus two embedding-sized temporaries; then the optimizer
-  step's temporaries;
+- lifetimes that set the peak: autocast's cache keeps the 16-bit weight copies through the forward; in backward only
+  those autograd saved remain (under checkpointing, the head's); the end of backward holds every gradient plus two
+  embedding-sized temporaries; then the optimizer step's temporaries;
 - CUDA context, and the caching allocator's reserve for ``device_bytes``.
 
-ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054):
-16-bit parameters and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master
-weights and optimizer states, divided by N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
+ZeRO stages partition model states as the ZeRO paper's sec. 5 (https://arxiv.org/abs/1910.02054): 16-bit parameters
+and gradients (2 + 2 B/param) plus K = 4 + states B/param of fp32 master weights and optimizer states, divided by
+N_d from stage 1 (states), 2 (+ gradients), 3 (+ params).
 
 Known limitations:
 - the caching allocator's reserve (:mod:`advisor.engine.allocator`) is fitted to one GPU's published table and,
@@ -45,7 +44,6 @@ Known limitations:
 
 from __future__ import annotations
 
-from enum import StrEnum
 from operator import itemgetter
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -58,6 +56,7 @@ from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer
                                        residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
+from advisor.engine.bands import Verdict, verdict_of
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from advisor.core.dimensions import NOT_ACTIVATIONS, Setting
@@ -70,14 +69,6 @@ from advisor.core.plan import Plan
 #: previous node's. The output head is not offloaded (``NoOpManager`` on ``lm_head``); a checkpointed block's
 #: recomputation runs outside the hooks, as without offloading. Read from the code, not yet measured by this project.
 OFFLOAD_RESIDENT = 1
-
-
-class Verdict(StrEnum):
-    """Whether one step's memory fits its device (:attr:`MemoryEstimate.verdict`)."""
-
-    FITS = "fits"  #: device memory within the capacity less the safety margin
-    TIGHT = "tight"  #: within the capacity, not the margin: it should run, but the planner does not pick it
-    NO_FIT = "does not fit"
 
 
 class MemoryComponents(BaseModel):
@@ -112,19 +103,17 @@ class MemoryEstimate(BaseModel):
                                                               "bytes (None: not checked)")
     components: MemoryComponents
     """the peak's parts, bytes each"""
-
-    @property
-    def verdict(self) -> Verdict:
-        """:class:`Verdict` of ``fits`` and ``fits_capacity``: a tight plan should run, as published runs at
-        0.84-0.99 of their GPU did (``benchmarks/results/published.md``)."""
-        return Verdict.FITS if self.fits else Verdict.TIGHT if self.fits_capacity else Verdict.NO_FIT
+    verdict: Verdict = Verdict.NO_FIT
+    """fits (within the usable bytes) / tight (past the margin, within the tight limit of the capacity: validate it
+    first) / does not fit; host_bytes within the host's usable RAM for the first two"""
+    band: float | None = None
+    """the uncertainty of peak_bytes and device_bytes, relative (0.03: ± 3 %): the published runs of the plan's
+    class (method, sharding, GPU generation) scored leave-one-source-out; None on the CPU"""
 
     @property
     def device_verdict(self) -> Verdict:
-        """:class:`Verdict` of the device alone (``device_bytes`` against the usable bytes and the capacity),
-        whatever the host's RAM says."""
-        return Verdict.FITS if self.device_bytes <= self.usable_bytes else (
-            Verdict.TIGHT if self.device_bytes <= self.capacity_bytes else Verdict.NO_FIT)
+        """:class:`Verdict` of the device alone (:func:`verdict_of`), whatever the host's RAM says."""
+        return verdict_of(self.device_bytes, self.usable_bytes, self.capacity_bytes)
 
     @property
     def host_usable_bytes(self) -> int | None:
@@ -357,8 +346,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
             stay within it less :data:`advisor.engine.states.HOST_SAFETY_MARGIN` (None: not checked).
     Returns:
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``, ``fits_capacity`` with
-        the whole capacity (a plan between the two is tight: it should run, as published runs at 0.84-0.99 of
-        their GPU did, ``benchmarks/results/published.md``, but the planner keeps the margin).
+        the whole capacity; ``verdict``: :func:`verdict_of` (the planner keeps the margin).
     """
     eager = Attention.of(attention or plan.attention).spec.keeps_scores
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
@@ -395,5 +383,6 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and on_host,
                           fits_capacity=device <= capacity_bytes and on_host, components=components,
+                          verdict=verdict_of(device, usable, capacity_bytes, on_host),
                           host_bytes=host, host_capacity_bytes=host_capacity_bytes,
                           activations_offloaded_bytes=offloaded)

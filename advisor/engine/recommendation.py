@@ -11,7 +11,7 @@ from advisor.engine.memory import MemoryEstimate
 from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDecision, SourceRef,  # noqa: F401
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
-from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order
+from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order, with_bands
 from advisor.core.dimensions import Consumer, MULTI_GPU, SEARCHED, Setting, refusal, swapped
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
@@ -369,9 +369,10 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
     warnings = [Warning(rule_id=e.rule_id, message=e.reason)
                 for e in result.effects + result.check_effects if e.kind == "warn"]
     runners = [c for c in result.fitting if c is not best][:top]
+    memory, speed = with_bands(best.memory, best.speed, best.plan, facts.gpu.cc[0] if facts.gpu else None)
     return Recommendation(
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
-        memory=best.memory, speed=best.speed, warnings=warnings, suggestions=suggestions or [],
+        memory=memory, speed=speed, warnings=warnings, suggestions=suggestions or [],
         estimate_only=estimate_only(best.plan),
         gains=sorted(gains, key=lambda g: -g.speedup),
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,

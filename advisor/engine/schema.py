@@ -30,7 +30,8 @@ plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline s
 (FSDP2's fully_shard or FSDP1's FullyShardedDataParallel). 1.19: recommendation.estimate_only (why no emitted
 file runs the plan as priced, from the table of dimensions); hardware host.packages' description names
 probes.packages. 1.20: plan.weights_dtype "fp16" (a frozen adapter base in fp16 under fp16 mixed precision: V100 /
-T4).
+T4). 1.21: memory.verdict (fits / tight / does not fit: tight up to bands.TIGHT_LIMIT of the capacity),
+memory.band and speed.step_time_band (the uncertainty from the published runs' leave-one-source-out residuals).
 """
 
-SCHEMA_VERSION = "1.20"
+SCHEMA_VERSION = "1.21"

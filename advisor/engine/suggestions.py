@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from advisor.engine import planner
 from advisor.engine.candidates import Candidate, safety_margin
+from advisor.engine.bands import Verdict
 from advisor.engine.legality import no_layout_error
 from advisor.core.errors import NoFitError, UsageError
 from probes.gpu_catalog import catalog, profile_from_catalog
@@ -144,6 +145,7 @@ def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
     summary = (f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
                f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
                "usable")
-    if closest.memory.fits_capacity:  # a tight plan: it may run without the safety margin
-        summary += f" (tight: within the {closest.memory.capacity_bytes / GIB:.1f} GiB capacity, it may run)"
+    if closest.memory.verdict == Verdict.TIGHT:  # within the model's error of the capacity: it may run
+        summary += (f" (tight: {closest.memory.device_bytes / closest.memory.capacity_bytes:.0%} of the "
+                    f"{closest.memory.capacity_bytes / GIB:.1f} GiB capacity, it may run: validate it first)")
     return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas, closest=closest)

@@ -109,9 +109,9 @@ def test_estimate_calls_a_plan_within_capacity_but_not_the_margin_tight() -> Non
             "--framework", "litgpt")
     memory = json.loads(advisor(*args, "--json").stdout)["memory"]
     assert memory["usable_bytes"] < memory["device_bytes"] <= memory["capacity_bytes"]
-    assert (memory["fits"], memory["fits_capacity"]) == (False, True)
+    assert (memory["fits"], memory["fits_capacity"], memory["verdict"]) == (False, True, "tight")
     table = advisor(*args, env={**ENV, "COLUMNS": "120"})
-    assert table.returncode == 0 and "tight: no margin" in table.stdout, table.stdout
+    assert table.returncode == 0 and "tight: validate first" in table.stdout, table.stdout
 
 
 def test_profile_of_a_mixture_of_experts() -> None:

@@ -39,12 +39,13 @@ def test_memory_grows_with_the_micro_batch(b, seq, precision, ckpt, opt) -> None
 def test_a_plan_within_capacity_but_not_the_margin_is_tight() -> None:
     device = _mem(micro_batch_size=8).device_bytes
     verdicts = {}
-    for share in (0.80, 0.95, 1.01):  # device memory as a share of the capacity
+    for share in (0.80, 0.95, 1.01, 1.06):  # device memory as a share of the capacity
         mem = estimate_memory(GPT2, _plan(micro_batch_size=8), 512, int(device / share))
         assert mem.device_bytes == device
         verdicts[share] = (mem.fits, mem.fits_capacity, mem.verdict)
-    assert verdicts == {0.80: (True, True, "fits"), 0.95: (False, True, "tight"),
-                        1.01: (False, False, "does not fit")}
+    # tight up to bands.TIGHT_LIMIT (1.05) of the capacity: within the memory model's error of it
+    assert verdicts == {0.80: (True, True, "fits"), 0.95: (False, True, "tight"), 1.01: (False, False, "tight"),
+                        1.06: (False, False, "does not fit")}
 
 
 def test_the_documents_bytes_per_parameter() -> None:

@@ -77,7 +77,7 @@ def test_nothing_fits_but_the_smallest_plan_is_within_capacity_says_it_may_run()
         recommend("meta-llama/Llama-3.1-8B", gpu="t4", seq_len=12288)
     memory = err.value.closest.memory
     assert memory.usable_bytes < memory.device_bytes <= memory.capacity_bytes
-    assert "(tight: within the 15.0 GiB capacity, it may run)" in str(err.value)
+    assert "% of the 15.0 GiB capacity, it may run: validate it first)" in str(err.value)
 
 
 def test_full_fine_tuning_that_does_not_fit_suggests_adapters() -> None:
