@@ -116,7 +116,7 @@ def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: C
     figures, gain = None, None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
         other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
-                       best_only=True)
+                       best_only=True, weighed=result.weighed)
         if other.best is not None:
             figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
             gain = _gain(setting, value, forbids, other.best, best)

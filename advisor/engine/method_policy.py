@@ -53,4 +53,5 @@ def weigh_method(result: Any, research: Callable[[list[Effect]], Any]) -> Any:
     if not chosen:
         return result
     other.effects = chosen + [e for e in other.effects if e is not weighing]
+    other.weighed = chosen
     return other

@@ -67,6 +67,8 @@ class PlanningResult:
     effects: list[Effect]  #: propose-phase effects of every rule
     check_effects: list[Effect]  #: check-phase effects on the chosen plan
     layouts: LayoutLog = field(default_factory=LayoutLog)  #: the legal and refused layout values
+    weighed: list[Effect] = field(default_factory=list)
+    """the effects with which ``--method auto`` chose adapters over full fine-tuning (:mod:`method_policy`), or []"""
 
     @property
     def fitting(self) -> list[Candidate]:
@@ -331,7 +333,8 @@ def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]]
     return out
 
 
-def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None) -> PlanningResult:
+def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None,
+           weighed: list[Effect] | None = None) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
     ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
@@ -345,8 +348,14 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
 
     Under ``--method auto`` a full fine-tuning plan that needs a quality-risk fallback is weighed against the best
-    adapter plan (:func:`advisor.engine.method_policy.weigh_method`).
+    adapter plan (:func:`advisor.engine.method_policy.weigh_method`). ``weighed``: a recommendation's
+    :attr:`PlanningResult.weighed`, for the searches that explain it (another stack value, say): they keep its
+    choice of adapters instead of weighing again (one search, not two).
     """
+    if weighed and facts.workload.method is None:
+        result = _search(facts, best_only, runs_on, list(weighed))
+        result.weighed = list(weighed)
+        return result
     result = _search(facts, best_only, runs_on, [])
     return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra))
 
