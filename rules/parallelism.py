@@ -39,10 +39,10 @@ class SingleDevice(Rule):
                 and not parallelism.spec.replicated_across_nodes)
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
-        replicas = plan.data_parallel_size > 1
+        replicas = plan.shard_group_size > 1  # context-parallel ranks hold the same weights as replicas do
         if plan.parallelism == Parallelism.NONE and replicas:
             return self.forbid(Setting.PARALLELISM, plan.parallelism,
-                               f"{plan.data_parallel_size} model replicas need a data-parallel strategy (ddp)", hard=True)
+                               f"{plan.shard_group_size} model replicas need a data-parallel strategy (ddp)", hard=True)
         if plan.parallelism != Parallelism.NONE and not replicas:
             if plan.offload != Offload.NONE and self._offloads_alone(facts, Parallelism.of(plan.parallelism)):
                 return None

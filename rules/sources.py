@@ -118,6 +118,16 @@ ACCELERATE_ND_PARALLEL = Source(title="Hugging Face blog: Accelerate ND-Parallel
                                       "training (2025-08-08)", url="https://huggingface.co/blog/accelerate-nd-parallel",
                                 section="ParallelismConfig: tp_size beside dp_shard_size (FSDP2); accelerate 1.10 and "
                                         "later, TrainingArguments.parallelism_config; DDP + TP not composed")
+RING_ATTENTION = Source(title="Liu et al. 2023, Ring Attention with Blockwise Transformers",
+                        url="https://arxiv.org/abs/2310.01889", section="3 (keys and values passed around a ring of "
+                                                                        "devices, overlapped with blockwise attention)")
+TORCH_CONTEXT_PARALLEL = Source(title="PyTorch tutorial: Introduction to Context Parallel",
+                                url="https://pytorch.org/tutorials/prototype/context_parallel.html",
+                                section="context_parallel(): SDPA's flash / efficient kernels, the sequence split in 2c "
+                                        "chunks for load balance")
+ACCELERATE_CONTEXT_PARALLEL = Source(title="accelerate: Context Parallelism",
+                                     url="https://huggingface.co/docs/accelerate/concept_guides/context_parallelism",
+                                     section="ParallelismConfig(cp_size=...): FSDP2 and SDPA only")
 HF_TENSOR_PARALLEL = Source(title="transformers: Tensor parallelism for training",
                             url="https://huggingface.co/docs/transformers/main/en/tensor_parallelism",
                             section="models whose config defines base_model_tp_plan")

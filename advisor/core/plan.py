@@ -91,6 +91,10 @@ class Plan(BaseModel):
                                                 "parallel), inside an NVLink island; 1: none")
     pipeline_parallel: int = Field(1, description="pipeline stages the layers are split into (1F1B schedule), "
                                                   "across nodes; 1: none")
+    context_parallel: int = Field(1, ge=1, description="GPUs each sample's sequence is split over (context parallel: ring "
+                                                 "attention passes the keys and values around them), inside an "
+                                                 "NVLink island; the weights are replicated over them, or sharded "
+                                                 "with FSDP2; 1: none")
     method: MethodName = Field(Method.FULL.value, description="full fine-tuning, or LoRA adapters over frozen 16-bit "
                                                               "(lora) or 4-bit NF4 (qlora) base weights")
     weights_dtype: WeightsDtypeName = Field(WeightsDtype.FP32.value,
@@ -174,11 +178,18 @@ class Plan(BaseModel):
 
     @property
     def data_parallel_size(self) -> int:
-        """Model replicas (GPUs / model-parallel size), or the CPU's processes: the factor between
-        micro-batch × accumulation and the global batch."""
+        """Batch replicas (GPUs / (model-parallel size × context parallel)), or the CPU's processes: the factor
+        between micro-batch × accumulation and the global batch."""
         if self.num_gpus > 0:
-            return max(self.num_gpus // self.model_parallel_size, 1)
+            return max(self.num_gpus // (self.model_parallel_size * max(self.context_parallel, 1)), 1)
         return max(self.cpu_processes, 1)
+
+    @property
+    def shard_group_size(self) -> int:
+        """GPUs that hold the same part of the model (GPUs / model-parallel size): the data-parallel replicas and,
+        within each, the context-parallel ranks, which replicate the weights and reduce their gradients together
+        (torchtitan shards FSDP over the dp × cp mesh); the CPU's processes on the CPU."""
+        return self.data_parallel_size * max(self.context_parallel, 1) if self.num_gpus > 0 else self.data_parallel_size
 
     @property
     def global_batch_size(self) -> int:
@@ -216,6 +227,8 @@ class Plan(BaseModel):
             parts.append("bitsandbytes < 0.43.2")
         if self.framework != Framework.TRANSFORMERS:
             parts.append(f"{self.framework}'s code")
-        if data_parallel and self.data_parallel_size > 1:
-            parts.append(f"{self.parallelism} × {self.data_parallel_size} {'GPUs' if self.num_gpus else 'processes'}")
+        if self.context_parallel > 1:  # the strategy spans the replicas and their context-parallel ranks
+            parts.append(f"context parallel {self.context_parallel}")
+        if data_parallel and self.shard_group_size > 1:
+            parts.append(f"{self.parallelism} × {self.shard_group_size} {'GPUs' if self.num_gpus else 'processes'}")
         return ", ".join(parts)

@@ -100,7 +100,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
     compute, None: long enough); inter-node bandwidth per node: ``inter_node_bytes_per_s``, else 200 Gb/s.
     """
-    n = plan.data_parallel_size
+    n = plan.shard_group_size  # the replicas and their context-parallel ranks reduce the gradients together
     parallelism = Parallelism.of(plan.parallelism)
     if n <= 1 or parallelism == Parallelism.NONE:
         return 0.0
@@ -147,7 +147,29 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
     if pp > 1:  # each of a stage's v interleaved chunks sends and receives its own (Narayanan sec. 2.2.2)
         seconds += 2 * max(plan.virtual_pipeline, 1) * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1,
                                                                             inter_node_bytes_per_s)
-    return seconds + all_to_all_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s)
+    return (seconds + ring_attention_seconds(model, plan, seq_len, gpu, nvlink)
+            + all_to_all_seconds(model, plan, seq_len, gpu, nvlink, nodes, inter_node_bytes_per_s))
+
+
+def ring_attention_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool) -> float:
+    """Context parallelism's key / value exchange per micro-batch and stage, seconds (counted as not overlapped).
+
+    Ring attention (Liu et al. 2023, https://arxiv.org/abs/2310.01889 sec. 3; torch's ``context_parallel`` as
+    torchtitan runs it, https://pytorch.org/tutorials/prototype/context_parallel.html) passes each rank's keys and
+    values around the c ranks of the ring: c − 1 hops of b·(s/c)·2·kv elements a layer in the forward, and in the
+    backward the keys and values again with their gradients (twice that), once more when checkpointing recomputes
+    the forward. The ring stays inside a node (NVLink or PCIe). Assumption: no overlap with the attention compute,
+    which the ring's design hides it behind on long sequences: an upper bound of the exposed time.
+    """
+    cp = max(plan.context_parallel, 1)
+    if cp <= 1:
+        return 0.0
+    width = Precision.of(plan.precision).activation_bytes
+    kv = 2 * model.num_key_value_heads * model.head_dim
+    passes = 4 if plan.gradient_checkpointing else 3
+    layers = (model.encoder_layers + model.decoder_layers) / max(plan.pipeline_parallel, 1)
+    volume = passes * layers * (cp - 1) / cp * plan.micro_batch_size * seq_len * kv * width
+    return volume / _link_bandwidth(gpu, nvlink, 1)
 
 
 def all_to_all_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,

@@ -336,7 +336,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     Args:
         model: the model profile (its task head included).
         plan: the candidate plan.
-        seq_len: tokens per sample.
+        seq_len: tokens per sample (context parallel c: each rank keeps its own s/c, ring attention streaming the
+            others' keys and values through a block at a time: Liu et al. 2023, https://arxiv.org/abs/2310.01889).
         capacity_bytes: device memory (host RAM for a CPU plan), bytes.
         safety_margin: fraction of capacity kept free.
         attention: overrides ``plan.attention`` (deprecated: set the plan's field).
@@ -348,7 +349,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
         MemoryEstimate; ``fits`` compares ``device_bytes`` with ``capacity × (1 − margin)``, ``fits_capacity`` with
         the whole capacity; ``verdict``: :func:`verdict_of` (the planner keeps the margin).
     """
-    eager = Attention.of(attention or plan.attention).spec.keeps_scores
+    eager, seq_len = Attention.of(attention or plan.attention).spec.keeps_scores, -(-seq_len // plan.context_parallel)
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     offloaded = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0
     tp = max(plan.tensor_parallel, 1)

@@ -98,6 +98,7 @@ def domains(facts: Facts) -> dict[str, list[Any]]:
         Setting.OFFLOAD: list(values(Offload)),
         Setting.TENSOR_PARALLEL: [t for t in (1, 2, 4, 8) if t <= max(len(facts.hardware.gpus), 1)],
         Setting.PIPELINE_PARALLEL: [1] + ([facts.hardware.nodes] if facts.hardware.nodes > 1 else []),
+        Setting.CONTEXT_PARALLEL: [c for c in (1, 2, 4, 8) if c <= max(len(facts.hardware.gpus), 1)],
         # the stack, best value first (:func:`_with_stack` takes the first one a layout can run)
         Setting.ATTENTION: list(values(Attention)),
         Setting.LOSS_KERNEL: [LossKernel.LIGER.value, LossKernel.CHUNKED.value, LossKernel.LIGER_LAYERS.value,
@@ -148,7 +149,8 @@ def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[R
             ) -> tuple[list[tuple[Any, ...]], set[tuple[str, Any]], list[tuple[tuple[str, Any], Effect]]]:
     """(the legal layout tuples, the (setting, value) pairs they hold with the tensor / pipeline split, each refused
     (setting, value) with the refusal, in order) of :func:`_layouts`."""
-    split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel))
+    split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel),
+             (Setting.CONTEXT_PARALLEL, plan.context_parallel))
     legal, pairs, refused = [], set(split), []
     for combo in product(*choices):
         values = dict(zip(LAYOUT, combo))
@@ -220,15 +222,15 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     pricing = Pricing.of(facts, effects)
     light: list[tuple[Plan, list[int], int]] = []
     heavy: list[tuple[int, int, Plan, list[int], int]] = []
-    for tp, pp in product(allowed[Setting.TENSOR_PARALLEL], allowed[Setting.PIPELINE_PARALLEL]):
-        if (tp * pp > 1) != model_parallel or (gpus and gpus % (tp * pp)):
+    for tp, pp, cp in product(*(allowed[s] for s in SPLIT)):
+        if (tp * pp * cp > 1) != model_parallel or (gpus and gpus % (tp * pp * cp)):
             continue
-        dp = max(gpus // (tp * pp), 1) if gpus else 1
+        dp = max(gpus // (tp * pp * cp), 1) if gpus else 1
         if gbs % dp:
             continue
-        if model_parallel:
+        if model_parallel:  # a data-parallel wrapper over the GPUs that hold the same weights (dp x cp)
             micros = allowed_values({Setting.MICRO_BATCH_SIZE: divisors(gbs // dp)}, effects)[Setting.MICRO_BATCH_SIZE]
-            strategies = ([Parallelism.NONE.value] if dp == 1
+            strategies = ([Parallelism.NONE.value] if dp * cp == 1
                           else [p for p in allowed[Setting.PARALLELISM] if p != Parallelism.NONE])
         else:
             micros, strategies = allowed[Setting.MICRO_BATCH_SIZE], allowed[Setting.PARALLELISM]
@@ -239,7 +241,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
         layout = Plan(device=device, precision=allowed[Setting.PRECISION][0], tf32=False,
                       optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
-                      pipeline_parallel=pp, parallelism=strategies[0], lora_rank=w.lora_rank,
+                      pipeline_parallel=pp, context_parallel=cp, parallelism=strategies[0], lora_rank=w.lora_rank,
                       lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts),
                       double_quant=planned_double_quant(facts.model.quantization))
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):

@@ -32,6 +32,7 @@ file runs the plan as priced, from the table of dimensions); hardware host.packa
 probes.packages. 1.20: plan.weights_dtype "fp16" (a frozen adapter base in fp16 under fp16 mixed precision: V100 /
 T4). 1.21: memory.verdict (fits / tight / does not fit: tight up to bands.TIGHT_LIMIT of the capacity),
 memory.band and speed.step_time_band (the uncertainty from the published runs' leave-one-source-out residuals).
+1.22: plan.context_parallel (each sequence split over C GPUs: ring attention).
 """
 
-SCHEMA_VERSION = "1.21"
+SCHEMA_VERSION = "1.22"

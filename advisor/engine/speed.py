@@ -266,9 +266,9 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     # a packed document longer than a row is cut across rows: a query attends within its row at most
     attended = min(mean_sample_len, seq_len) if plan.packing and mean_sample_len else None
     row = _row_len(plan, seq_len, mean_sample_len)
-    tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
+    tp, pp, cp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1), max(plan.context_parallel, 1)
     compute, model_flops_micro = _compute_seconds(model, plan, row, gpu, peak, attended)
-    compute /= tp * pp
+    compute /= tp * pp * cp  # context parallel: each rank its s/c queries against every key (ring attention)
     method = Method.of(plan.method)
     trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
         else model.num_parameters
@@ -276,14 +276,14 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         passes = 3 if plan.gradient_checkpointing else 2
         compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
     # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
-    act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp)
+    act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp * cp)
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu)
     k = plan.gradient_accumulation_steps
     sharded = PARALLELISM_SPECS[plan.parallelism].stage
-    params_here = trained / (tp * pp) / (plan.data_parallel_size if sharded else 1)
+    params_here = trained / (tp * pp) / (plan.shard_group_size if sharded else 1)
     if plan.expert_parallel_size > 1 and not sharded and not method.spec.adapters:
         params_here = local_parameters(model, plan)  # each replica steps its own experts only
     optimizer_time = params_here * _optimizer_bytes_per_param(plan) / (bandwidth * BANDWIDTH_SHARE)
@@ -299,7 +299,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     useful = seq_len if plan.packing or not mean_sample_len else min(mean_sample_len, seq_len)
     samples = rows * (seq_len / mean_sample_len if attended else 1)
     flops_step = model_flops_micro * k * plan.data_parallel_size
-    devices = plan.data_parallel_size * tp * pp
+    devices = plan.data_parallel_size * tp * pp * cp
     return SpeedEstimate(
         step_time_s=step, samples_per_s=samples / step, tokens_per_s=rows * useful / step,
         flops_per_step=flops_step, mfu=flops_step / (step * peak * devices),

@@ -284,7 +284,7 @@ def _model_states_of(model: ModelProfile, plan: Plan, nodes: int) -> ModelStates
     optimizer states; tensor parallel splits each matrix, the vocabulary-parallel head and embedding too)."""
     parallelism = Parallelism.of(plan.parallelism)
     split = max(plan.tensor_parallel, 1) * max(plan.pipeline_parallel, 1)
-    n = plan.data_parallel_size
+    n = plan.shard_group_size  # context-parallel ranks shard with the replicas (FSDP over dp x cp)
     if parallelism.spec.replicated_across_nodes:
         n = max(n // max(nodes, 1), 1)  # sharded inside a node, replicated across nodes
     if Method.of(plan.method).spec.adapters:

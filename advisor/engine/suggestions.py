@@ -61,6 +61,7 @@ def _more_gpus(facts: Facts, base: str) -> str | None:
             how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
             how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
             how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
+            how += [f"context parallel {p.context_parallel}"] if p.context_parallel > 1 else []
             how += [f"expert parallel {p.expert_parallel}"] if p.expert_parallel > 1 else []
             how += ["the optimizer step in backward"] if p.optimizer_in_backward else []
             how += ["activation offloading"] if p.activation_offloading else []
