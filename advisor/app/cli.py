@@ -21,6 +21,7 @@ from advisor.app.progress import console as _console
 from advisor.app.progress import slow_notice
 from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
+from advisor.core.text import MAX_LINE, shown
 from advisor.core.vocabulary import Offload
 from advisor.core.units import GIB, MIB
 from advisor.core.dimensions import BATCH
@@ -34,8 +35,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"advisor: error: {message} (see `{self.prog} --help`)\n")
         sys.exit(ExitCode.USAGE)
-
-
 
 
 def _print_json(model) -> None:
@@ -135,14 +134,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                        "closest_plan": closest.plan.model_dump() if closest else None,
                        "closest_memory": closest.memory.model_dump() if closest else None}
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            sys.stderr.write(f"advisor: {err.summary}\n")
+            sys.stderr.write(f"advisor: {shown(err.summary, MAX_LINE)}\n")
             return err.exit_code
         raise
     if args.emit:
         from advisor.app.emit import emit
 
         for path in emit(rec, args.emit, args.out):
-            sys.stderr.write(f"advisor: wrote {path}\n")
+            sys.stderr.write(f"advisor: wrote {shown(path, MAX_LINE)}\n")
     if args.json:
         _print_json(rec)
     else:
@@ -365,7 +364,7 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
         sys.stdout.flush()  # a full or closed stdout fails here, not at exit
         return code
     except AdvisorError as err:
-        sys.stderr.write(f"advisor: error: {err}\n")
+        sys.stderr.write(f"advisor: error: {shown(err, MAX_LINE)}\n")  # one line, whatever a file said
         return int(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("advisor: interrupted\n")
@@ -386,7 +385,7 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
 def _internal(err: Exception) -> int:
     if os.environ.get("ADVISOR_DEBUG"):
         raise err
-    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
+    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {shown(err, MAX_LINE)} "
                      "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
     return int(ExitCode.INTERNAL)
 

@@ -9,6 +9,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from advisor.core.limits import MAX_MODEL_ID
+
 
 #: A trial longer than this (seconds, warm-up and timed steps together) is "long": the CLI says how to shorten it
 #: and the wizard asks before it starts. Our threshold for an interactive check (five minutes), from no source.
@@ -97,8 +99,9 @@ def read_plan(path: str):
     seq_len = (data.get("workload") or {}).get("seq_len") if isinstance(data.get("workload"), dict) else None
     model = data.get("model")  # recommend / estimate: the model profile; validate: its id
     model = model.get("id") if isinstance(model, dict) else model
+    model = model[:MAX_MODEL_ID] if isinstance(model, str) else None  # compared with --model; shown through shown()
     return (plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None,
-            model if isinstance(model, str) else None)
+            model)
 
 
 def same_model(given: str, planned: str) -> bool:

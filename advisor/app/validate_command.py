@@ -11,6 +11,7 @@ from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOpti
 from advisor.app.progress import console as _console
 from advisor.core.errors import ExitCode, OutputError
 from advisor.core.dimensions import VALIDATE_FLAGS
+from advisor.core.text import shown
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -26,7 +27,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     plan, seq_len, planned = read_plan(args.plan) if args.plan else (None, None, None)
     mismatch = None
     if planned is not None and not same_model(args.model, planned):  # said before the trials and in the report
-        mismatch = (f"--plan {args.plan} was made for {planned}, not {args.model}: its micro-batch and memory "
+        mismatch = (f"--plan {shown(args.plan)} was made for {shown(planned)}, not {shown(args.model)}: its micro-batch and memory "
                     "settings were sized for that model")
         sys.stderr.write(f"advisor: {mismatch}\n")
     stop = threading.Event()
