@@ -13,8 +13,11 @@ https://github.com/huggingface/transformers/tree/main/src/transformers/models. A
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +56,23 @@ _SPLITS = (("n_embd", "n_head"), ("hidden_size", "num_attention_heads"), ("dim",
 _SUB_CONFIGS = ("text_config", "language_config", "llm_config", "encoder", "decoder")
 
 
-def read_bounded(file: Path, limit: int = MAX_JSON_BYTES) -> str:
-    """The UTF-8 text of ``file``, read to at most ``limit`` bytes (``/dev/zero`` is refused, not read forever).
+def read_bounded(file: Path | str, limit: int = MAX_JSON_BYTES) -> str:
+    """The UTF-8 text of the regular file ``file``, read to at most ``limit`` bytes: the one reader of every file
+    advisor reads (config.json, adapter_config.json, a ``--plan`` file). A FIFO, a device (``/dev/zero``) or a socket
+    is refused without waiting for a writer or reading without end: the file is opened without blocking and its
+    type checked on the open descriptor.
 
     Raises:
-        OSError: the file cannot be read. ValueError: larger than ``limit`` (or not UTF-8: UnicodeDecodeError).
+        OSError: the file cannot be opened or read (a directory: EISDIR). ValueError: not a regular file, larger
+            than ``limit``, or not UTF-8 (UnicodeDecodeError's position in the message).
     """
-    with open(file, "rb") as fh:
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would wait for a writer
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(file))
+        if not stat.S_ISREG(mode):
+            raise ValueError("it is not a regular file (a FIFO, a device or a socket)")
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit // 2**20} MiB")

@@ -58,3 +58,49 @@ def test_a_files_strings_reach_the_terminal_escaped_and_cut(tmp_path_factory, te
     assert "\x1b" not in out + err
     if code != ExitCode.OK:
         _one_clean_line(err)
+
+
+# -- 4. only regular files are read -------------------------------------------------------------------------------
+
+
+def _within(seconds: float, fn, *args):
+    """fn(*args) in a daemon thread: its result, or a failure when it has not returned in ``seconds`` (a hang)."""
+    import threading
+
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["out"] = fn(*args)
+        except BaseException as exc:  # raised again in the test's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{fn.__name__}{args} still running after {seconds} s"
+    if "error" in box:
+        raise box["error"]
+    return box.get("out")
+
+
+def test_fifos_are_refused_not_waited_on(tmp_path: Path) -> None:
+    from advisor.app.api import profile_model
+    from advisor.core.errors import ModelNotFoundError
+    from probes.config_check import read_bounded
+
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    os.mkfifo(adapter / "adapter_config.json")
+    os.mkfifo(tmp_path / "plan.json")
+    os.mkfifo(tmp_path / "config.json")
+    for argv, code in ((("profile", "--model", str(adapter)), ExitCode.MODEL_NOT_FOUND),
+                       (("recommend", "--model", str(adapter), "--gpu", "t4"), ExitCode.MODEL_NOT_FOUND),
+                       (("validate", "--model", "gpt2", "--plan", str(tmp_path / "plan.json")), ExitCode.USAGE)):
+        code_, _, err, seconds = _within(20, cli, *argv)
+        assert code_ == code, err
+        assert_clean(code_, err, seconds)
+    with pytest.raises(ModelNotFoundError):
+        _within(20, lambda: profile_model(str(adapter)))
+    with pytest.raises(ValueError, match="not a regular file"):
+        _within(20, read_bounded, tmp_path / "config.json")
