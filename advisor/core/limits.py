@@ -46,6 +46,11 @@ MAX_EXPERTS = 4096
 #: https://arxiv.org/abs/2407.21783 sec. 3.1), among the most published; 10¹⁵ is over 60 times that.
 MAX_TOKENS = 10**15
 
+#: Bytes of a memory size (``--host-memory``, ``--cuda-context``, ``--memory-limit``). The largest node sold holds
+#: tens of TiB (GB200 NVL72: 13.5 TB of HBM3e and 17 TB of LPDDR5X,
+#: https://www.nvidia.com/en-us/data-center/gb200-nvl72/); 2⁶⁰ bytes (1 EiB) is far above it and still an exact float.
+MAX_SIZE_BYTES = 2**60
+
 #: Bytes of a config.json or a ``--plan`` file read (a real config is a few KiB, a plan JSON tens of KiB), so that
 #: ``--plan /dev/zero`` is refused after 16 MiB instead of read without end.
 MAX_JSON_BYTES = 16 * 2**20

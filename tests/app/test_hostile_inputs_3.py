@@ -104,3 +104,23 @@ def test_fifos_are_refused_not_waited_on(tmp_path: Path) -> None:
         _within(20, lambda: profile_model(str(adapter)))
     with pytest.raises(ValueError, match="not a regular file"):
         _within(20, read_bounded, tmp_path / "config.json")
+
+
+# -- 12. huge sizes are one line --------------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(flag=st.sampled_from(["--host-memory", "--cuda-context", "--memory-limit"]),
+       digits=st.integers(19, 500), unit=st.sampled_from(["", "GB", "TiB", ".5GiB"]))
+@example(flag="--host-memory", digits=400, unit="")
+def test_a_size_of_any_length_is_one_usage_line(flag: str, digits: int, unit: str) -> None:
+    import argparse
+
+    from advisor.app.options import size
+
+    text = "9" * digits + unit
+    code, _, err, seconds = cli("validate" if flag == "--memory-limit" else "estimate", "--model", "gpt2", flag, text)
+    assert code == ExitCode.USAGE and "1 EiB" in err
+    assert_clean(code, err, seconds)
+    with pytest.raises(argparse.ArgumentTypeError, match="1 EiB"):
+        size(text)
