@@ -390,10 +390,5 @@ def _internal(err: Exception) -> int:
     return int(ExitCode.INTERNAL)
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point of the ``advisor`` script."""
-    sys.exit(run(argv))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the command itself starts at advisor.app.entry.main (safe streams, Ctrl-C in imports)
+    sys.exit(run())

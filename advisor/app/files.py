@@ -11,8 +11,9 @@ from pathlib import Path
 
 from advisor.core.errors import OutputError
 
-#: errno values of a write that failed for want of room or a device (not a bug): exit OUTPUT, one line.
-WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT}
+#: errno values of a write that failed for want of room or a device, or to a closed stdout (not a bug): exit OUTPUT,
+#: one line.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EIO, errno.EDQUOT, errno.EBADF}
 
 
 def silence_stdout() -> None:

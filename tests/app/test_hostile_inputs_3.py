@@ -124,3 +124,51 @@ def test_a_size_of_any_length_is_one_usage_line(flag: str, digits: int, unit: st
     assert_clean(code, err, seconds)
     with pytest.raises(argparse.ArgumentTypeError, match="1 EiB"):
         size(text)
+
+
+# -- 11. operating-system errors outside the write path; 13. Ctrl-C during the imports ------------------------------
+
+
+def _advisor(*argv: str, shell_tail: str = "", env: dict | None = None, timeout: float = 60) -> tuple[int, str, str]:
+    """``python -m advisor ARGV`` in a shell (so that ``>&-`` can close a stream): (exit code, stdout, stderr)."""
+    import shlex
+
+    command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "advisor", *argv)) + " " + shell_tail
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.subprocess
+def test_closed_streams_encodings_and_long_names_are_documented_codes(tmp_path: Path) -> None:
+    card = ("recommend", "--model", "gpt2", "--gpu", "t4")
+    code, _, err = _advisor(*card, shell_tail=">&-")  # stdout closed: the card cannot be written
+    assert code == ExitCode.OUTPUT and err.strip().splitlines() == ["advisor: error: cannot write the output: "
+                                                                    "stdout is closed"], err
+    code, out, err = _advisor(*card, "--seq-len", "0", shell_tail="2>&-")  # stderr closed: the code stays
+    assert code == ExitCode.USAGE and out == ""
+    code, out, err = _advisor(*card, env={"PYTHONIOENCODING": "ascii"})  # the card's x cannot be spelt
+    assert code == ExitCode.OK and "Traceback" not in err and "micro-batch" in out, err
+    code, out, err = _advisor(*card, "--json", env={"PYTHONIOENCODING": "ascii"})
+    assert code == ExitCode.OK and json.loads(out)["plan"]
+    for out_dir in ("a" * 300, str(tmp_path / ("b" * 300) / "c")):
+        code, _, err = _advisor(*card, "--emit", "hf", "--out", out_dir)
+        assert code == ExitCode.OUTPUT and len(err.strip().splitlines()) == 1 and "too long" in err, err
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("delay_s", [0.05, 0.15, 0.3])
+def test_ctrl_c_while_importing_is_exit_130_without_a_traceback(delay_s: float) -> None:
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--gpu", "t4"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode in (ExitCode.INTERRUPTED, ExitCode.OK), (proc.returncode, err)
+    assert "Traceback" not in err, err
+    if proc.returncode == ExitCode.INTERRUPTED:
+        assert err.strip().splitlines() == ["advisor: interrupted"], err
