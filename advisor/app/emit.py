@@ -30,6 +30,7 @@ No torch, transformers or accelerate import: emitting stays on the fast path.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import stat
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH,
                                     lora_config, model_kwargs, transformers_version)
 from advisor.app.files import check_target, write_set
+from advisor.app.manifest import MANIFEST_FILE, plan_folder
 from advisor.app.launch import LAUNCH_FILE, MASTER_PORT, TRAINING_ARGS_FILE, launch_script  # noqa: F401 (emit's API)
 from advisor.engine.recommendation import Recommendation
 from advisor.engine.states import zero_bucket_elements
@@ -49,6 +51,9 @@ from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Pre
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
 FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
               "torchrun": LAUNCH_FILE}
+#: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too)
+GROUPS = {**{t: (name,) for t, name in FILE_NAMES.items()}, "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE,
+                                                                   LORA_CONFIG_FILE)}
 
 #: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
 DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
@@ -323,25 +328,35 @@ def check_targets(targets: list[str], out_dir: str | Path = ".") -> None:
     if not stat.S_ISDIR(mode):
         raise OutputError(f"cannot write into --out {shlex.quote(str(folder))}: it is not a folder")
     wanted = TARGETS if "all" in targets else [t for t in targets if t in TARGETS]
-    names = [FILE_NAMES[t] for t in wanted] + ([MODEL_KWARGS_FILE, LORA_CONFIG_FILE] if "hf" in wanted else [])
-    for name in names:
+    for name in [name for t in wanted for name in GROUPS[t]] + [MANIFEST_FILE]:
         check_target(folder / name)
 
 
 def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> list[Path]:
-    """Write the targets' files into ``out_dir`` (created if missing), all or nothing; launch.sh executable.
+    """Write the targets' files into ``out_dir`` (created if missing), all or nothing; launch.sh executable. The
+    folder's manifest (:mod:`advisor.app.manifest`) lists what advisor wrote there, and the files of an earlier set of
+    the same targets that this one does not write (``lora_config.json`` after a full fine-tuning plan) are removed.
 
     Returns:
-        The written paths.
+        The written paths (the manifest last).
     Raises:
-        UsageError: an unknown or inapplicable target. OutputError: a folder that cannot be created or written,
-            a target that is not a regular file, a failed write (no file of the set is then changed).
+        UsageError: not a Recommendation, targets that are not a list of names, an unknown or inapplicable target.
+        OutputError: a folder that cannot be created or written, a target that is not a regular file, a failed
+            write or rename (no file of the set is then changed).
     """
+    if not isinstance(rec, Recommendation):
+        raise UsageError(f"emit needs a Recommendation (from recommend), got {type(rec).__name__}")
+    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets or [None]):
+        raise UsageError(f"emit's targets must be a list of {', '.join(TARGETS)} or all, got {targets!r:.80}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise UsageError(f"emit's out_dir must be a folder path, got {type(out_dir).__name__}")
     files = render(rec, targets)
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise OutputError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
-    return write_set({folder / name: text for name, text in files.items()},
-                     executable={folder / FILE_NAMES["torchrun"]})
+    wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    stale, manifest = plan_folder(folder, GROUPS, wanted, list(files))
+    return write_set({folder / name: text for name, text in files.items()} | {folder / MANIFEST_FILE: manifest},
+                     executable={folder / FILE_NAMES["torchrun"]}, remove={folder / name for name in stale})

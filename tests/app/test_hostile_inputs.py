@@ -474,7 +474,7 @@ def test_emit_never_replaces_what_is_not_a_file(folder: Path, kind: str, target:
         assert [p.name for p in out.iterdir()] == [name]
     else:
         assert code == ExitCode.OK and path.read_text() != "old"
-        assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+        assert not [p for p in out.iterdir() if p.name.endswith((".tmp", ".old"))]
 
 
 # -- the Hub's deadline and signals ----------------------------------------------------------------------------

@@ -172,3 +172,55 @@ def test_ctrl_c_while_importing_is_exit_130_without_a_traceback(delay_s: float) 
     assert "Traceback" not in err, err
     if proc.returncode == ExitCode.INTERRUPTED:
         assert err.strip().splitlines() == ["advisor: interrupted"], err
+
+
+# -- 9. all or nothing, a refused rename included; 10. no stale files of an earlier set ---------------------------
+
+
+def test_a_refused_rename_leaves_the_set_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    import advisor.app.files as files
+
+    out = tmp_path / "out"
+    argv = ("recommend", "--model", "gpt2", "--gpu", "a100-80gb:2", "--emit", "all", "--out", str(out), "--json")
+    assert cli(*argv)[0] == ExitCode.OK
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real_replace, real_rename = os.replace, os.rename
+
+    def refuse(src, dst, *a, **k):  # launch.sh is immutable, or someone else's in a sticky folder
+        if Path(src).name == "launch.sh" or Path(dst).name == "launch.sh":
+            raise PermissionError(1, "Operation not permitted")
+        return (real_replace if refuse.replace else real_rename)(src, dst, *a, **k)
+
+    for name in ("replace", "rename"):
+        refuse.replace = name == "replace"
+        monkeypatch.setattr(files.os, name, refuse)
+        code, out_text, err, seconds = cli(*argv[:-1] + ("--seq-len", "256", "--json"))
+        monkeypatch.setattr(files.os, name, real_replace if refuse.replace else real_rename)
+        assert code == ExitCode.OUTPUT and "launch.sh" in err and "Operation not permitted" in err, err
+        assert_clean(code, err, seconds)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing changed, nothing left behind
+    with pytest.raises(Exception, match="cannot replace") as raised:
+        monkeypatch.setattr(files.os, "replace", lambda *a: (_ for _ in ()).throw(PermissionError(1, "denied")))
+        files.write_atomic(out / "report.json", "{}")
+    assert raised.type.__name__ == "OutputError"
+
+
+def test_an_earlier_sets_files_are_removed_and_no_others(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = ("recommend", "--model", "gpt2", "--gpu", "a100-80gb", "--emit", "hf", "--out", str(out), "--json")
+    assert cli(*base, "--method", "lora")[0] == ExitCode.OK
+    assert (out / "lora_config.json").is_file()
+    (out / "ds_config.json").write_text("{}")  # the user's own, not advisor's
+    (tmp_path / "victim").write_text("keep")
+    manifest = json.loads((out / ".advisor-emitted.json").read_text())
+    manifest["files"] += ["../victim", "/etc/hostname"]  # a hostile manifest names other paths
+    (out / ".advisor-emitted.json").write_text(json.dumps(manifest))
+    assert cli(*base, "--method", "full")[0] == ExitCode.OK
+    assert not (out / "lora_config.json").exists()  # the LoRA set's file is gone with it
+    assert (out / "ds_config.json").read_text() == "{}" and (tmp_path / "victim").read_text() == "keep"
+    assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "ds_config.json", "model_kwargs.json",
+                                                      "training_args.json"]
+    assert cli(*base[:-4], "torchrun", "--out", str(out), "--json")[0] == ExitCode.OK  # another target: kept
+    assert (out / "training_args.json").is_file()
+    assert json.loads((out / ".advisor-emitted.json").read_text())["files"] == [
+        "launch.sh", "model_kwargs.json", "training_args.json"]
