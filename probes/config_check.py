@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import BadConfigError
+from advisor.core.text import shown
 from advisor.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
 #: config key → (least, most) for the counts the profile reads.
@@ -110,6 +111,10 @@ def check_config(config: dict, where: str) -> None:
 def _check(config: dict, where: str, prefix: str) -> None:
     def bad(key: str, what: str) -> BadConfigError:
         return BadConfigError(f"'{where}': {prefix}{key} {what}, got {json.dumps(config[key])[:60]}")
+
+    dunder = next((key for key in config if key.startswith("__")), None)
+    if dunder is not None:  # transformers sets every key as an attribute: __class__ or __dict__ breaks the object
+        raise BadConfigError(f"'{where}': {prefix}{shown(dunder)} is not a config field (a name that starts with __)")
 
     architectures = config.get("architectures")
     if architectures is not None and not (isinstance(architectures, list)

@@ -330,6 +330,10 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         _check_task(model_id, family, chosen, MISSING_TASKS.get(model_type, frozenset()))
         try:
             shape = builder(config, chosen, num_labels)
+            unsized = next((g for g in shape.groups if not all(isinstance(d, int) for d in (*g.shape, g.count))), None)
+            if unsized is not None:  # a null size the builder needs (n_positions: null for GPT-2's position table)
+                raise BadConfigError(f"config of '{shown(model_id)}' leaves a size of {unsized.name} null or not a "
+                                     f"whole number: {unsized.shape}")
         except (TypeError, ValueError, ZeroDivisionError) as exc:
             raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
         method = "closed-form"

@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
-from advisor.app.plan_flags import estimate_plan, given_settings, require_adapters_for, split_batch
+from advisor.app.plan_flags import (estimate_plan, given_settings, require_adapters_for, require_bounded_batch,
+                                    require_plan_counts, split_batch)
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
@@ -242,6 +243,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
             **settings, "micro_batch_size": plan.micro_batch_size}
         plan = estimate_plan(facts, split_batch(opts.global_batch_size, batch, plan.data_parallel_size))
     require_adapters_for(opts, plan.method)
+    require_bounded_batch(plan)
     planner.require_legal(facts, plan)
     # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
     model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
@@ -359,7 +361,9 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         facts = _facts(profile, opts.model_copy(update={"global_batch_size": gbs}), hw)
         plan = _plan_to_validate(facts, opts, processes)
     else:  # the settings given override the file's plan, as they override the recommendation
+        require_plan_counts(plan)
         plan = _with_settings(plan, opts, global_batch_size=opts.global_batch_size)
+    require_bounded_batch(plan)
     require_adapters_for(opts, plan.method)
     plan, notes = swapped(Consumer.TRIAL, plan)  # what a trial runs in place of a setting (the table's swaps)
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)

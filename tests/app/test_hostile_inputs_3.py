@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from advisor.core.errors import ExitCode
+from advisor.core.errors import ExitCode, UsageError
 from advisor.core.text import MAX_LINE
 from test_hostile_inputs import TINY, assert_clean, cli
 
@@ -224,3 +224,71 @@ def test_an_earlier_sets_files_are_removed_and_no_others(tmp_path: Path) -> None
     assert (out / "training_args.json").is_file()
     assert json.loads((out / ".advisor-emitted.json").read_text())["files"] == [
         "launch.sh", "model_kwargs.json", "training_args.json"]
+
+
+# -- 3. a plan is checked against the machine it runs on ---------------------------------------------------------
+
+
+def _plan_file(folder: Path, name: str, plan_changes: dict, workload: dict | None = None) -> str:
+    code, out, err, _ = cli("estimate", "--model", "gpt2", "--seq-len", "32", "--micro-batch-size", "1", "--json")
+    assert code == ExitCode.OK, err
+    data = json.loads(out)
+    data["plan"].update(plan_changes)
+    data["workload"] = {"seq_len": 32, **(workload or {})}
+    (folder / name).write_text(json.dumps(data))
+    return str(folder / name)
+
+
+def test_a_plan_asks_the_machine_only_for_what_it_has(tmp_path: Path) -> None:
+    from conftest import facts
+    from advisor.measure.validation import RANK_RAM_BYTES, check_machine
+    from rules import Plan
+
+    small = facts({"gpu": "cpu", "host": {"cores": 2, "ram_gib": 1}}, seq_len=32, global_batch_size=4)
+    host = small.hardware.host.model_copy(update={"ram_bytes": RANK_RAM_BYTES + 1})  # RAM for one rank
+    tiny_ram = small.model_copy(update={"hardware": small.hardware.model_copy(update={"host": host})})
+    cpu = Plan(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
+               micro_batch_size=1, gradient_accumulation_steps=1, parallelism="ddp", num_gpus=0)
+    for machine, plan, words in ((small, cpu.model_copy(update={"num_gpus": 3}), "names 3 GPUs"),
+                                 (small, cpu.model_copy(update={"device": "cuda", "num_gpus": 100_000}),
+                                  "this machine has 0"),
+                                 (small, cpu.model_copy(update={"cpu_processes": 128}), "128 CPU processes .* 2 cores"),
+                                 (tiny_ram, cpu.model_copy(update={"cpu_processes": 2}), "RAM")):
+        with pytest.raises(UsageError, match=words):
+            check_machine(machine, plan)
+    with pytest.raises(Exception, match="--memory-limit 2048.0 GiB is more than"):
+        check_machine(small, cpu, memory_limit_bytes=2**41)
+    check_machine(small, cpu.model_copy(update={"cpu_processes": 2}))  # what the machine has is fine
+    # end to end: the CPU plan that named 3 GPUs ran a 3-rank torchrun and was "confirmed"
+    path = _plan_file(tmp_path, "gpus.json", {"num_gpus": 3, "parallelism": "ddp"})
+    code, _, err, seconds = cli("validate", "--model", "gpt2", "--plan", path, "--steps", "1", "--warmup", "1")
+    assert code == ExitCode.USAGE and "names 3 GPUs" in err, err
+    assert_clean(code, err, seconds)
+
+
+# -- 8. the global batch product; 14. plan-file counts, seq-len and config keys; 17. null sizes ------------------
+
+
+def test_counts_within_their_limits_make_no_unbounded_product_or_bad_plan(tmp_path: Path) -> None:
+    code, _, err, seconds = cli("estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch-size", str(2**24),
+                                "--gradient-accumulation-steps", str(2**24))
+    assert code == ExitCode.USAGE and "281,474,976,710,656" in err and seconds < 5, err
+    for changes, words in (({"expert_parallel": 0}, "plan.expert_parallel must be from 1"),
+                           ({"expert_parallel": -3}, "plan.expert_parallel must be from 1"),
+                           ({"micro_batch_size": 2**24, "gradient_accumulation_steps": 2**24}, "global batch")):
+        code, _, err, seconds = cli("validate", "--model", "gpt2", "--plan", _plan_file(tmp_path, "p.json", changes))
+        assert code == ExitCode.USAGE and words in err, err
+        assert_clean(code, err, seconds)
+    code, _, err, _ = cli("validate", "--model", "gpt2", "--plan", _plan_file(tmp_path, "s.json", {}, {"seq_len": 0}))
+    assert code == ExitCode.USAGE and "workload.seq_len must be from 1" in err and "--seq-len" not in err, err
+
+
+@pytest.mark.parametrize("fields, words", [({"__class__": 1}, "__class__ is not a config field"),
+                                           ({"__dict__": {}}, "__dict__ is not a config field"),
+                                           ({"n_positions": None}, "wpe.weight null")])
+def test_config_keys_and_null_sizes_are_bad_configs(tmp_path: Path, fields: dict, words: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, **fields}))
+    for command in ("profile", "recommend"):
+        code, _, err, seconds = cli(command, "--model", str(tmp_path))
+        assert code == ExitCode.BAD_CONFIG and words in err, err
+        assert_clean(code, err, seconds)
