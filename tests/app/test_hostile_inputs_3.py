@@ -292,3 +292,28 @@ def test_config_keys_and_null_sizes_are_bad_configs(tmp_path: Path, fields: dict
         code, _, err, seconds = cli(command, "--model", str(tmp_path))
         assert code == ExitCode.BAD_CONFIG and words in err, err
         assert_clean(code, err, seconds)
+
+
+# -- 5. the no-fit path is bounded -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv, cpu_s", [
+    (("--model", "TINY", "--gpu", "a100-80gb", "--cuda-context", "85GB"), 1.0),  # was 52-81 CPU-s
+    (("--model", "TINY", "--gpu", "a100-80gb:8", "--nodes", "4", "--cuda-context", "85GB"), 1.0),
+    (("--model", "TINY", "--gpu", "t4", "--cuda-context", str(2**60)), 1.0),
+    (("--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--method", "lora", "--lora-rank", "262144"), 3.0),
+])
+def test_a_no_fit_answer_is_bounded(tmp_path: Path, argv: tuple, cpu_s: float) -> None:
+    import time
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    argv = tuple(str(tmp_path) if a == "TINY" else a for a in argv)
+    cli("recommend", *argv[:2], "--gpu", "t4")  # imports and caches, outside the measure
+    start = time.process_time()
+    code, out, err, seconds = cli("recommend", *argv)
+    spent = time.process_time() - start
+    assert code == ExitCode.NO_FIT, err
+    assert_clean(code, err, seconds)
+    assert spent < cpu_s, f"{spent:.2f} CPU-s"
+    if "--cuda-context" in argv:
+        assert "the CUDA context alone takes" in err
