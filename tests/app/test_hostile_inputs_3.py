@@ -317,3 +317,29 @@ def test_a_no_fit_answer_is_bounded(tmp_path: Path, argv: tuple, cpu_s: float) -
     assert spent < cpu_s, f"{spent:.2f} CPU-s"
     if "--cuda-context" in argv:
         assert "the CUDA context alone takes" in err
+
+
+# -- 6. validate makes its batches as the steps consume them -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_trial_rows_are_made_lazily_and_the_same_each_time() -> None:
+    import time
+    import tracemalloc
+
+    from advisor.measure.trainable import SyntheticRows
+    from probes.model import profile_model
+
+    import torch  # noqa: F401  (imported outside the measure)
+
+    model = profile_model("gpt2")
+    tracemalloc.start()
+    start = time.perf_counter()
+    rows = SyntheticRows(model, None, 2**24 * 64, 32)  # 2^24 samples x 64 steps: ~100 GB up front
+    first = rows[0]
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(rows) == 2**30 and peak < 16 * 2**20 and time.perf_counter() - start < 5
+    assert first["input_ids"].shape == (32,) and first["labels"].shape == (32,)
+    assert all((rows[5][k] == SyntheticRows(model, None, 10, 32)[5][k]).all() for k in first)
+    assert not (rows[5]["input_ids"] == rows[6]["input_ids"]).all()
