@@ -23,7 +23,8 @@ from typing import Any
 
 from advisor.core.errors import BadConfigError
 from advisor.core.text import shown
-from advisor.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from advisor.core.limits import (MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_VALUES, MAX_LAYERS, MAX_VOCAB,
+                                 MAX_WIDTH)
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {
@@ -65,7 +66,8 @@ def read_bounded(file: Path | str, limit: int = MAX_JSON_BYTES) -> str:
 
     Raises:
         OSError: the file cannot be opened or read (a directory: EISDIR). ValueError: not a regular file, larger
-            than ``limit``, or not UTF-8 (UnicodeDecodeError's position in the message).
+            than ``limit``, over :data:`~advisor.core.limits.MAX_JSON_VALUES` values, or not UTF-8 (UnicodeDecodeError's
+            position in the message).
     """
     fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would wait for a writer
     with os.fdopen(fd, "rb") as fh:
@@ -77,6 +79,9 @@ def read_bounded(file: Path | str, limit: int = MAX_JSON_BYTES) -> str:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit // 2**20} MiB")
+    values = data.count(b"{") + data.count(b"[") + data.count(b",")  # an upper bound on its JSON values, counted in C
+    if values > MAX_JSON_VALUES:
+        raise ValueError(f"it holds over {MAX_JSON_VALUES:,} JSON values ({values:,} objects, lists and commas)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -41,6 +41,7 @@ from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
 from advisor.core.errors import UsageError
+from advisor.core.limits import MAX_SIMULATED_LAYERS
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
 from advisor.core.kernels import Framework
@@ -230,7 +231,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     Raises:
         UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, a global batch the micro-batch,
             accumulation and replicas cannot make, or a plan the rules refuse (ZeRO on one GPU, offload without
-            sharding, ...: :func:`advisor.engine.planner.check_plan`).
+            sharding, ...: :func:`advisor.engine.planner.check_plan`), ``simulate`` of a model deeper than
+            :data:`~advisor.core.limits.MAX_SIMULATED_LAYERS` blocks (the fake step's work, with the number).
         ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
     opts = parse(_options(*_ESTIMATE), options)
@@ -257,6 +259,10 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
+    if facts.model.num_layers > MAX_SIMULATED_LAYERS:  # the fake step's work grows with its blocks
+        raise UsageError(f"--simulate runs a fake step block by block, and {facts.model.id} has "
+                         f"{facts.model.num_layers:,} blocks, more than the {MAX_SIMULATED_LAYERS} it simulates (about "
+                         f"0.1 CPU-s each): estimate without --simulate")
     from advisor.engine.allocator import device_bytes
     from advisor.engine.memory import persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
