@@ -389,3 +389,44 @@ def test_a_simulation_and_a_config_too_large_for_bounded_work_are_refused(tmp_pa
                                                    + "]}")
     code, err, spent = _cpu("profile", "--model", str(tmp_path / "many"))
     assert code == ExitCode.BAD_CONFIG and f"over {MAX_JSON_VALUES:,} JSON values" in err and spent < 2, (err, spent)
+
+
+# -- 15. compare refuses what recommend refuses; 16. the API's arguments of the wrong type --------------------------
+
+
+def test_compare_says_no_plan_can_run_as_recommend_does(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({**TINY, "quantization_config": {
+        "quant_method": "bitsandbytes", "load_in_4bit": True}}))
+    argv = ("--model", str(tmp_path), "--method", "full", "--gpu", "t4")
+    recommended = cli("recommend", *argv)
+    compared = cli("compare", *argv, "--gpu", "a100-80gb")
+    assert recommended[0] == compared[0] == ExitCode.USAGE, compared[2]
+    assert compared[2] == recommended[2] and "pre-quantized-checkpoint" in compared[2]
+    assert cli("compare", "--model", str(tmp_path), "--gpu", "t4")[0] == ExitCode.OK  # QLoRA runs
+
+
+@FEW
+@given(bad=st.sampled_from([None, 8, "hf", 1.5, b"x", {"a": 1}, [8], ["hf", None]]),
+       where=st.sampled_from(["emit_targets", "emit_out", "emit_rec", "compare_gpus", "compare_tokens",
+                              "validate_plan"]))
+def test_the_apis_arguments_of_the_wrong_type_are_usage_errors(tmp_path_factory, bad, where: str) -> None:
+    from advisor.app.api import estimate, recommend, validate
+    from advisor.app.compare import compare
+    from advisor.app.emit import emit
+
+    rec = recommend("gpt2", gpu="a100-80gb", seq_len=32, global_batch_size=4)
+    out = tmp_path_factory.mktemp("api")
+    calls = {
+        "emit_targets": lambda: emit(rec, bad, out),
+        "emit_out": lambda: emit(rec, ["hf"], bad),
+        "emit_rec": lambda: emit(estimate("gpt2", gpu="t4", seq_len=32) if bad is None else bad, ["hf"], out),
+        "compare_gpus": lambda: compare("gpt2", gpus=bad, seq_len=32),
+        "compare_tokens": lambda: compare("gpt2", gpus=["t4"], tokens=bad, seq_len=32),
+        "validate_plan": lambda: validate("gpt2", plan=rec.plan.model_copy(update={"micro_batch_size": 0})),
+    }
+    valid = (where == "emit_targets" and bad == ["hf"]) or (where == "emit_out" and isinstance(bad, str)) or (
+        where == "compare_gpus" and bad is None) or (where == "compare_tokens" and bad == 8)
+    if valid:
+        return
+    with pytest.raises(UsageError):
+        calls[where]()
