@@ -31,10 +31,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                     "settings were sized for that model")
         sys.stderr.write(f"advisor: {mismatch}\n")
     stop = threading.Event()
+    progress = Progress()
 
     def on_sigint(signum, frame) -> None:
-        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
-            raise KeyboardInterrupt
+        if stop.is_set() or not progress.index:  # a second Ctrl-C (or SIGTERM, SIGHUP), or no trial yet (torch
+            raise KeyboardInterrupt  # still importing, the plan being searched): stop now, there is no step to finish
         stop.set()
         again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
@@ -44,7 +45,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
     previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
     try:
-        with Progress() as progress:
+        with progress:
             workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
             report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
                               **collect(args, PlanOptions), **collect(args, TrialOptions))

@@ -430,3 +430,24 @@ def test_the_apis_arguments_of_the_wrong_type_are_usage_errors(tmp_path_factory,
         return
     with pytest.raises(UsageError):
         calls[where]()
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_before_validates_first_trial_stops_at_once(tmp_path: Path) -> None:
+    """Item 17: Ctrl-C while validate imports torch or searches its plan was only noted for a step boundary that was
+    tens of seconds away; with no trial started there is no step to finish."""
+    import signal
+    import time
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(tmp_path), "--seq-len", "32",
+                             "--steps", "100000"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    time.sleep(0.6)  # the command's imports are done; torch's are not (or, on a fast machine, the trial started)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.INTERRUPTED and time.monotonic() - sent < 15, err
+    assert "Traceback" not in err and "interrupted" in err.strip().splitlines()[-1], err
+    if "trial 1" not in err:  # it came before the first trial: no step boundary to wait for
+        assert err.strip().splitlines() == ["advisor: interrupted"], err
