@@ -135,7 +135,7 @@ def _check_arguments(gpus: object, tokens: object, prices: object) -> None:
 
     Raises:
         UsageError: ``gpus`` not a list of ``NAME[:COUNT]`` strings, ``tokens`` not a whole number, ``prices`` not a
-            mapping of GPU ids to US dollars.
+            mapping of GPU ids to finite US dollars >= 0.
     """
     if gpus is not None and (isinstance(gpus, str) or not isinstance(gpus, (list, tuple))
                              or not all(isinstance(g, str) for g in gpus)):
@@ -144,6 +144,10 @@ def _check_arguments(gpus: object, tokens: object, prices: object) -> None:
         raise UsageError(f"--tokens must be a whole number of tokens, got {tokens!r:.80}")
     if prices is not None and not isinstance(prices, dict):
         raise UsageError(f"prices must map GPU ids to US dollars per GPU hour, got {type(prices).__name__}")
+    bad = [f"{name}={usd}" for name, usd in (prices or {}).items()
+           if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0)]
+    if bad:  # the API's prices, as the command line's are checked
+        raise UsageError(f"--price-per-hour {bad[0]}: expected a finite number of US dollars per GPU per hour, >= 0")
 
 
 def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_TOKENS,
@@ -177,10 +181,6 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         given.setdefault((entry.id, count), spec)
     specs = list(given.values())
     names = [name for name, _ in given]
-    bad = [f"{name}={usd}" for name, usd in (prices or {}).items()
-           if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0)]
-    if bad:  # the API's prices, as the command line's are checked
-        raise UsageError(f"--price-per-hour {bad[0]}: expected a finite number of US dollars per GPU per hour, >= 0")
     unused = [name for name in prices or {} if name not in names]
     if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
         raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "
