@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape  # a model id or path is text, not markup: "a[/b]" is a folder name
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -29,7 +30,7 @@ def value_text(v) -> str:
 
 def model_table(m: ModelProfile) -> Table:
     """The model profile as a two-column table."""
-    t = Table(title=f"Model {m.id} ({m.source})", title_justify="left", show_header=False)
+    t = Table(title=f"Model {escape(m.id)} ({m.source})", title_justify="left", show_header=False)
     t.add_column("fact", style="bold")
     t.add_column("value")
     rows = [
@@ -239,11 +240,11 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
         console.print(plan_card(rec, console.width), highlight=False)
         return
     hw = rec.hardware
-    console.print(Panel.fit(f"[bold]{rec.model.id}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
+    console.print(Panel.fit(f"[bold]{escape(rec.model.id)}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
                             f"{rec.model.task}) on [bold]{_where(rec)}[/]\nseq-len {rec.workload.seq_len}, "
                             f"global batch {rec.workload.global_batch_size}", title="advisor recommend"))
     for note in rec.model.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(note)}[/]")
     if hw.gpu is None:
         console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")

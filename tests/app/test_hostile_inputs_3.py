@@ -451,3 +451,17 @@ def test_ctrl_c_before_validates_first_trial_stops_at_once(tmp_path: Path) -> No
     assert "Traceback" not in err and "interrupted" in err.strip().splitlines()[-1], err
     if "trial 1" not in err:  # it came before the first trial: no step boundary to wait for
         assert err.strip().splitlines() == ["advisor: interrupted"], err
+
+
+@pytest.mark.parametrize("name", ["a[/b]", "[bold]x[/bold]", "c[/]d", "e[red]"])
+def test_a_model_path_is_text_not_markup(tmp_path: Path, name: str) -> None:
+    """A folder path with rich's markup in it ("a[/b]": folder "a[" holding "b]") was a MarkupError, exit 1."""
+    model = tmp_path / name
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(TINY))
+    for argv in (("profile",), ("estimate", "--gpu", "t4"), ("recommend", "--gpu", "t4", "--explain"),
+                 ("compare", "--gpu", "t4")):
+        workload = () if argv[0] == "profile" else ("--seq-len", "32")
+        code, out, err, _ = cli(*argv, "--model", str(model), *workload)
+        assert code == ExitCode.OK, err
+        assert str(model) in out.replace("\n", ""), out[:400]
