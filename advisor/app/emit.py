@@ -346,7 +346,7 @@ def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> 
     """
     if not isinstance(rec, Recommendation):
         raise UsageError(f"emit needs a Recommendation (from recommend), got {type(rec).__name__}")
-    if isinstance(targets, str) or not all(isinstance(t, str) for t in targets or [None]):
+    if not isinstance(targets, (list, tuple)) or not targets or not all(isinstance(t, str) for t in targets):
         raise UsageError(f"emit's targets must be a list of {', '.join(TARGETS)} or all, got {targets!r:.80}")
     if not isinstance(out_dir, (str, os.PathLike)):
         raise UsageError(f"emit's out_dir must be a folder path, got {type(out_dir).__name__}")
