@@ -176,7 +176,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         split = (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
                  if p.model_parallel_size > 1 else "")
         strategy = "" if p.offload != Offload.NONE else f"{p.parallelism} "  # describe() names it with the offload
-        console.print(f"[bold]{escape(est.model.id)}[/]: {p.describe(data_parallel=False)}, {strategy}on {where}{split}, "
+        console.print(f"[bold]{escape(shown(est.model.id))}[/]: {p.describe(data_parallel=False)}, {strategy}on {where}{split}, "
                       f"seq-len {est.workload.seq_len}", highlight=False)
         console.print(memory_table(est.memory))
         if est.simulated:

@@ -232,12 +232,14 @@ def comparison_table(c: Comparison, width: int = 160):
     from rich import box
     from rich.console import Group
     from rich.markup import escape
+
+    from advisor.core.text import shown
     from rich.table import Table
     from rich.text import Text
 
     priced = any(r.price_per_gpu_hour_usd is not None for r in c.rows)
     wide = width >= 120
-    t = Table(title=f"{escape(c.model)}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
+    t = Table(title=f"{escape(shown(c.model))}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
                     f"per GPU, by {c.sort}", title_justify="left", box=box.SIMPLE_HEAD)
     columns = ["GPU", "tokens/s", "step", f"{count(c.tokens)} tokens"] + (["$/GPU-h", "$ per 1B"] if priced else [])
     for col in columns + (["memory"] if wide else []):

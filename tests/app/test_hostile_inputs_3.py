@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from advisor.core.errors import ExitCode, UsageError
-from advisor.core.text import MAX_LINE
+from advisor.core.text import MAX_LINE, shown
 from test_hostile_inputs import TINY, assert_clean, cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -455,7 +455,7 @@ def test_ctrl_c_before_validates_first_trial_stops_at_once(tmp_path: Path) -> No
         assert err.strip().splitlines() == ["advisor: interrupted"], err
 
 
-@pytest.mark.parametrize("name", ["a[/b]", "[bold]x[/bold]", "c[/]d", "e[red]"])
+@pytest.mark.parametrize("name", ["a[/b]", "[bold]x[/bold]", "c[/]d", "e[red]", "f\x1b[2Jg"])
 def test_a_model_path_is_text_not_markup(tmp_path: Path, monkeypatch, name: str) -> None:
     """A folder path with rich's markup in it ("a[/b]": folder "a[" holding "b]") was a MarkupError, exit 1."""
     monkeypatch.chdir(tmp_path)  # a short relative path: shown whole, not wrapped
@@ -467,4 +467,4 @@ def test_a_model_path_is_text_not_markup(tmp_path: Path, monkeypatch, name: str)
         workload = () if argv[0] == "profile" else ("--seq-len", "32")
         code, out, err, _ = cli(*argv, "--model", str(model), *workload)
         assert code == ExitCode.OK and "internal error" not in err, err
-        assert name in out, out[:400]  # shown as it is (a long path may wrap in a panel)
+        assert shown(name) in out and "\x1b" not in out, out[:400]  # as it is, its control characters escaped
