@@ -1,5 +1,5 @@
 """``python -m advisor``."""
 
-from advisor.app.cli import main
+from advisor.app.entry import main
 
 main()

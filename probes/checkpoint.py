@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor.core.errors import BadConfigError
+from advisor.core.text import shown
 
 _DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
                 "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
@@ -74,7 +75,7 @@ def checkpoint_quantization(config: dict) -> QuantizedCheckpoint | None:
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("quant_method"), str) or not raw["quant_method"]:
         raise BadConfigError("config.json's quantization_config is not an object with a quant_method")
-    method = raw["quant_method"].strip().lower()
+    method = shown(raw["quant_method"].strip().lower(), 40)  # shown in messages and the profile: a file's string
     if method == "bitsandbytes":
         bits = 4 if raw.get("load_in_4bit") is True else 8 if raw.get("load_in_8bit") is True else None
     else:
@@ -103,7 +104,8 @@ def adapter_hint(folder) -> str:
     base = raw.get("base_model_name_or_path") if isinstance(raw, dict) else None
     if not isinstance(base, str) or not base:
         return ""
-    kind = str(raw.get("peft_type") or "PEFT").upper()
+    base = shown(base)  # a file's string, shown on the terminal
+    kind = shown(raw.get("peft_type") or "PEFT", 40).upper()
     if kind != "LORA":
         return f": it is a {kind} adapter over '{base}', which advisor does not plan: pass --model {base}"
     rank = raw.get("r")

@@ -13,13 +13,18 @@ https://github.com/huggingface/transformers/tree/main/src/transformers/models. A
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import BadConfigError
-from advisor.core.limits import MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
+from advisor.core.text import shown
+from advisor.core.limits import (MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_VALUES, MAX_LAYERS, MAX_VOCAB,
+                                 MAX_WIDTH)
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {
@@ -53,16 +58,30 @@ _SPLITS = (("n_embd", "n_head"), ("hidden_size", "num_attention_heads"), ("dim",
 _SUB_CONFIGS = ("text_config", "language_config", "llm_config", "encoder", "decoder")
 
 
-def read_bounded(file: Path, limit: int = MAX_JSON_BYTES) -> str:
-    """The UTF-8 text of ``file``, read to at most ``limit`` bytes (``/dev/zero`` is refused, not read forever).
+def read_bounded(file: Path | str, limit: int = MAX_JSON_BYTES) -> str:
+    """The UTF-8 text of the regular file ``file``, read to at most ``limit`` bytes: the one reader of every file
+    advisor reads (config.json, adapter_config.json, a ``--plan`` file). A FIFO, a device (``/dev/zero``) or a socket
+    is refused without waiting for a writer or reading without end: the file is opened without blocking and its
+    type checked on the open descriptor.
 
     Raises:
-        OSError: the file cannot be read. ValueError: larger than ``limit`` (or not UTF-8: UnicodeDecodeError).
+        OSError: the file cannot be opened or read (a directory: EISDIR). ValueError: not a regular file, larger
+            than ``limit``, over :data:`~advisor.core.limits.MAX_JSON_VALUES` values, or not UTF-8 (UnicodeDecodeError's
+            position in the message).
     """
-    with open(file, "rb") as fh:
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO would wait for a writer
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(file))
+        if not stat.S_ISREG(mode):
+            raise ValueError("it is not a regular file (a FIFO, a device or a socket)")
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"larger than {limit // 2**20} MiB")
+    values = data.count(b"{") + data.count(b"[") + data.count(b",")  # an upper bound on its JSON values, counted in C
+    if values > MAX_JSON_VALUES:
+        raise ValueError(f"it holds over {MAX_JSON_VALUES:,} JSON values ({values:,} objects, lists and commas)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -97,6 +116,10 @@ def check_config(config: dict, where: str) -> None:
 def _check(config: dict, where: str, prefix: str) -> None:
     def bad(key: str, what: str) -> BadConfigError:
         return BadConfigError(f"'{where}': {prefix}{key} {what}, got {json.dumps(config[key])[:60]}")
+
+    dunder = next((key for key in config if key.startswith("__")), None)
+    if dunder is not None:  # transformers sets every key as an attribute: __class__ or __dict__ breaks the object
+        raise BadConfigError(f"'{where}': {prefix}{shown(dunder)} is not a config field (a name that starts with __)")
 
     architectures = config.get("architectures")
     if architectures is not None and not (isinstance(architectures, list)

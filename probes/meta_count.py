@@ -13,6 +13,7 @@ from typing import Callable
 from advisor.core.kernels import supported_attention
 from probes.shapes import ParamGroup, Shape, capacity_factor
 from advisor.core.errors import BadConfigError
+from advisor.core.text import shown
 from advisor.core.vocabulary import Family, Task
 
 
@@ -63,7 +64,7 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
         with torch.device("meta"):
             model = auto.from_config(hf_config)
     except Exception as exc:
-        raise BadConfigError(f"transformers cannot build '{model_type}' for {chosen}: {exc}") from None
+        raise BadConfigError(f"transformers cannot build '{shown(model_type)}' for {chosen}: {shown(exc)}") from None
     experts = _first(hf_config, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0)
     experts = experts if isinstance(experts, int) and experts > 1 else 0
     groups = _parameter_groups(model, experts)
@@ -101,13 +102,13 @@ def _hf_config(model_type: str, cfg_dict: dict):
     import transformers
 
     if model_type not in transformers.CONFIG_MAPPING:
-        raise BadConfigError(f"transformers does not know model_type '{model_type}'")
+        raise BadConfigError(f"transformers does not know model_type '{shown(model_type)}'")
     try:
         return transformers.AutoConfig.for_model(model_type, **cfg_dict)
     except Exception as exc:
         first = str(exc).strip().splitlines()
-        raise BadConfigError(f"transformers rejects this '{model_type}' config: "
-                             f"{' '.join(line.strip() for line in first[:2])}") from None
+        raise BadConfigError(f"transformers rejects this '{shown(model_type)}' config: "
+                             f"{shown(' '.join(line.strip() for line in first[:2]), 400)}") from None
 
 
 def _attention_kernels(model) -> list[str]:

@@ -35,6 +35,7 @@ from probes.model_ids import RENAMED_IDS, _catalog_dir, catalog_ids, near_matche
 from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
 from advisor.core.kernels import Attention, closed_form_attention
 from advisor.core.limits import MAX_MODEL_ID
+from advisor.core.text import shown
 from advisor.core.vocabulary import Family, Task, values
 
 TASKS: tuple[str, ...] = values(Task)  #: every task head, in the CLI's order
@@ -320,7 +321,7 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
     """Profile an already-loaded config dict (see :func:`profile_model`)."""
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
-        raise BadConfigError(f"'{path or model_id}' is not a transformers config: it has no 'model_type'")
+        raise BadConfigError(f"'{shown(path or model_id)}' is not a transformers config: it has no 'model_type'")
     check_config(config, path or model_id)
     builder = BUILDERS.get(model_type)
     if builder is not None:
@@ -329,6 +330,10 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
         _check_task(model_id, family, chosen, MISSING_TASKS.get(model_type, frozenset()))
         try:
             shape = builder(config, chosen, num_labels)
+            unsized = next((g for g in shape.groups if not all(isinstance(d, int) for d in (*g.shape, g.count))), None)
+            if unsized is not None:  # a null size the builder needs (n_positions: null for GPT-2's position table)
+                raise BadConfigError(f"config of '{shown(model_id)}' leaves a size of {unsized.name} null or not a "
+                                     f"whole number: {unsized.shape}")
         except (TypeError, ValueError, ZeroDivisionError) as exc:
             raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
         method = "closed-form"

@@ -9,6 +9,11 @@ from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
 
+#: Tokens a context-parallel rank keeps at least: below, a ring hop's key / value block is too small for the
+#: attention compute beside it to hide its exchange (ring attention's premise, Liu et al. 2023 sec. 3). An
+#: assumption, not a fit: torchtitan's and accelerate's context-parallel examples split 32k-1M-token sequences.
+MIN_TOKENS_PER_RANK = 4096
+
 
 @register
 class ContextParallelForLongContext(Rule):
@@ -38,6 +43,11 @@ class ContextParallelForLongContext(Rule):
                 why = f"only {per_node} GPUs per node: the ring of context parallel {c} stays inside a node"
             elif seq % (2 * c):
                 why = f"--seq-len {seq} does not split into {2 * c} equal chunks (context_parallel's load balance)"
+            elif seq // c < MIN_TOKENS_PER_RANK:
+                effects.append(self.forbid(Setting.CONTEXT_PARALLEL, c, f"{seq // c} tokens a rank: context parallel "
+                                           f"is for long context (at least {MIN_TOKENS_PER_RANK} tokens a rank, so "
+                                           "the ring's exchange hides behind the attention)"))
+                continue
             else:
                 effects.append(self.fallback(Setting.CONTEXT_PARALLEL, c, f"splits each sequence over {c} GPUs, ring "
                                              "attention exchanging keys and values every layer: only when a "

@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from advisor.app.links import interconnect_update
-from advisor.app.plan_flags import estimate_plan, given_settings, require_adapters_for, split_batch
+from advisor.app.plan_flags import (estimate_plan, given_settings, require_adapters_for, require_bounded_batch,
+                                    require_plan_counts, split_batch)
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
@@ -40,6 +41,7 @@ from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
 from advisor.core.errors import UsageError
+from advisor.core.limits import MAX_SIMULATED_LAYERS
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
 from advisor.core.kernels import Framework
@@ -229,7 +231,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     Raises:
         UsageError: a value outside its range (batch <= 0, ...) or of the wrong type, a global batch the micro-batch,
             accumulation and replicas cannot make, or a plan the rules refuse (ZeRO on one GPU, offload without
-            sharding, ...: :func:`advisor.engine.planner.check_plan`).
+            sharding, ...: :func:`advisor.engine.planner.check_plan`), ``simulate`` of a model deeper than
+            :data:`~advisor.core.limits.MAX_SIMULATED_LAYERS` blocks (the fake step's work, with the number).
         ModelNotFoundError, BadConfigError, UnknownGPUError: from the probes.
     """
     opts = parse(_options(*_ESTIMATE), options)
@@ -242,6 +245,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
             **settings, "micro_batch_size": plan.micro_batch_size}
         plan = estimate_plan(facts, split_batch(opts.global_batch_size, batch, plan.data_parallel_size))
     require_adapters_for(opts, plan.method)
+    require_bounded_batch(plan)
     planner.require_legal(facts, plan)
     # LitGPT builds its LM head apart from the embedding (ModelProfile.untied): priced with its own parameters
     model_here = facts.model.untied() if plan.framework == Framework.LITGPT else facts.model
@@ -256,6 +260,10 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
+    if facts.model.num_layers > MAX_SIMULATED_LAYERS:  # the fake step's work grows with its blocks
+        raise UsageError(f"--simulate runs a fake step block by block, and {facts.model.id} has "
+                         f"{facts.model.num_layers:,} blocks, more than the {MAX_SIMULATED_LAYERS} it simulates (about "
+                         f"0.1 CPU-s each): estimate without --simulate")
     from advisor.engine.allocator import device_bytes
     from advisor.engine.memory import persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
@@ -360,7 +368,9 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         facts = _facts(profile, opts.model_copy(update={"global_batch_size": gbs}), hw)
         plan = _plan_to_validate(facts, opts, processes)
     else:  # the settings given override the file's plan, as they override the recommendation
+        require_plan_counts(plan)
         plan = _with_settings(plan, opts, global_batch_size=opts.global_batch_size)
+    require_bounded_batch(plan)
     require_adapters_for(opts, plan.method)
     plan, notes = swapped(Consumer.TRIAL, plan)  # what a trial runs in place of a setting (the table's swaps)
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)

@@ -21,6 +21,7 @@ from advisor.app.progress import console as _console
 from advisor.app.progress import slow_notice
 from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
+from advisor.core.text import MAX_LINE, shown
 from advisor.core.vocabulary import Offload
 from advisor.core.units import GIB, MIB
 from advisor.core.dimensions import BATCH
@@ -34,8 +35,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"advisor: error: {message} (see `{self.prog} --help`)\n")
         sys.exit(ExitCode.USAGE)
-
-
 
 
 def _print_json(model) -> None:
@@ -135,14 +134,14 @@ def cmd_recommend(args: argparse.Namespace) -> int:
                        "closest_plan": closest.plan.model_dump() if closest else None,
                        "closest_memory": closest.memory.model_dump() if closest else None}
             sys.stdout.write(json.dumps(payload, indent=2) + "\n")
-            sys.stderr.write(f"advisor: {err.summary}\n")
+            sys.stderr.write(f"advisor: {shown(err.summary, MAX_LINE)}\n")
             return err.exit_code
         raise
     if args.emit:
         from advisor.app.emit import emit
 
         for path in emit(rec, args.emit, args.out):
-            sys.stderr.write(f"advisor: wrote {path}\n")
+            sys.stderr.write(f"advisor: wrote {shown(path, MAX_LINE)}\n")
     if args.json:
         _print_json(rec)
     else:
@@ -166,6 +165,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         keys = {"schema_version", "plan", "memory", "speed", "warnings"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
     else:
+        from rich.markup import escape
         from rich.text import Text
 
         from advisor.app.report import memory_table, speed_table
@@ -176,7 +176,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         split = (f", tensor parallel {p.tensor_parallel} x pipeline parallel {p.pipeline_parallel}"
                  if p.model_parallel_size > 1 else "")
         strategy = "" if p.offload != Offload.NONE else f"{p.parallelism} "  # describe() names it with the offload
-        console.print(f"[bold]{est.model.id}[/]: {p.describe(data_parallel=False)}, {strategy}on {where}{split}, "
+        console.print(f"[bold]{escape(shown(est.model.id))}[/]: {p.describe(data_parallel=False)}, {strategy}on {where}{split}, "
                       f"seq-len {est.workload.seq_len}", highlight=False)
         console.print(memory_table(est.memory))
         if est.simulated:
@@ -365,7 +365,7 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
         sys.stdout.flush()  # a full or closed stdout fails here, not at exit
         return code
     except AdvisorError as err:
-        sys.stderr.write(f"advisor: error: {err}\n")
+        sys.stderr.write(f"advisor: error: {shown(err, MAX_LINE)}\n")  # one line, whatever a file said
         return int(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("advisor: interrupted\n")
@@ -386,15 +386,10 @@ def run(argv: list[str] | None = None, handler: Callable[[argparse.Namespace], i
 def _internal(err: Exception) -> int:
     if os.environ.get("ADVISOR_DEBUG"):
         raise err
-    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {err} "
+    sys.stderr.write(f"advisor: internal error: {type(err).__name__}: {shown(err, MAX_LINE)} "
                      "(ADVISOR_DEBUG=1 shows the traceback; please report it)\n")
     return int(ExitCode.INTERNAL)
 
 
-def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point of the ``advisor`` script."""
-    sys.exit(run(argv))
-
-
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the command itself starts at advisor.app.entry.main (safe streams, Ctrl-C in imports)
+    sys.exit(run())

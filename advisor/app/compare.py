@@ -101,9 +101,14 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
     return prices
 
 
-def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str, float]) -> tuple[CompareRow, Workload]:
+def _row(profile, spec: str, opts: dict[str, Any], tokens: int,
+         prices: dict[str, float]) -> tuple[CompareRow, Workload, UsageError | None]:
+    """One GPU's row, its workload, and why no plan can run there when the settings rule every layout out (as
+    :func:`advisor.engine.legality.no_layout_error` says it; None otherwise)."""
     from advisor.app import api
     from advisor.engine import planner
+    from advisor.engine.candidates import nothing_fits
+    from advisor.engine.legality import no_layout_error
 
     facts = api._facts(profile, api.parse(api._options(*api._RECOMMEND), {**opts, "gpu": spec}), None)
     result = planner.search(facts, best_only=True)
@@ -112,16 +117,37 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int, prices: dict[str
     best = result.best
     if best is None:
         closest = min(result.candidates, key=lambda c: c.memory.device_bytes, default=None)  # None: none can run
+        refused = (no_layout_error(facts, result.effects) if closest is None and not nothing_fits(facts) else None)
         return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=False,
                           device_bytes=closest.memory.device_bytes if closest else 0,
                           usable_bytes=closest.memory.usable_bytes if closest else 0,
-                          price_per_gpu_hour_usd=price), facts.workload
+                          price_per_gpu_hour_usd=price), facts.workload, refused
     tps = best.speed.tokens_per_s
     cost = price * hw.num_gpus * DEFAULT_TOKENS / tps / 3600 if price is not None else None
     return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=True, plan=best.plan,
                       device_bytes=best.memory.device_bytes, usable_bytes=best.memory.usable_bytes,
                       step_time_s=best.speed.step_time_s, tokens_per_s=tps, time_s=tokens / tps,
-                      price_per_gpu_hour_usd=price, cost_per_billion_tokens_usd=cost), facts.workload
+                      price_per_gpu_hour_usd=price, cost_per_billion_tokens_usd=cost), facts.workload, None
+
+
+def _check_arguments(gpus: object, tokens: object, prices: object) -> None:
+    """The API's arguments of the wrong type, in the words of the command line's checks.
+
+    Raises:
+        UsageError: ``gpus`` not a list of ``NAME[:COUNT]`` strings, ``tokens`` not a whole number, ``prices`` not a
+            mapping of GPU ids to finite US dollars >= 0.
+    """
+    if gpus is not None and (isinstance(gpus, str) or not isinstance(gpus, (list, tuple))
+                             or not all(isinstance(g, str) for g in gpus)):
+        raise UsageError(f"gpus must be a list of NAME[:COUNT] strings (e.g. ['a100-80gb:8']), got {gpus!r:.80}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int):
+        raise UsageError(f"--tokens must be a whole number of tokens, got {tokens!r:.80}")
+    if prices is not None and not isinstance(prices, dict):
+        raise UsageError(f"prices must map GPU ids to US dollars per GPU hour, got {type(prices).__name__}")
+    bad = [f"{name}={usd}" for name, usd in (prices or {}).items()
+           if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0)]
+    if bad:  # the API's prices, as the command line's are checked
+        raise UsageError(f"--price-per-hour {bad[0]}: expected a finite number of US dollars per GPU per hour, >= 0")
 
 
 def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_TOKENS,
@@ -142,6 +168,7 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
     from advisor.app.api import profile_model
     from probes.gpu_catalog import catalog, parse_gpu_spec
 
+    _check_arguments(gpus, tokens, prices)
     if not 1 <= tokens <= MAX_TOKENS:
         raise UsageError(f"--tokens {tokens}: must be from 1 to {MAX_TOKENS:.0e}")
     if sort not in SORT_KEYS:
@@ -155,22 +182,21 @@ def compare(model: str, *, gpus: list[str] | None = None, tokens: int = DEFAULT_
         given.setdefault((entry.id, count), spec)
     specs = list(given.values())
     names = [name for name, _ in given]
-    bad = [f"{name}={usd}" for name, usd in (prices or {}).items()
-           if isinstance(usd, bool) or not isinstance(usd, (int, float)) or not (math.isfinite(usd) and usd >= 0)]
-    if bad:  # the API's prices, as the command line's are checked
-        raise UsageError(f"--price-per-hour {bad[0]}: expected a finite number of US dollars per GPU per hour, >= 0")
     unused = [name for name in prices or {} if name not in names]
     if unused:  # a price the user gave for a GPU the table will not show: say so rather than drop it
         raise UsageError(f"--price-per-hour {unused[0]}: not among the compared GPUs ({', '.join(names)}): add "
                          f"--gpu {unused[0]}, or leave --gpu out to compare every catalog GPU")
     profile = profile_model(model, options.get("task"))
     rows: list[CompareRow] = []
-    workload = None
+    workload, refusals = None, []
     for i, spec in enumerate(specs):
         if progress:
             progress(i, len(specs), spec)
-        row, workload = _row(profile, spec, options, tokens, prices or {})
+        row, workload, refused = _row(profile, spec, options, tokens, prices or {})
         rows.append(row)
+        refusals.append(refused)
+    if all(refusals):  # no plan can run on any of them (the settings asked for): recommend's line and exit 2
+        raise refusals[0]
     if progress:
         progress(len(specs), len(specs), "")
 
@@ -216,15 +242,18 @@ def comparison_table(c: Comparison, width: int = 160):
     each GPU's plan on a line below the table."""
     from rich import box
     from rich.console import Group
+    from rich.markup import escape
+
+    from advisor.core.text import shown
     from rich.table import Table
     from rich.text import Text
 
     priced = any(r.price_per_gpu_hour_usd is not None for r in c.rows)
     wide = width >= 120
     methods = len({r.plan.method for r in c.rows if r.plan is not None}) > 1
-    t = Table(title=f"{c.model}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: the best plan "
-                    f"per GPU, by {c.sort}" + (", ranked per method" if methods else ""), title_justify="left",
-              box=box.SIMPLE_HEAD)
+    t = Table(title=f"{escape(shown(c.model))}, seq-len {c.workload.seq_len} × batch {c.workload.global_batch_size}: "
+                    f"the best plan per GPU, by {c.sort}" + (", ranked per method" if methods else ""),
+              title_justify="left", box=box.SIMPLE_HEAD)
     columns = (["GPU"] + (["method"] if methods else []) + ["tokens/s", "step", f"{count(c.tokens)} tokens"]
                + (["$/GPU-h", "$ per 1B"] if priced else []))
     for col in columns + (["memory"] if wide else []):

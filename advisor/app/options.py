@@ -17,6 +17,7 @@ import argparse
 import re
 import types
 import typing
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
@@ -24,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from probes.cuda_stack import CUDA_VERSION_PATTERN
 from advisor.core.errors import UsageError
 from advisor.core.kernels import STACK_PACKAGES
-from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN
+from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_SIZE_BYTES
 from advisor.core.units import GIB, KIB, MIB
 from advisor.core.vocabulary import Method, Objective, Task, literal, values
 from advisor.core.dimensions import ADAPTER_SHAPE, BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
@@ -79,11 +80,11 @@ class HardwareOptions(_Options):
                                                                     "GPUs (default: 1 on ethernet, one per GPU on "
                                                                     "infiniband, as on HGX / DGX nodes)",
                                       json_schema_extra={"metavar": "N"})
-    host_memory_bytes: int | None = Field(None, ge=1, description="CPU RAM per node for offloaded optimizer states "
+    host_memory_bytes: int | None = Field(None, ge=1, le=MAX_SIZE_BYTES, description="CPU RAM per node for offloaded optimizer states "
                                                                   "and parameters, e.g. 256GB (default: this "
                                                                   "machine's RAM; unknown for --gpu)",
                                           json_schema_extra={"metavar": "SIZE", "flag": "--host-memory", "size": True})
-    cuda_context_bytes: int | None = Field(None, ge=1, description="device memory the CUDA context and libraries "
+    cuda_context_bytes: int | None = Field(None, ge=1, le=MAX_SIZE_BYTES, description="device memory the CUDA context and libraries "
                                                                    "take per GPU, e.g. 1343MiB (default: by "
                                                                    "--cuda-version: 500MiB with lazy module "
                                                                    "loading, CUDA 11.7+; 1343MiB before)",
@@ -201,7 +202,7 @@ class TrialOptions(_Options):
     warmup: int = Field(2, ge=1, le=MAX_TRIAL_STEPS, description="untimed warm-up steps per trial (default 2)",
                         json_schema_extra={"metavar": "N"})
     compare: bool = Field(False, description="also run the baseline (fp32, no checkpointing, AdamW, same global batch)")
-    memory_limit_bytes: int | None = Field(None, ge=1, description="hold the trials to less memory than the device "
+    memory_limit_bytes: int | None = Field(None, ge=1, le=MAX_SIZE_BYTES, description="hold the trials to less memory than the device "
                                                                    "has, e.g. 8GiB (default: no limit)", json_schema_extra={
                                                "metavar": "SIZE", "flag": "--memory-limit", "size": True})
     max_trials: int = Field(6, ge=1, le=MAX_TRIALS, description="most trials, corrections included (default 6; the baseline has "
@@ -279,15 +280,18 @@ def size(text: str) -> int:
     """'2GiB', '512MiB', '1.5GB' or a number of bytes → bytes.
 
     Raises:
-        argparse.ArgumentTypeError: not a size, or not more than 0 bytes.
+        argparse.ArgumentTypeError: not a size, not more than 0 bytes, or more than
+            :data:`~advisor.core.limits.MAX_SIZE_BYTES` (a number of 400 digits is one line, not an OverflowError).
     """
     match = re.fullmatch(r"\s*(-?)\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(3).lower() if match else None
     if not match or unit not in _SIZE_UNITS:
         raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
-    value = int(float(match.group(2)) * _SIZE_UNITS[unit]) * (-1 if match.group(1) else 1)
+    value = int(Decimal(match.group(2)) * _SIZE_UNITS[unit]) * (-1 if match.group(1) else 1)  # exact at any length
     if value <= 0:
         raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
+    if value > MAX_SIZE_BYTES:
+        raise argparse.ArgumentTypeError(f"'{text[:40]}' is more than 1 EiB, the largest size advisor accepts")
     return value
 
 

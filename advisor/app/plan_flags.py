@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from advisor.app.options import ESTIMATE_DEFAULTS, PlanOptions
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
+from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_NODES, MAX_WIDTH
 from advisor.core.kernels import Attention, Framework
 from advisor.core.vocabulary import Device, Method, Offload, Parallelism, Precision, WeightsDtype
 from rules import Facts, Plan
@@ -75,6 +76,40 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
         if offload.optimizer:  # ZeRO-Offload: stage 2 offloads the optimizer, stage 3 the parameters too
             s["parallelism"] = Parallelism.ZERO_3 if offload.parameters else Parallelism.ZERO_2
     return Plan(device=Device.CPU if g is None else Device.CUDA, num_gpus=gpus, **s)
+
+
+#: The counts of a plan and their bounds (those of the options: :mod:`advisor.core.limits`).
+PLAN_BOUNDS = {"micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE), "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
+               "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES), "cpu_processes": (1, MAX_GPUS_PER_NODE),
+               "tensor_parallel": (1, MAX_GPUS_PER_NODE), "pipeline_parallel": (1, MAX_NODES), "lora_rank": (1, MAX_WIDTH),
+               "expert_parallel": (1, MAX_GPUS_PER_NODE * MAX_NODES), "virtual_pipeline": (1, MAX_LAYERS)}
+
+
+def require_plan_counts(plan: Plan, where: str = "") -> None:
+    """Refuse a plan (a ``--plan`` file's, or one the API is given) with a count outside :data:`PLAN_BOUNDS` (a
+    micro-batch of 0, an expert parallel degree of -3), before anything divides by it.
+
+    Raises:
+        UsageError: ``<where>plan.<name> must be from <least> to <most>, got <value>``.
+    """
+    for name, (least, most) in PLAN_BOUNDS.items():
+        value = getattr(plan, name)
+        if not least <= value <= most:
+            raise UsageError(f"{where}plan.{name} must be from {least} to {most}, got {value}")
+
+
+def require_bounded_batch(plan: Plan, where: str = "") -> None:
+    """Refuse a plan whose global batch (micro-batch × accumulation × data-parallel size, each bounded on its own) is
+    beyond :data:`advisor.core.limits.MAX_GLOBAL_BATCH_SIZE`: the product of counts within their limits is not.
+
+    Raises:
+        UsageError: one line with the product (``where``: what the plan came from, e.g. ``--plan FILE: ``).
+    """
+    if plan.global_batch_size > MAX_GLOBAL_BATCH_SIZE:
+        raise UsageError(f"{where}micro-batch {plan.micro_batch_size:,} x accumulation "
+                         f"{plan.gradient_accumulation_steps:,} x data-parallel {plan.data_parallel_size:,} = a global "
+                         f"batch of {plan.global_batch_size:,} samples, more than the largest advisor takes "
+                         f"({MAX_GLOBAL_BATCH_SIZE:,})")
 
 
 def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[str, Any]:

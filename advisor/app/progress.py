@@ -9,6 +9,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
+from advisor.core.limits import MAX_MODEL_ID, MAX_SEQ_LEN
+
 
 #: A trial longer than this (seconds, warm-up and timed steps together) is "long": the CLI says how to shorten it
 #: and the wizard asks before it starts. Our threshold for an interactive check (five minutes), from no source.
@@ -49,15 +51,6 @@ def slow_notice(text: str, after_s: float = SLOW_NOTICE_S) -> Iterator[None]:
         status.stop()
 
 
-#: The counts of a plan file and their bounds (those of the options: :mod:`advisor.core.limits`).
-def _plan_bounds() -> dict[str, tuple[int, int]]:
-    from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_WIDTH
-
-    return {"micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE), "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
-            "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES), "cpu_processes": (1, MAX_GPUS_PER_NODE),
-            "tensor_parallel": (1, MAX_GPUS_PER_NODE), "pipeline_parallel": (1, MAX_NODES), "lora_rank": (1, MAX_WIDTH)}
-
-
 def read_plan(path: str):
     """The plan, sequence length and model id of a recommend / estimate / validate JSON file (``(Plan, int | None,
     str | None)``: a length or id the file lacks is None).
@@ -90,15 +83,18 @@ def read_plan(path: str):
     except ValidationError as err:
         first = err.errors()[0]
         raise UsageError(f"--plan {path}: plan.{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
-    for name, (least, most) in _plan_bounds().items():
-        value = getattr(plan, name)
-        if not least <= value <= most:
-            raise UsageError(f"--plan {path}: plan.{name} must be from {least} to {most}, got {value}")
+    from advisor.app.plan_flags import require_bounded_batch, require_plan_counts
+
+    require_plan_counts(plan, f"--plan {path}: ")
     seq_len = (data.get("workload") or {}).get("seq_len") if isinstance(data.get("workload"), dict) else None
+    if isinstance(seq_len, int) and not isinstance(seq_len, bool) and not 1 <= seq_len <= MAX_SEQ_LEN:
+        raise UsageError(f"--plan {path}: workload.seq_len must be from 1 to {MAX_SEQ_LEN}, got {seq_len}")
+    require_bounded_batch(plan, f"--plan {path}: ")
     model = data.get("model")  # recommend / estimate: the model profile; validate: its id
     model = model.get("id") if isinstance(model, dict) else model
+    model = model[:MAX_MODEL_ID] if isinstance(model, str) else None  # compared with --model; shown through shown()
     return (plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None,
-            model if isinstance(model, str) else None)
+            model)
 
 
 def same_model(given: str, planned: str) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape  # a model id or path is text, not markup: "a[/b]" is a folder name
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from advisor.core.text import MAX_LINE, shown  # and its control characters are escaped (a folder named "\x1b[2J")
 
 from advisor.engine.memory import MemoryEstimate, Verdict
 from advisor.core.dimensions import PLAN_LINE
@@ -34,7 +37,7 @@ def value_text(v) -> str:
 
 def model_table(m: ModelProfile) -> Table:
     """The model profile as a two-column table."""
-    t = Table(title=f"Model {m.id} ({m.source})", title_justify="left", show_header=False)
+    t = Table(title=f"Model {escape(shown(m.id))} ({m.source})", title_justify="left", show_header=False)
     t.add_column("fact", style="bold")
     t.add_column("value")
     rows = [
@@ -163,7 +166,7 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     warning), memory with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
     :func:`print_recommendation`'s full report."""
     m, sp, mem = rec.model, rec.speed, rec.memory
-    lines: list[Text] = [Text.assemble((m.id, "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
+    lines: list[Text] = [Text.assemble((shown(m.id), "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
                                        (_where(rec) if rec.hardware.gpu else "the CPU", "bold"),
                                        f", seq-len {rec.workload.seq_len} × batch {rec.workload.global_batch_size}")]
     lines += [_line((f"note: {note}", "dim")) for note in m.notes]
@@ -204,10 +207,10 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         if used + bool(rec.warnings) <= CARD_LINES:
             break
     room = max(1, CARD_LINES - used)
-    shown = rec.warnings if len(rec.warnings) <= room else rec.warnings[:room - 1]
-    card += [_line(("! ", "yellow"), w.message) for w in shown]
-    if len(shown) < len(rec.warnings):
-        card.append(_line((f"! … {len(rec.warnings) - len(shown)} more warning(s): --explain", "yellow")))
+    listed = rec.warnings if len(rec.warnings) <= room else rec.warnings[:room - 1]
+    card += [_line(("! ", "yellow"), w.message) for w in listed]
+    if len(listed) < len(rec.warnings):
+        card.append(_line((f"! … {len(rec.warnings) - len(listed)} more warning(s): --explain", "yellow")))
     return Group(*card, *footer)
 
 
@@ -245,11 +248,12 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
         console.print(plan_card(rec, console.width), highlight=False)
         return
     hw = rec.hardware
-    console.print(Panel.fit(f"[bold]{rec.model.id}[/] ({rec.model.num_parameters / 1e6:,.1f}M parameters, "
+    console.print(Panel.fit(f"[bold]{escape(shown(rec.model.id))}[/] ({rec.model.num_parameters / 1e6:,.1f}M "
+                            "parameters, "
                             f"{rec.model.task}) on [bold]{_where(rec)}[/]\nseq-len {rec.workload.seq_len}, "
                             f"global batch {rec.workload.global_batch_size}", title="advisor recommend"))
     for note in rec.model.notes:
-        console.print(f"[dim]note: {note}[/]")
+        console.print(f"[dim]note: {escape(shown(note, MAX_LINE))}[/]")
     if hw.gpu is None:
         console.print("[yellow]No NVIDIA GPU on this machine: this plan trains on the CPU. To plan for a GPU you "
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")

@@ -11,6 +11,7 @@ from advisor.app.options import HubOptions, ModelOptions, PlanOptions, TrialOpti
 from advisor.app.progress import console as _console
 from advisor.core.errors import ExitCode, OutputError
 from advisor.core.dimensions import VALIDATE_FLAGS
+from advisor.core.text import shown
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -26,14 +27,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
     plan, seq_len, planned = read_plan(args.plan) if args.plan else (None, None, None)
     mismatch = None
     if planned is not None and not same_model(args.model, planned):  # said before the trials and in the report
-        mismatch = (f"--plan {args.plan} was made for {planned}, not {args.model}: its micro-batch and memory "
+        mismatch = (f"--plan {shown(args.plan)} was made for {shown(planned)}, not {shown(args.model)}: its micro-batch and memory "
                     "settings were sized for that model")
         sys.stderr.write(f"advisor: {mismatch}\n")
     stop = threading.Event()
+    progress = Progress()
 
     def on_sigint(signum, frame) -> None:
-        if stop.is_set():  # a second Ctrl-C (or SIGTERM, SIGHUP): stop now
-            raise KeyboardInterrupt
+        if stop.is_set() or not progress.index:  # a second Ctrl-C (or SIGTERM, SIGHUP), or no trial yet (torch
+            raise KeyboardInterrupt  # still importing, the plan being searched): stop now, there is no step to finish
         stop.set()
         again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
@@ -43,7 +45,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
     previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
     try:
-        with Progress() as progress:
+        with progress:
             workload = {**collect(args, WorkloadOptions), "seq_len": args.seq_len or seq_len}
             report = validate(args.model, plan=plan, progress=progress, stop=stop, **workload,
                               **collect(args, PlanOptions), **collect(args, TrialOptions))

@@ -38,6 +38,12 @@ MAX_WIDTH = 2**18
 #: position tables.
 MAX_VOCAB = 2**24
 
+#: Transformer blocks ``estimate --simulate`` runs on fake tensors. A fake step costs about 0.1 CPU-s a block on a
+#: 2-core Xeon (a gpt2-shaped model: 32 blocks 7 CPU-s, 128 blocks 17), whatever the widths; the deepest public model
+#: trained, Llama 3.1 405B, has 126 (https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json), so 256
+#: blocks (about half a minute) simulate every real model while a config at the layer limit (2,048) is refused.
+MAX_SIMULATED_LAYERS = 256
+
 #: Routed experts per block. DeepSeek-V3 has 256 routed experts (https://arxiv.org/abs/2412.19437 sec. 4.2);
 #: 4,096 is 16 times that.
 MAX_EXPERTS = 4096
@@ -46,9 +52,19 @@ MAX_EXPERTS = 4096
 #: https://arxiv.org/abs/2407.21783 sec. 3.1), among the most published; 10¹⁵ is over 60 times that.
 MAX_TOKENS = 10**15
 
+#: Bytes of a memory size (``--host-memory``, ``--cuda-context``, ``--memory-limit``). The largest node sold holds
+#: tens of TiB (GB200 NVL72: 13.5 TB of HBM3e and 17 TB of LPDDR5X,
+#: https://www.nvidia.com/en-us/data-center/gb200-nvl72/); 2⁶⁰ bytes (1 EiB) is far above it and still an exact float.
+MAX_SIZE_BYTES = 2**60
+
 #: Bytes of a config.json or a ``--plan`` file read (a real config is a few KiB, a plan JSON tens of KiB), so that
 #: ``--plan /dev/zero`` is refused after 16 MiB instead of read without end.
 MAX_JSON_BYTES = 16 * 2**20
+
+#: JSON values (objects, lists and the commas between items) of a config.json or a ``--plan`` file: a real config
+#: holds hundreds (an ImageNet classifier's id2label map about 2,000), a recommendation's JSON thousands; 2¹⁸ keeps a
+#: 16 MiB file of small objects (5 million of them, 800 MiB as Python objects) from being parsed at all.
+MAX_JSON_VALUES = 2**18
 
 #: Nesting of a config.json (transformers nests a text / vision sub-config one or two levels deep); deeper is refused
 #: before Python's recursion limit turns it into a RecursionError.

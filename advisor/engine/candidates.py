@@ -26,6 +26,14 @@ def safety_margin(device: str) -> float:
     return SAFETY_MARGIN_GPU if device == Device.CUDA else SAFETY_MARGIN_CPU
 
 
+def nothing_fits(facts: Facts) -> bool:
+    """Whether no plan can fit, before any is priced: the device memory every plan holds whatever its settings (the
+    CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
+    if facts.gpu is None:
+        return False
+    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - safety_margin(Device.CUDA))
+
+
 @dataclass
 class Candidate:
     """One evaluated plan: its memory at once, its speed when first read (:attr:`speed`: most plans a search prices

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from itertools import product
 from typing import Any
 
-from advisor.engine.candidates import Candidate, Pricing, evaluate, order, safety_margin
+from advisor.engine.candidates import Candidate, Pricing, evaluate, nothing_fits, order, safety_margin
 from advisor.engine.allocator import device_floor_bytes
 from advisor.engine.groups import groups_in_order, within
 from advisor.engine.method_policy import weigh_method
@@ -202,7 +202,7 @@ def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
                 bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False,
-                risky_bound: int | None = None) -> list[Candidate]:
+                risky_bound: int | None = None, closest: bool = True) -> list[Candidate]:
     """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
 
     With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
@@ -213,7 +213,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
     than they do (``bound``: the least penalty of a fitting plan found before this call; ``risky_bound``: the fewest
     risky fallbacks of a fitting plan at that penalty). ``best_only``: only the
-    candidates that could be the best plan (:func:`_best_candidates`).
+    candidates that could be the best plan (:func:`_best_candidates`; ``closest``: its groups that cannot fit too).
     """
     device = Device.CPU if facts.gpu is None else Device.CUDA
     gpus = facts.hardware.num_gpus
@@ -255,7 +255,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
                 heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
     if best_only:
         ranked = light + [h[2:] for h in sorted(heavy, key=lambda h: h[:2])]
-        return _best_candidates(facts, ranked, allowed, pricing, bound, risky_bound)
+        return _best_candidates(facts, ranked, allowed, pricing, bound, risky_bound, closest)
     out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
                                                                                 per_replica, pricing)]
     return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
@@ -267,7 +267,8 @@ _UNRANKED = float("inf")
 
 
 def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]],
-                     pricing: Pricing, bound: int | None, risky_bound: int | None = None) -> list[Candidate]:
+                     pricing: Pricing, bound: int | None, risky_bound: int | None = None,
+                     closest: bool = True) -> list[Candidate]:
     """The candidates that could be the best plan, in the order the full search prices them (``layouts``: light, then
     heavy cheapest first, as ``(layout, micro-batches, per-replica batch)``), so the same plan wins, ties included.
 
@@ -275,7 +276,9 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
     order of the penalty the settings they share carry (:data:`GROUP`), and none once a plan that fits pays less than
     the next group (``bound``: such a penalty found before). Exact under both objectives: the best plan pays the least
     penalty of the plans that fit (:func:`order`); a group that pays more can hold neither the fastest plan nor one
-    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search.
+    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search (``closest``; else
+    not the groups whose model states alone pass the usable memory, which cannot fit: whether anything fits is known
+    without them, the bounded answer the no-fit suggestions need).
 
     Under the 'speed' objective a group at that penalty is skipped too when it carries more risky fallbacks than a
     plan that fits (``risky_bound`` from before): every candidate of a group pays at least the group's penalty and
@@ -302,7 +305,7 @@ def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], a
         keys = [(c.penalty, c.risky if speed else _UNRANKED) for c in batch if c.fits]
         least = min(keys + ([least] if least is not None else []), default=None)
         priced.append((rank, batch))
-    if least is None:  # nothing fits: the full search's candidates, the smallest plan among them
+    if least is None and closest:  # nothing fits: the full search's candidates, the smallest plan among them
         priced += [(rank, _micro_batches(facts, group, micros, per_replica, pricing, spared))
                    for rank, group, micros, per_replica in deferred]
     return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
@@ -336,7 +339,7 @@ def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]]
 
 
 def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None,
-           weighed: list[Effect] | None = None) -> PlanningResult:
+           weighed: list[Effect] | None = None, closest: bool = True) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
     ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
@@ -348,6 +351,8 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     model parallelism a fallback: Narayanan et al. 2021, takeaways 1-2).
 
     ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
+    ``closest`` False (with ``best_only``): when nothing fits, the candidates need not hold the smallest plan (what
+    asks only whether anything fits: the no-fit suggestions), which spares pricing the plans that cannot fit.
 
     Under ``--method auto`` a full fine-tuning plan that needs a quality-risk fallback is weighed against the best
     adapter plan (:func:`advisor.engine.method_policy.weigh_method`). ``weighed``: a recommendation's
@@ -355,14 +360,15 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     choice of adapters instead of weighing again (one search, not two).
     """
     if weighed and facts.workload.method is None:
-        result = _search(facts, best_only, runs_on, list(weighed))
+        result = _search(facts, best_only, runs_on, list(weighed), closest)
         result.weighed = list(weighed)
         return result
-    result = _search(facts, best_only, runs_on, [])
-    return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra))
+    result = _search(facts, best_only, runs_on, [], closest)
+    return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra, closest))
 
 
-def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list[Effect]) -> PlanningResult:
+def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list[Effect],
+            closest: bool = True) -> PlanningResult:
     """:func:`search` without the method's weighing, with ``extra`` effects before the rules' own."""
     effects = [*extra, *propose_effects(facts)]
     domain = domains(facts)
@@ -370,14 +376,18 @@ def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list
         effects += capability_forbids(runs_on, domain)
     allowed = allowed_values(domain, effects)
     log = LayoutLog()
-    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only)
+    if nothing_fits(facts):  # the CUDA context alone passes the usable memory: pricing every plan would show it
+        return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects,
+                              check_effects=[], layouts=log)
+    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only,
+                             closest=closest)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback" and e.setting in SPLIT), default=0)
     mp_possible = any(len(allowed[s]) > 1 for s in SPLIT)
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
                                   bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only,
-                                  risky_bound=fitting[0].risky if fitting else None)
+                                  risky_bound=fitting[0].risky if fitting else None, closest=closest)
         fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []

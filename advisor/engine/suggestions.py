@@ -5,7 +5,7 @@ risky one): the catalog GPU that would run it much faster (:func:`faster_hardwar
 from __future__ import annotations
 
 from advisor.engine import planner
-from advisor.engine.candidates import Candidate, safety_margin
+from advisor.engine.candidates import Candidate, nothing_fits, safety_margin
 from advisor.engine.bands import Verdict
 from advisor.engine.legality import no_layout_error
 from advisor.core.errors import NoFitError, UsageError
@@ -26,15 +26,7 @@ def _fits_with(facts: Facts, gpu: str, nodes: int = 1) -> Candidate | None:
     other = facts.model_copy(update={"hardware": hw, "packages": {}})
     if nothing_fits(other):  # the CUDA context alone passes the usable memory: no count of these GPUs helps
         return None
-    return planner.search(other, best_only=True).best
-
-
-def nothing_fits(facts: Facts) -> bool:
-    """Whether no plan can fit, before any is priced: the device memory every plan holds whatever its settings (the
-    CUDA context and library workspaces) already passes the usable memory (capacity less the safety margin)."""
-    if facts.gpu is None:
-        return False
-    return facts.hardware.context_bytes > facts.gpu.memory_total_bytes * (1 - safety_margin(Device.CUDA))
+    return planner.search(other, best_only=True, closest=False).best  # whether one fits, not the closest
 
 
 def _larger_gpu(facts: Facts) -> str | None:
@@ -138,6 +130,12 @@ def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
     """The error for a search where nothing fits: the smallest plan's memory and what would fit; a UsageError when
     no plan could even be priced (the settings asked for rule every layout out: :func:`legality.no_layout_error`)."""
     facts = result.facts
+    if nothing_fits(facts):  # the search priced nothing (planner.search): the context alone passes the memory
+        usable = facts.gpu.memory_total_bytes * (1 - safety_margin(Device.CUDA))
+        summary = (f"no plan fits {facts.model.id} on {facts.gpu.name}: the CUDA context alone takes "
+                   f"{facts.hardware.context_bytes / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable")
+        ideas = suggestions(facts)
+        return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas)
     if not result.candidates:
         return no_layout_error(facts, result.effects)
     closest = min(result.candidates, key=lambda c: c.memory.device_bytes)

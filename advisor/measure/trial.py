@@ -40,9 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor.measure.outcome import RankOutcome, StepEvent, StepUpdate, TrialOutcome, TrialSpec, parse_event
-from advisor.measure.trainable import (Rows, apply_adapters, autocast_dtype, build_model, build_quantized,
-                                       enable_checkpointing, hf_config, local_weights_dir, make_optimizer, offloading,
-                                       synthetic_batch)
+from advisor.measure.trainable import (SyntheticRows, apply_adapters, autocast_dtype, build_model, build_quantized,
+                                       enable_checkpointing, hf_config, local_weights_dir, make_optimizer, offloading)
 from advisor.measure.trial_memory import TrialMemory, TrialOutOfMemory, count_live_tensors, mark_phase
 from advisor.core.kernels import LossKernel
 from probes.model import ModelProfile
@@ -187,10 +186,9 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     forward = torch.compile(net) if spec.torch_compile else net
     scaler = torch.amp.GradScaler(device.type) if plan.precision == Precision.FP16 else None
     accumulation = plan.gradient_accumulation_steps
-    generator = torch.Generator().manual_seed(dist.rank if dist is not None else 0)
-    rows = synthetic_batch(model, config, plan.micro_batch_size * accumulation * (spec.warmup + spec.steps),
-                           spec.seq_len, generator)
-    loader = torch.utils.data.DataLoader(Rows(rows), batch_size=plan.micro_batch_size, shuffle=False,
+    rows = SyntheticRows(model, config, plan.micro_batch_size * accumulation * (spec.warmup + spec.steps),
+                         spec.seq_len, seed=dist.rank if dist is not None else 0)  # made as the steps consume them
+    loader = torch.utils.data.DataLoader(rows, batch_size=plan.micro_batch_size, shuffle=False,
                                          num_workers=spec.dataloader_num_workers,
                                          pin_memory=spec.dataloader_pin_memory and cuda, drop_last=True)
     return _Loop(net=net, forward=forward, optimizer=optimizer, batches=iter(loader), loader=loader, device=device,

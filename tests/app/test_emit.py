@@ -13,6 +13,7 @@ pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or 
 import yaml
 
 from advisor.app.api import recommend
+from advisor.app.manifest import MANIFEST_FILE
 from advisor.app.emit import (FILE_NAMES, MODEL_KWARGS_FILE, accelerate_config, deepspeed_config, emit, render,
                               training_args, transformers_version)
 from advisor.engine.recommendation import Recommendation
@@ -161,7 +162,7 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     changed = rec.model_copy(update={"plan": changed_plan, "settings": settings})
     before = {p.name: p.read_text() for p in emit(rec, ["all"], tmp_path / "a")}
     after = {p.name: p.read_text() for p in emit(changed, ["all"], tmp_path / "b")}
-    assert set(before) == set(after) == {*FILE_NAMES.values(), MODEL_KWARGS_FILE}
+    assert set(before) == set(after) == {*FILE_NAMES.values(), MODEL_KWARGS_FILE, MANIFEST_FILE}
     args = json.loads(after["training_args.json"])
     assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["fp16"], args["bf16"],
             args["dataloader_num_workers"], args["torch_compile"]) == (2, 4, True, False, 7, False)
@@ -179,7 +180,7 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     assert "micro-batch 2 x 4" in after["launch.sh"] and "fp16" in after["launch.sh"]
     # model_kwargs.json carries the weights' dtype and the attention, which this change keeps (both fp32 weights on
     # CUDA); tests/app/test_emit_adapters.py changes them and sees it follow
-    assert all(before[n] != after[n] for n in before if n != MODEL_KWARGS_FILE)
+    assert all(before[n] != after[n] for n in before if n not in (MODEL_KWARGS_FILE, MANIFEST_FILE))
 
 
 def test_emit_errors_and_the_cli(tmp_path) -> None:
@@ -192,8 +193,8 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     res = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "all", "--out", str(out), "--json")
     assert res.returncode == 0, res.stderr
     rec = Recommendation.model_validate_json(res.stdout)  # stdout stays the recommendation's JSON
-    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "launch.sh", MODEL_KWARGS_FILE,
-                                                     "training_args.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "accelerate_config.yaml", "launch.sh",
+                                                     MODEL_KWARGS_FILE, "training_args.json"]
     assert json.loads((out / "training_args.json").read_text()) == training_args(rec)
     assert (out / "launch.sh").stat().st_mode & 0o111
     assert f"wrote {out / 'launch.sh'}" in res.stderr

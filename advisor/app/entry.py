@@ -1,0 +1,103 @@
+"""The ``advisor`` command's entry point, before anything heavy is imported: the standard streams made safe and
+Ctrl-C answered from the first instant.
+
+- Ctrl-C while the command's modules import (the first half second; seconds when ``validate`` imports torch) is
+  ``advisor: interrupted`` and exit 130, not a traceback: :func:`main` imports :mod:`advisor.app.cli` inside its
+  ``try``, and this module imports nothing but the standard library.
+- A closed stdout (``>&-``: Python's ``sys.stdout`` is None) is exit 7 when the command writes to it ("a closed or full
+  stdout", :class:`advisor.core.errors.ExitCode`); a closed stderr loses the diagnostics, never the exit code; the
+  closed descriptors are held on ``/dev/null`` so that no file advisor opens, and no process it starts, takes them.
+- An encoding that cannot spell a character (``PYTHONIOENCODING=ascii`` and the card's ``×``; a ``--model`` byte
+  that is not UTF-8, which Python keeps as a lone surrogate) prints ``?`` in its place rather than failing:
+  the streams write with ``errors="replace"`` (a JSON output stays JSON).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from typing import NoReturn
+
+#: advisor.core.errors.ExitCode's (not imported: this module imports nothing but the standard library)
+INTERRUPTED, OUTPUT = 130, 7
+
+
+class _ClosedStream:
+    """Stands in for a standard stream whose descriptor was closed. Writing to a closed stdout fails as a write to a
+    closed descriptor does (EBADF: the CLI's exit 7); what goes to a closed stderr is dropped."""
+
+    def __init__(self, name: str, *, fail: bool) -> None:
+        self.name, self.fail = name, fail
+
+    def write(self, text: str) -> int:
+        if self.fail and text:
+            raise OSError(errno.EBADF, f"{self.name} is closed")
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing is buffered."""
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, f"{self.name} is closed")
+
+
+def guard_streams() -> None:
+    """Make the standard streams safe to use (see the module's docstring). Never raises."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:  # closed: hold it on /dev/null (os.open takes the lowest free descriptor)
+            try:
+                held = os.open(os.devnull, os.O_RDWR)
+                if held != fd:
+                    os.dup2(held, fd)
+                    os.close(held)
+            except OSError:
+                pass
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream("stdout", fail=True)
+    if sys.stderr is None:
+        sys.stderr = _ClosedStream("stderr", fail=False)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")
+        except (AttributeError, ValueError, OSError):  # not a TextIOWrapper (captured, or a stand-in)
+            pass
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Entry point of the ``advisor`` script and ``python -m advisor``: the command's exit code
+    (:class:`advisor.core.errors.ExitCode`); Ctrl-C at any point, imports included, is exit 130 in one line."""
+    try:
+        guard_streams()
+        from advisor.app.cli import run
+
+        code = run(argv)
+    except KeyboardInterrupt:
+        _say("advisor: interrupted")
+        code = INTERRUPTED
+    except OSError as err:  # --help or --version to a closed stdout (the commands' own writes: cli.run)
+        _say(f"advisor: error: cannot write the output: {err.strerror or err}")
+        code = OUTPUT
+    if code == INTERRUPTED:
+        # CPython 3.11 ends a process whose Ctrl-C interrupted an ``exec`` of a string (dataclasses, pydantic build
+        # classes so while importing) by SIGINT at exit, whatever the code: leave with the documented one
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(code)
+    sys.exit(code)
