@@ -73,10 +73,18 @@ def zero_stage(rec: Recommendation) -> int:
     return _parallelism(rec).stage if uses_deepspeed(rec) else 0
 
 
+def shards_dtensors(rec: Recommendation) -> bool:
+    """The emitted files run FSDP2, whose parameters are DTensors (transformers >= 5 and a plan that runs FSDP2)."""
+    return uses_fsdp(rec) and rec.plan.runs_fsdp2 and _transformers_major() >= 5
+
+
 def optim_name(rec: Recommendation) -> str:
     """The ``TrainingArguments.optim`` value (an ``OptimizerNames`` member) of the plan's optimizer: the fused
-    name where the recommendation chose the fused implementation."""
+    name where the recommendation chose the fused implementation; under FSDP2 a bitsandbytes optimizer's DTensor-capable
+    stand-in with the same states (torchao's AdamW8bit, ``adamw_torch_8bit``: rule ``optimizer.bitsandbytes-fsdp2``)."""
     spec = Optimizer(rec.plan.optimizer).spec
+    if spec.trainer_optim_dtensor and shards_dtensors(rec):
+        return spec.trainer_optim_dtensor
     fused = rec.value(Setting.OPTIMIZER_IMPLEMENTATION) == "fused" and rec.plan.device == Device.CUDA
     return spec.trainer_optim_fused if fused and spec.trainer_optim_fused else spec.trainer_optim
 
