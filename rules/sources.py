@@ -306,3 +306,7 @@ TORCHAO_OPTIM = Source(title="torchao low-bit optimizers (AdamW8bit)",
 HF_TORCHAO_OPTIM = Source(title="transformers: optimizers, torchao (optim='adamw_torch_8bit')",
                           url="https://huggingface.co/docs/transformers/main/en/optimizers#torchao",
                           section="adamw_torch_4bit / adamw_torch_8bit, needs torchao >= 0.4")
+ACCELERATE_FP8 = Source(title="accelerate: low precision (FP8) training",
+                        url="https://huggingface.co/docs/accelerate/usage_guides/low_precision_training",
+                        section="mixed_precision='fp8' with the torchao backend (AORecipeKwargs): the first and last "
+                                "linear layers stay in high precision (accelerate/utils/ao.py)")

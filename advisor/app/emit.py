@@ -49,6 +49,11 @@ FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml"
               "torchrun": "launch.sh"}
 
 MASTER_PORT = 29500  #: torchrun's default rendezvous port
+#: accelerate's fp8 backend for an fp8 plan: torchao's float8 training (``FP8BackendType.AO``), what the plan is
+#: priced with (rule ``stack.fp8``); ``accelerate launch`` turns the config's ``fp8_config`` into these variables,
+#: launch.sh exports them for torchrun (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).
+FP8_BACKEND = "AO"
+FP8_ENV = {"ACCELERATE_MIXED_PRECISION": "fp8", "ACCELERATE_FP8_BACKEND": FP8_BACKEND}
 #: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
 DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
            "min_loss_scale": 1}
@@ -127,6 +132,10 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     ``remove_unused_columns=False`` (the collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are;
     launch.sh's comments say so); the attention kernel is ``model_kwargs.json``'s ``attn_implementation``.
 
+    An fp8 plan leaves ``bf16`` off: the Trainer then runs accelerate's ``mixed_precision`` from the environment,
+    ``fp8`` (:data:`FP8_ENV`, set by ``accelerate launch`` from accelerate_config.yaml or by launch.sh), which converts
+    the linear layers to torchao's ``Float8Linear`` and autocasts the rest in bf16.
+
     Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
     ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant. ``optim`` is the
     optimizer spec's Trainer name (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they
@@ -138,7 +147,9 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "output_dir": "output",
         "per_device_train_batch_size": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "bf16": plan.precision == Precision.BF16,
+        # fp8: bf16 off, so that the Trainer takes accelerate's mixed precision (fp8) from ACCELERATE_MIXED_PRECISION
+        # (TrainingArguments.mixed_precision: bf16=True would override it); fp8 autocasts the rest in bf16
+        "bf16": plan.precision == Precision.BF16 and not plan.fp8,
         "fp16": plan.precision == Precision.FP16,
         ckpt: plan.gradient_checkpointing,
         "optim": optim_name(rec),
@@ -240,7 +251,7 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": plan.precision if Precision(plan.precision).mixed else "no",
+        "mixed_precision": _mixed_precision(rec),
         "num_machines": hw.nodes,
         "num_processes": max(plan.num_gpus, 1),
         "rdzv_backend": "static",
@@ -263,12 +274,24 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
             "fsdp_offload_params": plan.offload != Offload.NONE,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_sync_module_states": True,
-            "fsdp_cpu_ram_efficient_loading": True,
+            # accelerate refuses torchao's fp8 with FSDP2's RAM-efficient loading (Accelerator.__init__)
+            "fsdp_cpu_ram_efficient_loading": not plan.fp8,
             **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE", "fsdp_use_orig_params": True}),
         }
     if rec.plan.torch_compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
+    if plan.fp8:  # accelerate's torchao backend converts the linear layers (accelerate.utils.ao.convert_model_to_fp8_ao)
+        config["fp8_config"] = {"backend": FP8_BACKEND}
     return config
+
+
+def _mixed_precision(rec: Recommendation) -> str:
+    """accelerate's ``mixed_precision``: ``fp8`` for an fp8 plan (under bf16 autocast), the plan's 16-bit precision,
+    or ``no``."""
+    plan = rec.plan
+    if plan.fp8:
+        return FP8_ENV["ACCELERATE_MIXED_PRECISION"]
+    return plan.precision if Precision(plan.precision).mixed else "no"
 
 
 def launch_script(rec: Recommendation) -> str:
@@ -305,6 +328,9 @@ def launch_script(rec: Recommendation) -> str:
     if host is not None and host.cpu_cores:
         threads = max(host.cpu_cores // per_node, 1)
         lines.append(f"export OMP_NUM_THREADS={threads}  # {host.cpu_cores} cores / {per_node} process(es) per node")
+    if plan.fp8:  # what accelerate launch sets from accelerate_config.yaml's fp8_config
+        lines += [f"export {name}={shlex.quote(value)}  # fp8 linear layers (torchao), read by the Trainer's "
+                  "accelerate" for name, value in FP8_ENV.items()]
     script = '"$SCRIPT"'
     args = f'{FILE_NAMES["hf"]} "$@"'
     if plan.num_gpus > 1 or hw.nodes > 1 or (plan.num_gpus and _parallelism(rec).stage):

@@ -96,8 +96,10 @@ def load_notes(rec: Recommendation) -> list[str]:
         lines.append("# Pack samples padding-free: data_collator=transformers.DataCollatorWithFlattening() (or TRL's "
                      "SFTConfig(padding_free=True)); FlashAttention attends within each sample.")
     if plan.fp8:
-        lines.append("# fp8 linear layers: torchao.float8.convert_to_float8_training(model) before training (or "
-                     "accelerate's mixed_precision='fp8' with Transformer Engine); validate the loss curve.")
+        lines += ["# fp8: accelerate (mixed_precision fp8, torchao backend) converts every nn.Linear whose sizes divide "
+                  "by 16 to Float8Linear but the model's",
+                  "# first and last (the first block's first projection, the LM head); attention's own matmuls, norms, "
+                  "embeddings and the loss stay bf16. Validate the loss curve."]
     if plan.loss_kernel == LossKernel.CHUNKED:
         lines.append("# Chunked cross-entropy is a torchtune / custom-loop loss (CEWithChunkedOutputLoss); the "
                      "Trainer has none.")

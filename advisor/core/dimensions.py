@@ -208,9 +208,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("packing", Role.STACK, validate_flag=True, workload=True, states=False),
     _D("fp8", Role.STACK, validate_flag=True, workload=True, states=False, handling={
         _T: (_R("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
-                "convert_to_float8_training); validate the plan with --no-fp8"),),
-        _E: (swaps(False, "the emitted files train the linear layers in 16 bits (launch.sh says how torchao's "
-                   "convert_to_float8_training turns fp8 on)"),)}),
+                "convert_to_float8_training); validate the plan with --no-fp8"),)}),
     _D("lora_rank", Role.PRICED, validate_flag=True, workload=True, metavar="R", limit=MAX_WIDTH),
     _D("lora_targets", Role.PRICED, validate_flag=True, workload=True),
     _D("checkpointing", Role.PRICED, states=False, handling={
