@@ -34,11 +34,12 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, load_notes,
-                                    lora_config, model_kwargs, transformers_version)
+from advisor.app.emit_deepspeed import deepspeed_config
+from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, load_notes, lora_config,
+                                    model_kwargs, transformers_version)
+from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
-from advisor.engine.states import zero_bucket_elements
 from advisor.core.dimensions import Consumer, Setting, refusal
 from advisor.core.errors import OutputError, UsageError
 from advisor.core.kernels import LossKernel
@@ -54,9 +55,6 @@ MASTER_PORT = 29500  #: torchrun's default rendezvous port
 #: launch.sh exports them for torchrun (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).
 FP8_BACKEND = "AO"
 FP8_ENV = {"ACCELERATE_MIXED_PRECISION": "fp8", "ACCELERATE_FP8_BACKEND": FP8_BACKEND}
-#: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
-DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
-           "min_loss_scale": 1}
 
 
 def _parallelism(rec: Recommendation) -> Parallelism:
@@ -183,52 +181,6 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
             args[ckpt] = False  # the fsdp_config's activation checkpointing replaces it
             args.pop(f"{ckpt}_kwargs", None)
     return args
-
-
-def _offload_section(offload: Offload) -> dict[str, Any]:
-    """A ZeRO ``offload_optimizer`` / ``offload_param`` section: CPU RAM, or NVMe (ZeRO-Infinity) under
-    :data:`NVME_PATH`; pinned host memory (DeepSpeed's default, for full-bandwidth transfers)."""
-    if offload.nvme:
-        return {"device": "nvme", "nvme_path": NVME_PATH, "pin_memory": True}
-    return {"device": "cpu", "pin_memory": True}
-
-
-def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
-    """The DeepSpeed config of a ZeRO plan (None otherwise).
-
-    ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
-    With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto"); the
-    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3). The bucket sizes are
-    the ones the memory model priced (:func:`advisor.engine.states.zero_bucket_elements`: ``overlap_comm`` holds
-    about 4.5 × their 16-bit bytes).
-    """
-    if not uses_deepspeed(rec):
-        return None
-    plan = rec.plan
-    zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
-    bucket = zero_bucket_elements(rec.model)  # the bucket sizes the memory figure priced (engine.states)
-    zero["reduce_bucket_size"] = bucket
-    if zero["stage"] >= 3:
-        zero["stage3_prefetch_bucket_size"] = int(0.9 * bucket)
-    else:
-        zero["allgather_bucket_size"] = bucket
-    offload = Offload(plan.offload)
-    if offload.optimizer:
-        zero["offload_optimizer"] = _offload_section(offload)
-    if offload.parameters:
-        zero["offload_param"] = _offload_section(offload)
-    config: dict[str, Any] = {
-        "train_batch_size": plan.global_batch_size,
-        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "zero_optimization": zero,
-        "bf16": {"enabled": plan.precision == Precision.BF16},
-        "fp16": dict(DS_FP16) if plan.precision == Precision.FP16 else {"enabled": False},
-    }
-    if offload.optimizer:
-        config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
-                                                           "weight_decay": "auto"}}
-    return config
 
 
 def accelerate_config(rec: Recommendation) -> dict[str, Any]:
