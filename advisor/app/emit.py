@@ -35,26 +35,30 @@ from pathlib import Path
 from typing import Any
 
 from advisor.app.emit_deepspeed import deepspeed_config
-from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, load_notes, lora_config,
-                                    model_kwargs, transformers_version)
+from advisor.app.emit_slurm import SLURM_FILE, slurm_script
+from advisor.app.emit_trl import sft_config
+from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_CONFIG_FILE, MODEL_KWARGS_FILE,
+                                    SFT_CONFIG_FILE, TRAINING_ARGS_FILE, config_file, load_notes, lora_config,
+                                    model_kwargs, needs_trl, plan_env, transformers_version)
 from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
 from advisor.engine.recommendation import Recommendation
-from advisor.core.dimensions import Consumer, Setting, refusal
+from advisor.core.dimensions import TRL_TARGET, Consumer, Setting, refusal
 from advisor.core.errors import OutputError, UsageError
 from advisor.core.kernels import LossKernel
 from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
 
-TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
-FILE_NAMES = {"hf": "training_args.json", "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
-              "torchrun": "launch.sh"}
+TARGETS = ("hf", "accelerate", "deepspeed", "torchrun", TRL_TARGET, "slurm")
+FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
+              "torchrun": "launch.sh", TRL_TARGET: SFT_CONFIG_FILE, "slurm": SLURM_FILE}
 
+#: ``recommend --emit``'s help: the targets, their files, and what ``all`` writes.
+EMIT_HELP = ("also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and lora_config.json for LoRA "
+             "/ QLoRA), accelerate (accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), torchrun "
+             "(launch.sh), trl (TRL's SFTConfig: sft_config.json; runs activation offloading and a chunked loss), "
+             "slurm (launch.slurm: srun + torchrun, one task per node) or all (every target the plan uses: deepspeed "
+             "with ZeRO, slurm on several nodes); repeatable (default: none)")
 MASTER_PORT = 29500  #: torchrun's default rendezvous port
-#: accelerate's fp8 backend for an fp8 plan: torchao's float8 training (``FP8BackendType.AO``), what the plan is
-#: priced with (rule ``stack.fp8``); ``accelerate launch`` turns the config's ``fp8_config`` into these variables,
-#: launch.sh exports them for torchrun (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).
-FP8_BACKEND = "AO"
-FP8_ENV = {"ACCELERATE_MIXED_PRECISION": "fp8", "ACCELERATE_FP8_BACKEND": FP8_BACKEND}
 
 
 def _parallelism(rec: Recommendation) -> Parallelism:
@@ -280,11 +284,9 @@ def launch_script(rec: Recommendation) -> str:
     if host is not None and host.cpu_cores:
         threads = max(host.cpu_cores // per_node, 1)
         lines.append(f"export OMP_NUM_THREADS={threads}  # {host.cpu_cores} cores / {per_node} process(es) per node")
-    if plan.fp8:  # what accelerate launch sets from accelerate_config.yaml's fp8_config
-        lines += [f"export {name}={shlex.quote(value)}  # fp8 linear layers (torchao), read by the Trainer's "
-                  "accelerate" for name, value in FP8_ENV.items()]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in plan_env(rec).items()]
     script = '"$SCRIPT"'
-    args = f'{FILE_NAMES["hf"]} "$@"'
+    args = f'{config_file(rec)} "$@"'
     if plan.num_gpus > 1 or hw.nodes > 1 or (plan.num_gpus and _parallelism(rec).stage):
         parts = ["exec torchrun", f"--nnodes={hw.nodes}", f"--nproc-per-node={per_node}"]
         if hw.nodes > 1:
@@ -298,33 +300,50 @@ def launch_script(rec: Recommendation) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
-    """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned). ``hf``
-    writes ``training_args.json``, ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``.
+def wanted_targets(rec: Recommendation, targets: list[str]) -> list[str]:
+    """The targets to write: those asked for, or with ``all`` every target that applies to the plan (DeepSpeed's
+    config only for ZeRO, the Slurm script only on several nodes).
 
     Raises:
-        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline /
-            expert parallel plan, a plan priced for another framework than transformers, or attention-only adapters on a model type without known projection names.
+        UsageError: an unknown target; ``deepspeed`` without ZeRO; ``hf`` without ``trl`` for a plan only TRL's
+            SFTConfig runs as priced (activation offloading, a chunked loss).
     """
-    refused = refusal(Consumer.EMIT, rec.plan)  # the settings no emitted file runs (the table's rows)
-    if refused is not None:
-        raise UsageError(refused)
-    wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    if "all" in targets:
+        return [t for t in TARGETS if (t != "deepspeed" or uses_deepspeed(rec)) and (t != "slurm" or
+                                                                                    rec.hardware.nodes > 1)]
+    wanted = list(dict.fromkeys(targets))
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown:
         raise UsageError(f"--emit {unknown[0]}: choose from {', '.join(TARGETS)} or all")
     if "deepspeed" in wanted and not uses_deepspeed(rec):
-        if "all" in targets:
-            wanted.remove("deepspeed")
-        else:
-            raise UsageError(f"--emit deepspeed: the plan uses {rec.plan.parallelism}, not ZeRO, so it needs no "
-                             "DeepSpeed config")
+        raise UsageError(f"--emit deepspeed: the plan uses {rec.plan.parallelism}, not ZeRO, so it needs no "
+                         "DeepSpeed config")
+    if "hf" in wanted and TRL_TARGET not in wanted and needs_trl(rec):
+        raise UsageError(f"--emit hf: {rec.hand_off} (the Trainer has no option for them): add --emit {TRL_TARGET}")
+    return wanted
+
+
+def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
+    """File name → text for the targets (:func:`wanted_targets`). ``hf`` writes ``training_args.json``,
+    ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``; ``trl`` ``sft_config.json`` (and
+    ``lora_config.json``); ``torchrun`` ``launch.sh``; ``slurm`` ``launch.slurm``.
+
+    Raises:
+        UsageError: an inapplicable target (:func:`wanted_targets`), a tensor / pipeline / expert parallel plan, a
+            plan priced for another framework than transformers, or attention-only adapters on a model type without
+            known projection names.
+    """
+    refused = refusal(Consumer.EMIT, rec.plan)  # the settings no emitted file runs (the table's rows)
+    if refused is not None:
+        raise UsageError(refused)
     files: dict[str, str] = {}
-    for target in wanted:
+    for target in wanted_targets(rec, targets):
         name = FILE_NAMES[target]
-        if target == "hf":
-            files[name] = json.dumps(training_args(rec), indent=2) + "\n"
-            files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
+        if target in ("hf", TRL_TARGET):
+            args = training_args(rec)
+            files[name] = json.dumps(args if target == "hf" else sft_config(rec, args), indent=2) + "\n"
+            if target == "hf":
+                files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
             adapters = lora_config(rec)
             if adapters is not None:
                 files[LORA_CONFIG_FILE] = json.dumps(adapters, indent=2) + "\n"
@@ -334,6 +353,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
             files[name] = yaml.safe_dump(accelerate_config(rec), sort_keys=True)
         elif target == "deepspeed":
             files[name] = json.dumps(deepspeed_config(rec), indent=2) + "\n"
+        elif target == "slurm":
+            files[name] = slurm_script(rec)
         else:
             files[name] = launch_script(rec)
     return files
@@ -353,7 +374,8 @@ def check_targets(targets: list[str], out_dir: str | Path = ".") -> None:
     if not folder.is_dir():
         return
     wanted = TARGETS if "all" in targets else [t for t in targets if t in TARGETS]
-    names = [FILE_NAMES[t] for t in wanted] + ([MODEL_KWARGS_FILE, LORA_CONFIG_FILE] if "hf" in wanted else [])
+    names = [FILE_NAMES[t] for t in wanted] + ([MODEL_KWARGS_FILE] if "hf" in wanted else []) + (
+        [LORA_CONFIG_FILE] if {"hf", TRL_TARGET} & set(wanted) else [])
     for name in names:
         check_target(folder / name)
 
@@ -374,4 +396,4 @@ def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> 
     except OSError as err:
         raise OutputError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
     return write_set({folder / name: text for name, text in files.items()},
-                     executable={folder / FILE_NAMES["torchrun"]})
+                     executable={folder / FILE_NAMES["torchrun"], folder / FILE_NAMES["slurm"]})

@@ -165,6 +165,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
     if rec.estimate_only:
         lines.append(_line(("estimate only: ", "yellow"), rec.estimate_only))
+    if rec.hand_off:
+        lines.append(_line(("hand-off: ", "cyan"), rec.hand_off))
     decided = {n: d for n, d in rec.settings.items() if _decided(d)}
     spared = {n: d.rationale.partition(_SPARED)[2] for n, d in decided.items() if _SPARED in d.rationale}
     pad = max((len(n) for n in decided if n not in spared), default=0)
@@ -249,6 +251,8 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")
     if rec.estimate_only:
         console.print(Text(f"estimate only: {rec.estimate_only}", style="yellow"))
+    if rec.hand_off:
+        console.print(Text(f"hand-off: {rec.hand_off}", style="cyan"))
     numbers: dict[str, int] = {}
     titles: dict[str, str] = {}
     for setting in rec.settings.values():
