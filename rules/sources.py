@@ -310,3 +310,10 @@ ACCELERATE_FP8 = Source(title="accelerate: low precision (FP8) training",
                         url="https://huggingface.co/docs/accelerate/usage_guides/low_precision_training",
                         section="mixed_precision='fp8' with the torchao backend (AORecipeKwargs): the first and last "
                                 "linear layers stay in high precision (accelerate/utils/ao.py)")
+ALIGNMENT_HANDBOOK_FSDP_QLORA = Source(title="alignment-handbook: recipes/accelerate_configs/fsdp_qlora.yaml (PR 160)",
+                                       url="https://github.com/huggingface/alignment-handbook/pull/160/files",
+                                       section="FSDP1 (no fsdp_version), FULL_SHARD, fsdp_use_orig_params: false, "
+                                               "fsdp_cpu_ram_efficient_loading: true")
+BNB_FSDP_QLORA = Source(title="bitsandbytes: FSDP-QLoRA", url="https://huggingface.co/docs/bitsandbytes/main/fsdp_qlora",
+                        section="bnb_4bit_quant_storage in the compute dtype so that FSDP shards Params4bit; training "
+                                "with the Hugging Face libraries")

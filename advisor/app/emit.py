@@ -17,10 +17,8 @@ or with each other. Sources of the formats:
   ``BitsAndBytesConfig`` of QLoRA: :mod:`probes.lora_config` (its choices and their sources);
 - accelerate: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-config (the
   YAML that ``accelerate config`` writes, loaded by ``accelerate.commands.config.config_args.ClusterConfig``);
-- DeepSpeed: https://www.deepspeed.ai/docs/config-json/ (batch size, fp16 / bf16, ZeRO optimizations,
-  offload: ``offload_optimizer`` at stages 1-3, ``offload_param`` at stage 3, NVMe for both at stage 3,
-  https://www.deepspeed.ai/docs/config-json/#optimizer-offloading); the Trainer integration:
-  https://huggingface.co/docs/transformers/deepspeed;
+- DeepSpeed: :mod:`advisor.app.emit_deepspeed`; TRL's SFTConfig: :mod:`advisor.app.emit_trl`; Slurm:
+  :mod:`advisor.app.emit_slurm`;
 - torchrun: https://pytorch.org/docs/stable/elastic/run.html (``--nnodes``, ``--nproc-per-node``,
   ``--node-rank``, ``--master-addr``, ``--master-port``).
 
@@ -46,7 +44,7 @@ from advisor.engine.recommendation import Recommendation
 from advisor.core.dimensions import TRL_TARGET, Consumer, Setting, refusal
 from advisor.core.errors import OutputError, UsageError
 from advisor.core.kernels import LossKernel
-from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
+from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision
 
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun", TRL_TARGET, "slurm")
 FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
@@ -116,8 +114,9 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
     offload = plan.offload != Offload.NONE
     if _transformers_major() < 5:
         return {"fsdp": " ".join([spec.fsdp_option, "auto_wrap"] + (["offload"] if offload else []))}
-    if not plan.runs_fsdp2:
-        config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option}
+    if not plan.runs_fsdp2:  # QLoRA: FSDP1 without orig params, as the measured recipes (rule method.qlora-fsdp1)
+        config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option,
+                                  "use_orig_params": not Method.of(plan.method).spec.quantized_base}
     else:
         config = {"version": 2, "reshard_after_forward": spec.stage >= 3}
     config["cpu_offload"] = offload
@@ -232,7 +231,8 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
             "fsdp_sync_module_states": True,
             # accelerate refuses torchao's fp8 with FSDP2's RAM-efficient loading (Accelerator.__init__)
             "fsdp_cpu_ram_efficient_loading": not plan.fp8,
-            **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE", "fsdp_use_orig_params": True}),
+            **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE",
+                                           "fsdp_use_orig_params": not Method.of(plan.method).spec.quantized_base}),
         }
     if rec.plan.torch_compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
