@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from advisor.core.vocabulary import Method, Offload, Parallelism, Penalty
 from advisor.core.dimensions import Setting
+from advisor.core.units import GIB
 from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
@@ -217,11 +218,18 @@ class OffloadLastResort(Rule):
                               "only when the host's RAM cannot hold them", penalty=Penalty.OFFLOAD_NVME)]
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
-        if plan.offload == Offload.NONE or facts.hardware.host_memory is not None:
+        hw = facts.hardware
+        if plan.offload == Offload.NONE and not plan.activation_offloading:
             return []
-        return [self.warn(f"offload to {'NVMe' if Offload.of(plan.offload).nvme else 'CPU RAM'} planned without "
-                          "knowing the host's RAM: pass --host-memory SIZE (e.g. 256GB) to check it",
-                          setting=Setting.OFFLOAD)]
+        where = "NVMe" if Offload.of(plan.offload).nvme else "CPU RAM"
+        if hw.host_memory_assumed:  # a catalog GPU: its typical server's RAM, never unlimited
+            return [self.warn(f"offload to {where} checked against {hw.host_memory / GIB:,.0f} GiB of host RAM per "
+                              f"node, the catalog's typical server for {hw.gpu.name if hw.gpu else 'this GPU'} "
+                              f"({hw.typical_host_source}): pass --host-memory SIZE for yours", setting=Setting.OFFLOAD)]
+        if hw.host_memory is not None:
+            return []
+        return [self.warn(f"offload to {where} planned without knowing the host's RAM: pass --host-memory SIZE "
+                          "(e.g. 256GB) to check it", setting=Setting.OFFLOAD)]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         """Offload pairs only with sharding that supports it (:class:`advisor.core.vocabulary.ParallelismSpec` offloads)."""

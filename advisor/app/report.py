@@ -190,6 +190,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
                Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
+    if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
+        figures.append(_line(("host   ", "bold"), f"{gib(mem.host_bytes)} in RAM of {gib(mem.host_capacity_bytes or 0)} "
+                             "per node assumed (the catalog's typical server; --host-memory SIZE for yours)"))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     if rec.hardware.gpu is None:
         footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",

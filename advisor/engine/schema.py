@@ -29,7 +29,9 @@ pin "liger-layers" (Liger's RMSNorm, SwiGLU and RoPE kernels with the model's ow
 plan.virtual_pipeline (the interleaved 1F1B schedule's model chunks a pipeline stage). 1.18: plan.fsdp_version
 (FSDP2's fully_shard or FSDP1's FullyShardedDataParallel). 1.19: recommendation.estimate_only (why no emitted
 file runs the plan as priced, from the table of dimensions); hardware host.packages' description names
-probes.packages. 1.20: recommendation.hand_off (the --emit target whose files alone run some settings: trl).
+probes.packages. 1.20: recommendation.hand_off (the --emit target whose files alone run some settings: trl);
+hardware.typical_host_memory_bytes / typical_host_source (the catalog's typical server's RAM, what offload is
+checked against without --host-memory).
 """
 
 SCHEMA_VERSION = "1.20"
