@@ -45,6 +45,10 @@ class CatalogGPU(BaseModel):
     tdp_w: float
     source_url: str
     note: str | None = None
+    host_memory_gib_per_gpu: float = Field(description="RAM of the catalog's typical server for this GPU over its "
+                                                        "GPUs, GiB: what offload is checked against without "
+                                                        "--host-memory")
+    host_memory_source: str = Field(description="the server the host RAM figure is from, with its URL")
 
     @property
     def total_bytes(self) -> int:
@@ -139,7 +143,9 @@ def profile_from_catalog(spec: str, nodes: int = 1) -> HardwareProfile:
         notes.append(f"{entry.id}: {entry.note}")
     if count > 1:
         notes.append(f"{entry.id} links: {entry.nvlink_topology} ({entry.topology_source})")
-    return HardwareProfile(source="catalog", host=None, gpus=gpus, links=links, nodes=nodes, notes=notes)
+    return HardwareProfile(source="catalog", host=None, gpus=gpus, links=links, nodes=nodes, notes=notes,
+                           typical_host_memory_bytes=int(entry.host_memory_gib_per_gpu * count * GIB),
+                           typical_host_source=entry.host_memory_source)
 
 
 def match_catalog(nvml_name: str) -> CatalogGPU | None:

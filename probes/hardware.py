@@ -162,6 +162,12 @@ class HardwareProfile(BaseModel):
     notes: list[str] = Field(default_factory=list, description="what the probe could not read, and why")
     host_memory_bytes: int | None = Field(None, description="RAM of one node for offloaded states, bytes, as given "
                                                             "(--host-memory); None: the probed host's RAM")
+    typical_host_memory_bytes: int | None = Field(
+        None, description="RAM of one node of the catalog's typical server for these GPUs, bytes (the server's RAM per "
+                          "GPU times the GPUs of a node: probes/data/gpus.json host_memory_gib_per_gpu): what offload "
+                          "is checked against without --host-memory; None: not planned from the catalog")
+    typical_host_source: str | None = Field(None, description="the server typical_host_memory_bytes is from, with its "
+                                                              "URL")
     cuda_context_bytes: int | None = Field(None, description="device memory the CUDA context and library workspaces "
                                                              "take, bytes, as given (--cuda-context) or measured "
                                                              "(probe --measure-context); None: by module loading "
@@ -239,11 +245,20 @@ class HardwareProfile(BaseModel):
 
     @property
     def host_memory(self) -> int | None:
-        """RAM of one node that offloaded states may use, bytes: ``--host-memory``, else the probed host's RAM;
-        None when planning for catalog hardware without ``--host-memory``."""
+        """RAM of one node that offloaded states may use, bytes: ``--host-memory``, else the probed host's RAM, else
+        for catalog GPUs the catalog's typical server's (:attr:`typical_host_memory_bytes`, :attr:`host_memory_assumed`);
+        None only when none of them is known (never unlimited for a catalog GPU)."""
         if self.host_memory_bytes is not None:
             return self.host_memory_bytes
-        return self.host.ram_bytes if self.host is not None and self.host.ram_bytes else None
+        if self.host is not None and self.host.ram_bytes:
+            return self.host.ram_bytes
+        return self.typical_host_memory_bytes
+
+    @property
+    def host_memory_assumed(self) -> bool:
+        """The host RAM is the catalog's typical server's, not given (``--host-memory``) nor probed."""
+        return (self.host_memory_bytes is None and not (self.host is not None and self.host.ram_bytes)
+                and self.typical_host_memory_bytes is not None)
 
     @property
     def all_pairs_nvlink(self) -> bool:

@@ -332,8 +332,9 @@ def profile_from_config(config: dict, model_id: str, source: str = "local", path
             shape = builder(config, chosen, num_labels)
             unsized = next((g for g in shape.groups if not all(isinstance(d, int) for d in (*g.shape, g.count))), None)
             if unsized is not None:  # a null size the builder needs (n_positions: null for GPT-2's position table)
+                nulls = ", ".join(f"{shown(k)}: null" for k, v in config.items() if v is None)
                 raise BadConfigError(f"config of '{shown(model_id)}' leaves a size of {unsized.name} null or not a "
-                                     f"whole number: {unsized.shape}")
+                                     f"whole number: {unsized.shape}" + (f" ({nulls})" if nulls else ""))
         except (TypeError, ValueError, ZeroDivisionError) as exc:
             raise BadConfigError(f"config of '{model_id}' has invalid sizes: {exc}") from None
         method = "closed-form"

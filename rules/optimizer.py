@@ -92,6 +92,34 @@ class FusedOptimizer(Rule):
 
 
 @register
+class BitsandbytesUnderFsdp2(Rule):
+    id = "optimizer.bitsandbytes-fsdp2"
+    title = "under FSDP2, torchao's 8-bit AdamW in bitsandbytes' place"
+    topic = "optimizer"
+    sources = [S.BNB_FSDP2_ISSUE, S.BNB_FSDP_ISSUE, S.TORCHAO_OPTIM, S.HF_TORCHAO_OPTIM]
+    rationale = ("bitsandbytes' optimizers hand each parameter to their CUDA kernels as a plain tensor; FSDP2 "
+                 "(fully_shard) makes every parameter a DTensor, and their first step fails (illegal memory access, "
+                 "bitsandbytes issues 1633 and 89, open). torchao's AdamW8bit keeps the same 8-bit block-wise states "
+                 "(2 B/param, 256-element blocks) of each DTensor's local shard, and the Trainer builds it with "
+                 "optim='adamw_torch_8bit' (torchao >= 0.4): the emitted files run it under FSDP2, and torch's fused "
+                 "AdamW in place of bitsandbytes' paged 32-bit AdamW. FSDP1's flat parameters and DeepSpeed's "
+                 "partitions are plain tensors: bitsandbytes runs there.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        spec = Optimizer.of(plan.optimizer).spec
+        if not (spec.trainer_optim_dtensor and Parallelism.of(plan.parallelism).fsdp and plan.runs_fsdp2):
+            return []
+        why = (f"bitsandbytes' {plan.optimizer} fails on FSDP2's DTensor parameters (bitsandbytes issues 1633, 89): "
+               f"the emitted files run optim='{spec.trainer_optim_dtensor}' ({spec.dtensor_implementation}, the same "
+               "states)")
+        effects = [self.set(Setting.OPTIMIZER_IMPLEMENTATION, spec.dtensor_implementation, why)]
+        if facts.packages.get(spec.dtensor_implementation) is False:  # torchao (a package), not torch's fused AdamW
+            effects.append(self.warn(f"{why}, which needs {spec.dtensor_implementation}: pip install "
+                                     f"{spec.dtensor_implementation}", setting=Setting.OPTIMIZER))
+        return effects
+
+
+@register
 class OptimizerInBackward(Rule):
     id = "optimizer.step-in-backward"
     title = "the optimizer step fused into backward when the gradients do not fit (one GPU or FSDP; no accumulation)"

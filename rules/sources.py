@@ -309,3 +309,27 @@ TORCH_LAZY_LOADING = Source(title="pytorch/pytorch PR 86509: set CUDA_MODULE_LOA
                             url="https://github.com/pytorch/pytorch/pull/86509",
                             section="description: the context takes 287,047,680 bytes lazily against 666,632,192 "
                                     "eagerly (torch 1.13)")
+BNB_FSDP2_ISSUE = Source(title="bitsandbytes issue 1633: illegal memory access with FSDP2",
+                         url="https://github.com/bitsandbytes-foundation/bitsandbytes/issues/1633",
+                         section="the 8-bit optimizers' init_state and update_step take FSDP2's DTensor parameters as "
+                                 "plain tensors (open)")
+BNB_FSDP_ISSUE = Source(title="bitsandbytes issue 89: 8-bit optimizers don't work with FSDP",
+                        url="https://github.com/bitsandbytes-foundation/bitsandbytes/issues/89", section="(open)")
+TORCHAO_OPTIM = Source(title="torchao low-bit optimizers (AdamW8bit)",
+                       url="https://github.com/pytorch/ao/blob/main/torchao/optim/adam.py",
+                       section="_AdamBase._new_buffer: 8-bit block-wise states (256 elements) of each DTensor's local "
+                               "shard, wrapped as a DTensor; README: bnb 8-bit and ao 8-bit at the same peak memory")
+HF_TORCHAO_OPTIM = Source(title="transformers: optimizers, torchao (optim='adamw_torch_8bit')",
+                          url="https://huggingface.co/docs/transformers/main/en/optimizers#torchao",
+                          section="adamw_torch_4bit / adamw_torch_8bit, needs torchao >= 0.4")
+ACCELERATE_FP8 = Source(title="accelerate: low precision (FP8) training",
+                        url="https://huggingface.co/docs/accelerate/usage_guides/low_precision_training",
+                        section="mixed_precision='fp8' with the torchao backend (AORecipeKwargs): the first and last "
+                                "linear layers stay in high precision (accelerate/utils/ao.py)")
+ALIGNMENT_HANDBOOK_FSDP_QLORA = Source(title="alignment-handbook: recipes/accelerate_configs/fsdp_qlora.yaml (PR 160)",
+                                       url="https://github.com/huggingface/alignment-handbook/pull/160/files",
+                                       section="FSDP1 (no fsdp_version), FULL_SHARD, fsdp_use_orig_params: false, "
+                                               "fsdp_cpu_ram_efficient_loading: true")
+BNB_FSDP_QLORA = Source(title="bitsandbytes: FSDP-QLoRA", url="https://huggingface.co/docs/bitsandbytes/main/fsdp_qlora",
+                        section="bnb_4bit_quant_storage in the compute dtype so that FSDP shards Params4bit; training "
+                                "with the Hugging Face libraries")

@@ -221,7 +221,7 @@ class Fp8(Rule):
     id = "stack.fp8"
     title = "fp8 matmuls only when asked for, on Ada and Hopper"
     topic = "stack"
-    sources = [S.TORCHAO_FLOAT8, S.TE_FP8, S.TORCHTITAN_H100_BENCH]
+    sources = [S.TORCHAO_FLOAT8, S.TE_FP8, S.TORCHTITAN_H100_BENCH, S.ACCELERATE_FP8]
     rationale = ("Ada and Hopper tensor cores run fp8 at twice the bf16 rate. torchao's float8 training and "
                  "Transformer Engine cast the blocks' linear layers to fp8 with per-tensor scales (attention, "
                  "norms and the LM head stay in bf16), for 1.2-1.5x end-to-end on large models. It buys speed, "
@@ -229,7 +229,8 @@ class Fp8(Rule):
                  "(torchtitan's Llama 3.1 8B on 8 H100s: 77.0 GiB with compile, 76.8 with Float8 too), so "
                  "advisor prices an fp8 plan's memory as bf16's (Transformer Engine's fp8 copies are not priced). "
                  "Scaling can diverge where bf16 would not, so advisor plans fp8 only when asked (--fp8) and names "
-                 "its gain.")
+                 "its gain. --emit runs it the way accelerate does (mixed_precision: fp8 with the torchao backend: "
+                 "every nn.Linear whose sizes divide by 16 but the model's first and last becomes a Float8Linear).")
 
     def propose(self, facts: Facts) -> list[Effect]:
         asked = pinned(self, facts, Setting.FP8)
@@ -244,6 +245,14 @@ class Fp8(Rule):
             return [self.forbid(Setting.FP8, True, "needs torchao or transformer-engine, neither installed here")]
         return [self.forbid(Setting.FP8, True, "fp8 can diverge where bf16 does not: only when asked for (--fp8); "
                                                "validate the loss")]
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if not plan.fp8:
+            return []
+        return [self.warn("fp8: accelerate's torchao backend (--emit: mixed_precision fp8, fp8_config backend AO) "
+                          "converts every nn.Linear whose sizes divide by 16 to Float8Linear but the first and the last "
+                          "(the first block's first projection, the LM head); attention's matmuls, norms, embeddings "
+                          "and the loss stay bf16: validate the loss curve", setting=Setting.FP8)]
 
     def refuse(self, facts: Facts, plan: Plan) -> Effect | None:
         if plan.fp8 and (plan.precision != Precision.BF16 or Method.of(plan.method).spec.quantized_base):

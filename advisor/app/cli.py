@@ -296,7 +296,7 @@ def _add_probe(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
-    from advisor.app.emit import TARGETS
+    from advisor.app.emit import EMIT_HELP, TARGETS
 
     parser = _Parser(prog="advisor", description="How to train a PyTorch / Hugging Face model fastest on your "
                                                  "hardware, with every choice explained and sourced.",
@@ -321,11 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="store_true",
                    help="the full report: every setting's reasons, rule ids, numbered sources and every alternative "
                         "that lost (default: off: a plan card that fits 80 x 24)")
-    p.add_argument("--emit", action="append", choices=(*TARGETS, "all"),
-                   metavar="TARGET", help="also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and "
-                                          "lora_config.json for LoRA / QLoRA), accelerate "
-                                          "(accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), "
-                                          "torchrun (launch.sh) or all; repeatable (default: none)")
+    p.add_argument("--emit", action="append", choices=(*TARGETS, "all"), metavar="TARGET", help=EMIT_HELP)
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
     p.set_defaults(func=cmd_recommend)
 

@@ -17,10 +17,8 @@ or with each other. Sources of the formats:
   ``BitsAndBytesConfig`` of QLoRA: :mod:`probes.lora_config` (its choices and their sources);
 - accelerate: https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-config (the
   YAML that ``accelerate config`` writes, loaded by ``accelerate.commands.config.config_args.ClusterConfig``);
-- DeepSpeed: https://www.deepspeed.ai/docs/config-json/ (batch size, fp16 / bf16, ZeRO optimizations,
-  offload: ``offload_optimizer`` at stages 1-3, ``offload_param`` at stage 3, NVMe for both at stage 3,
-  https://www.deepspeed.ai/docs/config-json/#optimizer-offloading); the Trainer integration:
-  https://huggingface.co/docs/transformers/deepspeed;
+- DeepSpeed: :mod:`advisor.app.emit_deepspeed`; TRL's SFTConfig: :mod:`advisor.app.emit_trl`; Slurm:
+  :mod:`advisor.app.emit_slurm`;
 - torchrun: https://pytorch.org/docs/stable/elastic/run.html (``--nnodes``, ``--nproc-per-node``,
   ``--node-rank``, ``--master-addr``, ``--master-port``).
 
@@ -36,28 +34,35 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from advisor.app.emit_model import (DS_CONFIG_FILE, LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH,
-                                    lora_config, model_kwargs, transformers_version)
+from advisor.app.emit_deepspeed import deepspeed_config
+from advisor.app.emit_slurm import SLURM_FILE, slurm_script
+from advisor.app.emit_trl import sft_config
+from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_CONFIG_FILE, MODEL_KWARGS_FILE,
+                                    SFT_CONFIG_FILE, TRAINING_ARGS_FILE, lora_config, model_kwargs,
+                                    needs_trl, transformers_version)
+from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
 from advisor.app.manifest import MANIFEST_FILE, plan_folder
-from advisor.app.launch import LAUNCH_FILE, MASTER_PORT, TRAINING_ARGS_FILE, launch_script  # noqa: F401 (emit's API)
+from advisor.app.launch import LAUNCH_FILE, MASTER_PORT, launch_script  # noqa: F401 (emit's API)
 from advisor.engine.recommendation import Recommendation
-from advisor.engine.states import zero_bucket_elements
-from advisor.core.dimensions import Consumer, Setting, refusal
+from advisor.core.dimensions import TRL_TARGET, Consumer, Setting, refusal
 from advisor.core.errors import OutputError, UsageError
 from advisor.core.kernels import LossKernel
-from advisor.core.vocabulary import Device, Offload, Optimizer, Parallelism, Precision
+from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision
 
-TARGETS = ("hf", "accelerate", "deepspeed", "torchrun")
+TARGETS = ("hf", "accelerate", "deepspeed", "torchrun", TRL_TARGET, "slurm")
 FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
-              "torchrun": LAUNCH_FILE}
-#: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too)
-GROUPS = {**{t: (name,) for t, name in FILE_NAMES.items()}, "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE,
-                                                                   LORA_CONFIG_FILE)}
+              "torchrun": LAUNCH_FILE, TRL_TARGET: SFT_CONFIG_FILE, "slurm": SLURM_FILE}
+#: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too; ``trl`` PEFT's too)
+GROUPS = {**{t: (name,) for t, name in FILE_NAMES.items()},
+          "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE, LORA_CONFIG_FILE), TRL_TARGET: (SFT_CONFIG_FILE, LORA_CONFIG_FILE)}
 
-#: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
-DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
-           "min_loss_scale": 1}
+#: ``recommend --emit``'s help: the targets, their files, and what ``all`` writes.
+EMIT_HELP = ("also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and lora_config.json for LoRA "
+             "/ QLoRA), accelerate (accelerate_config.yaml), deepspeed (ds_config.json, ZeRO plans), torchrun "
+             "(launch.sh), trl (TRL's SFTConfig: sft_config.json; runs activation offloading and a chunked loss), "
+             "slurm (launch.slurm: srun + torchrun, one task per node) or all (every target the plan uses: deepspeed "
+             "with ZeRO, slurm on several nodes); repeatable (default: none)")
 
 
 def _parallelism(rec: Recommendation) -> Parallelism:
@@ -79,10 +84,18 @@ def zero_stage(rec: Recommendation) -> int:
     return _parallelism(rec).stage if uses_deepspeed(rec) else 0
 
 
+def shards_dtensors(rec: Recommendation) -> bool:
+    """The emitted files run FSDP2, whose parameters are DTensors (transformers >= 5 and a plan that runs FSDP2)."""
+    return uses_fsdp(rec) and rec.plan.runs_fsdp2 and _transformers_major() >= 5
+
+
 def optim_name(rec: Recommendation) -> str:
     """The ``TrainingArguments.optim`` value (an ``OptimizerNames`` member) of the plan's optimizer: the fused
-    name where the recommendation chose the fused implementation."""
+    name where the recommendation chose the fused implementation; under FSDP2 a bitsandbytes optimizer's DTensor-capable
+    stand-in with the same states (torchao's AdamW8bit, ``adamw_torch_8bit``: rule ``optimizer.bitsandbytes-fsdp2``)."""
     spec = Optimizer(rec.plan.optimizer).spec
+    if spec.trainer_optim_dtensor and shards_dtensors(rec):
+        return spec.trainer_optim_dtensor
     fused = rec.value(Setting.OPTIMIZER_IMPLEMENTATION) == "fused" and rec.plan.device == Device.CUDA
     return spec.trainer_optim_fused if fused and spec.trainer_optim_fused else spec.trainer_optim
 
@@ -107,8 +120,9 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
     offload = plan.offload != Offload.NONE
     if _transformers_major() < 5:
         return {"fsdp": " ".join([spec.fsdp_option, "auto_wrap"] + (["offload"] if offload else []))}
-    if not plan.runs_fsdp2:
-        config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option}
+    if not plan.runs_fsdp2:  # QLoRA: FSDP1 without orig params, as the measured recipes (rule method.qlora-fsdp1)
+        config: dict[str, Any] = {"version": 1, "reshard_after_forward": spec.fsdp_option,
+                                  "use_orig_params": not Method.of(plan.method).spec.quantized_base}
     else:
         config = {"version": 2, "reshard_after_forward": spec.stage >= 3}
     config["cpu_offload"] = offload
@@ -125,6 +139,10 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     ``remove_unused_columns=False`` (the collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are;
     launch.sh's comments say so); the attention kernel is ``model_kwargs.json``'s ``attn_implementation``.
 
+    An fp8 plan leaves ``bf16`` off: the Trainer then runs accelerate's ``mixed_precision`` from the environment,
+    ``fp8`` (:data:`FP8_ENV`, set by ``accelerate launch`` from accelerate_config.yaml or by launch.sh), which converts
+    the linear layers to torchao's ``Float8Linear`` and autocasts the rest in bf16.
+
     Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
     ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant. ``optim`` is the
     optimizer spec's Trainer name (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they
@@ -136,7 +154,9 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "output_dir": "output",
         "per_device_train_batch_size": plan.micro_batch_size,
         "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "bf16": plan.precision == Precision.BF16,
+        # fp8: bf16 off, so that the Trainer takes accelerate's mixed precision (fp8) from ACCELERATE_MIXED_PRECISION
+        # (TrainingArguments.mixed_precision: bf16=True would override it); fp8 autocasts the rest in bf16
+        "bf16": plan.precision == Precision.BF16 and not plan.fp8,
         "fp16": plan.precision == Precision.FP16,
         ckpt: plan.gradient_checkpointing,
         "optim": optim_name(rec),
@@ -172,52 +192,6 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
     return args
 
 
-def _offload_section(offload: Offload) -> dict[str, Any]:
-    """A ZeRO ``offload_optimizer`` / ``offload_param`` section: CPU RAM, or NVMe (ZeRO-Infinity) under
-    :data:`NVME_PATH`; pinned host memory (DeepSpeed's default, for full-bandwidth transfers)."""
-    if offload.nvme:
-        return {"device": "nvme", "nvme_path": NVME_PATH, "pin_memory": True}
-    return {"device": "cpu", "pin_memory": True}
-
-
-def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
-    """The DeepSpeed config of a ZeRO plan (None otherwise).
-
-    ``train_batch_size`` = micro-batch × accumulation × data-parallel size (DeepSpeed checks this).
-    With offload, DeepSpeed's own AdamW (CPU Adam), whose hyper-parameters the Trainer fills ("auto"); the
-    offload goes to CPU RAM, or to NVMe under :data:`NVME_PATH` (ZeRO-Infinity, stage 3). The bucket sizes are
-    the ones the memory model priced (:func:`advisor.engine.states.zero_bucket_elements`: ``overlap_comm`` holds
-    about 4.5 × their 16-bit bytes).
-    """
-    if not uses_deepspeed(rec):
-        return None
-    plan = rec.plan
-    zero: dict[str, Any] = {"stage": zero_stage(rec), "overlap_comm": True, "contiguous_gradients": True}
-    bucket = zero_bucket_elements(rec.model)  # the bucket sizes the memory figure priced (engine.states)
-    zero["reduce_bucket_size"] = bucket
-    if zero["stage"] >= 3:
-        zero["stage3_prefetch_bucket_size"] = int(0.9 * bucket)
-    else:
-        zero["allgather_bucket_size"] = bucket
-    offload = Offload(plan.offload)
-    if offload.optimizer:
-        zero["offload_optimizer"] = _offload_section(offload)
-    if offload.parameters:
-        zero["offload_param"] = _offload_section(offload)
-    config: dict[str, Any] = {
-        "train_batch_size": plan.global_batch_size,
-        "train_micro_batch_size_per_gpu": plan.micro_batch_size,
-        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
-        "zero_optimization": zero,
-        "bf16": {"enabled": plan.precision == Precision.BF16},
-        "fp16": dict(DS_FP16) if plan.precision == Precision.FP16 else {"enabled": False},
-    }
-    if offload.optimizer:
-        config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
-                                                           "weight_decay": "auto"}}
-    return config
-
-
 def accelerate_config(rec: Recommendation) -> dict[str, Any]:
     """The YAML mapping ``accelerate config`` would write for the plan."""
     plan, hw = rec.plan, rec.hardware
@@ -238,7 +212,7 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
         "downcast_bf16": "no",
         "machine_rank": 0,
         "main_training_function": "main",
-        "mixed_precision": plan.precision if Precision(plan.precision).mixed else "no",
+        "mixed_precision": _mixed_precision(rec),
         "num_machines": hw.nodes,
         "num_processes": max(plan.num_gpus, 1),
         "rdzv_backend": "static",
@@ -261,41 +235,71 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
             "fsdp_offload_params": plan.offload != Offload.NONE,
             "fsdp_state_dict_type": "SHARDED_STATE_DICT",
             "fsdp_sync_module_states": True,
-            "fsdp_cpu_ram_efficient_loading": True,
-            **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE", "fsdp_use_orig_params": True}),
+            # accelerate refuses torchao's fp8 with FSDP2's RAM-efficient loading (Accelerator.__init__)
+            "fsdp_cpu_ram_efficient_loading": not plan.fp8,
+            **({} if plan.runs_fsdp2 else {"fsdp_backward_prefetch": "BACKWARD_PRE",
+                                           "fsdp_use_orig_params": not Method.of(plan.method).spec.quantized_base}),
         }
     if rec.plan.torch_compile:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
+    if plan.fp8:  # accelerate's torchao backend converts the linear layers (accelerate.utils.ao.convert_model_to_fp8_ao)
+        config["fp8_config"] = {"backend": FP8_BACKEND}
     return config
 
 
-def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
-    """File name → text for the targets (``all`` = every target; DeepSpeed only when ZeRO is planned). ``hf``
-    writes ``training_args.json``, ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``.
+def _mixed_precision(rec: Recommendation) -> str:
+    """accelerate's ``mixed_precision``: ``fp8`` for an fp8 plan (under bf16 autocast), the plan's 16-bit precision,
+    or ``no``."""
+    plan = rec.plan
+    if plan.fp8:
+        return FP8_ENV["ACCELERATE_MIXED_PRECISION"]
+    return plan.precision if Precision(plan.precision).mixed else "no"
+
+
+def wanted_targets(rec: Recommendation, targets: list[str]) -> list[str]:
+    """The targets to write: those asked for, or with ``all`` every target that applies to the plan (DeepSpeed's
+    config only for ZeRO, the Slurm script only on several nodes).
 
     Raises:
-        UsageError: ``deepspeed`` asked for a plan without ZeRO, an unknown target, a tensor / pipeline /
-            expert parallel plan, a plan priced for another framework than transformers, or attention-only adapters on a model type without known projection names.
+        UsageError: an unknown target; ``deepspeed`` without ZeRO; ``hf`` without ``trl`` for a plan only TRL's
+            SFTConfig runs as priced (activation offloading, a chunked loss).
     """
-    refused = refusal(Consumer.EMIT, rec.plan)  # the settings no emitted file runs (the table's rows)
-    if refused is not None:
-        raise UsageError(refused)
-    wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
+    if "all" in targets:
+        return [t for t in TARGETS if (t != "deepspeed" or uses_deepspeed(rec)) and (t != "slurm" or
+                                                                                    rec.hardware.nodes > 1)]
+    wanted = list(dict.fromkeys(targets))
     unknown = [t for t in wanted if t not in TARGETS]
     if unknown:
         raise UsageError(f"--emit {unknown[0]}: choose from {', '.join(TARGETS)} or all")
     if "deepspeed" in wanted and not uses_deepspeed(rec):
-        if "all" in targets:
-            wanted.remove("deepspeed")
-        else:
-            raise UsageError(f"--emit deepspeed: the plan uses {rec.plan.parallelism}, not ZeRO, so it needs no "
-                             "DeepSpeed config")
+        raise UsageError(f"--emit deepspeed: the plan uses {rec.plan.parallelism}, not ZeRO, so it needs no "
+                         "DeepSpeed config")
+    if "hf" in wanted and TRL_TARGET not in wanted and needs_trl(rec):
+        raise UsageError(f"--emit hf: {rec.hand_off} (the Trainer has no option for them): add --emit {TRL_TARGET}")
+    return wanted
+
+
+def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
+    """File name → text for the targets (:func:`wanted_targets`). ``hf`` writes ``training_args.json``,
+    ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``; ``trl`` ``sft_config.json`` (and
+    ``lora_config.json``); ``torchrun`` ``launch.sh``; ``slurm`` ``launch.slurm``.
+
+    Raises:
+        UsageError: an inapplicable target (:func:`wanted_targets`), a tensor / pipeline / expert parallel plan, a
+            plan priced for another framework than transformers, or attention-only adapters on a model type without
+            known projection names.
+    """
+    refused = refusal(Consumer.EMIT, rec.plan)  # the settings no emitted file runs (the table's rows)
+    if refused is not None:
+        raise UsageError(refused)
     files: dict[str, str] = {}
-    for target in wanted:
+    for target in wanted_targets(rec, targets):
         name = FILE_NAMES[target]
-        if target == "hf":
-            files[name] = json.dumps(training_args(rec), indent=2) + "\n"
-            files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
+        if target in ("hf", TRL_TARGET):
+            args = training_args(rec)
+            files[name] = json.dumps(args if target == "hf" else sft_config(rec, args), indent=2) + "\n"
+            if target == "hf":
+                files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
             adapters = lora_config(rec)
             if adapters is not None:
                 files[LORA_CONFIG_FILE] = json.dumps(adapters, indent=2) + "\n"
@@ -305,6 +309,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
             files[name] = yaml.safe_dump(accelerate_config(rec), sort_keys=True)
         elif target == "deepspeed":
             files[name] = json.dumps(deepspeed_config(rec), indent=2) + "\n"
+        elif target == "slurm":
+            files[name] = slurm_script(rec)
         else:
             files[name] = launch_script(rec)
     return files
@@ -328,14 +334,15 @@ def check_targets(targets: list[str], out_dir: str | Path = ".") -> None:
     if not stat.S_ISDIR(mode):
         raise OutputError(f"cannot write into --out {shlex.quote(str(folder))}: it is not a folder")
     wanted = TARGETS if "all" in targets else [t for t in targets if t in TARGETS]
-    for name in [name for t in wanted for name in GROUPS[t]] + [MANIFEST_FILE]:
+    for name in dict.fromkeys([name for t in wanted for name in GROUPS[t]] + [MANIFEST_FILE]):
         check_target(folder / name)
 
 
 def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> list[Path]:
-    """Write the targets' files into ``out_dir`` (created if missing), all or nothing; launch.sh executable. The
-    folder's manifest (:mod:`advisor.app.manifest`) lists what advisor wrote there, and the files of an earlier set of
-    the same targets that this one does not write (``lora_config.json`` after a full fine-tuning plan) are removed.
+    """Write the targets' files into ``out_dir`` (created if missing), all or nothing; the launch scripts executable.
+    The folder's manifest (:mod:`advisor.app.manifest`) lists what advisor wrote there, and the files of an earlier
+    set of the same targets that this one does not write (``lora_config.json`` after a full fine-tuning plan) are
+    removed.
 
     Returns:
         The written paths (the manifest last).
@@ -356,7 +363,7 @@ def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> 
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise OutputError(f"cannot create --out {shlex.quote(str(folder))}: {err.strerror}") from None
-    wanted = list(TARGETS) if "all" in targets else list(dict.fromkeys(targets))
-    stale, manifest = plan_folder(folder, GROUPS, wanted, list(files))
+    stale, manifest = plan_folder(folder, GROUPS, wanted_targets(rec, targets), list(files))
     return write_set({folder / name: text for name, text in files.items()} | {folder / MANIFEST_FILE: manifest},
-                     executable={folder / FILE_NAMES["torchrun"]}, remove={folder / name for name in stale})
+                     executable={folder / FILE_NAMES["torchrun"], folder / FILE_NAMES["slurm"]},
+                     remove={folder / name for name in stale})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from advisor.core.dimensions import TRL_TARGET, Consumer, runs_only_in
 from advisor.engine.recommendation import Recommendation
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from advisor.core.kernels import Attention, LossKernel
@@ -27,6 +28,31 @@ LORA_CONFIG_FILE = "lora_config.json"  #: ``peft.LoraConfig`` keyword arguments 
 #: offloading"); edit it to a folder on a local NVMe drive.
 NVME_PATH = "/local_nvme"
 DS_CONFIG_FILE = "ds_config.json"  #: the DeepSpeed config's name (``advisor.app.emit.FILE_NAMES``)
+TRAINING_ARGS_FILE = "training_args.json"  #: ``TrainingArguments`` (``--emit hf``)
+SFT_CONFIG_FILE = "sft_config.json"  #: TRL's ``SFTConfig`` (``--emit trl``)
+#: accelerate's fp8 backend for an fp8 plan: torchao's float8 training (``FP8BackendType.AO``), what the plan is
+#: priced with (rule ``stack.fp8``); ``accelerate launch`` turns accelerate_config.yaml's ``fp8_config`` into these
+#: variables, the launch scripts export them (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).
+FP8_BACKEND = "AO"
+FP8_ENV = {"ACCELERATE_MIXED_PRECISION": "fp8", "ACCELERATE_FP8_BACKEND": FP8_BACKEND}
+
+
+def needs_trl(rec: Recommendation) -> bool:
+    """Only TRL's ``SFTConfig`` (``--emit trl``) runs some of the plan's settings as priced (activation offloading, a
+    chunked loss: the table of dimensions' ``runs_in``)."""
+    return TRL_TARGET in runs_only_in(Consumer.EMIT, rec.plan)
+
+
+def config_file(rec: Recommendation) -> str:
+    """The arguments file the launch scripts hand the training script: ``sft_config.json`` when only TRL runs the
+    plan as priced (:func:`needs_trl`), else ``training_args.json``."""
+    return SFT_CONFIG_FILE if needs_trl(rec) else TRAINING_ARGS_FILE
+
+
+def plan_env(rec: Recommendation) -> dict[str, str]:
+    """Environment variables the training processes need for the plan (fp8: accelerate's mixed precision and
+    backend, :data:`FP8_ENV`, which ``accelerate launch`` would set from accelerate_config.yaml)."""
+    return dict(FP8_ENV) if rec.plan.fp8 else {}
 
 
 def transformers_version() -> tuple[int, int]:
@@ -98,15 +124,21 @@ def load_notes(rec: Recommendation) -> list[str]:
         lines.append("# Pack samples padding-free: data_collator=transformers.DataCollatorWithFlattening() (or TRL's "
                      "SFTConfig(padding_free=True)); FlashAttention attends within each sample.")
     if plan.fp8:
-        lines.append("# fp8 linear layers: torchao.float8.convert_to_float8_training(model) before training (or "
-                     "accelerate's mixed_precision='fp8' with Transformer Engine); validate the loss curve.")
+        lines += ["# fp8: accelerate (mixed_precision fp8, torchao backend) converts every nn.Linear whose sizes divide "
+                  "by 16 to Float8Linear but the model's",
+                  "# first and last (the first block's first projection, the LM head); attention's own matmuls, norms, "
+                  "embeddings and the loss stay bf16. Validate the loss curve."]
+    if needs_trl(rec):
+        lines += [f"# Train with TRL (--emit trl writes {SFT_CONFIG_FILE}; the HF Trainer has no option for "
+                  "activation offloading or a chunked loss):",
+                  f"#   SFTTrainer(model=model_id, args=HfArgumentParser(SFTConfig).parse_json_file(\"{SFT_CONFIG_FILE}\")[0], "
+                  "train_dataset=...[, peft_config=...])"]
     if plan.loss_kernel == LossKernel.CHUNKED:
-        lines.append("# Chunked cross-entropy is a torchtune / custom-loop loss (CEWithChunkedOutputLoss); the "
-                     "Trainer has none.")
+        lines.append("# The loss in chunks: TRL's SFTTrainer computes it through its fused LM head, torchtune with "
+                     "CEWithChunkedOutputLoss.")
     if plan.activation_offloading:
-        lines += ["# The plan offloads activations to CPU RAM, which the HF Trainer has no option for: use TRL's SFTTrainer "
-                  "with SFTConfig(activation_offloading=True),",
-                  "# torchtune's enable_activation_offloading: True, or in your own loop wrap the forward (and loss) in",
+        lines += ["# Activations offloaded to CPU RAM: SFTConfig(activation_offloading=True), torchtune's "
+                  "enable_activation_offloading: True, or in your own loop",
                   "#   with trl.models.get_act_offloading_ctx_manager(model): loss = model(**batch).loss"]
     if Offload.of(plan.offload).nvme:
         lines.append(f"# {DS_CONFIG_FILE} offloads to NVMe under {NVME_PATH}: edit nvme_path to a folder "

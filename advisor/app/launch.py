@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import shlex
 
-from advisor.app.emit_model import load_notes
+from advisor.app.emit_model import TRAINING_ARGS_FILE, config_file, load_notes, plan_env  # noqa: F401
 from advisor.core.text import shown
 from advisor.core.vocabulary import Parallelism
 from advisor.engine.recommendation import Recommendation
 
 MASTER_PORT = 29500  #: torchrun's default rendezvous port
 LAUNCH_FILE = "launch.sh"  #: the script's name (``--emit torchrun``)
-TRAINING_ARGS_FILE = "training_args.json"  #: what the script passes the training script (``--emit hf``)
 
 
 def _word(value: int) -> str:
@@ -61,8 +60,9 @@ def launch_script(rec: Recommendation) -> str:
         threads = max(host.cpu_cores // per_node, 1)
         lines.append(f"export OMP_NUM_THREADS={_word(threads)}  # {int(host.cpu_cores)} cores / {per_node} process(es) "
                      "per node")
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in plan_env(rec).items()]  # fp8: accelerate's
     script = '"$SCRIPT"'
-    args = f'{TRAINING_ARGS_FILE} "$@"'
+    args = f'{shlex.quote(config_file(rec))} "$@"'
     if plan.num_gpus > 1 or hw.nodes > 1 or (plan.num_gpus and Parallelism.of(plan.parallelism).stage):
         parts = ["exec torchrun", f"--nnodes={_word(hw.nodes)}", f"--nproc-per-node={_word(per_node)}"]
         if hw.nodes > 1:

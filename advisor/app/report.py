@@ -173,6 +173,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
     if rec.estimate_only:
         lines.append(_line(("estimate only: ", "yellow"), rec.estimate_only))
+    if rec.hand_off:
+        lines.append(_line(("hand-off: ", "cyan"), rec.hand_off))
     decided = {n: d for n, d in rec.settings.items() if _decided(d)}
     spared = {n: d.rationale.partition(_SPARED)[2] for n, d in decided.items() if _SPARED in d.rationale}
     pad = max((len(n) for n in decided if n not in spared), default=0)
@@ -197,6 +199,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
                Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
+    if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
+        figures.append(_line(("host   ", "bold"), f"{gib(mem.host_bytes)} in RAM of {gib(mem.host_capacity_bytes or 0)} "
+                             "per node assumed (the catalog's typical server; --host-memory SIZE for yours)"))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     if rec.hardware.gpu is None:
         footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",
@@ -259,6 +264,8 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
                       "do not have, add --gpu NAME[:COUNT], e.g. --gpu a100-80gb or --gpu t4:2.[/]")
     if rec.estimate_only:
         console.print(Text(f"estimate only: {rec.estimate_only}", style="yellow"))
+    if rec.hand_off:
+        console.print(Text(f"hand-off: {rec.hand_off}", style="cyan"))
     numbers: dict[str, int] = {}
     titles: dict[str, str] = {}
     for setting in rec.settings.values():

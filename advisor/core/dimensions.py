@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
-from enum import Enum
 from typing import Any
 
 from advisor.core.kernels import Checkpointing, Framework, LossKernel
@@ -67,6 +66,8 @@ class Handling:
         values: the values it applies to (None: every value but the default).
         when: it applies only while these other plan fields have these values (e.g. a checkpointing policy only
             with checkpointing on).
+        runs_in: an ``--emit`` target whose files run the value as priced (:data:`TRL_TARGET`: TRL's ``SFTConfig``);
+            the swap is the other targets' (the Trainer's files), and the plan is not an estimate only.
     """
 
     verdict: Verdict
@@ -74,6 +75,7 @@ class Handling:
     to: Any = None
     values: tuple[Any, ...] | None = None
     when: tuple[tuple[str, Any], ...] = ()
+    runs_in: str | None = None
 
     def applies(self, plan: Any, name: str, default: Any) -> bool:
         value = getattr(plan, name)
@@ -86,8 +88,13 @@ def refuses(reason: str, *values: Any, when: tuple[tuple[str, Any], ...] = ()) -
     return Handling(Verdict.REFUSES, reason, values=values or None, when=when)
 
 
-def swaps(to: Any, note: str, *values: Any) -> Handling:
-    return Handling(Verdict.SWAPS, note, to=to, values=values or None)
+def swaps(to: Any, note: str, *values: Any, runs_in: str | None = None) -> Handling:
+    return Handling(Verdict.SWAPS, note, to=to, values=values or None, runs_in=runs_in)
+
+
+#: The ``--emit`` target that writes TRL's ``SFTConfig`` (``advisor.app.emit``): TRL's SFTTrainer runs activation
+#: offloading and computes the loss in chunks (its fused LM head), which the Trainer's own files cannot.
+TRL_TARGET = "trl"
 
 
 @dataclass(frozen=True)
@@ -197,8 +204,9 @@ DIMENSIONS: tuple[Dimension, ...] = (
                 "configure Megatron-Core (--expert-model-parallel-size {expert_parallel}) or DeepSpeed-MoE "
                 "(deepspeed.moe.layer.MoE(..., ep_size={expert_parallel})) from the plan"),)}),
     _D("activation_offloading", Role.LAYOUT, validate_flag=True, states=False, handling={
-        _E: (swaps(False, "the emitted files keep activations on the GPU: the Trainer has no option for activation "
-                   "offloading (launch.sh says how TRL's SFTConfig(activation_offloading=True) runs it)"),),
+        _E: (swaps(False, "the Trainer's files keep activations on the GPU (it has no option for activation "
+                   "offloading): --emit trl writes TRL's SFTConfig(activation_offloading=True), which runs it",
+                   runs_in=TRL_TARGET),),
         _S: (_R("--simulate counts the live tensors of one device and cannot see activation offloading's copies in "
                 f"CPU RAM: {_SIMULATE_ESTIMATE}"),)}),
     _D("gradient_accumulation_steps", Role.BATCH, validate_flag=True, metavar="k", estimate_default=1, states=False,
@@ -208,17 +216,16 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("loss_kernel", Role.STACK, validate_flag=True, workload=True, states=False, label="loss kernel", handling={
         _T: (_R("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: validate the "
                 f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),),
-        _E: (swaps(LossKernel.STANDARD.value, "the emitted files compute the standard loss: the Trainer has no chunked "
-                   "cross-entropy (torchtune's CEWithChunkedOutputLoss runs it)", LossKernel.CHUNKED.value),)}),
+        _E: (swaps(LossKernel.STANDARD.value, "the Trainer's files compute the standard loss (it has no chunked "
+                   "cross-entropy): --emit trl writes TRL's SFTConfig, whose fused LM head computes it in chunks",
+                   LossKernel.CHUNKED.value, runs_in=TRL_TARGET),)}),
     _D("torch_compile", Role.STACK, validate_flag=True, workload=True, states=False, label="torch.compile", handling={
         _S: (_R("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
                 "like with like"),)}),
     _D("packing", Role.STACK, validate_flag=True, workload=True, states=False),
     _D("fp8", Role.STACK, validate_flag=True, workload=True, states=False, handling={
         _T: (_R("trials run the linear layers in 16 bits: they do not convert them to fp8 (torchao's "
-                "convert_to_float8_training); validate the plan with --no-fp8"),),
-        _E: (swaps(False, "the emitted files train the linear layers in 16 bits (launch.sh says how torchao's "
-                   "convert_to_float8_training turns fp8 on)"),)}),
+                "convert_to_float8_training); validate the plan with --no-fp8"),)}),
     _D("lora_rank", Role.PRICED, validate_flag=True, workload=True, metavar="R", limit=MAX_WIDTH),
     _D("lora_targets", Role.PRICED, validate_flag=True, workload=True),
     _D("checkpointing", Role.PRICED, states=False, handling={
@@ -343,19 +350,27 @@ def refused_values(consumer: Consumer, name: str, values: list[Any], fields: dic
     return out
 
 
-def swapped(consumer: Consumer, plan: Any) -> tuple[Any, list[str]]:
-    """``plan`` with ``consumer``'s swaps applied (``model_copy``), and their notes."""
-    swaps_ = [(row, h) for row, h in handlings(consumer, plan) if h.verdict is Verdict.SWAPS]
+def runs_only_in(consumer: Consumer, plan: Any) -> dict[str, list[str]]:
+    """The targets that alone run some of ``plan``'s values as priced (a swap's ``runs_in``), each with those
+    settings (``{}``: none, every target runs what it runs)."""
+    out: dict[str, list[str]] = {}
+    for row, h in handlings(consumer, plan):
+        if h.verdict is Verdict.SWAPS and h.runs_in:
+            out.setdefault(h.runs_in, []).append(row.name)
+    return out
+
+
+def swapped(consumer: Consumer, plan: Any, target: str | None = None) -> tuple[Any, list[str]]:
+    """``plan`` with ``consumer``'s swaps applied (``model_copy``), and their notes; with ``target``, only the swaps
+    that target makes (not those it runs: :attr:`Handling.runs_in`)."""
+    swaps_ = [(row, h) for row, h in handlings(consumer, plan)
+              if h.verdict is Verdict.SWAPS and (target is None or h.runs_in != target)]
     if not swaps_:
         return plan, []
     return plan.model_copy(update={row.name: h.to for row, h in swaps_}), [h.reason for _, h in swaps_]
 
 
-class _Required(Enum):
-    REQUIRED = "required"
-
-
-_REQUIRED = _Required.REQUIRED  #: a required field has no default: every value counts as given
+_REQUIRED = object()  #: a required field has no default: every value counts as given
 
 
 def markdown() -> str:
@@ -367,6 +382,7 @@ def markdown() -> str:
         words = [f"refuses {'/'.join(str(v) for h in refused for v in h.values)}" if all(h.values for h in refused)
                  else "refuses any"] if refused else []
         words += [f"swaps {'/'.join(map(str, h.values)) if h.values else 'any'} → {h.to}"
+                  + (f" ({h.runs_in} runs it)" if h.runs_in else "")
                   for h in row.handling.get(consumer, ()) if h.verdict is Verdict.SWAPS]
         return "; ".join(words) or "-"
 

@@ -162,9 +162,11 @@ class Plan(BaseModel):
     @property
     def runs_fsdp2(self) -> bool:
         """Whether the plan shards with FSDP2's ``fully_shard`` (:attr:`fsdp_version` 2 on an FSDP strategy but
-        HYBRID_SHARD, which the Trainer runs on FSDP1: --emit writes ``version: 1`` for it)."""
+        HYBRID_SHARD, which the Trainer runs on FSDP1, and QLoRA, whose measured recipes (Answer.AI's fsdp_qlora, the
+        alignment handbook's fsdp_qlora.yaml) are FSDP1: rule ``method.qlora-fsdp1``; --emit writes ``version: 1``)."""
         parallelism = Parallelism.of(self.parallelism)
-        return parallelism.fsdp and self.fsdp_version == 2 and not parallelism.spec.replicated_across_nodes
+        return (parallelism.fsdp and self.fsdp_version == 2 and not parallelism.spec.replicated_across_nodes
+                and not Method.of(self.method).spec.quantized_base)
 
     @property
     def model_parallel_size(self) -> int:

@@ -189,6 +189,11 @@ class OptimizerSpec:
         trainer_optim_args: the Trainer builds this optimizer with none of ``factory_kwargs`` unless they come as
             ``TrainingArguments.optim_args`` (``transformers/trainer_optimizer.py:_get_sgd``: SGD's momentum
             defaults to 0, no state), so the emitted recipe passes them.
+        trainer_optim_dtensor: the ``TrainingArguments.optim`` of an implementation with the same states that steps
+            FSDP2's DTensor parameters, for a bitsandbytes optimizer whose kernels do not (bitsandbytes issues 1633
+            and 89): torchao's AdamW8bit (``adamw_torch_8bit``: 8-bit block-wise states, 256-element blocks, as
+            bitsandbytes'), or torch's fused AdamW for the 32-bit paged one; ``dtensor_implementation`` names it
+            (torchao: also the package it needs).
     """
 
     state_bytes_per_param: float | None
@@ -206,6 +211,8 @@ class OptimizerSpec:
     states_follow_weights: bool = False
     paged: bool = False
     trainer_optim_args: bool = False
+    trainer_optim_dtensor: str | None = None
+    dtensor_implementation: str | None = None
 
 
 class Optimizer(Vocabulary):
@@ -253,15 +260,18 @@ OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
     Optimizer.ADAMW_8BIT: OptimizerSpec(
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="adamw_bnb_8bit",
         factory="bitsandbytes.optim:AdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
+        trainer_optim_dtensor="adamw_torch_8bit", dtensor_implementation="torchao",
         summary="bitsandbytes 8-bit AdamW"),
     Optimizer.PAGED_ADAMW: OptimizerSpec(
         state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="paged_adamw_32bit",
         factory="bitsandbytes.optim:PagedAdamW32bit", package="bitsandbytes", implementation="bitsandbytes",
-        paged=True, summary="bitsandbytes paged AdamW (32-bit states in unified memory)"),
+        paged=True, trainer_optim_dtensor="adamw_torch_fused", dtensor_implementation="fused",
+        summary="bitsandbytes paged AdamW (32-bit states in unified memory)"),
     Optimizer.PAGED_ADAMW_8BIT: OptimizerSpec(
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="paged_adamw_8bit",
         factory="bitsandbytes.optim:PagedAdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
-        paged=True, summary="bitsandbytes paged 8-bit AdamW"),
+        paged=True, trainer_optim_dtensor="adamw_torch_8bit", dtensor_implementation="torchao",
+        summary="bitsandbytes paged 8-bit AdamW"),
     Optimizer.ADAFACTOR: OptimizerSpec(
         state_bytes_per_param=None, step_traffic_bytes_per_param=20.0, trainer_optim="adafactor",
         factory="transformers.optimization:Adafactor", implementation="transformers", learning_rate=1e-3,

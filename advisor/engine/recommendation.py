@@ -12,7 +12,7 @@ from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDeci
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order, with_bands
-from advisor.core.dimensions import Consumer, MULTI_GPU, SEARCHED, Setting, refusal, swapped
+from advisor.core.dimensions import TRL_TARGET, Consumer, MULTI_GPU, SEARCHED, Setting, refusal, runs_only_in, swapped
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
@@ -75,6 +75,9 @@ class Recommendation(BaseModel):
     estimate_only: str | None = Field(None, description="why no file --emit writes runs this plan as it was priced "
                                       "(the hand-off's refusal, advisor.core.dimensions): the plan is an estimate "
                                       "only; None: the emitted files run it")
+    hand_off: str | None = Field(None, description="the --emit target whose files alone run some settings as "
+                                 "priced, and those settings ('--emit trl runs activation_offloading as priced; ...': "
+                                 "TRL's SFTConfig); None: every target runs what it writes")
 
     def value(self, setting: Setting) -> Any:
         """The recommended value of a setting.
@@ -325,12 +328,21 @@ def _decide_set(setting: str, effects: list[Effect]) -> SettingDecision:
 
 
 def estimate_only(plan: Plan) -> str | None:
-    """Why the files ``--emit`` writes do not run ``plan`` as it was priced: the hand-off's refusal, or what it swaps
-    (the table of dimensions, :class:`advisor.core.dimensions.Consumer` EMIT); None: they run it."""
+    """Why no file ``--emit`` writes runs ``plan`` as it was priced: the hand-off's refusal, or what even TRL's
+    ``SFTConfig`` (``--emit trl``, which runs the most) swaps (the table of dimensions,
+    :class:`advisor.core.dimensions.Consumer` EMIT); None: a target's files run it (:func:`hand_off` says which)."""
     refused = refusal(Consumer.EMIT, plan)
     if refused is not None:
         return refused
-    return "; ".join(swapped(Consumer.EMIT, plan)[1]) or None
+    return "; ".join(swapped(Consumer.EMIT, plan, TRL_TARGET)[1]) or None
+
+
+def hand_off(plan: Plan) -> str | None:
+    """Which ``--emit`` target's files alone run some of ``plan``'s settings as priced, and those settings (``--emit
+    trl runs activation_offloading as priced; ...``); None: the Trainer's files run what any target runs."""
+    only = runs_only_in(Consumer.EMIT, plan)
+    return "; ".join(f"--emit {target} runs {', '.join(names)} as priced; the Trainer's files do not"
+                     for target, names in only.items()) or None
 
 
 def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = None) -> Recommendation:
@@ -374,6 +386,7 @@ def build(result: PlanningResult, top: int = 5, suggestions: list[str] | None = 
         hardware=facts.hardware, model=facts.model, workload=facts.workload, plan=best.plan, settings=settings,
         memory=memory, speed=speed, warnings=warnings, suggestions=suggestions or [],
         estimate_only=estimate_only(best.plan),
+        hand_off=hand_off(best.plan),
         gains=sorted(gains, key=lambda g: -g.speedup),
         alternative_plans=[PlanSummary(plan=c.plan, device_bytes=c.memory.device_bytes, fits=c.fits,
                                        tokens_per_s=c.speed.tokens_per_s, step_time_s=c.speed.step_time_s,

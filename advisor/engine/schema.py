@@ -32,7 +32,9 @@ file runs the plan as priced, from the table of dimensions); hardware host.packa
 probes.packages. 1.20: plan.weights_dtype "fp16" (a frozen adapter base in fp16 under fp16 mixed precision: V100 /
 T4). 1.21: memory.verdict (fits / tight / does not fit: tight up to bands.TIGHT_LIMIT of the capacity),
 memory.band and speed.step_time_band (the uncertainty from the published runs' leave-one-source-out residuals).
-1.22: plan.context_parallel (each sequence split over C GPUs: ring attention).
+1.22: plan.context_parallel (each sequence split over C GPUs: ring attention). 1.23: recommendation.hand_off (the
+--emit target whose files alone run some settings: trl); hardware.typical_host_memory_bytes / typical_host_source
+(the catalog's typical server's RAM, what offload is checked against without --host-memory).
 """
 
-SCHEMA_VERSION = "1.22"
+SCHEMA_VERSION = "1.23"

@@ -211,7 +211,8 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
             raise UsageError("trials run on this node only: validate the plan for one node")
         if Parallelism.of(plan.parallelism).fsdp and not plan.runs_fsdp2:
             raise UsageError("distributed trials shard with FSDP2 (fully_shard): validate the plan with "
-                             "--fsdp-version 2")
+                             + ("DDP or on one GPU (QLoRA shards with FSDP1: rule method.qlora-fsdp1)"
+                                if Method.of(plan.method).spec.quantized_base else "--fsdp-version 2"))
         local = max(facts.hardware.num_gpus, 0)
         if plan.device == Device.CUDA and plan.num_gpus > local:
             raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")

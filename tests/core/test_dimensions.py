@@ -109,8 +109,14 @@ def test_no_module_outside_core_lists_settings() -> None:
 def test_a_plan_the_hand_off_swaps_is_labelled_estimate_only() -> None:
     from advisor.engine.recommendation import estimate_only
 
-    assert estimate_only(_plan()) is None
-    assert "TRL's SFTConfig(activation_offloading=True)" in estimate_only(_plan(activation_offloading=True))
+    from advisor.engine.recommendation import hand_off
+
+    assert estimate_only(_plan()) is None and hand_off(_plan()) is None
+    # activation offloading runs in TRL's SFTConfig (--emit trl): not an estimate only, and the plan says who runs it
+    assert estimate_only(_plan(activation_offloading=True)) is None
+    assert hand_off(_plan(activation_offloading=True)) == ("--emit trl runs activation_offloading as priced; the "
+                                                           "Trainer's files do not")
+    assert "torchtune's optimizer_in_bwd" in estimate_only(_plan(optimizer_in_backward=True))  # no target runs it
     assert "expert-model-parallel-size 8" in estimate_only(_plan(expert_parallel=8, num_gpus=8, parallelism="ddp"))
 
 
@@ -143,11 +149,13 @@ def test_the_recommended_plan_runs_as_emitted_or_says_so(model, options) -> None
     from advisor.engine.planner import search
 
     rec = recommend(model, **options)
-    if rec.estimate_only is None:
-        assert refusal(Consumer.EMIT, rec.plan) is None and swapped(Consumer.EMIT, rec.plan)[1] == []
+    if rec.estimate_only is None:  # every swap left is one TRL's SFTConfig runs (--emit all writes it)
+        assert refusal(Consumer.EMIT, rec.plan) is None and swapped(Consumer.EMIT, rec.plan, "trl")[1] == []
         assert render(rec, ["all"])  # the files are written
+        assert (rec.hand_off is None) == (swapped(Consumer.EMIT, rec.plan)[1] == [])
     else:
-        assert rec.estimate_only in (refusal(Consumer.EMIT, rec.plan) or "; ".join(swapped(Consumer.EMIT, rec.plan)[1]))
+        assert rec.estimate_only in (refusal(Consumer.EMIT, rec.plan)
+                                     or "; ".join(swapped(Consumer.EMIT, rec.plan, "trl")[1]))
     trial = search(make_facts(model, **options), runs_on=Consumer.TRIAL).best
     assert trial is None or refusal(Consumer.TRIAL, trial.plan) is None  # validate's plan is one a trial runs
 

@@ -161,8 +161,12 @@ def test_lora_needs_far_less_than_full_and_qlora_less_still() -> None:
 def test_estimate_defaults_adapters_to_a_bf16_base_and_offload_to_zero() -> None:
     est = estimate(LLAMA2, gpu="rtx-4090", method="lora")
     assert est.plan.weights_dtype == "bf16"
-    est = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True)
+    est = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True,
+                   host_memory_bytes=512 * 2**30)
     assert est.plan.parallelism == "zero-3" and est.memory.fits
+    # without --host-memory: checked against the catalog's typical host (64 GiB for an RTX 4090), never unlimited
+    assumed = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True).memory
+    assert assumed.host_capacity_bytes == 64 * 2**30 and not assumed.fits
 
 
 def test_cli_recommend_json_method() -> None:

@@ -31,7 +31,8 @@ class ExportStep(TabPane):
             yield Button("Save (ctrl+s)", id="save", variant="primary", action="app.save")
             yield Static("Saves recommendation.json, the validation report when there is one, and the "
                          "configs: training_args.json, model_kwargs.json, lora_config.json (LoRA / QLoRA), "
-                         "accelerate_config.yaml, ds_config.json (ZeRO), launch.sh.", id="export-result")
+                         "accelerate_config.yaml, ds_config.json (ZeRO), launch.sh, sft_config.json (TRL), "
+                         "launch.slurm (several nodes).", id="export-result")
 
     def save(self, recommendation: Recommendation | None, report: Any = None) -> None:
         """Write the recommendation, ``report`` when given, and every config into the folder."""
