@@ -100,7 +100,8 @@ class ModelOptions(_Options):
     """Which model (an id or a path: the API takes it positionally, or a ModelProfile)."""
 
     model: str = Field(description="Hub id (gpt2), a folder with config.json, or a config.json path",
-                       json_schema_extra={"metavar": "ID_OR_PATH"})
+                       json_schema_extra={"metavar": "ID_OR_PATH",  # required but by `advisor tui`:
+                                          "unset": "none, the wizard asks for it on its model step"})
 
 
 class HubOptions(_Options):
@@ -346,7 +347,9 @@ def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], na
         field = model.model_fields[name]
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         kind, optional = _unwrap(field.annotation)
-        default = (defaults or {}).get(name, field.default)
+        # a field the model requires (``model``) that this command leaves optional defaults to None, not pydantic's
+        # PydanticUndefined sentinel (issue 45: `advisor tui` without --model took the sentinel for a model id)
+        default = (defaults or {}).get(name, None if field.is_required() else field.default)
         help_text = (helps or {}).get(name, field.description)
         if help_text and "default" not in help_text and name not in required:
             if kind is bool and not (optional and default is None):
