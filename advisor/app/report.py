@@ -166,6 +166,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     lines: list[Text] = [Text.assemble((m.id, "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
                                        (_where(rec) if rec.hardware.gpu else "the CPU", "bold"),
                                        f", seq-len {rec.workload.seq_len} × batch {rec.workload.global_batch_size}")]
+    if rec.hardware.gpu is None:  # a CPU plan, often minutes a step: said first, with what a GPU would give
+        lines += [Text(idea, style="yellow") for idea in rec.suggestions] or [_line((
+            "no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)", "yellow"))]
     lines += [_line((f"note: {note}", "dim")) for note in m.notes]
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
     if rec.estimate_only:
@@ -195,9 +198,6 @@ def plan_card(rec: Recommendation, width: int) -> Group:
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
-    if rec.hardware.gpu is None:
-        footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",
-                                "yellow")))
     for most in (2, 1):  # many decided settings: the folded rows give up their second line to keep 24
         card = [*lines, *folded(most), *figures]
         used = sum(_height(part, width) for part in (*card, *footer))
