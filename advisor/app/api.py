@@ -366,7 +366,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,
                             memory_limit_bytes=opts.memory_limit_bytes, max_trials=opts.max_trials,
-                            progress=progress, stop=stop)
+                            progress=progress, stop=stop, max_seconds=opts.max_seconds)
     report.warnings[:0] = notes
     return report
 

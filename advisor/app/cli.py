@@ -17,8 +17,8 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
-from advisor.app.progress import console as _console
-from advisor.app.progress import slow_notice
+from advisor.app.progress import console as _console, slow_notice
+from advisor.app.validate_command import settle
 from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
 from advisor.core.vocabulary import Offload
@@ -392,8 +392,8 @@ def _internal(err: Exception) -> int:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    """Entry point of the ``advisor`` script."""
-    sys.exit(run(argv))
+    """Entry point of the ``advisor`` script (:func:`~advisor.app.validate_command.settle`: after a trial cut mid-step)."""
+    sys.exit(settle(run(argv)))
 
 
 if __name__ == "__main__":

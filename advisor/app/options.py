@@ -38,6 +38,10 @@ OPTIONAL_PACKAGES = tuple(STACK_PACKAGES)
 #: Most timed or warm-up steps of one ``validate`` trial: a trial is a seconds-long check (README "Validate"),
 #: ten steps by default; a million allows a soak test stopped with Ctrl-C, and refuses only typos beyond it.
 MAX_TRIAL_STEPS = 1_000_000
+#: ``validate``'s default time budget, seconds: a few minutes (issue 45: a CPU trial of gpt2 was predicted at 5,179 s).
+DEFAULT_TRIAL_SECONDS = 300
+#: The longest time budget ``--max-seconds`` takes, seconds (a week).
+MAX_TRIAL_SECONDS = 7 * 24 * 3600
 #: Most ``validate`` trials (six by default: the plan and up to five corrections).
 MAX_TRIALS = 100
 
@@ -207,6 +211,11 @@ class TrialOptions(_Options):
                                                "metavar": "SIZE", "flag": "--memory-limit", "size": True})
     max_trials: int = Field(6, ge=1, le=MAX_TRIALS, description="most trials, corrections included (default 6; the baseline has "
                                                  "its own)", json_schema_extra={"metavar": "N"})
+    max_seconds: float = Field(DEFAULT_TRIAL_SECONDS, gt=0, le=MAX_TRIAL_SECONDS, allow_inf_nan=False,
+                               description="the trials' time budget in seconds: fewer timed steps when a trial is "
+                                           "predicted longer, and a trial still running at the end is cut with a "
+                                           f"partial report (default {DEFAULT_TRIAL_SECONDS})",
+                               json_schema_extra={"metavar": "S"})
     nproc: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="CPU only: a distributed trial over N "
                                                       "processes (torchrun, gloo); the global batch is split (default: "
                                                       "one process, or the plan's)",
