@@ -40,6 +40,7 @@ from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
 from advisor.core.errors import UsageError
+from advisor.core.extras import require
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
 from advisor.core.kernels import Framework
@@ -256,6 +257,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
+    require("trial", "estimate --simulate (a training step on fake tensors)")
     from advisor.engine.allocator import device_bytes
     from advisor.engine.memory import persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
@@ -339,6 +341,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         NoFitError: nothing fits and no setting was given to try anyway.
         ModelNotFoundError, BadConfigError: from the model probe.
     """
+    require("trial", "advisor validate (trial steps on this machine)")
     from advisor.measure.validation import validate as run_validation
 
     opts = parse(_options(*_VALIDATE), options)
