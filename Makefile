@@ -1,8 +1,8 @@
 # One command sets up and runs the advisor; one runs the tests.
-#   make run    -> creates .venv, installs advisor and what it needs to run (no development extras),
-#                  prints a recommendation for gpt2 on this machine
-#   make test   -> adds the development extras (pytest, hypothesis, accelerate, deepspeed, peft, the wizard's
-#                  snapshot plugin), then runs the whole test suite (offline, no GPU needed)
+#   make run    -> creates .venv, installs advisor's lean base (no torch, no transformers: recommend, compare,
+#                  estimate, profile, probe and the wizard never import them), prints a recommendation for gpt2 here
+#   make test   -> adds the development extras (torch, transformers, pytest, hypothesis, accelerate, deepspeed, peft,
+#                  the wizard's snapshot plugin), then runs the whole test suite (offline, no GPU needed)
 #   make test-fast -> the quick lane: the suite less the tests marked slow (simulations, CPU trials), subprocess
 #                  (a Python process of its own) and cuda; under a minute on 2 cores
 VENV ?= .venv
@@ -14,13 +14,13 @@ DEV_STAMP := $(VENV)/.installed-dev
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
-	# the CPU build of torch 2.13.0 is on disk here; an unpinned torch would pull CUDA packages.
-	# A machine that already has torch (e.g. a CUDA build) keeps it: pyproject only asks for torch>=2.1.
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e .
 	touch $(STAMP)
 
 $(DEV_STAMP): $(STAMP)
+	# the CPU build of torch 2.13.0 is on disk here; an unpinned torch would pull CUDA packages.
+	# A machine that already has torch (e.g. a CUDA build) keeps it: pyproject only asks for torch>=2.1.
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $(DEV_STAMP)
 

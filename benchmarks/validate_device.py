@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from advisor.app import api  # noqa: E402
+from advisor.app.options import MAX_TRIAL_SECONDS  # noqa: E402
 from advisor.app.progress import Progress  # noqa: E402
 from benchmarks.device_records import read_records, render, trial_rows  # noqa: E402
 from advisor.core.errors import AdvisorError  # noqa: E402
@@ -301,7 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"row {i}: {row.text()}", file=sys.stderr)
         with Progress() as progress:  # each trial's plan and steps on stderr, as advisor validate prints them
             report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
-                                  steps=args.steps, compare=row.compare, progress=progress, **row.settings)
+                                  steps=args.steps, compare=row.compare, progress=progress,
+                                  max_seconds=MAX_TRIAL_SECONDS, **row.settings)  # the call's own limit bounds it
         with records.open("a") as f:
             f.write(json.dumps({"kind": "row", "row": i, "report": report.model_dump(mode="json")}) + "\n")
         markdown.write_text(render(*read_records([records])))

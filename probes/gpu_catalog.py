@@ -6,6 +6,7 @@ TFLOPS are dense (the datasheets' sparse figures halved); memory is the nominal 
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from functools import lru_cache
@@ -74,7 +75,9 @@ def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
     entries = catalog()
     key = name.strip().lower()
     if key not in entries:
-        raise UnknownGPUError(f"unknown GPU '{name}'; known: {', '.join(entries)}")
+        near = near_gpus(key)
+        raise UnknownGPUError(f"unknown GPU '{name}'; " + (f"did you mean {', '.join(near)}?" if near else
+                                                            f"known: {', '.join(entries)}"))
     count = 1
     if count_text:
         digits = count_text.strip()
@@ -83,6 +86,19 @@ def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
                                   f"{MAX_GPUS_PER_NODE} (GPUs per node; --nodes for more)")
         count = int(digits)
     return entries[key], count
+
+
+def near_gpus(name: str) -> list[str]:
+    """Catalog ids that an unknown GPU name may have meant, in catalog order: those whose id or name contains it,
+    letters and digits only and case aside ('h100' -> h100-sxm, h100-pcie; '4090' and 'RTX 4090' -> rtx-4090),
+    else difflib's close matches of the id (none: an empty list)."""
+    def plain(text: str) -> str:
+        return "".join(c for c in text.lower() if c.isalnum())
+
+    needle = plain(name)
+    entries = catalog()
+    found = [e.id for e in entries.values() if needle and (needle in plain(e.id) or needle in plain(e.name))]
+    return found or difflib.get_close_matches(name.lower(), list(entries), n=3, cutoff=0.6)
 
 
 def gpu_info_from_catalog(entry: CatalogGPU, index: int = 0) -> GPUInfo:

@@ -14,6 +14,7 @@ from advisor.core.kernels import supported_attention
 from probes.shapes import ParamGroup, Shape, capacity_factor
 from advisor.core.errors import BadConfigError
 from advisor.core.text import shown
+from advisor.core.extras import require
 from advisor.core.vocabulary import Family, Task
 
 
@@ -43,8 +44,10 @@ def shape_on_meta_device(config: dict, task: str | None, num_labels: int,
         (shape, family, supports_gradient_checkpointing, the attention implementations its class runs:
         :func:`advisor.core.kernels.supported_attention` of its ``_supports_sdpa`` / ``_supports_flash_attn`` flags)
     Raises:
-        BadConfigError: transformers does not know the model type, or cannot build it.
+        BadConfigError: transformers does not know the model type, or cannot build it. MissingExtraError: torch or
+            transformers is not installed (the 'trial' extra).
     """
+    require("trial", f"a '{config.get('model_type')}' model (no closed form in advisor: counted on the meta device)")
     import torch
     import transformers
 

@@ -43,6 +43,34 @@ def _cached_ids() -> list[str]:
             if f.name.startswith(prefix)]
 
 
+def matching_ids(text: str, limit: int = 20) -> list[str]:
+    """Shipped catalog ids that ``text`` finds anywhere, not only at the start (issue 45: 'llama' finds
+    'meta-llama/Llama-2-7b-hf'), case-insensitive: ids containing it, those whose name after the organisation starts
+    with it first; with none, ids holding its letters in order ('l27b' finds Llama-2-7b), the most compact first.
+    At most ``limit``; an empty text finds none."""
+    needle = text.strip().lower()
+    if not needle:
+        return []
+    ids = catalog_ids()
+    found = [i for i in ids if needle in i.lower()]
+    if found:
+        return sorted(found, key=lambda i: not i.lower().rsplit("/", 1)[-1].startswith(needle))[:limit]
+    spans = [(span, i) for i in ids if (span := _subsequence_span(needle, i.lower())) is not None]
+    return [i for _, i in sorted(spans)[:limit]]
+
+
+def _subsequence_span(needle: str, text: str) -> int | None:
+    """How many characters of ``text`` hold ``needle``'s characters in order from its first match, or None."""
+    start = position = text.find(needle[0])
+    if start < 0:
+        return None
+    for char in needle[1:]:
+        position = text.find(char, position + 1)
+        if position < 0:
+            return None
+    return position - start + 1
+
+
 def near_matches(model: str, n: int = 5) -> list[str]:
     """Ids of the shipped catalog and the cache closest to ``model`` (difflib's ratio, case-insensitive; the
     name after the organisation is compared too, so 'Qwen/Qwen2.5-0.5B' finds 'Qwen/Qwen2.5-7B')."""

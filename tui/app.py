@@ -235,7 +235,7 @@ class AdvisorApp(App):
         self.push_screen(Confirm(question), answer)
 
     async def action_quit(self) -> None:
-        """Quit (``q``); during a validation, stop it at the end of its current step first, saying so."""
+        """Quit (``q``); during a validation, stop it first (within 2 s), saying so."""
         step = self.query_one(ValidateStep)
         if not step.running:
             self.exit()
@@ -243,7 +243,7 @@ class AdvisorApp(App):
         self.quitting = True
         self.step = ValidateStep.STEP
         step.cancel()
-        self.notify("Stopping the trial at the end of its current step, then quitting…", timeout=600)
+        self.notify("Stopping the trial (within 2 s), then quitting…", timeout=600)
 
     def action_compare(self) -> None:
         """The model's best plan on every catalog GPU, on the Hardware step (``ctrl+g``; ``advisor compare``)."""

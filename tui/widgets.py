@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
+from textual.widgets import RadioButton
 
 from advisor.app.report import VERDICTS
 from advisor.engine.memory import MemoryEstimate
@@ -134,3 +135,11 @@ def alternatives_table(rec: Recommendation) -> Table:
         t.add_row(plan_differences(alt.plan, rec.plan), f"{alt.device_bytes / GIB:.1f} GiB",
                   f"{alt.tokens_per_s:,.0f}", str(alt.fallback_penalty))
     return t
+
+
+class MarkedRadioButton(RadioButton):
+    """A radio button whose state shows by its mark, not by colour alone (issue 45): ● chosen, ○ not."""
+
+    @property
+    def BUTTON_INNER(self) -> str:  # noqa: N802 (Textual's class attribute, read per render)
+        return "●" if self.value else "○"

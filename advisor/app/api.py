@@ -41,6 +41,7 @@ from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
 from advisor.core.errors import UsageError
+from advisor.core.extras import require
 from advisor.core.limits import MAX_SIMULATED_LAYERS
 from probes.gpu_catalog import profile_from_catalog
 from probes.hardware import HardwareProfile
@@ -260,10 +261,10 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
 
 def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemory:
+    require("trial", "estimate --simulate (a training step on fake tensors)")
     if facts.model.num_layers > MAX_SIMULATED_LAYERS:  # the fake step's work grows with its blocks
-        raise UsageError(f"--simulate runs a fake step block by block, and {facts.model.id} has "
-                         f"{facts.model.num_layers:,} blocks, more than the {MAX_SIMULATED_LAYERS} it simulates (about "
-                         f"0.1 CPU-s each): estimate without --simulate")
+        raise UsageError(f"--simulate runs a fake step block by block, and {facts.model.id} has {facts.model.num_layers:,}"
+                         f" blocks, more than the {MAX_SIMULATED_LAYERS} it simulates (0.1 CPU-s each): estimate without it")
     from advisor.engine.allocator import device_bytes
     from advisor.engine.memory import persistent_bytes
     from advisor.measure.simulate import simulate as run_simulation
@@ -347,6 +348,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
         NoFitError: nothing fits and no setting was given to try anyway.
         ModelNotFoundError, BadConfigError: from the model probe.
     """
+    require("trial", "advisor validate (trial steps on this machine)")
     from advisor.measure.validation import validate as run_validation
 
     opts = parse(_options(*_VALIDATE), options)
@@ -376,7 +378,7 @@ def validate(model: str | ModelProfile, *, plan: Plan | None = None, hardware: H
     facts = _facts(profile, opts.model_copy(update={"global_batch_size": plan.global_batch_size}), hw)
     report = run_validation(facts, plan, steps=opts.steps, warmup=opts.warmup, compare=opts.compare,
                             memory_limit_bytes=opts.memory_limit_bytes, max_trials=opts.max_trials,
-                            progress=progress, stop=stop)
+                            progress=progress, stop=stop, max_seconds=opts.max_seconds)
     report.warnings[:0] = notes
     return report
 

@@ -17,8 +17,7 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
-from advisor.app.progress import console as _console
-from advisor.app.progress import slow_notice
+from advisor.app.progress import console as _console, slow_notice
 from advisor.core.errors import AdvisorError, ExitCode, NoFitError
 from advisor.core.kernels import LossKernel
 from advisor.core.text import MAX_LINE, shown

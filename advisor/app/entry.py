@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> NoReturn:
     try:
         guard_streams()
         from advisor.app.cli import run
+        from advisor.app.validate_command import settle
 
-        code = run(argv)
+        code = settle(run(argv))  # after a trial cut mid-step, the process ends at once (settle)
     except KeyboardInterrupt:
         _say("advisor: interrupted")
         code = INTERRUPTED

@@ -39,6 +39,10 @@ OPTIONAL_PACKAGES = tuple(STACK_PACKAGES)
 #: Most timed or warm-up steps of one ``validate`` trial: a trial is a seconds-long check (README "Validate"),
 #: ten steps by default; a million allows a soak test stopped with Ctrl-C, and refuses only typos beyond it.
 MAX_TRIAL_STEPS = 1_000_000
+#: ``validate``'s default time budget, seconds: a few minutes (issue 45: a CPU trial of gpt2 was predicted at 5,179 s).
+DEFAULT_TRIAL_SECONDS = 300
+#: The longest time budget ``--max-seconds`` takes, seconds (a week).
+MAX_TRIAL_SECONDS = 7 * 24 * 3600
 #: Most ``validate`` trials (six by default: the plan and up to five corrections).
 MAX_TRIALS = 100
 
@@ -101,7 +105,8 @@ class ModelOptions(_Options):
     """Which model (an id or a path: the API takes it positionally, or a ModelProfile)."""
 
     model: str = Field(description="Hub id (gpt2), a folder with config.json, or a config.json path",
-                       json_schema_extra={"metavar": "ID_OR_PATH"})
+                       json_schema_extra={"metavar": "ID_OR_PATH",  # required but by `advisor tui`:
+                                          "unset": "none, the wizard asks for it on its model step"})
 
 
 class HubOptions(_Options):
@@ -207,6 +212,9 @@ class TrialOptions(_Options):
                                                "metavar": "SIZE", "flag": "--memory-limit", "size": True})
     max_trials: int = Field(6, ge=1, le=MAX_TRIALS, description="most trials, corrections included (default 6; the baseline has "
                                                  "its own)", json_schema_extra={"metavar": "N"})
+    max_seconds: float = Field(DEFAULT_TRIAL_SECONDS, gt=0, le=MAX_TRIAL_SECONDS, allow_inf_nan=False, description=(
+        "the trials' time budget in seconds: fewer timed steps when a trial is predicted longer, and a trial still "
+        f"running at the end is cut with a partial report (default {DEFAULT_TRIAL_SECONDS})"), json_schema_extra={"metavar": "S"})
     nproc: int | None = Field(None, ge=1, le=MAX_GPUS_PER_NODE, description="CPU only: a distributed trial over N "
                                                       "processes (torchrun, gloo); the global batch is split (default: "
                                                       "one process, or the plan's)",
@@ -350,7 +358,9 @@ def add_arguments(parser: argparse._ActionsContainer, model: type[BaseModel], na
         field = model.model_fields[name]
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         kind, optional = _unwrap(field.annotation)
-        default = (defaults or {}).get(name, field.default)
+        # a field the model requires (``model``) that this command leaves optional defaults to None, not pydantic's
+        # PydanticUndefined sentinel (issue 45: `advisor tui` without --model took the sentinel for a model id)
+        default = (defaults or {}).get(name, None if field.is_required() else field.default)
         help_text = (helps or {}).get(name, field.description)
         if help_text and "default" not in help_text and name not in required:
             if kind is bool and not (optional and default is None):

@@ -169,6 +169,9 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     lines: list[Text] = [Text.assemble((shown(m.id), "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
                                        (_where(rec) if rec.hardware.gpu else "the CPU", "bold"),
                                        f", seq-len {rec.workload.seq_len} × batch {rec.workload.global_batch_size}")]
+    if rec.hardware.gpu is None:  # a CPU plan, often minutes a step: said first, with what a GPU would give
+        lines += [Text(idea, style="yellow") for idea in rec.suggestions] or [_line((
+            "no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)", "yellow"))]
     lines += [_line((f"note: {note}", "dim")) for note in m.notes]
     lines.append(Text.assemble(("plan   ", "bold"), (rec.plan.describe(), "cyan")))
     if rec.estimate_only:
@@ -203,9 +206,6 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         figures.append(_line(("host   ", "bold"), f"{gib(mem.host_bytes)} in RAM of {gib(mem.host_capacity_bytes or 0)} "
                              "per node assumed (the catalog's typical server; --host-memory SIZE for yours)"))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
-    if rec.hardware.gpu is None:
-        footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",
-                                "yellow")))
     for most in (2, 1):  # many decided settings: the folded rows give up their second line to keep 24
         card = [*lines, *folded(most), *figures]
         used = sum(_height(part, width) for part in (*card, *footer))

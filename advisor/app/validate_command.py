@@ -38,10 +38,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise KeyboardInterrupt  # still importing, the plan being searched): stop now, there is no step to finish
         stop.set()
         again = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        sys.stderr.write(f"advisor: stopping at the next step boundary ({again} again to stop now)\n")
+        sys.stderr.write(f"advisor: stopping within 2 s, the step under way cut (a distributed trial: at its step "
+                         f"boundary); {again} again to stop now\n")
 
-    # SIGTERM (kill, a scheduler's time limit) and SIGHUP (the terminal closed) end a validation like Ctrl-C: at
-    # the next step boundary, with the partial report printed and written, exit 130
+    # SIGTERM and SIGHUP end a validation like Ctrl-C (the step cut, the partial report printed and written, exit 130)
     handled = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
     previous = {signum: signal.signal(signum, on_sigint) for signum in handled}
     try:
@@ -73,6 +73,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if report.interrupted:
         return ExitCode.INTERRUPTED
     return ExitCode.VALIDATION_FAILED if report.verdict == "failed" else ExitCode.OK
+
+
+def settle(code: int) -> int:
+    """The process's exit code, after a trial cut mid-step (Ctrl-C, the time budget): its thread still runs that
+    step inside torch, and the interpreter's shutdown under it aborts (SIGABRT), so the process ends here at once,
+    its output flushed (``os._exit``). The command line's entry only: in-process callers keep the thread."""
+    session = sys.modules.get("advisor.measure.session")
+    if session is None or not session.trial_running():
+        return code
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or full pipe: nothing more to say
+            pass
+    os._exit(code)
 
 
 def add_parser(sub, epilog: str) -> None:

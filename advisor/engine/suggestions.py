@@ -102,12 +102,35 @@ FASTER_FACTOR = 2.0
 FASTEST_GPUS = ("h200", "h100-sxm")
 
 
+#: The catalog GPU a plan for a machine without one is compared with (one best-only search): a common one to rent.
+CPU_COMPARED_GPU = "a100-80gb"
+
+
+def on_a_gpu(result: planner.PlanningResult) -> list[str]:
+    """For a plan on a machine without a GPU (a CPU plan, often minutes a step): what one
+    :data:`CPU_COMPARED_GPU` would run, in tokens/s and times this plan's, and the command that ranks every catalog
+    GPU. One best-only search; an empty list for a plan on a GPU or no plan."""
+    facts, best = result.facts, result.best
+    if best is None or facts.gpu is not None:
+        return []
+    here = f"no GPU here: {best.speed.step_time_s:,.3g} s a step on this CPU ({best.speed.tokens_per_s:,.0f} tokens/s)"
+    compare = f"`advisor compare --model {facts.model.id}` ranks every GPU"
+    found = _fits_with(facts, CPU_COMPARED_GPU)
+    if found is None:
+        return [f"{here}; one {CPU_COMPARED_GPU} cannot hold it either; {compare}"]
+    return [f"{here}; on --gpu {CPU_COMPARED_GPU}: {found.speed.tokens_per_s:,.0f} tokens/s "
+            f"({found.speed.tokens_per_s / best.speed.tokens_per_s:,.0f}x); {compare}"]
+
+
 def faster_hardware(result: planner.PlanningResult) -> list[str]:
     """"Slow, consider X" for a plan that fits: when it offloads (every step crosses PCIe) or pays fallbacks up to
     a risky one (tensor parallel, Adafactor, adapters), the same number of catalog GPUs of the largest kind, if
-    they run the workload at least :data:`FASTER_FACTOR` x faster. One search, so only for such plans."""
+    they run the workload at least :data:`FASTER_FACTOR` x faster. One search, so only for such plans; a plan on
+    the CPU: :func:`on_a_gpu`."""
     facts, best = result.facts, result.best
-    if best is None or facts.gpu is None:
+    if facts.gpu is None:
+        return on_a_gpu(result)
+    if best is None:
         return []
     offload = Offload.of(best.plan.offload) != Offload.NONE
     if not offload and best.penalty < Penalty.RISKY:

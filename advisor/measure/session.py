@@ -19,13 +19,15 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+import time
+from typing import Callable
 
 from advisor.engine.candidates import evaluate
 from advisor.engine.allocator import device_bytes
 from advisor.engine.memory import persistent_bytes
 from advisor.engine.planner import divisors
 from advisor.engine.speed import SpeedEstimate
-from advisor.measure.outcome import TrialOutcome
+from advisor.measure.outcome import StepUpdate, TrialOutcome
 from advisor.measure.report_models import (Measured, Predicted, PredictionError, ProgressHook, RankMeasured,
                                            RuntimeSettings, Trial, TrialRole, TrialStarted)
 from advisor.core.units import GIB
@@ -34,6 +36,18 @@ from rules import Facts, Plan
 from advisor.core.dimensions import BATCH
 
 KEEP_LARGER_IF_FASTER = 0.02  #: a larger micro-batch must be 2 % faster to replace a confirmed one
+#: Seconds a one-process trial may take to reach its step boundary once stopped (Ctrl-C, the time budget); past
+#: them its step is cut and the trial reported from the steps it finished (issue 45: answer Ctrl-C within 2 s).
+CUT_AFTER_S = 1.0
+#: How often the waiting thread looks at the stop event and the clock, seconds.
+POLL_S = 0.1
+#: The name of the thread a one-process trial runs in (:meth:`Session._watch`).
+TRIAL_THREAD = "advisor-trial"
+
+
+def trial_running() -> bool:
+    """Whether a trial's thread still runs: a trial cut mid-step finishes that step in the background."""
+    return any(t.name == TRIAL_THREAD and t.is_alive() for t in threading.enumerate())
 
 
 def _step_stats(times: list[float]) -> tuple[float | None, float | None]:
@@ -86,22 +100,110 @@ def larger_micro_batch(plan: Plan) -> Plan | None:
     return plan.model_copy(update={"micro_batch_size": mb, "gradient_accumulation_steps": per_device // mb})
 
 
+def _partial(updates: list[StepUpdate], why: str) -> TrialOutcome:
+    """The outcome of a trial whose step was cut (:data:`CUT_AFTER_S`): its finished steps, from their progress."""
+    return TrialOutcome(status="interrupted", message=f"{why}: the step under way was cut, the trial reported from "
+                                                      f"its {len(updates)} finished step(s)",
+                        losses=[u.loss for u in updates], step_times_s=[u.step_time_s for u in updates if not u.warmup],
+                        warmup_s=sum(u.step_time_s for u in updates if u.warmup),
+                        peak_bytes=max((u.peak_bytes for u in updates), default=0))
+
+
+class _StopOrDeadline:
+    """What a trial reads as its stop event (``is_set``): set once the session is stopped or its time is spent."""
+
+    def __init__(self, session: "Session") -> None:
+        self.session = session
+
+    def is_set(self) -> bool:
+        """The session was stopped, or its time budget is spent."""
+        return self.session.stop.is_set() or self.session.expired
+
+
 class Session:
-    """One validation: the facts, the trials so far, and the budget."""
+    """One validation: the facts, the trials so far, and the budget (trials, and seconds: ``max_seconds``)."""
 
     def __init__(self, facts: Facts, runtime: RuntimeSettings, steps: int, warmup: int, max_trials: int,
                  memory_limit_bytes: int | None, progress: ProgressHook | None, stop: threading.Event,
-                 config: dict | None) -> None:
+                 config: dict | None, max_seconds: float | None = None) -> None:
         self.facts, self.runtime, self.steps, self.warmup = facts, runtime, steps, warmup
         self.max_trials, self.limit, self.progress, self.stop, self.config = (max_trials, memory_limit_bytes,
                                                                               progress, stop, config)
+        self.max_seconds = max_seconds
+        self.deadline = time.monotonic() + max_seconds if max_seconds is not None else math.inf
         self.trials: list[Trial] = []
         self.warnings: list[str] = []
 
     @property
+    def expired(self) -> bool:
+        """The time budget (``max_seconds``) is spent."""
+        return time.monotonic() >= self.deadline
+
+    def baseline_may_run(self) -> bool:
+        """Neither stopped nor out of time (the baseline's trials are not counted in ``max_trials``); out of time,
+        with a warning that says what did not run."""
+        if self.expired and not self.stop.is_set():
+            self.warnings.append(f"the baseline did not run: the time budget (--max-seconds {self.max_seconds:g}) "
+                                 "was spent")
+        return not self.stop.is_set() and not self.expired
+
+    @property
     def budget_left(self) -> bool:
-        """Trials are left in the budget and no stop was asked for."""
-        return len(self.trials) < self.max_trials and not self.stop.is_set()
+        """Trials and seconds are left in the budget and no stop was asked for."""
+        return len(self.trials) < self.max_trials and not self.stop.is_set() and not self.expired
+
+    def steps_within_budget(self, predicted_step_s: float) -> int:
+        """The timed steps of the next trial: ``steps``, or fewer (at least 1) when the speed model's prediction of
+        warm-up and timed steps passes the seconds left, with a warning saying so."""
+        left = self.deadline - time.monotonic()
+        if predicted_step_s <= 0 or (self.warmup + self.steps) * predicted_step_s <= left:
+            return self.steps
+        steps = max(1, min(self.steps, int(left // predicted_step_s) - self.warmup))
+        self.warnings.append(f"trial {len(self.trials) + 1}: {steps} timed step(s) instead of {self.steps}: the "
+                             f"time budget (--max-seconds {self.max_seconds:g}) leaves {max(left, 0):.0f} s and a "
+                             f"step is predicted at {predicted_step_s:.3g} s")
+        return steps
+
+    @property
+    def _ran_out(self) -> str:
+        return f"the time budget (--max-seconds {self.max_seconds:g}) ended it"
+
+    def _watch(self, run: Callable[[_StopOrDeadline, Callable], TrialOutcome]) -> TrialOutcome:
+        """Run a one-process trial (``run(stop, on_step)``) in a thread while this one watches the stop event and the
+        clock: either ends the trial at its next step boundary, and a trial still in its step :data:`CUT_AFTER_S`
+        later is left to finish that step in the background (then it stops) and reported from its finished steps."""
+        trial_stop, updates, result, started = _StopOrDeadline(self), [], [], time.monotonic()
+        cut = threading.Event()
+
+        def on_step(update) -> None:
+            if cut.is_set():  # the trial was reported without this step: its progress is over
+                return
+            updates.append(update)
+            if self.progress:
+                self.progress(update)
+
+        def target() -> None:
+            try:
+                result.append(run(trial_stop, on_step))
+            except BaseException as err:  # noqa: BLE001 (given back to the watching thread)
+                result.append(err)
+
+        worker = threading.Thread(target=target, name=TRIAL_THREAD, daemon=True)
+        worker.start()
+        stopped_at = None
+        while worker.is_alive():
+            worker.join(POLL_S)
+            if stopped_at is None and trial_stop.is_set():  # the trial reads it too: it stops at its boundary
+                stopped_at = time.monotonic()
+            if stopped_at is not None and worker.is_alive() and time.monotonic() - stopped_at > CUT_AFTER_S:
+                cut.set()
+                partial = _partial(list(updates), "stopped (Ctrl-C, SIGTERM or SIGHUP)" if self.stop.is_set() else
+                                   self._ran_out)
+                partial.wall_s = time.monotonic() - started
+                return partial
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        return result[0]
 
     def run(self, role: TrialRole, reason: str, plan: Plan, runtime: RuntimeSettings | None = None) -> Trial:
         """Run ``plan`` once (on ``plan.data_parallel_size`` processes when over 1) and record the trial, with
@@ -112,21 +214,26 @@ class Session:
         runtime = runtime or self.runtime
         seq_len = self.facts.workload.seq_len
         candidate = evaluate(self.facts, plan)
+        steps = self.steps_within_budget(candidate.speed.step_time_s)
         if self.progress:
             self.progress(TrialStarted(index=len(self.trials) + 1, role=role, plan=plan,
-                                       total_steps=self.steps + self.warmup,
+                                       total_steps=steps + self.warmup,
                                        predicted_step_time_s=candidate.speed.step_time_s))
-        kwargs = dict(steps=self.steps, warmup=self.warmup, torch_compile=runtime.torch_compile,
+        kwargs = dict(steps=steps, warmup=self.warmup, torch_compile=runtime.torch_compile,
                       dataloader_num_workers=runtime.dataloader_num_workers,
                       dataloader_pin_memory=runtime.dataloader_pin_memory, memory_limit_bytes=self.limit,
-                      on_step=self.progress, stop=self.stop, config=self.config)
-        if plan.data_parallel_size > 1:
+                      config=self.config)
+        if plan.data_parallel_size > 1:  # torchrun's ranks agree on a step boundary: not cut
             from advisor.measure.trial import run_distributed_trial
 
             outcome = run_distributed_trial(self.facts.model, plan, seq_len, nproc=plan.data_parallel_size,
-                                            kind=plan.parallelism, **kwargs)
+                                            kind=plan.parallelism, stop=_StopOrDeadline(self), on_step=self.progress,
+                                            **kwargs)
         else:
-            outcome = run_trial(self.facts.model, plan, seq_len, **kwargs)
+            outcome = self._watch(lambda stop, on_step: run_trial(self.facts.model, plan, seq_len, stop=stop,
+                                                                  on_step=on_step, **kwargs))
+        if outcome.status == "interrupted" and not self.stop.is_set() and not outcome.message.startswith(self._ran_out):
+            outcome.message = f"{self._ran_out} at a step boundary"
         measured = None
         error = None
         if outcome.losses or outcome.peak_bytes:

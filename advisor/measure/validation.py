@@ -138,7 +138,8 @@ def _full_rows(facts: Facts) -> Facts:
 def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None, steps: int = DEFAULT_STEPS,
              warmup: int = DEFAULT_WARMUP, compare: bool = False, memory_limit_bytes: int | None = None,
              max_trials: int = DEFAULT_MAX_TRIALS, progress: ProgressHook | None = None,
-             stop: threading.Event | None = None, config: dict | None = None) -> ValidationReport:
+             stop: threading.Event | None = None, config: dict | None = None,
+             max_seconds: float | None = None) -> ValidationReport:
     """Run ``plan`` for ``warmup + steps`` steps on this machine, correct it if the trial disproves it,
     and report measured beside predicted.
 
@@ -151,7 +152,10 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         memory_limit_bytes: hold the trials to less memory than the device has, bytes.
         max_trials: bound on the trials (the baseline's first try is always allowed).
         progress: receives TrialStarted, StepUpdate and finished Trial events.
-        stop: set it (e.g. on Ctrl-C) to end at the next step boundary with a partial report.
+        stop: set it (Ctrl-C) to end with a partial report: at the step boundary, or a one-process trial's step cut
+            :data:`advisor.measure.session.CUT_AFTER_S` later (it finishes in a background thread, then stops).
+        max_seconds: the trials' time budget, seconds (None: none): fewer timed steps when predicted longer, then a
+            trial still running is ended as by ``stop`` (its message says so; the report is not ``interrupted``).
     Returns:
         The report (bytes, seconds): every trial, the verdict, the confirmed plan and the comparison.
     Raises:
@@ -162,11 +166,10 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     """
     _check(facts, plan, steps, warmup)
     check_machine(facts, plan, memory_limit_bytes)
-    started = time.perf_counter()
-    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started, created = time.perf_counter(), datetime.now(timezone.utc).isoformat(timespec="seconds")
     stop = stop or threading.Event()
     session = Session(_full_rows(facts), runtime or runtime_settings(facts, plan), steps, warmup, max_trials,
-                      memory_limit_bytes, progress, stop, config)
+                      memory_limit_bytes, progress, stop, config, max_seconds)
     if facts.workload.mean_sample_len is not None:
         session.warnings.append(f"the trials run full {facts.workload.seq_len}-token rows of synthetic tokens, so "
                                 "they are compared with predictions for full rows, not for the "
@@ -178,11 +181,11 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     confirmed = session.confirm(plan)
     if confirmed is not None:
         confirmed = session.try_larger(confirmed)
-    comparison = _compare(session, confirmed, plan) if compare and not stop.is_set() else None
+    comparison = _compare(session, confirmed, plan) if compare and session.baseline_may_run() else None
     session.warnings.extend(_spread_warnings(session.trials))
     interrupted = stop.is_set()
     if confirmed is None:
-        verdict: Verdict = "incomplete" if interrupted else "failed"
+        verdict: Verdict = "incomplete" if interrupted or session.expired else "failed"
     elif confirmed.plan == plan and confirmed.runtime == session.runtime and swap is None:
         verdict = "confirmed"
     else:

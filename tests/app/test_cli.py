@@ -129,6 +129,7 @@ def test_profile_of_a_mixture_of_experts() -> None:
 @pytest.mark.parametrize("args, code, needle", [
     (["recommend", "--model", "acme/nope"], ExitCode.MODEL_NOT_FOUND, "acme/nope"),
     (["recommend", "--model", "gpt2", "--gpu", "b300"], ExitCode.USAGE, "known: v100-16gb"),
+    (["recommend", "--model", "gpt2", "--gpu", "h100"], ExitCode.USAGE, "did you mean h100-sxm, h100-pcie?"),
     (["recommend", "--model", "gpt2", "--seq-len", "0"], ExitCode.USAGE, "--seq-len"),
     (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
     (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),

@@ -70,6 +70,21 @@ def test_rows_without_a_decision_fold_into_one_row() -> None:
     assert "\nprecision " in text  # bf16 beat fp16 and fp32 on figures: a row of its own
 
 
+def test_a_cpu_plan_card_says_so_first_with_what_a_gpu_would_give() -> None:
+    """Issue 45: on a machine without a GPU the first answer is a CPU plan at minutes a step: the card's second line
+    says so, with one catalog GPU's figure and the command that ranks them all; the card still fits 80 x 24."""
+    from probes.hardware import HardwareProfile, HostInfo
+
+    cpu = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2"]))
+    console = Console(width=80, file=io.StringIO(), color_system=None, record=True)
+    print_recommendation(recommend("gpt2", hardware=cpu), console)
+    lines = console.export_text().splitlines()
+    assert lines[0].endswith("on the CPU, seq-len 1024 × batch 64") and lines[1].startswith("no GPU here: ")
+    head = " ".join(lines[1:3])
+    assert "s a step on this CPU" in head and "on --gpu a100-80gb: " in head and "advisor compare --model gpt2" in head
+    assert len(lines) <= CARD_LINES and max(map(len, lines)) <= 80
+
+
 @pytest.mark.slow
 def test_the_gain_row_names_each_package_with_what_it_brings() -> None:
     """A package missing where the plan trains that would make it faster: one row, the method when it changes;

@@ -198,6 +198,21 @@ def test_slow_plans_name_faster_hardware() -> None:
     assert recommend("gpt2", gpu="a100-80gb").suggestions == []
 
 
+def test_a_cpu_plan_says_what_a_named_gpu_would_give() -> None:
+    """Issue 45: the first answer on a machine without a GPU is a CPU plan at minutes a step; its suggestion says so
+    and gives one catalog GPU's tokens/s, computed by the same search as --gpu a100-80gb (not a figure written down),
+    and the command that ranks every GPU."""
+    from advisor.engine.suggestions import CPU_COMPARED_GPU
+
+    cpu = recommend("gpt2", hardware=hardware("cpu"))
+    gpu = recommend("gpt2", gpu=CPU_COMPARED_GPU)
+    assert len(cpu.suggestions) == 1
+    idea = cpu.suggestions[0]
+    assert idea.startswith(f"no GPU here: {cpu.speed.step_time_s:,.3g} s a step on this CPU")
+    assert f"on --gpu {CPU_COMPARED_GPU}: {gpu.speed.tokens_per_s:,.0f} tokens/s" in idea
+    assert idea.endswith("`advisor compare --model gpt2` ranks every GPU")
+
+
 def _same_best(f) -> None:
     full, bounded = search(f), search(f, best_only=True)
     assert (full.best is None) == (bounded.best is None)

@@ -123,3 +123,13 @@ def test_a_peft_adapter_folder_names_its_base_model(tmp_path) -> None:
     (tmp_path / "adapter_config.json").write_text("{not json")
     with pytest.raises(ModelNotFoundError, match=r"no config.json in '[^']*'$"):
         profile_model(str(tmp_path))
+
+
+def test_matching_ids_find_the_text_anywhere_in_an_id() -> None:
+    """Issue 45: the wizard's model completion matched only the start of an id ('llama' found nothing)."""
+    from probes.model_ids import matching_ids
+
+    assert "meta-llama/Llama-2-7b-hf" in matching_ids("llama") and matching_ids("gpt")[0] == "gpt2"
+    assert matching_ids("70b") == ["meta-llama/Llama-2-70b-hf", "meta-llama/Llama-3.1-70B"]
+    assert matching_ids("l27b")[0] == "meta-llama/Llama-2-7b-hf"  # letters in order, the most compact first
+    assert matching_ids("") == [] and matching_ids("xyzzy") == []

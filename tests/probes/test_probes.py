@@ -44,6 +44,17 @@ def test_unknown_gpu_lists_known_names() -> None:
         profile_from_catalog("t4:zero")
 
 
+@pytest.mark.parametrize("name, meant", [("h100", "h100-sxm, h100-pcie"), ("4090", "rtx-4090"),
+                                         ("RTX 4090", "rtx-4090"), ("a100", "a100-40gb, a100-80gb, a100-40gb-pcie, "
+                                                                           "a100-80gb-pcie"),
+                                         ("a100-80g", "a100-80gb, a100-80gb-pcie"), ("h200-sxm", "h200")])
+def test_a_near_gpu_name_is_answered_with_did_you_mean(name, meant) -> None:
+    """Issue 45: --gpu h100 / 4090 / a100 got the whole catalog; now one line with the ids it may have meant."""
+    with pytest.raises(UnknownGPUError) as err:
+        profile_from_catalog(name)
+    assert str(err.value) == f"unknown GPU '{name}'; did you mean {meant}?"
+
+
 @pytest.mark.parametrize("cc, bf16, tc, gen, align", [
     ("7.0", False, True, 1, 8), ("7.5", False, True, 2, 8), ("8.0", True, True, 3, 64), ("8.6", True, True, 3, 8),
     ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 64), ("6.1", False, False, None, 8)])

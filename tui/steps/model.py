@@ -3,15 +3,17 @@ to its profile in a worker (the profile, or the one-line error the CLI would pri
 
 from __future__ import annotations
 
-from textual import work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.suggester import SuggestFromList
-from textual.widgets import Input, Static, TabPane
+from textual.widgets import Input, OptionList, Static, TabPane
+from textual.widgets.option_list import Option
 
 from advisor.app import api
 from advisor.core.errors import AdvisorError
 from probes.model import ModelProfile, catalog_ids
+from probes.model_ids import matching_ids
 from tui import widgets
 from tui.messages import ModelFailed, ModelResolved
 
@@ -30,8 +32,42 @@ class ModelStep(TabPane):
             yield Input(value=self._model, id="model-input",
                         placeholder="Hub id (gpt2), a folder with config.json, or a config.json path",
                         suggester=SuggestFromList(catalog_ids(), case_sensitive=False))
-            yield Static("Type a model and press Enter; the shipped catalog completes as you type (→).",
-                         id="model-profile")
+            yield OptionList(id="model-matches")
+            yield Static("Type a model and press Enter; the shipped catalog completes as you type (→), and lists "
+                         "the ids that hold what you typed (↓ to pick one).", id="model-profile")
+
+    def on_mount(self) -> None:
+        """Hide the list of matches until something is typed."""
+        self._list_matches(self._model)
+
+    @on(Input.Changed, "#model-input")
+    def _typed(self, event: Input.Changed) -> None:
+        self._list_matches(event.value)
+
+    def _list_matches(self, text: str) -> None:
+        """The catalog ids that hold ``text`` anywhere (:func:`probes.model_ids.matching_ids`), shown below the
+        field; hidden when there are none, or the text is the one match."""
+        matches = self.query_one("#model-matches", OptionList)
+        ids = matching_ids(text)
+        matches.clear_options()
+        matches.add_options([Option(i, id=i) for i in ids])
+        matches.display = bool(ids) and ids != [text.strip()]
+
+    def on_key(self, event: events.Key) -> None:
+        """↓ in the field goes to the list of matches."""
+        matches = self.query_one("#model-matches", OptionList)
+        if event.key == "down" and self.app.focused is self.query_one("#model-input") and matches.display:
+            matches.focus()
+            matches.highlighted = 0
+            event.stop()
+
+    @on(OptionList.OptionSelected, "#model-matches")
+    def _pick(self, event: OptionList.OptionSelected) -> None:
+        """A match chosen: it becomes the model, resolved as Enter in the field would."""
+        box = self.query_one("#model-input", Input)
+        box.value = event.option.id or ""
+        box.focus()
+        box.call_later(box.action_submit)  # from the field's own loop: one this step sent would not bubble past it
 
     @property
     def text(self) -> str:

@@ -1,5 +1,5 @@
 """Step 5, validate: short trial steps of this machine's plan in a worker, with live progress; cancel
-stops at the next step boundary and keeps the partial report."""
+stops it (within 2 s: the step under way is cut) and keeps the partial report."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ class ValidateStep(TabPane):
         self.run_validation(text, workload, self.trial_steps(), self.query_one("#compare", Checkbox).value)
 
     def cancel(self) -> None:
-        """Ask the running validation to stop at the next step boundary."""
+        """Ask the running validation to stop (within 2 s; a distributed trial at its step boundary)."""
         self._stop.set()
         self.query_one("#validate-live", Static).update("Stopping… (at the end of the current step)")
 

@@ -16,6 +16,7 @@ from advisor.core.kernels import Attention, LossKernel
 from advisor.core.vocabulary import Method, Objective, Task, values
 from advisor.core.dimensions import STACK_LABELS, Setting
 from tui.fields import whole_number
+from tui.widgets import MarkedRadioButton
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
 OBJECTIVE_LABELS = {Objective.SPEED: "Fastest plan that fits", Objective.MEMORY: "Least memory within 10 % of the fastest"}
@@ -59,7 +60,7 @@ class WorkloadStep(TabPane):
                              id="method")
             with RadioSet(id="objective"):
                 for objective, label in OBJECTIVE_LABELS.items():
-                    yield RadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
+                    yield MarkedRadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
             for name, label in STACK_LABELS.items():
                 with Horizontal(classes="row"):
                     yield Label(label)

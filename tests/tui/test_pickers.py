@@ -1,0 +1,97 @@
+"""Issue 45: the wizard's pickers. The GPU search took its text for the GPU ('h100' was then an unknown GPU on a later
+tab); the chosen radio button showed by colour only; model completion matched only the start of a name."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("textual")
+
+from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
+from tui.app import AdvisorApp  # noqa: E402
+from tui.steps import HardwareStep  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SIZE = (80, 24)
+CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2"]),
+                         notes=["no NVIDIA driver found"])
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the wizard"
+        await pilot.pause(0.05)
+
+
+def _chosen_line(app) -> str:
+    return str(app.query_one("#gpu-chosen").render())
+
+
+async def test_the_gpu_search_text_chooses_its_first_match_not_itself() -> None:
+    app = AdvisorApp(model=None, hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.click("#gpu-search")
+        await pilot.press(*"h100")
+        step = app.query_one(HardwareStep)
+        assert step.gpu_choice() == ("h100-sxm:1", 1) and "h100-sxm" in _chosen_line(app)
+        app.query_one("#gpu-list").highlighted = 1  # another row: it is the choice
+        await pilot.pause()
+        assert step.gpu_choice() == ("h100-pcie:1", 1) and "h100-pcie" in _chosen_line(app)
+        app.query_one("#gpu-list").highlighted = 0
+        app.query_one("#model-input").value = "gpt2"
+        app.action_recommend()
+        await wait_for(pilot, lambda: app.recommendation is not None)
+        assert app.recommendation.hardware.gpu.catalog_id == "h100-sxm"
+        app.query_one("#gpu-search").value = "zzz"  # nothing matches: said at once, and the planner's line names why
+        await pilot.pause()
+        assert "no catalog GPU matches 'zzz'" in _chosen_line(app) and step.gpu_choice() == ("zzz:1", 1)
+
+
+async def test_an_exact_gpu_id_is_chosen_over_longer_ids_that_contain_it() -> None:
+    app = AdvisorApp(model=None, gpu="a100-80gb:8", hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        app.query_one("#gpu-search").value = "a100-80gb"  # a100-80gb-pcie contains it too
+        await pilot.pause()
+        assert app.query_one(HardwareStep).gpu_choice() == ("a100-80gb:8", 1)
+
+
+async def test_the_chosen_radio_button_is_marked_not_only_coloured() -> None:
+    app = AdvisorApp(model=None, hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        local, catalog = app.query_one("#hw-local"), app.query_one("#hw-catalog")
+        assert (local.BUTTON_INNER, catalog.BUTTON_INNER) == ("●", "○")
+        catalog.value = True
+        await pilot.pause()
+        assert (local.BUTTON_INNER, catalog.BUTTON_INNER) == ("○", "●")
+        assert "●" in str(catalog.render()) and "○" in str(local.render())
+
+
+async def test_model_matches_list_ids_holding_the_text_and_a_pick_resolves_it() -> None:
+    app = AdvisorApp(model=None, hardware=CPU_HW)
+    async with app.run_test(size=SIZE) as pilot:
+        app.step = "model"
+        await pilot.pause()
+        matches = app.query_one("#model-matches")
+        assert not matches.display  # nothing typed: no list
+        await pilot.click("#model-input")
+        await pilot.press(*"llama-2-7")
+        ids = [matches.get_option_at_index(i).id for i in range(matches.option_count)]
+        assert matches.display and "meta-llama/Llama-2-7b-hf" in ids  # found in the middle of the id
+        await pilot.press("down")
+        assert app.focused is matches
+        matches.highlighted = ids.index("meta-llama/Llama-2-7b-hf")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.profile is not None)
+        assert app.profile.id == "meta-llama/Llama-2-7b-hf"
+        assert app.query_one("#model-input").value == "meta-llama/Llama-2-7b-hf"
