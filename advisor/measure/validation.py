@@ -38,6 +38,7 @@ from advisor.measure.session import Session
 from advisor.core.dimensions import Consumer, refusal
 from advisor.core.errors import UsageError
 from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.measure.run_store import record_validation
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
 
@@ -187,11 +188,24 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         verdict = "confirmed"
     else:
         verdict = "corrected"
-    return ValidationReport(
+    report = ValidationReport(
         created=created, device=_device(facts, memory_limit_bytes), model=facts.model.id, task=facts.model.task,
         workload=facts.workload, steps=steps, warmup_steps=warmup, trials=session.trials, verdict=verdict,
         confirmed_plan=confirmed.plan if confirmed else None, comparison=comparison, warnings=session.warnings,
         interrupted=interrupted, wall_s=time.perf_counter() - started)
+    unstored = record_validation(report, store_device(facts.hardware))  # the local store of runs (never sent)
+    if unstored:
+        report.warnings.append(unstored)
+    return report
+
+
+def store_device(hardware) -> dict:
+    """The device of a store record (:func:`advisor.measure.run_store.record`) from a hardware profile."""
+    gpu = hardware.gpu
+    if gpu is None:
+        return {"type": Device.CPU.value, "name": hardware.host.cpu_model or Device.CPU.value, "count": 1,
+                "driver": None}
+    return {"type": Device.CUDA.value, "name": gpu.name, "count": hardware.num_gpus, "driver": gpu.driver_version}
 
 
 def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
