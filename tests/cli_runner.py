@@ -81,7 +81,10 @@ def run_cli(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str] | None 
     ``env``: the whole environment of the call (default :data:`ENV`); ``columns`` sets ``COLUMNS`` in it."""
     from advisor.app.cli import run
 
+    given = env
     env = dict(ENV if env is None else env)
+    if given is None and "ADVISOR_HOME" in os.environ:  # the test's own store of runs (tests/conftest.py)
+        env["ADVISOR_HOME"] = os.environ["ADVISOR_HOME"]
     env.setdefault("HF_HUB_OFFLINE", "1")
     if columns is not None:
         env["COLUMNS"] = str(columns)

@@ -332,7 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
     from advisor.app.compare import add_parser as add_compare
     from advisor.app.validate_command import add_parser as add_validate
 
+    from advisor.app.runs_command import add_parser as add_runs
+
     add_compare(sub, EXIT_CODES_HELP)
+    add_runs(sub, EXIT_CODES_HELP)
     _add_estimate(sub)
     add_validate(sub, EXIT_CODES_HELP)
 
