@@ -193,9 +193,7 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         workload=facts.workload, steps=steps, warmup_steps=warmup, trials=session.trials, verdict=verdict,
         confirmed_plan=confirmed.plan if confirmed else None, comparison=comparison, warnings=session.warnings,
         interrupted=interrupted, wall_s=time.perf_counter() - started)
-    unstored = record_validation(report, store_device(facts.hardware))  # the local store of runs (never sent)
-    if unstored:
-        report.warnings.append(unstored)
+    report.warnings.extend(filter(None, [record_validation(report, store_device(facts.hardware))]))  # the local store
     return report
 
 
