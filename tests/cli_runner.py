@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import tempfile
 import subprocess
 import sys
 import warnings
@@ -33,7 +34,9 @@ from typing import Iterator, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the environment the commands ran with as subprocesses (PYTHONPATH: for the few that still do)
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160",
+       # never the user's store of measured runs (recording goldens outside pytest too): an empty folder
+       "ADVISOR_HOME": os.environ.get("ADVISOR_HOME") or tempfile.mkdtemp(prefix="advisor-home-")}
 
 
 @contextlib.contextmanager

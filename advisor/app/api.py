@@ -28,7 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from advisor.app.links import interconnect_update
 from advisor.app.plan_flags import (estimate_plan, given_settings, require_adapters_for, require_bounded_batch,
                                     require_plan_counts, split_batch)
-from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
+from advisor.app.local_runs import calibrate, calibrate_recommendation
+from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, CalibrationOption,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
@@ -54,8 +55,8 @@ from advisor.core.dimensions import BATCH, WORKLOAD_SETTINGS, Consumer, swapped
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
 _QUESTION = (HardwareOptions, WorkloadOptions)
-_RECOMMEND = (*_QUESTION, MethodOptions, StackOptions)
-_ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption)
+_RECOMMEND = (*_QUESTION, MethodOptions, StackOptions, CalibrationOption)
+_ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption, CalibrationOption)
 _VALIDATE = (WorkloadOptions, PlanOptions, TrialOptions)
 
 
@@ -184,7 +185,7 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
     result = planner.search(_facts(model, opts, hardware))
     if result.best is None:
         raise no_fit_error(result)
-    return build(result, suggestions=faster_hardware(result))
+    return calibrate_recommendation(build(result, suggestions=faster_hardware(result)), opts.no_local_calibration)
 
 
 class SimulatedMemory(BaseModel):
@@ -255,6 +256,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     warnings = [RuleWarning(rule_id=e.rule_id, message=e.reason) for e in advice(facts, plan)]
     memory, speed = with_bands(candidate.memory, candidate.speed, plan, facts.gpu.cc[0] if facts.gpu else None)
+    speed = calibrate(speed, plan, facts.hardware, opts.no_local_calibration)  # the runs measured here (advisor runs)
     return Estimate(plan=plan, memory=memory, speed=speed, simulated=simulated,
                     model=facts.model, workload=facts.workload, warnings=warnings)
 

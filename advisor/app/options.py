@@ -195,6 +195,13 @@ class SimulateOption(_Options):
                                               "default: off)")
 
 
+class CalibrationOption(_Options):
+    """Whether ``recommend``, ``estimate`` and ``compare`` scale the speed by the runs measured on this machine."""
+
+    no_local_calibration: bool = Field(False, description="price the speed as the model does, without the correction "
+                                                          "of the runs measured on this GPU model (advisor runs)")
+
+
 class TrialOptions(_Options):
     """How ``validate`` runs its trials."""
 

@@ -121,6 +121,8 @@ def speed_table(speed: SpeedEstimate) -> Table:
     t.add_row("MFU", f"{speed.mfu:.0%} of {speed.peak_flops_per_s / 1e12:,.1f} TFLOP/s per device")
     if speed.communication_s:
         t.add_row("communication", f"{speed.communication_s:.3f} s per step (exposed)")
+    if speed.local_calibration:
+        t.add_row("calibrated", speed.local_calibration.describe())
     return t
 
 
@@ -197,6 +199,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
                Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
+    if sp.local_calibration:  # the runs measured on this machine (advisor runs)
+        figures.append(_line("       ", (sp.local_calibration.describe(), "green")))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     if rec.hardware.gpu is None:
         footer.insert(0, _line(("no NVIDIA GPU here: plan for one with --gpu NAME[:COUNT] (advisor probe --gpu list)",

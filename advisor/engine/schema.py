@@ -33,6 +33,8 @@ probes.packages. 1.20: plan.weights_dtype "fp16" (a frozen adapter base in fp16 
 T4). 1.21: memory.verdict (fits / tight / does not fit: tight up to bands.TIGHT_LIMIT of the capacity),
 memory.band and speed.step_time_band (the uncertainty from the published runs' leave-one-source-out residuals).
 1.22: plan.context_parallel (each sequence split over C GPUs: ring attention).
+1.23: speed.local_calibration (and compare's rows' local_calibration): the correction of the runs measured on this
+machine (advisor runs), when applied.
 """
 
-SCHEMA_VERSION = "1.22"
+SCHEMA_VERSION = "1.23"
