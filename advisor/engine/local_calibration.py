@@ -72,12 +72,21 @@ def run_ratio(record: dict[str, Any]) -> float | None:
     return steps[1] / steps[0] if all(steps) else None
 
 
+def same_device(a: Any, b: str) -> bool:
+    """Whether two device names are one model, spelt as NVML, torch or the catalog spell it ('NVIDIA A100-SXM4-80GB',
+    'NVIDIA A100 SXM4 80GB'): the same letters and digits, case aside."""
+    def key(name: str) -> str:
+        return "".join(c for c in name.lower() if c.isalnum())
+
+    return isinstance(a, str) and key(a) == key(b)
+
+
 def calibration(records: list[dict[str, Any]], plan: Plan, device: str) -> LocalCalibration | None:
-    """The correction for ``plan`` on ``device`` (a GPU's name, or the CPU model) from the store's records: None
-    below :data:`MIN_RUNS` comparable runs."""
+    """The correction for ``plan`` on ``device`` (a GPU's name, or the CPU model: :func:`same_device`) from the
+    store's records: None below :data:`MIN_RUNS` comparable runs."""
     wanted = step_class(plan)
     ratios = [r for r in (run_ratio(rec) for rec in records
-                          if isinstance(rec.get("device"), dict) and rec["device"].get("name") == device
+                          if isinstance(rec.get("device"), dict) and same_device(rec["device"].get("name"), device)
                           and isinstance(rec.get("plan"), dict) and step_class(rec["plan"]) == wanted)
               if r is not None]
     if wanted is None or len(ratios) < MIN_RUNS:

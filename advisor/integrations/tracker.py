@@ -32,6 +32,8 @@ SLOW_SHARE = 0.8
 WAIT_SHARE = 0.1
 #: Reserved memory above this share of the GPU's memory: the run heads for out of memory.
 OOM_SHARE = 0.95
+#: After the measured window, memory is checked every this many steps (a longer sequence later in the data).
+LATER_CHECK_EVERY = 50
 
 
 def _rss_bytes() -> int | None:
@@ -119,8 +121,10 @@ class Tracker:
     def step(self, tokens: float | None = None) -> None:
         """One optimizer step ended (``tokens``: its tokens over all devices; default the prediction's)."""
         self.steps += 1
-        if self.summary is not None:
-            return  # the window is done: nothing more to do (under 1 µs a step)
+        if self.summary is not None:  # the window is done: memory is looked at every LATER_CHECK_EVERY steps only
+            if self.steps % LATER_CHECK_EVERY == 0:
+                self._sample_memory()
+            return
         if self.steps == self.warmup_steps or self.steps == self.warmup_steps + self.measure_steps:
             self._count_states()
         self._sample_memory()

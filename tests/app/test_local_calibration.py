@@ -34,6 +34,7 @@ def test_the_median_of_comparable_runs_bounded() -> None:
     assert c.runs == 3 and c.step_time_ratio == pytest.approx(1.2) and not c.bounded
     assert c.describe() == "calibrated on 3 runs on this machine: speed ×0.83"
     assert calibration(records[:MIN_RUNS - 1], plan, "X") is None
+    assert calibration([_record(same, "NVIDIA A100-SXM4-80GB", 1.0, 1.5)] * 3, plan, "NVIDIA A100 SXM4 80GB").runs == 3
     far = calibration([_record(same, "X", 1.0, 10.0)] * 3, plan, "X")
     assert far.step_time_ratio == 2.0 and far.bounded
     assert step_class(plan) == f"full/replicated/{plan.attention}" and step_class({"method": "full"}) is None
