@@ -32,6 +32,7 @@ class Prediction:
     task: str | None = None
     seq_len: int | None = None
     source: str = ""
+    calibration_ratio: float = 1.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -42,9 +43,15 @@ class Prediction:
         return None
 
     def figures(self) -> dict[str, Any]:
-        """The predicted figures as a store record keeps them."""
-        return {"peak_bytes": self.peak_bytes, "device_bytes": self.device_bytes, "step_time_s": self.step_time_s,
-                "tokens_per_s": self.tokens_per_s, "samples_per_s": self.samples_per_s, "memory_band": self.memory_band}
+        """The predicted figures as a store record keeps them: the speed model's own, without a correction of the
+        runs measured here (``calibration_ratio``: the step-time ratio the JSON's figures include), so that the
+        runs' ratios are never compounded."""
+        r = self.calibration_ratio
+        return {"peak_bytes": self.peak_bytes, "device_bytes": self.device_bytes,
+                "step_time_s": self.step_time_s / r if self.step_time_s else None,
+                "tokens_per_s": self.tokens_per_s * r if self.tokens_per_s else None,
+                "samples_per_s": self.samples_per_s * r if self.samples_per_s else None,
+                "memory_band": self.memory_band, "calibration_ratio": r}
 
 
 def from_json(data: dict[str, Any], source: str = "") -> Prediction:
@@ -65,7 +72,14 @@ def from_json(data: dict[str, Any], source: str = "") -> Prediction:
     return Prediction(plan=data["plan"], peak_bytes=memory.get("peak_bytes"), device_bytes=memory.get("device_bytes"),
                       memory_band=memory.get("band") or DEFAULT_MEMORY_BAND, step_time_s=speed.get("step_time_s"),
                       tokens_per_s=speed.get("tokens_per_s"), samples_per_s=speed.get("samples_per_s"),
-                      model_id=model.get("id"), task=model.get("task"), seq_len=seq_len, source=source)
+                      model_id=model.get("id"), task=model.get("task"), seq_len=seq_len, source=source,
+                      calibration_ratio=_ratio(speed.get("local_calibration")))
+
+
+def _ratio(calibration: Any) -> float:
+    """The step-time ratio of a JSON's ``speed.local_calibration`` (1: none)."""
+    ratio = calibration.get("step_time_ratio") if isinstance(calibration, dict) else None
+    return float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else 1.0
 
 
 def load(plan: str | Path | dict[str, Any] | Prediction) -> Prediction:

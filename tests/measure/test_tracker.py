@@ -38,3 +38,14 @@ def test_a_run_shorter_than_the_warm_up_reports_nothing() -> None:
     with Tracker(PLAN, warmup_steps=3) as t:
         t.step()
     assert t.summary is None and run_store.read().records == []
+
+
+def test_a_calibrated_plan_stores_the_models_own_prediction() -> None:
+    calibrated = {**PLAN, "speed": {"step_time_s": 2e-3, "tokens_per_s": 32_000.0, "samples_per_s": 500.0,
+                                    "local_calibration": {"step_time_ratio": 2.0, "runs": 3}}}
+    with Tracker(calibrated, warmup_steps=1, measure_steps=2) as t:
+        for _ in range(3):
+            t.step()
+    assert "step 0.002 s vs" in t.summary  # compared with what the user was shown
+    predicted = run_store.read().records[0]["predicted"]
+    assert predicted["step_time_s"] == 1e-3 and predicted["tokens_per_s"] == 64_000.0  # the ratios never compound
