@@ -53,7 +53,9 @@ def _plan_words(plan: dict[str, Any]) -> str:
 def _table(records: list[dict[str, Any]]):
     from rich.table import Table
 
-    t = Table(title=f"measured runs ({len(records)}; predicted / measured)", title_justify="left")
+    t = Table(title=f"measured runs ({len(records)}; predicted / measured)", title_justify="left",
+              caption="peak: max_memory_allocated on a GPU; on the CPU a trial's counted live tensors, a callback's "
+                      "model states", caption_justify="left")
     for col in ("date", "source", "device", "model", "plan", "step s", "tokens/s", "peak GiB"):
         t.add_column(col)
     for r in records:
@@ -63,7 +65,7 @@ def _table(records: list[dict[str, Any]]):
                   shown((r.get("model") or {}).get("id", "—")), shown(_plan_words(r.get("plan") or {})),
                   f"{_seconds(p.get('step_time_s'))} / {_seconds(m.get('step_time_s'))}",
                   f"{tokens:,.0f}" if isinstance(tokens, (int, float)) else "—",
-                  f"{_gib(p.get('peak_bytes'))} / {_gib(m.get('peak_bytes'))}")
+                  f"{_gib(p.get('peak_bytes'))} / {_gib(m.get('peak_bytes', m.get('states_bytes')))}")
     return t
 
 
