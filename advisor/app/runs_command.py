@@ -102,9 +102,7 @@ def published(record: dict[str, Any], index: int) -> dict[str, Any]:
         "workload": {"seq_len": record.get("seq_len"), "micro_batch_size": plan.get("micro_batch_size"),
                      "gradient_accumulation_steps": plan.get("gradient_accumulation_steps"),
                      "global_batch_size": plan.get("global_batch_size")},
-        "plan": {k: plan.get(k) for k in ("precision", "tf32", "optimizer", "gradient_checkpointing", "parallelism",
-                                          "offload", "method", "lora_rank", "lora_targets", "weights_dtype",
-                                          "double_quant")},
+        "plan": dict(plan),  # advisor's Plan: every field of the published format's plan, and the rest of the plan
         "stack": {"framework": plan.get("framework"), "attention": plan.get("attention"),
                   "fused_loss": plan.get("loss_kernel"), "packing": plan.get("packing"),
                   "compile": plan.get("torch_compile"), "fp8": plan.get("fp8"), "cuda": device.get("cuda"),
@@ -152,7 +150,8 @@ def add_parser(sub, epilog: str) -> None:
                        epilog=epilog)
     p.add_argument("--json", action="store_true", help="print the records as JSON (default: off)")
     p.set_defaults(func=cmd_runs)
-    actions = p.add_subparsers(dest="runs_action", metavar="ACTION", parser_class=type(p))
+    actions = p.add_subparsers(dest="runs_action", metavar="ACTION", parser_class=type(p),
+                               help="export or clear (default: list the runs)")
     e = actions.add_parser("export", help="write the runs in the format of benchmarks/published/", epilog=epilog)
     e.add_argument("--out", required=True, metavar="DIR", help=f"folder to write {EXPORT_FILE} in")
     e.set_defaults(func=cmd_export)

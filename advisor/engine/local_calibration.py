@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from advisor.core.plan import Plan
 from advisor.core.vocabulary import PARALLELISM_SPECS
-
-if TYPE_CHECKING:
-    from advisor.engine.speed import SpeedEstimate
 
 #: Runs of a class a correction needs.
 MIN_RUNS = 3
@@ -97,8 +94,8 @@ def calibration(records: list[dict[str, Any]], plan: Plan, device: str) -> Local
                             bounded=ratio != median, step_class=wanted, device=device)
 
 
-def calibrated(speed: SpeedEstimate, correction: LocalCalibration | None) -> SpeedEstimate:
-    """``speed`` with the correction applied (step time × ratio; samples/s, tokens/s, MFU ÷ ratio), or unchanged."""
+def calibrated(speed: BaseModel, correction: LocalCalibration | None) -> BaseModel:
+    """``speed`` (a :class:`advisor.engine.speed.SpeedEstimate`, which holds a LocalCalibration: not imported here) with the correction applied (step time × ratio; samples/s, tokens/s, MFU ÷ ratio), or unchanged."""
     if correction is None:
         return speed
     r = correction.step_time_ratio
