@@ -95,7 +95,8 @@ def calibration(records: list[dict[str, Any]], plan: Plan, device: str) -> Local
 
 
 def calibrated(speed: BaseModel, correction: LocalCalibration | None) -> BaseModel:
-    """``speed`` (a :class:`advisor.engine.speed.SpeedEstimate`, which holds a LocalCalibration: not imported here) with the correction applied (step time × ratio; samples/s, tokens/s, MFU ÷ ratio), or unchanged."""
+    """``speed`` (an :class:`advisor.engine.speed.SpeedEstimate`, not imported here: it imports this module) with the
+    correction applied (step time × ratio; samples/s, tokens/s, MFU ÷ ratio), or unchanged."""
     if correction is None:
         return speed
     r = correction.step_time_ratio
