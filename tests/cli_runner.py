@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import tempfile
 import subprocess
 import sys
 import warnings
@@ -33,7 +34,9 @@ from typing import Iterator, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the environment the commands ran with as subprocesses (PYTHONPATH: for the few that still do)
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160",
+       # never the user's store of measured runs (recording goldens outside pytest too): an empty folder
+       "ADVISOR_HOME": os.environ.get("ADVISOR_HOME") or tempfile.mkdtemp(prefix="advisor-home-")}
 
 
 @contextlib.contextmanager
@@ -81,7 +84,10 @@ def run_cli(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str] | None 
     ``env``: the whole environment of the call (default :data:`ENV`); ``columns`` sets ``COLUMNS`` in it."""
     from advisor.app.cli import run
 
+    given = env
     env = dict(ENV if env is None else env)
+    if given is None and "ADVISOR_HOME" in os.environ:  # the test's own store of runs (tests/conftest.py)
+        env["ADVISOR_HOME"] = os.environ["ADVISOR_HOME"]
     env.setdefault("HF_HUB_OFFLINE", "1")
     if columns is not None:
         env["COLUMNS"] = str(columns)

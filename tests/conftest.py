@@ -8,12 +8,16 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
 
 os.environ["HF_HUB_OFFLINE"] = "1"
+# no test reads or writes the user's local store of runs (advisor/measure/run_store.py): an empty folder by default,
+# a fresh one per test (the autouse fixture below)
+os.environ["ADVISOR_HOME"] = tempfile.mkdtemp(prefix="advisor-home-")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -102,3 +106,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     except Exception:  # pytest's private expression API changed: collect, -m still deselects
         return None
     return True
+
+
+@pytest.fixture(autouse=True)
+def _empty_run_store(tmp_path_factory, monkeypatch):
+    """Every test starts with an empty local store of runs of its own (``ADVISOR_HOME``), never the user's."""
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path_factory.mktemp("advisor_home")))

@@ -23,6 +23,9 @@ ALLOWED = {
     "advisor.engine": ("advisor.core", "probes", "rules", "advisor.engine"),
     "advisor.measure": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.measure"),
     "advisor.app": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.app"),
+    # the training callback and context manager (issue 46): the store of runs, never the app (recommend never loads it)
+    "advisor.integrations": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.measure",
+                             "advisor.integrations"),
     "advisor": ("advisor",),  # the package's lazy __init__ and __main__
     "tui": ("advisor.core", "probes", "rules", "advisor", "tui"),
 }

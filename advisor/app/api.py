@@ -23,12 +23,13 @@ import inspect
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, create_model
 
 from advisor.app.links import interconnect_update
 from advisor.app.plan_flags import (estimate_plan, given_settings, require_adapters_for, require_bounded_batch,
                                     require_plan_counts, split_batch)
-from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN,
+from advisor.app.local_runs import calibrate, calibrate_recommendation
+from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, CalibrationOption,
                                  OPTIONAL_PACKAGES, HardwareOptions, MethodOptions, PlanOptions, SimulateOption,
                                  StackOptions, TrialOptions, WorkloadOptions, check_given, parse)
 from advisor.engine import planner
@@ -37,10 +38,9 @@ from advisor.engine.decisions import Warning as RuleWarning
 from advisor.engine.legality import advice
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.recommendation import Recommendation, build
-from advisor.engine.schema import SCHEMA_VERSION
-from advisor.engine.speed import SpeedEstimate
 from advisor.engine.suggestions import faster_hardware, no_fit_error
 from advisor.core.errors import UsageError
+from advisor.app.estimate_models import Estimate, SimulatedMemory  # noqa: F401 (the API's models)
 from advisor.core.extras import require
 from advisor.core.limits import MAX_SIMULATED_LAYERS
 from probes.gpu_catalog import profile_from_catalog
@@ -55,8 +55,8 @@ from advisor.core.dimensions import BATCH, WORKLOAD_SETTINGS, Consumer, swapped
 
 #: The option groups each function takes (the CLI's flags come from the same groups).
 _QUESTION = (HardwareOptions, WorkloadOptions)
-_RECOMMEND = (*_QUESTION, MethodOptions, StackOptions)
-_ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption)
+_RECOMMEND = (*_QUESTION, MethodOptions, StackOptions, CalibrationOption)
+_ESTIMATE = (*_QUESTION, PlanOptions, SimulateOption, CalibrationOption)
 _VALIDATE = (WorkloadOptions, PlanOptions, TrialOptions)
 
 
@@ -185,39 +185,7 @@ def recommend(model: str | ModelProfile, *, hardware: HardwareProfile | None = N
     result = planner.search(_facts(model, opts, hardware))
     if result.best is None:
         raise no_fit_error(result)
-    return build(result, suggestions=faster_hardware(result))
-
-
-class SimulatedMemory(BaseModel):
-    """A simulated training step (``--simulate``): exact live-tensor accounting on fake tensors."""
-
-    peak_bytes: int = Field(description="peak bytes of live tensors in the simulated step (max_memory_allocated)")
-    device_bytes: int = Field(description="peak_bytes with the allocator reserve and CUDA context, as memory.device_bytes")
-    peak_phase: str = Field(description="where the peak happened: forward, backward or optimizer")
-    phase_peaks_bytes: dict[str, int] = Field(description="peak live bytes per phase")
-    analytic_error: float = Field(description="memory.peak_bytes / peak_bytes - 1 (the analytic model's error)")
-    wall_s: float = Field(description="seconds the simulation took")
-
-
-class Estimate(BaseModel):
-    """What ``advisor estimate --json`` prints."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    schema_version: str = SCHEMA_VERSION
-    """MAJOR.MINOR of this JSON's schema"""
-    plan: Plan
-    """the plan estimated"""
-    memory: MemoryEstimate
-    """its memory estimate per device"""
-    speed: SpeedEstimate
-    """its speed estimate"""
-    simulated: SimulatedMemory | None = Field(None, description="present with --simulate")
-    model: ModelProfile = Field(description="the model the plan trains")
-    workload: Workload
-    """sequence length and global batch size"""
-    warnings: list[RuleWarning] = Field(default_factory=list, description="what the rules say of this plan: their "
-                                    "warnings, and each value they would not choose here, with why")
+    return calibrate_recommendation(build(result, suggestions=faster_hardware(result)), opts.no_local_calibration)
 
 
 def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = None, **options: Any) -> Estimate:
@@ -256,6 +224,7 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
     simulated = _simulate(facts, plan, candidate.memory) if opts.simulate else None
     warnings = [RuleWarning(rule_id=e.rule_id, message=e.reason) for e in advice(facts, plan)]
     memory, speed = with_bands(candidate.memory, candidate.speed, plan, facts.gpu.cc[0] if facts.gpu else None)
+    speed = calibrate(speed, plan, facts.hardware, opts.no_local_calibration)  # the runs measured here (advisor runs)
     return Estimate(plan=plan, memory=memory, speed=speed, simulated=simulated,
                     model=facts.model, workload=facts.workload, warnings=warnings)
 

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Callable, NoReturn
 
-from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, HardwareOptions, HubOptions,
+from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, CalibrationOption, HardwareOptions, HubOptions,
                                  MethodOptions, ModelOptions, PlanOptions, SimulateOption, StackOptions, WorkloadOptions,
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
@@ -44,7 +44,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from advisor.app.api import probe_hardware
 
     if args.gpu and args.gpu.strip().lower() == "list":
-        return _list_gpus(args)
+        from advisor.app.hardware_report import list_gpus
+
+        return list_gpus(args.json, _console())
     hw = probe_hardware(**collect(args, HardwareOptions))
     if args.measure_context:
         hw = _measured_context(hw, given=bool(args.gpu))
@@ -79,27 +81,6 @@ def _measured_context(hw, given: bool):
     return hw.model_copy(update={"cuda_context_bytes": measured, "notes": [*hw.notes, note]})
 
 
-def _list_gpus(args: argparse.Namespace) -> int:
-    from probes.gpu_catalog import catalog
-
-    entries = list(catalog().values())
-    if args.json:
-        sys.stdout.write(json.dumps([e.model_dump() for e in entries], indent=2) + "\n")
-        return ExitCode.OK
-    from rich.table import Table
-
-    t = Table(title="GPU catalog (--gpu NAME[:COUNT])", title_justify="left")
-    for col in ("name", "GPU", "cc", "memory", "fp32", "tf32", "bf16/fp16", "bandwidth", "NVLink"):
-        t.add_column(col)
-    for e in entries:
-        p = e.peak_tflops
-        t.add_row(e.id, e.name, e.compute_capability, f"{e.memory_gib:g} GiB", f"{p.fp32:g}",
-                  f"{p.tf32:g}" if p.tf32 else "—", f"{(p.bf16 or p.fp16):g}", f"{e.memory_bandwidth_gbps:g} GB/s",
-                  f"{e.nvlink_bandwidth_gbps:g} GB/s" if e.nvlink_bandwidth_gbps else "—")
-    _console().print(t)
-    return ExitCode.OK
-
-
 def cmd_profile(args: argparse.Namespace) -> int:
     from advisor.app.api import profile_model
 
@@ -123,7 +104,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     try:
         with slow_notice(f"planning {args.model}…"):
             rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
-                            **collect(args, MethodOptions), **collect(args, StackOptions))
+                            **collect(args, MethodOptions), **collect(args, StackOptions),
+                            **collect(args, CalibrationOption))
     except NoFitError as err:
         if args.json:
             closest = err.closest
@@ -159,7 +141,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
                if args.simulate and sys.stderr.isatty() else nullcontext())
     with waiting:  # a progress line on stderr while the simulation runs, when stderr is a terminal
         est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
-                       **collect(args, WorkloadOptions), **collect(args, PlanOptions))
+                       **collect(args, WorkloadOptions), **collect(args, PlanOptions), **collect(args, CalibrationOption))
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed", "warnings"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -238,9 +220,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None, model_required: bool = True,
-                   objective: bool = True, helps: dict[str, str] | None = None) -> None:
+                   objective: bool = True, helps: dict[str, str] | None = None, calibration: bool = True) -> None:
     """--model, --task, the hardware flags and the workload flags (``helps``: a workload flag's help for this
-    command)."""
+    command); ``calibration``: --no-local-calibration."""
     add_arguments(p, ModelOptions, required=("model",) if model_required else (),
                   helps={"model": model_help} if model_help else None)
     add_arguments(p, HubOptions)
@@ -248,6 +230,8 @@ def _workload_args(p: argparse.ArgumentParser, *, model_help: str | None = None,
     add_arguments(p, HardwareOptions)
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size") + (("objective",) if objective else ())
                   + ("from_scratch", "mean_sample_len"), helps=helps)
+    if calibration:
+        add_arguments(p, CalibrationOption)
 
 
 def _stack_args(p: argparse.ArgumentParser) -> None:
@@ -327,13 +311,16 @@ def build_parser() -> argparse.ArgumentParser:
     from advisor.app.compare import add_parser as add_compare
     from advisor.app.validate_command import add_parser as add_validate
 
+    from advisor.app.runs_command import add_parser as add_runs
+
     add_compare(sub, EXIT_CODES_HELP)
+    add_runs(sub, EXIT_CODES_HELP)
     _add_estimate(sub)
     add_validate(sub, EXIT_CODES_HELP)
 
     p = sub.add_parser("tui", help="the terminal wizard (the options of recommend; with --model it opens on "
                                    "the recommendation)", epilog=EXIT_CODES_HELP)
-    _workload_args(p, model_required=False)
+    _workload_args(p, model_required=False, calibration=False)
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     _stack_args(p)
     p.add_argument("--out", default=WIZARD_OUT_DIR, metavar="DIR", help="the export step's folder (default: %(default)s)")

@@ -16,6 +16,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from advisor.engine.local_calibration import LocalCalibration
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.core.errors import UsageError
 from advisor.core.limits import MAX_TOKENS
@@ -56,6 +57,8 @@ class CompareRow(BaseModel):
     """the price given for one of these GPUs for an hour, US dollars"""
     cost_per_billion_tokens_usd: float | None = None
     """estimated cost of a billion tokens at that price, all GPUs, US dollars"""
+    local_calibration: LocalCalibration | None = None
+    """the correction of the runs measured on this GPU model, when applied to its speed (advisor runs)"""
 
 
 class Comparison(BaseModel):
@@ -106,6 +109,7 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int,
     """One GPU's row, its workload, and why no plan can run there when the settings rule every layout out (as
     :func:`advisor.engine.legality.no_layout_error` says it; None otherwise)."""
     from advisor.app import api
+    from advisor.app.local_runs import calibrate
     from advisor.engine import planner
     from advisor.engine.candidates import nothing_fits
     from advisor.engine.legality import no_layout_error
@@ -122,12 +126,14 @@ def _row(profile, spec: str, opts: dict[str, Any], tokens: int,
                           device_bytes=closest.memory.device_bytes if closest else 0,
                           usable_bytes=closest.memory.usable_bytes if closest else 0,
                           price_per_gpu_hour_usd=price), facts.workload, refused
-    tps = best.speed.tokens_per_s
+    speed = calibrate(best.speed, best.plan, hw, bool(opts.get("no_local_calibration")))  # the runs measured here
+    tps = speed.tokens_per_s
     cost = price * hw.num_gpus * DEFAULT_TOKENS / tps / 3600 if price is not None else None
     return CompareRow(gpu=spec, gpu_name=hw.gpu.name, num_gpus=hw.num_gpus, fits=True, plan=best.plan,
                       device_bytes=best.memory.device_bytes, usable_bytes=best.memory.usable_bytes,
-                      step_time_s=best.speed.step_time_s, tokens_per_s=tps, time_s=tokens / tps,
-                      price_per_gpu_hour_usd=price, cost_per_billion_tokens_usd=cost), facts.workload, None
+                      step_time_s=speed.step_time_s, tokens_per_s=tps, time_s=tokens / tps,
+                      price_per_gpu_hour_usd=price, cost_per_billion_tokens_usd=cost,
+                      local_calibration=speed.local_calibration), facts.workload, None
 
 
 def _check_arguments(gpus: object, tokens: object, prices: object) -> None:
@@ -271,6 +277,9 @@ def comparison_table(c: Comparison, width: int = 160):
             continue
         t.add_row(r.gpu, *method, f"{r.tokens_per_s:,.0f}", f"{r.step_time_s:.2f} s", duration(r.time_s),
                   *(price if priced else []), *memory, *([r.plan.describe()] if wide else []))
+    calibrated = [f"{r.gpu}: {r.local_calibration.describe()}" for r in c.rows if r.local_calibration]
+    if calibrated:
+        t.caption, t.caption_justify = "; ".join(calibrated), "left"
     if wide:
         return t
     plans = Table.grid(padding=(0, 2))
@@ -297,11 +306,12 @@ def stderr_progress() -> Callable[[int, int, str], None] | None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``advisor compare``: the table, or the JSON."""
-    from advisor.app.options import HardwareOptions, MethodOptions, WorkloadOptions, collect
+    from advisor.app.options import CalibrationOption, HardwareOptions, MethodOptions, WorkloadOptions, collect
     from advisor.app.progress import console
     from advisor.core.errors import ExitCode
 
-    options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions)}
+    options = {**collect(args, HardwareOptions), **collect(args, WorkloadOptions), **collect(args, MethodOptions),
+               **collect(args, CalibrationOption)}
     options.pop("gpu", None)
     result = compare(args.model, gpus=args.gpu, tokens=args.tokens, prices=parse_prices(args.price_per_hour),
                      sort=args.sort, progress=stderr_progress(), **options)
@@ -326,7 +336,8 @@ def _tokens(text: str) -> int:
 
 def add_parser(sub, epilog: str) -> None:
     """``advisor compare``'s flags: the workload and method flags, several GPUs, the tokens, prices and order."""
-    from advisor.app.options import HardwareOptions, MethodOptions, ModelOptions, WorkloadOptions, add_arguments
+    from advisor.app.options import (CalibrationOption, HardwareOptions, MethodOptions, ModelOptions, WorkloadOptions,
+                                     add_arguments)
 
     p = sub.add_parser("compare", help="which GPU? the best plan per GPU, time and cost for N tokens",
                        epilog=epilog)
@@ -338,6 +349,7 @@ def add_parser(sub, epilog: str) -> None:
     add_arguments(p, WorkloadOptions, ("seq_len", "global_batch_size", "objective", "from_scratch",
                                        "mean_sample_len"))
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
+    add_arguments(p, CalibrationOption)
     p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
                    help="training tokens the time column is for (default 1e9 tokens)")
     p.add_argument("--price-per-hour", action="append", metavar="NAME=USD",

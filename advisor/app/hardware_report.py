@@ -83,3 +83,27 @@ def cuda_stack_line(hw: HardwareProfile) -> Text:
     return Text(f"CUDA: {torch}context {hw.context_bytes / MIB:,.0f} MiB per GPU ({why})")
 
 
+
+
+def list_gpus(as_json: bool, console) -> int:
+    """``advisor probe --gpu list``: the GPU catalog as a table on ``console``, or JSON on stdout; returns exit 0."""
+    import json
+    import sys
+
+    from advisor.core.errors import ExitCode
+    from probes.gpu_catalog import catalog
+
+    entries = list(catalog().values())
+    if as_json:
+        sys.stdout.write(json.dumps([e.model_dump() for e in entries], indent=2) + "\n")
+        return ExitCode.OK
+    t = Table(title="GPU catalog (--gpu NAME[:COUNT])", title_justify="left")
+    for col in ("name", "GPU", "cc", "memory", "fp32", "tf32", "bf16/fp16", "bandwidth", "NVLink"):
+        t.add_column(col)
+    for e in entries:
+        p = e.peak_tflops
+        t.add_row(e.id, e.name, e.compute_capability, f"{e.memory_gib:g} GiB", f"{p.fp32:g}",
+                  f"{p.tf32:g}" if p.tf32 else "—", f"{(p.bf16 or p.fp16):g}", f"{e.memory_bandwidth_gbps:g} GB/s",
+                  f"{e.nvlink_bandwidth_gbps:g} GB/s" if e.nvlink_bandwidth_gbps else "—")
+    console.print(t)
+    return ExitCode.OK

@@ -17,7 +17,6 @@ import argparse
 import re
 import types
 import typing
-from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, create_model, field_validator
@@ -26,10 +25,10 @@ from probes.cuda_stack import CUDA_VERSION_PATTERN
 from advisor.core.errors import UsageError
 from advisor.core.kernels import STACK_PACKAGES
 from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_SIZE_BYTES
-from advisor.core.units import GIB, KIB, MIB
 from advisor.core.vocabulary import Method, Objective, Task, literal, values
 from advisor.core.dimensions import ADAPTER_SHAPE, BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
 from advisor.core.plan import STACK_SETTINGS, Plan, Workload
+from advisor.app.sizes import size  # noqa: F401 (the flags' type, and the API's)
 
 DEFAULT_SEQ_LEN = 1024  #: capped by the model's max positions
 DEFAULT_GLOBAL_BATCH_SIZE = 64  #: the documents' running example ("train with a batch size of 64")
@@ -200,6 +199,13 @@ class SimulateOption(_Options):
                                               "default: off)")
 
 
+class CalibrationOption(_Options):
+    """Whether ``recommend``, ``estimate`` and ``compare`` scale the speed by the runs measured on this machine."""
+
+    no_local_calibration: bool = Field(False, description="price the speed as the model does, without the correction "
+                                                          "of the runs measured on this GPU model (advisor runs)")
+
+
 class TrialOptions(_Options):
     """How ``validate`` runs its trials."""
 
@@ -279,29 +285,6 @@ def check_given(hardware: object = None, plan: object = None) -> None:
 
 
 # -- the command line ----------------------------------------------------------------------------------
-
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": KIB, "mib": MIB,
-               "gib": GIB, "tib": 1024 * GIB}
-
-
-def size(text: str) -> int:
-    """'2GiB', '512MiB', '1.5GB' or a number of bytes → bytes.
-
-    Raises:
-        argparse.ArgumentTypeError: not a size, not more than 0 bytes, or more than
-            :data:`~advisor.core.limits.MAX_SIZE_BYTES` (a number of 400 digits is one line, not an OverflowError).
-    """
-    match = re.fullmatch(r"\s*(-?)\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
-    unit = match.group(3).lower() if match else None
-    if not match or unit not in _SIZE_UNITS:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a size (e.g. 2GiB, 512MiB, 1.5GB or bytes)")
-    value = int(Decimal(match.group(2)) * _SIZE_UNITS[unit]) * (-1 if match.group(1) else 1)  # exact at any length
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"'{text}' must be more than 0 bytes")
-    if value > MAX_SIZE_BYTES:
-        raise argparse.ArgumentTypeError(f"'{text[:40]}' is more than 1 EiB, the largest size advisor accepts")
-    return value
-
 
 def _number(kind: type):
     """An argparse type: a whole (or real) number. Bounds are checked where the API checks them

@@ -121,6 +121,8 @@ def speed_table(speed: SpeedEstimate) -> Table:
     t.add_row("MFU", f"{speed.mfu:.0%} of {speed.peak_flops_per_s / 1e12:,.1f} TFLOP/s per device")
     if speed.communication_s:
         t.add_row("communication", f"{speed.communication_s:.3f} s per step (exposed)")
+    if speed.local_calibration:
+        t.add_row("calibrated", speed.local_calibration.describe())
     return t
 
 
@@ -205,6 +207,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
         figures.append(_line(("host   ", "bold"), f"{gib(mem.host_bytes)} in RAM of {gib(mem.host_capacity_bytes or 0)} "
                              "per node assumed (the catalog's typical server; --host-memory SIZE for yours)"))
+    if sp.local_calibration:  # the runs measured on this machine (advisor runs)
+        figures.append(_line("       ", (sp.local_calibration.describe(), "green")))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
     for most in (2, 1):  # many decided settings: the folded rows give up their second line to keep 24
         card = [*lines, *folded(most), *figures]

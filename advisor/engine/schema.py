@@ -35,6 +35,8 @@ memory.band and speed.step_time_band (the uncertainty from the published runs' l
 1.22: plan.context_parallel (each sequence split over C GPUs: ring attention). 1.23: recommendation.hand_off (the
 --emit target whose files alone run some settings: trl); hardware.typical_host_memory_bytes / typical_host_source
 (the catalog's typical server's RAM, what offload is checked against without --host-memory).
+1.24: speed.local_calibration (and compare's rows' local_calibration): the correction of the runs measured on this
+machine (advisor runs), when applied.
 """
 
-SCHEMA_VERSION = "1.23"
+SCHEMA_VERSION = "1.24"

@@ -23,6 +23,7 @@ import math
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
+from advisor.engine.local_calibration import LocalCalibration
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
@@ -62,6 +63,9 @@ class SpeedEstimate(BaseModel):
     step_time_band: float | None = Field(None, description="the uncertainty of step_time_s, relative (0.2: ± 20 %): "
                                          "the published runs of the plan's class (method, sharding, GPU generation) "
                                          "scored leave-one-source-out; None on the CPU")
+    local_calibration: LocalCalibration | None = Field(None, description="the correction of the runs measured on this "
+                                                       "machine, when applied (the figures above include it); None: "
+                                                       "the model's own figures")
 
 
 def attention_forward_flops(model: ModelProfile, micro_batch: int, seq_len: int, attended: float | None = None

@@ -38,6 +38,7 @@ from advisor.measure.session import Session
 from advisor.core.dimensions import Consumer, refusal
 from advisor.core.errors import UsageError
 from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
+from advisor.measure.run_store import record_validation
 from rules import Facts, Plan
 from rules.stack import installed_bitsandbytes, installed_legacy_bitsandbytes
 
@@ -184,17 +185,25 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
     comparison = _compare(session, confirmed, plan) if compare and session.baseline_may_run() else None
     session.warnings.extend(_spread_warnings(session.trials))
     interrupted = stop.is_set()
-    if confirmed is None:
-        verdict: Verdict = "incomplete" if interrupted or session.expired else "failed"
-    elif confirmed.plan == plan and confirmed.runtime == session.runtime and swap is None:
-        verdict = "confirmed"
-    else:
-        verdict = "corrected"
-    return ValidationReport(
+    verdict: Verdict = (("incomplete" if interrupted or session.expired else "failed") if confirmed is None else
+                        "confirmed" if confirmed.plan == plan and confirmed.runtime == session.runtime and swap is None
+                        else "corrected")
+    report = ValidationReport(
         created=created, device=_device(facts, memory_limit_bytes), model=facts.model.id, task=facts.model.task,
         workload=facts.workload, steps=steps, warmup_steps=warmup, trials=session.trials, verdict=verdict,
         confirmed_plan=confirmed.plan if confirmed else None, comparison=comparison, warnings=session.warnings,
         interrupted=interrupted, wall_s=time.perf_counter() - started)
+    report.warnings.extend(filter(None, [record_validation(report, store_device(facts.hardware))]))  # the local store
+    return report
+
+
+def store_device(hardware) -> dict:
+    """The device of a store record (:func:`advisor.measure.run_store.record`) from a hardware profile."""
+    gpu = hardware.gpu
+    if gpu is None:
+        return {"type": Device.CPU.value, "name": hardware.host.cpu_model or Device.CPU.value, "count": 1,
+                "driver": None}
+    return {"type": Device.CUDA.value, "name": gpu.name, "count": hardware.num_gpus, "driver": gpu.driver_version}
 
 
 def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:

@@ -170,7 +170,7 @@ from advisor.app.cli import run
 for argv in ({argvs}):
     code = run(argv)
     assert code == 0, (argv, code)
-heavy = sorted(m for m in ("torch", "transformers", "textual") if m in sys.modules)
+heavy = sorted(m for m in ("torch", "transformers", "textual", "advisor.integrations") if m in sys.modules)
 print("HEAVY:" + ",".join(heavy))
 """
 

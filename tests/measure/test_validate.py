@@ -66,6 +66,13 @@ def test_cpu_trial_confirms_the_plan_and_measures_it(tiny) -> None:
     assert m.device_bytes > m.peak_bytes  # the process's peak RSS holds torch itself too
     assert report.device.type == "cpu" and report.device.torch_version == torch.__version__
     ValidationReport.model_validate_json(report.model_dump_json())  # the JSON round-trips
+    # the trial is in the local store of runs (ADVISOR_HOME: the test's empty folder)
+    from advisor.measure import run_store
+
+    (stored,) = run_store.read().records
+    assert stored["source"] == run_store.SOURCE_VALIDATE and stored["device"]["type"] == "cpu"
+    assert stored["measured"]["step_time_s"] == m.step_time_s and stored["plan"] == trial.plan.model_dump(mode="json")
+    assert stored["predicted"]["step_time_s"] == trial.predicted.speed.step_time_s
 
 
 def test_gpt2_cpu_plan_runs_end_to_end() -> None:
