@@ -1,9 +1,7 @@
-"""The tracker's own cost and bookkeeping, without a model (advisor/integrations/tracker.py): a step costs
-microseconds, never the training's time."""
+"""The tracker's bookkeeping, without a model (advisor/integrations/tracker.py); its cost per step is measured in
+benchmarks/tracker_overhead.py, not here (no timed unit tests)."""
 
 from __future__ import annotations
-
-import time
 
 from advisor.integrations import Tracker
 from advisor.measure import run_store
@@ -14,13 +12,10 @@ PLAN = {"plan": cpu_plan().model_dump(mode="json"), "memory": {"peak_bytes": 2**
         "speed": {"step_time_s": 1e-3, "tokens_per_s": 64_000.0, "samples_per_s": 1000.0}}
 
 
-def test_a_step_costs_microseconds() -> None:
+def test_a_window_of_steps_is_summarised_without_the_store() -> None:
     t = Tracker(PLAN, warmup_steps=2, measure_steps=2000, store=False)
-    started = time.perf_counter()
     for _ in range(2002):
         t.step(tokens=64)
-    per_step = (time.perf_counter() - started) / 2002
-    assert per_step < 200e-6, per_step  # under 1 % of a 20 ms step
     assert t.summary is not None and t.record["measured"]["steps"] == 2000
     assert t.record["seq_len"] == 64 and run_store.read().records == []
 
