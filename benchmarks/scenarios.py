@@ -48,6 +48,18 @@ SCENARIOS = (
     "--model t5-base --gpu t4:2",
     "--model meta-llama/Llama-3.1-70B --gpu h100-sxm:8 --nodes 4",
     "--model meta-llama/Llama-3.1-70B --gpu a100-80gb:8",
+    # issue 42's commands (the method follows the figures, long context, MoE adapters, fp16 base, host RAM)
+    "--model meta-llama/Llama-3.1-70B --gpu h100-sxm:8 --seq-len 4096",
+    "--model meta-llama/Llama-3.1-70B --gpu rtx-a6000 --seq-len 2048 --global-batch-size 16",
+    "--model Qwen/Qwen3-14B --gpu l40s:4 --seq-len 8192 --global-batch-size 32",
+    "--model deepseek-ai/DeepSeek-V2-Lite --gpu a100-80gb --seq-len 2048",
+    "--model meta-llama/Llama-3.1-8B --gpu rtx-4090:4",
+    "--model meta-llama/Llama-3.1-8B --gpu h100-sxm --seq-len 4096 --objective memory",
+    "--model meta-llama/Llama-3.1-8B --gpu h100-sxm:8 --seq-len 4096 --method lora",
+    "--model mistralai/Mistral-7B-v0.1 --gpu v100-32gb --seq-len 2048",
+    "--model meta-llama/Llama-3.1-8B --gpu h100-sxm:8 --seq-len 131072 --global-batch-size 8",
+    "--model Qwen/Qwen3-30B-A3B --gpu a100-80gb --seq-len 2048 --method lora",
+    "--model meta-llama/Llama-3.1-70B --gpu t4",
 )
 
 
