@@ -1,6 +1,12 @@
 """What `benchmarks/validate_device.py`'s records say about advisor's device constants (issue 13, item 4).
 
 Usage: python benchmarks/refit_device.py RECORDS.jsonl [...] [--out FILE]
+       python benchmarks/refit_device.py --store [RUNS.jsonl] [--out FILE]
+
+``--store`` reads the local store of measured runs instead (issue 46: ``advisor validate``'s trials and the training
+callback's records, :mod:`advisor.measure.run_store`; default the user's store, or an ``advisor runs export`` file):
+the same speed per stack, and the measured peak over the predicted, per device. A GPU lent for benchmarks and a
+user's own runs feed one path.
 
 Reads the ``ValidationReport`` records of one or more runs and prints, per quantity, the value the measurements
 imply beside the constant advisor uses now, each a median over the trials that ran cleanly:
@@ -42,6 +48,7 @@ from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, 
 from advisor.engine.memory import persistent_bytes  # noqa: E402
 from advisor.measure.report_models import Trial  # noqa: E402
 from benchmarks.device_records import read_records  # noqa: E402
+from rules import Plan  # noqa: E402
 
 MIB = 2**20
 
@@ -137,11 +144,47 @@ def report(reports, device_type: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _StoredTrial:
+    """A store record as :func:`stack_key` reads a trial (its ``plan``)."""
+
+    def __init__(self, record: dict) -> None:
+        self.plan = Plan.model_validate(record["plan"])
+
+
+def store_report(records: list[dict]) -> str:
+    """The markdown of what the store's records imply, per device and stack: predicted over measured step time, and
+    the measured peak (``max_memory_allocated``, or the callback's lower bound on the CPU) over the predicted."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in records:
+        if (r.get("measured") or {}).get("step_time_s") and (r.get("predicted") or {}).get("step_time_s"):
+            groups[((r.get("device") or {}).get("name") or "?", stack_key(_StoredTrial(r)))].append(r)
+    lines = [f"# What the local store implies ({sum(map(len, groups.values()))} runs)", "",
+             "| device | stack | runs | step time predicted / measured | peak measured / predicted |",
+             "|---|---|---|---|---|"]
+    for (device, key), rs in sorted(groups.items()):
+        speed = [r["predicted"]["step_time_s"] / r["measured"]["step_time_s"] for r in rs]
+        peak = [r["measured"]["peak_bytes"] / r["predicted"]["peak_bytes"] for r in rs
+                if r["measured"].get("peak_bytes") and r["predicted"].get("peak_bytes")]
+        lines.append(f"| {device} | {key} | {len(rs)} | {_median(speed)} | {_median(peak)} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("records", nargs="+", help="validate_<device>.jsonl files")
+    parser.add_argument("records", nargs="*", help="validate_<device>.jsonl files")
+    parser.add_argument("--store", nargs="?", const="", metavar="RUNS.jsonl",
+                        help="read the local store of measured runs (or this export of it) instead")
     parser.add_argument("--out", help="write the markdown here (default: stdout)")
     args = parser.parse_args(argv)
+    if args.store is not None:
+        from advisor.measure import run_store
+
+        runs = run_store.read(Path(args.store) if args.store else None)
+        text = store_report(runs.records)
+        Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
+        return
+    if not args.records:
+        sys.exit("refit_device: give validate_<device>.jsonl files, or --store")
     try:
         _, rows = read_records([Path(p) for p in args.records])
     except (OSError, ValueError) as exc:

@@ -38,7 +38,7 @@ from advisor.app.emit_deepspeed import deepspeed_config
 from advisor.app.emit_slurm import SLURM_FILE, slurm_script
 from advisor.app.emit_trl import sft_config
 from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_CONFIG_FILE, MODEL_KWARGS_FILE,
-                                    SFT_CONFIG_FILE, TRAINING_ARGS_FILE, lora_config, model_kwargs,
+                                    PLAN_FILE, SFT_CONFIG_FILE, TRAINING_ARGS_FILE, lora_config, model_kwargs,
                                     needs_trl, transformers_version)
 from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
@@ -53,9 +53,11 @@ from advisor.core.vocabulary import Device, Method, Offload, Optimizer, Parallel
 TARGETS = ("hf", "accelerate", "deepspeed", "torchrun", TRL_TARGET, "slurm")
 FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", "deepspeed": DS_CONFIG_FILE,
               "torchrun": LAUNCH_FILE, TRL_TARGET: SFT_CONFIG_FILE, "slurm": SLURM_FILE}
-#: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too; ``trl`` PEFT's too)
-GROUPS = {**{t: (name,) for t, name in FILE_NAMES.items()},
-          "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE, LORA_CONFIG_FILE), TRL_TARGET: (SFT_CONFIG_FILE, LORA_CONFIG_FILE)}
+#: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too; ``trl`` PEFT's too;
+#: every target the plan they were made from, :data:`PLAN_FILE`)
+GROUPS = {t: (*names, PLAN_FILE) for t, names in {**{t: (name,) for t, name in FILE_NAMES.items()},
+          "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE, LORA_CONFIG_FILE),
+          TRL_TARGET: (SFT_CONFIG_FILE, LORA_CONFIG_FILE)}.items()}
 
 #: ``recommend --emit``'s help: the targets, their files, and what ``all`` writes.
 EMIT_HELP = ("also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and lora_config.json for LoRA "
@@ -282,7 +284,8 @@ def wanted_targets(rec: Recommendation, targets: list[str]) -> list[str]:
 def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     """File name → text for the targets (:func:`wanted_targets`). ``hf`` writes ``training_args.json``,
     ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``; ``trl`` ``sft_config.json`` (and
-    ``lora_config.json``); ``torchrun`` ``launch.sh``; ``slurm`` ``launch.slurm``.
+    ``lora_config.json``); ``torchrun`` ``launch.sh``; ``slurm`` ``launch.slurm``; every set ``plan.json``, the
+    recommendation (:data:`PLAN_FILE`: what ``advisor.integrations`` checks the run against).
 
     Raises:
         UsageError: an inapplicable target (:func:`wanted_targets`), a tensor / pipeline / expert parallel plan, a
@@ -313,6 +316,7 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
             files[name] = slurm_script(rec)
         else:
             files[name] = launch_script(rec)
+    files[PLAN_FILE] = rec.model_dump_json(indent=2) + "\n"  # what the training callback checks the run against
     return files
 
 

@@ -30,6 +30,8 @@ NVME_PATH = "/local_nvme"
 DS_CONFIG_FILE = "ds_config.json"  #: the DeepSpeed config's name (``advisor.app.emit.FILE_NAMES``)
 TRAINING_ARGS_FILE = "training_args.json"  #: ``TrainingArguments`` (``--emit hf``)
 SFT_CONFIG_FILE = "sft_config.json"  #: TRL's ``SFTConfig`` (``--emit trl``)
+#: The recommendation the files were made from (every ``--emit``): what ``advisor.integrations`` checks the run against
+PLAN_FILE = "plan.json"
 #: accelerate's fp8 backend for an fp8 plan: torchao's float8 training (``FP8BackendType.AO``), what the plan is
 #: priced with (rule ``stack.fp8``); ``accelerate launch`` turns accelerate_config.yaml's ``fp8_config`` into these
 #: variables, the launch scripts export them (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).
@@ -111,7 +113,9 @@ def load_notes(rec: Recommendation) -> list[str]:
     how to run the optimizer step in backward (torchtune's ``optimizer_in_bwd``; the Trainer has none)."""
     plan = rec.plan
     dtype = WEIGHT_DTYPES[WeightsDtype.of(plan.weights_dtype)]
-    lines = [f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
+    lines = [f"# Check the run against {PLAN_FILE} (the plan priced): Trainer(..., callbacks=[advisor.integrations."
+             f"AdvisorCallback(\"{PLAN_FILE}\")]), or advisor.integrations.track(\"{PLAN_FILE}\") in a plain loop.",
+             f"# Load the model with the arguments of {MODEL_KWARGS_FILE} (--emit hf): "
              f"from_pretrained(model_id, **json.load(open(\"{MODEL_KWARGS_FILE}\"))), in {dtype}"
              + (" (pure bf16: no fp32 master copy)" if plan.weights_dtype == WeightsDtype.BF16 else "")
              + (" (the frozen base in fp16; PEFT keeps the adapters in fp32)" if plan.weights_dtype == WeightsDtype.FP16

@@ -163,7 +163,8 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     before = {p.name: p.read_text() for p in emit(rec, ["all"], tmp_path / "a")}
     after = {p.name: p.read_text() for p in emit(changed, ["all"], tmp_path / "b")}
     # all: every target the plan uses (the Slurm script only on several nodes), and the folder's manifest
-    assert set(before) == set(after) == {*FILE_NAMES.values(), MODEL_KWARGS_FILE, MANIFEST_FILE} - {FILE_NAMES["slurm"]}
+    assert set(before) == set(after) == {*FILE_NAMES.values(), MODEL_KWARGS_FILE, MANIFEST_FILE,
+                                         "plan.json"} - {FILE_NAMES["slurm"]}
     args = json.loads(after["training_args.json"])
     assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["fp16"], args["bf16"],
             args["dataloader_num_workers"], args["torch_compile"]) == (2, 4, True, False, 7, False)
@@ -195,8 +196,10 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     rec = Recommendation.model_validate_json(res.stdout)  # stdout stays the recommendation's JSON
     assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "accelerate_config.yaml", "launch.sh",
-                                                     MODEL_KWARGS_FILE, "sft_config.json", "training_args.json"]
+                                                     MODEL_KWARGS_FILE, "plan.json", "sft_config.json",
+                                                     "training_args.json"]
     assert json.loads((out / "training_args.json").read_text()) == training_args(rec)
+    assert Recommendation.model_validate_json((out / "plan.json").read_text()) == rec  # what the callback reads
     assert (out / "launch.sh").stat().st_mode & 0o111
     assert f"wrote {out / 'launch.sh'}" in res.stderr
     bad = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "deepspeed")

@@ -122,3 +122,22 @@ def test_the_grid_is_listed_with_plans_memory_and_time_for_a_catalog_gpu(capsys)
     assert len(rows) == len(validate_device.GPU_GRID) + len(validate_device.STACK_GRID)
     assert all(" GiB; about " in x for x in rows), rows  # every row plans on an H100 (no row is left to OOM)
     assert "micro-batch 1 × 8, eager" in rows[2] and lines[-1].startswith("about ")
+
+
+def test_refit_device_reads_the_local_store_of_runs(tmp_path, monkeypatch, capsys) -> None:
+    """issue 46: a user's runs (validate's trials, the callback's records) feed the same refit path as a lent GPU's
+    records: per device and stack, predicted over measured step time and measured over predicted peak."""
+    from advisor.measure import run_store
+    from helpers import cpu_plan
+
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path))
+    plan = cpu_plan().model_dump(mode="json")
+    for measured in (2.0, 2.0, 4.0):
+        run_store.append(run_store.record(source=run_store.SOURCE_VALIDATE, device={"type": "cpu", "name": "cpu x"},
+                                          model={"id": "gpt2", "task": "causal-lm"}, plan=plan, seq_len=64,
+                                          predicted={"step_time_s": 1.0, "peak_bytes": 100},
+                                          measured={"step_time_s": measured, "peak_bytes": 110}, notes="test"))
+    refit_device.main(["--store"])
+    out = capsys.readouterr().out
+    assert "3 runs" in out and "| cpu x |" in out
+    assert "0.500 (n=3, range 0.250-0.500)" in out and "1.100 (n=3" in out
