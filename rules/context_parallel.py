@@ -9,10 +9,10 @@ from rules import sources as S
 from rules.base import Effect, Rule, register
 from rules.facts import Facts, Plan
 
-#: Tokens a context-parallel rank keeps at least: below, a ring hop's key / value block is too small for the
+#: Tokens a context-parallel rank keeps at least (8k): below, a ring hop's key / value block is too small for the
 #: attention compute beside it to hide its exchange (ring attention's premise, Liu et al. 2023 sec. 3). An
 #: assumption, not a fit: torchtitan's and accelerate's context-parallel examples split 32k-1M-token sequences.
-MIN_TOKENS_PER_RANK = 4096
+MIN_TOKENS_PER_RANK = 8192
 
 
 @register

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.core.dimensions import TRL_TARGET, Consumer, runs_only_in
+from advisor.core.files import PLAN_FILE  # noqa: F401 (every --emit writes it: advisor.app.emit)
 from advisor.engine.recommendation import Recommendation
 from probes.lora_config import WEIGHT_DTYPES, bnb_config_kwargs, lora_config_kwargs
 from advisor.core.kernels import Attention, LossKernel
@@ -30,8 +31,6 @@ NVME_PATH = "/local_nvme"
 DS_CONFIG_FILE = "ds_config.json"  #: the DeepSpeed config's name (``advisor.app.emit.FILE_NAMES``)
 TRAINING_ARGS_FILE = "training_args.json"  #: ``TrainingArguments`` (``--emit hf``)
 SFT_CONFIG_FILE = "sft_config.json"  #: TRL's ``SFTConfig`` (``--emit trl``)
-#: The recommendation the files were made from (every ``--emit``): what ``advisor.integrations`` checks the run against
-PLAN_FILE = "plan.json"
 #: accelerate's fp8 backend for an fp8 plan: torchao's float8 training (``FP8BackendType.AO``), what the plan is
 #: priced with (rule ``stack.fp8``); ``accelerate launch`` turns accelerate_config.yaml's ``fp8_config`` into these
 #: variables, the launch scripts export them (``accelerate.utils.launch.setup_fp8_env``, ``Accelerator.fp8_backend``).

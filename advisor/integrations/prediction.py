@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import UsageError
+from advisor.core.files import PLAN_FILE  # --emit writes it beside the configs
 from probes.config_check import read_bounded
 
-from advisor.app.emit_model import PLAN_FILE  # noqa: E402 (--emit writes it beside the configs)
 #: The memory band used when the JSON has none (a CPU plan, an older schema): ± 10 %.
 DEFAULT_MEMORY_BAND = 0.10
 
