@@ -39,7 +39,7 @@ from advisor.app.emit_slurm import SLURM_FILE, slurm_script
 from advisor.app.emit_trl import sft_config
 from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_CONFIG_FILE, MODEL_KWARGS_FILE,
                                     PLAN_FILE, SFT_CONFIG_FILE, TRAINING_ARGS_FILE, lora_config, model_kwargs,
-                                    needs_trl, transformers_version)
+                                    needs_trl, parallelism_sizes, transformers_version)
 from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
 from advisor.app.manifest import MANIFEST_FILE, plan_folder
@@ -246,6 +246,9 @@ def accelerate_config(rec: Recommendation) -> dict[str, Any]:
         config["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     if plan.fp8:  # accelerate's torchao backend converts the linear layers (accelerate.utils.ao.convert_model_to_fp8_ao)
         config["fp8_config"] = {"backend": FP8_BACKEND}
+    sizes = parallelism_sizes(rec)  # context parallel: accelerate launch sets ParallelismConfig from these
+    if sizes:
+        config["parallelism_config"] = {f"parallelism_config_{k}": v for k, v in sizes.items()}
     return config
 
 

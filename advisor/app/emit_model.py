@@ -50,10 +50,30 @@ def config_file(rec: Recommendation) -> str:
     return SFT_CONFIG_FILE if needs_trl(rec) else TRAINING_ARGS_FILE
 
 
+def parallelism_sizes(rec: Recommendation) -> dict[str, int | str]:
+    """accelerate's ``ParallelismConfig`` of a context-parallel plan ({} otherwise): FSDP2 shards over the
+    data-parallel x context-parallel ranks (``dp_shard_size`` x ``cp_size`` = the GPUs), torch's ring attention
+    (``cp_backend`` torch). Source: accelerate's ``parallelism_config.py`` and its context-parallelism guide,
+    https://huggingface.co/docs/accelerate/concept_guides/context_parallelism; the Trainer reads it from the
+    accelerator (``Trainer.get_cp_size``)."""
+    plan = rec.plan
+    if plan.context_parallel <= 1:
+        return {}
+    return {"dp_replicate_size": 1, "dp_shard_size": plan.data_parallel_size, "tp_size": 1,
+            "cp_size": plan.context_parallel, "cp_backend": "torch"}
+
+
 def plan_env(rec: Recommendation) -> dict[str, str]:
-    """Environment variables the training processes need for the plan (fp8: accelerate's mixed precision and
-    backend, :data:`FP8_ENV`, which ``accelerate launch`` would set from accelerate_config.yaml)."""
-    return dict(FP8_ENV) if rec.plan.fp8 else {}
+    """Environment variables the training processes need for the plan, which ``accelerate launch`` would set from
+    accelerate_config.yaml: fp8's mixed precision and backend (:data:`FP8_ENV`); context parallelism's
+    ``ParallelismConfig`` (``ACCELERATE_USE_PARALLELISM_CONFIG`` and ``PARALLELISM_CONFIG_*``, what accelerate's
+    ``ParallelismConfig()`` reads when built without arguments)."""
+    env = dict(FP8_ENV) if rec.plan.fp8 else {}
+    sizes = parallelism_sizes(rec)
+    if sizes:
+        env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
+        env.update({f"PARALLELISM_CONFIG_{k.upper()}": str(v) for k, v in sizes.items()})
+    return env
 
 
 def transformers_version() -> tuple[int, int]:

@@ -188,10 +188,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
        states=False, handling={
         _T: (_R("trials of context-parallel plans are not supported (one sample's sequence over several GPUs): "
                 "validate the plan with --context-parallel 1 at a shorter --seq-len"),),
-        _S: (_R("--simulate runs one device: drop --context-parallel"),),
-        _E: (_R("--emit: the plan splits each sequence over {context_parallel} GPUs (context parallel), which --emit "
-                "does not write yet: run it with accelerate's ParallelismConfig(cp_size={context_parallel}) and FSDP2, "
-                "or torchtitan's --parallelism.context_parallel_degree {context_parallel}"),)}),
+        _S: (_R("--simulate runs one device: drop --context-parallel"),)}),
     _D("optimizer_in_backward", Role.LAYOUT, handling={
         _T: (_R("trials do not run the optimizer step in backward yet (estimate --simulate does): validate the plan "
                 "without --optimizer-in-backward"),),

@@ -47,6 +47,7 @@ GRID = {
     "8B packing": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm", seq_len=8192, packing=True,
                                                   attention="flash-attention-2")),
     "8B chunked loss": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm", seq_len=8192, loss_kernel="chunked")),
+    "8B 128k context parallel": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm:8", seq_len=131072, global_batch_size=8)),
 }
 
 _RECS: dict = {}
@@ -129,6 +130,25 @@ def _check_accelerate(path: Path, rec) -> None:
         assert cfg.fsdp_config["fsdp_version"] == (2 if plan.runs_fsdp2 else 1)
         assert cfg.fsdp_config["fsdp_cpu_ram_efficient_loading"] is not plan.fp8  # accelerate refuses both with AO
     assert ("dynamo_backend" in (cfg.dynamo_config or {})) == plan.torch_compile
+    _check_context_parallel(cfg, rec)
+
+
+def _check_context_parallel(cfg, rec) -> None:
+    """A context-parallel plan: accelerate's ParallelismConfig, built as ``accelerate launch`` builds it (from the
+    YAML's sizes) and as the Trainer builds it under launch.sh's torchrun (from the exported environment), splits
+    each sequence over the plan's ranks and shards FSDP2 over the rest."""
+    plan = rec.plan
+    if plan.context_parallel <= 1:
+        assert not cfg.parallelism_config
+        return
+    from accelerate.parallelism_config import ParallelismConfig
+
+    sizes = {k.removeprefix("parallelism_config_"): v for k, v in cfg.parallelism_config.items()}
+    with mock.patch.dict(os.environ, plan_env(rec)):
+        for pc in (ParallelismConfig(**sizes), ParallelismConfig()):
+            assert pc.cp_enabled and pc.cp_size == plan.context_parallel
+            assert pc.total_size == plan.num_gpus and pc.dp_shard_size == plan.data_parallel_size
+    assert plan.runs_fsdp2 and cfg.fsdp_config["fsdp_version"] == 2
 
 
 def _check_deepspeed(path: Path, rec) -> None:

@@ -1,6 +1,6 @@
 """Context parallelism (the table's ``context_parallel`` row): priced by the sequence each rank keeps, the ring's
-key / value exchange and the batch replicas left, searched as a fallback for long context, and refused where the
-trial, the simulation or --emit cannot run it."""
+key / value exchange and the batch replicas left, searched as a fallback for long context, emitted as accelerate's
+ParallelismConfig, and refused where the trial or the simulation cannot run it."""
 
 from __future__ import annotations
 
@@ -45,12 +45,17 @@ def test_the_ring_exchanges_keys_and_values_not_hidden_states() -> None:
 @pytest.mark.slow
 def test_long_context_on_8_h100s_splits_the_sequence() -> None:
     """The issue's command: 128k tokens x 8 on 8 H100s plans context parallel (SDPA, FSDP2), not tensor parallel 8,
-    and the card says the hand-off cannot write it yet."""
+    and --emit writes it (accelerate's ParallelismConfig: tests/app/test_emit_runs_priced.py loads it)."""
     rec = recommend(LLAMA, gpu="h100-sxm:8", seq_len=131072, global_batch_size=8)
     assert rec.plan.context_parallel > 1 and rec.plan.tensor_parallel == 1
     assert rec.plan.attention == "sdpa" and rec.plan.runs_fsdp2
     assert "context parallel" in rec.plan.describe()
-    assert rec.estimate_only and "cp_size" in rec.estimate_only
+    assert rec.estimate_only is None
+    from advisor.app.emit import render
+
+    files = render(rec, ["accelerate", "torchrun"])
+    assert f"parallelism_config_cp_size: {rec.plan.context_parallel}" in files["accelerate_config.yaml"]
+    assert f"export PARALLELISM_CONFIG_CP_SIZE={rec.plan.context_parallel}" in files["launch.sh"]
 
 
 def test_context_parallel_is_refused_where_it_cannot_run() -> None:
@@ -59,4 +64,4 @@ def test_context_parallel_is_refused_where_it_cannot_run() -> None:
     with pytest.raises(UsageError, match="single device"):
         estimate(LLAMA, gpu="h100-sxm", seq_len=4096, context_parallel=2)
     plan = estimate(LLAMA, context_parallel=4, **LONG).plan
-    assert refusal(Consumer.TRIAL, plan) and refusal(Consumer.SIMULATE, plan) and refusal(Consumer.EMIT, plan)
+    assert refusal(Consumer.TRIAL, plan) and refusal(Consumer.SIMULATE, plan) and refusal(Consumer.EMIT, plan) is None
