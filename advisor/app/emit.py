@@ -43,6 +43,7 @@ from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_C
 from advisor.app.emit_model import NVME_PATH  # noqa: F401  (read here by callers and tests)
 from advisor.app.files import check_target, write_set
 from advisor.app.manifest import MANIFEST_FILE, plan_folder
+from advisor.app.emit_train import TRAIN_FILE, train_script
 from advisor.app.launch import LAUNCH_FILE, MASTER_PORT, launch_script  # noqa: F401 (emit's API)
 from advisor.engine.recommendation import Recommendation
 from advisor.core.dimensions import TRL_TARGET, Consumer, Setting, refusal
@@ -56,8 +57,8 @@ FILE_NAMES = {"hf": TRAINING_ARGS_FILE, "accelerate": "accelerate_config.yaml", 
 #: every file a target may write (``hf``: the load arguments and, for adapters, PEFT's config too; ``trl`` PEFT's too;
 #: every target the plan they were made from, :data:`PLAN_FILE`)
 GROUPS = {t: (*names, PLAN_FILE) for t, names in {**{t: (name,) for t, name in FILE_NAMES.items()},
-          "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE, LORA_CONFIG_FILE),
-          TRL_TARGET: (SFT_CONFIG_FILE, LORA_CONFIG_FILE)}.items()}
+          "hf": (TRAINING_ARGS_FILE, MODEL_KWARGS_FILE, LORA_CONFIG_FILE, TRAIN_FILE),
+          TRL_TARGET: (SFT_CONFIG_FILE, LORA_CONFIG_FILE, TRAIN_FILE)}.items()}
 
 #: ``recommend --emit``'s help: the targets, their files, and what ``all`` writes.
 EMIT_HELP = ("also write ready-to-run configs: hf (training_args.json, model_kwargs.json, and lora_config.json for LoRA "
@@ -299,7 +300,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     if refused is not None:
         raise UsageError(refused)
     files: dict[str, str] = {}
-    for target in wanted_targets(rec, targets):
+    wanted = wanted_targets(rec, targets)
+    for target in wanted:
         name = FILE_NAMES[target]
         if target in ("hf", TRL_TARGET):
             args = training_args(rec)
@@ -319,6 +321,8 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
             files[name] = slurm_script(rec)
         else:
             files[name] = launch_script(rec)
+    if {"hf", TRL_TARGET} & set(wanted):
+        files[TRAIN_FILE] = train_script(rec)  # reads the files above and trains with them
     files[PLAN_FILE] = rec.model_dump_json(indent=2) + "\n"  # what the training callback checks the run against
     return files
 

@@ -60,7 +60,7 @@ def slurm_script(rec: Recommendation) -> str:
     per_node = max(plan.num_gpus // nodes, 1) if plan.num_gpus else 1
     lines = _header(rec, per_node) + [
         "set -euo pipefail",
-        'SCRIPT="$(realpath "${TRAIN_SCRIPT:-train.py}")"  # resolved from where sbatch ran',
+        'SCRIPT="$(realpath "${TRAIN_SCRIPT:-train.py}")"  # yours, or the emitted train.py (sbatch runs from here)',
         'cd "${CONFIG_DIR:-${SLURM_SUBMIT_DIR:-.}}"  # the configs\' folder: they name each other relative to it',
         'head_node="$(scontrol show hostnames "${SLURM_JOB_NODELIST:?submit with sbatch}" | head -n 1)"']
     if hw.host is not None and hw.host.cpu_cores:

@@ -47,13 +47,15 @@ def launch_script(rec: Recommendation) -> str:
         f"{plan.gradient_accumulation_steps} accumulation x {plan.data_parallel_size} data-parallel = global batch "
         f"{plan.global_batch_size}, {plan.parallelism}.",
         *load_notes(rec),
-        "# Usage: TRAIN_SCRIPT=your_train.py ./launch.sh [more script arguments]",
+        "# Usage: ./launch.sh --data FILE.txt|FILE.jsonl|HUB_ID [--max-steps N] (the emitted train.py, --emit hf / trl),",
+        "# or TRAIN_SCRIPT=your_train.py ./launch.sh [its arguments]",
     ]
     if hw.nodes > 1:
         lines.append("# On every node: NODE_RANK=<0.." + str(hw.nodes - 1) + "> MASTER_ADDR=<node 0's address> "
                      "./launch.sh")
     lines += ["set -euo pipefail",
-              'SCRIPT="$(realpath "${TRAIN_SCRIPT:-train.py}")"  # resolved from where you start it',
+              'SCRIPT="$(realpath "${TRAIN_SCRIPT:-$(dirname "$0")/train.py}")"  # yours, or the emitted train.py',
+              'export ADVISOR_START_DIR="$PWD"  # the emitted train.py reads --data and writes output_dir from here',
               'cd "$(dirname "$0")"  # the configs\' folder: training_args.json names the other files relative to it']
     host = hw.host
     if host is not None and host.cpu_cores:

@@ -164,7 +164,7 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     after = {p.name: p.read_text() for p in emit(changed, ["all"], tmp_path / "b")}
     # all: every target the plan uses (the Slurm script only on several nodes), and the folder's manifest
     assert set(before) == set(after) == {*FILE_NAMES.values(), MODEL_KWARGS_FILE, MANIFEST_FILE,
-                                         "plan.json"} - {FILE_NAMES["slurm"]}
+                                         "plan.json", "train.py"} - {FILE_NAMES["slurm"]}
     args = json.loads(after["training_args.json"])
     assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"], args["fp16"], args["bf16"],
             args["dataloader_num_workers"], args["torch_compile"]) == (2, 4, True, False, 7, False)
@@ -182,7 +182,7 @@ def test_every_file_follows_the_recommendation(tmp_path) -> None:
     assert "micro-batch 2 x 4" in after["launch.sh"] and "fp16" in after["launch.sh"]
     # model_kwargs.json carries the weights' dtype and the attention, which this change keeps (both fp32 weights on
     # CUDA); tests/app/test_emit_adapters.py changes them and sees it follow
-    assert all(before[n] != after[n] for n in before if n not in (MODEL_KWARGS_FILE, MANIFEST_FILE))
+    assert all(before[n] != after[n] for n in before if n not in (MODEL_KWARGS_FILE, MANIFEST_FILE, "train.py"))
 
 
 def test_emit_errors_and_the_cli(tmp_path) -> None:
@@ -197,7 +197,7 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     rec = Recommendation.model_validate_json(res.stdout)  # stdout stays the recommendation's JSON
     assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "accelerate_config.yaml", "launch.sh",
                                                      MODEL_KWARGS_FILE, "plan.json", "sft_config.json",
-                                                     "training_args.json"]
+                                                     "train.py", "training_args.json"]
     assert json.loads((out / "training_args.json").read_text()) == training_args(rec)
     assert Recommendation.model_validate_json((out / "plan.json").read_text()) == rec  # what the callback reads
     assert (out / "launch.sh").stat().st_mode & 0o111

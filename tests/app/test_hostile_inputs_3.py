@@ -223,11 +223,11 @@ def test_an_earlier_sets_files_are_removed_and_no_others(tmp_path: Path) -> None
     assert not (out / "lora_config.json").exists()  # the LoRA set's file is gone with it
     assert (out / "ds_config.json").read_text() == "{}" and (tmp_path / "victim").read_text() == "keep"
     assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "ds_config.json", "model_kwargs.json",
-                                                      "plan.json", "training_args.json"]
+                                                      "plan.json", "train.py", "training_args.json"]
     assert cli(*base[:-4], "torchrun", "--out", str(out), "--json")[0] == ExitCode.OK  # another target: kept
     assert (out / "training_args.json").is_file()
     assert json.loads((out / ".advisor-emitted.json").read_text())["files"] == [
-        "launch.sh", "model_kwargs.json", "plan.json", "training_args.json"]
+        "launch.sh", "model_kwargs.json", "plan.json", "train.py", "training_args.json"]
 
 
 # -- 3. a plan is checked against the machine it runs on ---------------------------------------------------------

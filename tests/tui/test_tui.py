@@ -331,7 +331,7 @@ async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
         assert app.step == "export"
         names = sorted(p.name for p in app.saved)
         assert names == [".advisor-emitted.json", "accelerate_config.yaml", "launch.sh", "model_kwargs.json",
-                         "plan.json", "recommendation.json", "sft_config.json", "training_args.json"]
+                         "plan.json", "recommendation.json", "sft_config.json", "train.py", "training_args.json"]
         saved = json.loads((tmp_path / "cfg" / "recommendation.json").read_text())
         assert saved["plan"] == app.recommendation.plan.model_dump()
 
