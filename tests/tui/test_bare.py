@@ -23,10 +23,8 @@ import pytest
 pytest.importorskip("textual")
 
 from advisor.app.cli import run  # noqa: E402
-from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
+from wizard_kit import CPU_HW  # noqa: E402
 
-CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2"]),
-                         notes=["no NVIDIA driver found"])
 
 
 class _Terminal(io.StringIO):

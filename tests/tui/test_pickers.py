@@ -3,33 +3,17 @@ tab); the chosen radio button showed by colour only; model completion matched on
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 pytest.importorskip("textual")
 
-from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
+from wizard_kit import CPU_HW, SIZE, wait_for  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
 from tui.steps import HardwareStep  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SIZE = (80, 24)
-CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2"]),
-                         notes=["no NVIDIA driver found"])
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the wizard"
-        await pilot.pause(0.05)
 
 
 def _chosen_line(app) -> str:

@@ -15,7 +15,7 @@ pytest.importorskip("textual")
 
 from textual import on  # noqa: E402
 
-from probes.hardware import HardwareProfile, HostInfo  # noqa: E402
+from wizard_kit import CPU_HW, SIZE, wait_for  # noqa: E402,F401
 from cli_runner import ENV, ROOT, advisor  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
 from probes.gpu_catalog import catalog  # noqa: E402
@@ -27,25 +27,16 @@ from tui.widgets import plan_differences  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # coroutines run by anyio's plugin on asyncio; Pilot: seconds each
 
-SIZE = (80, 24)
-#: A fixed CPU-only machine, so that what the wizard shows does not depend on where the tests run.
-CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2", "fma"]),
-                         notes=["no NVIDIA driver found"])
 TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
         "n_positions": 256, "vocab_size": 1000}
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
-    """Let workers run until ``condition()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the wizard"
-        await pilot.pause(0.05)
+def _tiny_trial(app, path, steps: str) -> None:
+    """The wizard's inputs for a trial of the tiny config at ``path``: 32 tokens, a global batch of 4, ``steps``."""
+    app.query_one("#model-input").value = str(path)
+    app.query_one("#seq-len").value = "32"
+    app.query_one("#global-batch").value = "4"
+    app.query_one("#trial-steps").value = steps
 
 
 class RecordingApp(AdvisorApp):
@@ -215,10 +206,7 @@ async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_repor
     path.write_text(json.dumps(TINY))
     app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#model-input").value = str(path)
-        app.query_one("#seq-len").value = "32"
-        app.query_one("#global-batch").value = "4"
-        app.query_one("#trial-steps").value = "2"
+        _tiny_trial(app, path, steps="2")
         await pilot.press("ctrl+t")
         assert app.step == "validate"
         await wait_for(pilot, lambda: ValidationDone in kinds(app), timeout=120)
@@ -248,10 +236,7 @@ async def test_q_during_validation_stops_at_the_step_then_quits(tmp_path) -> Non
     path.write_text(json.dumps(TINY))
     app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one("#model-input").value = str(path)
-        app.query_one("#seq-len").value = "32"
-        app.query_one("#global-batch").value = "4"
-        app.query_one("#trial-steps").value = "2000"
+        _tiny_trial(app, path, steps="2000")
         await pilot.press("ctrl+t")
         await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 3,
                        timeout=120)
