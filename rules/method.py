@@ -6,6 +6,7 @@ from probes.adapters import adapter_full_rank, adapter_parameters, frozen_base_b
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Framework
 from probes.lora_config import target_modules
+from probes.model import ModelProfile
 from advisor.core.vocabulary import (LoraTargets, Method, Offload, Optimizer, Parallelism, Penalty, Precision,
                                    WeightsDtype)
 from advisor.core.dimensions import Setting
@@ -156,7 +157,7 @@ class FullUnlessQualityRisk(Rule):
         return [self.prefer(Setting.METHOD, _ADAPTERS, why), self.forbid(Setting.METHOD, Method.FULL, need)]
 
 
-def _adapters_warning(model, method: str, trained: int) -> str:
+def _adapters_warning(model: ModelProfile, method: str, trained: int) -> str:
     """What adapters train and leave frozen, in one line: close to full fine-tuning on a dense model; on a mixture of
     experts, plainly that the routed experts stay frozen (transformers 5 stores each block's experts as 3-D
     parameters, which PEFT's ``target_modules`` (linear layers) do not reach)."""
