@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("textual")
 
-from wizard_kit import CPU_HW, SIZE, wait_for  # noqa: E402
+from wizard_kit import CPU_HW, SIZE, anyio_backend, wait_for  # noqa: E402,F401
 from tui.app import AdvisorApp  # noqa: E402
 from tui.steps import HardwareStep  # noqa: E402
 

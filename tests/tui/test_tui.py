@@ -15,7 +15,7 @@ pytest.importorskip("textual")
 
 from textual import on  # noqa: E402
 
-from wizard_kit import CPU_HW, SIZE, wait_for  # noqa: E402,F401
+from wizard_kit import CPU_HW, SIZE, anyio_backend, wait_for  # noqa: E402,F401
 from cli_runner import ENV, ROOT, advisor  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
 from probes.gpu_catalog import catalog  # noqa: E402

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from probes.hardware import HardwareProfile, HostInfo
 
 SIZE = (80, 24)
@@ -19,3 +21,9 @@ async def wait_for(pilot, condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting for the wizard"
         await pilot.pause(0.05)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The wizard's tests run their coroutines on asyncio (anyio's plugin); import it into a test module to use it."""
+    return "asyncio"
