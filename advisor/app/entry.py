@@ -15,6 +15,7 @@ Ctrl-C answered from the first instant.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import sys
 from typing import NoReturn
@@ -77,6 +78,22 @@ def _say(text: str) -> None:
         pass
 
 
+#: The cyclic garbage collector's first-generation threshold for one command (CPython's default is 700 allocations):
+#: a search allocates plans and estimates by the hundred thousand, nearly all of them alive until the answer, so the
+#: default ran full collections over the same caches again and again (a third of the CPU time of a 16-GPU search,
+#: measured: 5.3 s with the default, 3.5 s with this). Cycles are still collected, less often; the process lives for
+#: one command.
+GC_THRESHOLD = 50_000
+
+
+def _quiet_collector() -> None:
+    """Move what the imports made out of the collector's reach (``gc.freeze``: CPython's advice for long-lived
+    objects, https://docs.python.org/3/library/gc.html#gc.freeze) and collect young objects less often
+    (:data:`GC_THRESHOLD`)."""
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the ``advisor`` script and ``python -m advisor``: the command's exit code
     (:class:`advisor.core.errors.ExitCode`); Ctrl-C at any point, imports included, is exit 130 in one line."""
@@ -85,6 +102,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
         from advisor.app.cli import run
         from advisor.app.validate_command import settle
 
+        _quiet_collector()
         code = settle(run(argv))  # after a trial cut mid-step, the process ends at once (settle)
     except KeyboardInterrupt:
         _say("advisor: interrupted")

@@ -104,7 +104,8 @@ def _sources(rule_ids: list[str]) -> list[SourceRef]:
 def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: Candidate
                        ) -> tuple[str, PackageGain | None]:
     """Why a stack value was not taken, with what it would change: for a better value the rules held back (not
-    installed, not asked for) the best plan with it; for another, the chosen plan priced with it (memory per device
+    installed, not asked for) the best plan with it (of the same kind: data parallel alone when the chosen plan is,
+    whose search is the costliest part of an explanation on many GPUs); for another, the chosen plan priced with it (memory per device
     and tokens/s); no figures when no rule lets it run here. The second item: what installing the value's package
     would bring, when a missing package is all that held a faster plan back (None otherwise)."""
     facts = result.facts
@@ -115,8 +116,9 @@ def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: C
     domain = result.domains[setting]
     figures, gain = None, None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
+        split = best.plan.model_parallel_size * best.plan.context_parallel > 1  # like with like: data parallel alone
         other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
-                       best_only=True, weighed=result.weighed)
+                       best_only=True, weighed=result.weighed, split=split)
         if other.best is not None:
             figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
             gain = _gain(setting, value, forbids, other.best, best)

@@ -7,12 +7,14 @@ import heapq
 from itertools import product
 from typing import Any, Iterator
 
-from advisor.core.dimensions import CROSSED, LAYOUT
+from advisor.core.dimensions import CROSSED, LAYOUT, SPLIT
 from advisor.core.vocabulary import Penalty
 from advisor.engine.candidates import Pricing
 from rules import Effect, Plan
 
-GROUP = (*LAYOUT, *CROSSED)  #: the settings a group of candidates shares (the table's layout and crossed rows)
+#: A layout's own settings: the table's layout rows and the tensor / pipeline / context split it was made for.
+SHAPE = (*LAYOUT, *SPLIT)
+GROUP = (*SHAPE, *CROSSED)  #: the settings a group of candidates shares (a layout's, and the crossed rows)
 
 
 def within(effect: Effect, settings: tuple[str, ...]) -> bool:
@@ -28,8 +30,8 @@ def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[st
 
     The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
     alike, so each combination's share is worked out once per such layout values."""
-    own = [e for e in pricing.fallbacks if within(e, GROUP) and not within(e, LAYOUT)]  # they read a crossed setting
-    layout_own = [e for e in pricing.fallbacks if within(e, LAYOUT)]
+    own = [e for e in pricing.fallbacks if within(e, GROUP) and not within(e, SHAPE)]  # they read a crossed setting
+    layout_own = [e for e in pricing.fallbacks if within(e, SHAPE)]
     reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
     combos = list(product(*(allowed[s] for s in CROSSED)))
     shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}

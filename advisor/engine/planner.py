@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Any
+from typing import Any, Iterator
 
-from advisor.engine.candidates import Candidate, Pricing, evaluate, nothing_fits, order, safety_margin
-from advisor.engine.allocator import device_floor_bytes
-from advisor.engine.groups import groups_in_order, within
+from advisor.engine.candidates import Candidate, Pricing, nothing_fits, order
+from advisor.engine.priced_groups import best_candidates, heavy_candidates, layout_candidates
+from advisor.engine.groups import SHAPE, within
+from advisor.core.plan import STACK_SETTINGS
 from advisor.engine.method_policy import weigh_method
 from probes.checkpoint import planned_double_quant
 from advisor.core.errors import UsageError
@@ -27,7 +28,7 @@ from advisor.core.kernels import Attention, LossKernel
 from advisor.core.limits import divisors
 from advisor.core.vocabulary import (Device, Method, Objective, Offload, Optimizer, Parallelism, Penalty, Precision,
                                    WeightsDtype, searched, values)
-from advisor.core.dimensions import CROSSED, Consumer, LAYOUT, SPLIT, Setting
+from advisor.core.dimensions import Consumer, LAYOUT, SPLIT, Setting
 from rules import Effect, Facts, Plan
 from rules.base import Rule
 from rules.experts import expert_parallel_degrees
@@ -145,6 +146,13 @@ _LAYOUTS: dict[tuple, tuple] = {}
 _LAYOUTS_ENTRIES = 256
 
 
+#: Each layout plan's refusal (:func:`_settle`), by model, hardware and every setting of the plan: the searches that
+#: weigh the method or explain a stack value settle other sets of values, most of them settled before. Entries keep
+#: their model and hardware alive, as in :data:`_LAYOUTS`.
+_REFUSED: dict[tuple, tuple] = {}
+_REFUSED_ENTRIES = 65536
+
+
 def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[Rule]
             ) -> tuple[list[tuple[Any, ...]], set[tuple[str, Any]], list[tuple[tuple[str, Any], Effect]]]:
     """(the legal layout tuples, the (setting, value) pairs they hold with the tensor / pipeline split, each refused
@@ -152,9 +160,17 @@ def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[R
     split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel),
              (Setting.CONTEXT_PARALLEL, plan.context_parallel))
     legal, pairs, refused = [], set(split), []
+    base = plan.__dict__
     for combo in product(*choices):
         values = dict(zip(LAYOUT, combo))
-        effect = refusal(facts, plan.model_copy(update=values), refusing, layout_only=True)
+        key = (id(facts.model), id(facts.hardware), tuple({**base, **values}.values()), *map(id, refusing))
+        hit = _REFUSED.get(key)
+        if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
+            if len(_REFUSED) >= _REFUSED_ENTRIES:
+                _REFUSED.clear()
+            hit = _REFUSED[key] = (facts.model, facts.hardware,
+                                   refusal(facts, plan.model_copy(update=values), refusing, layout_only=True))
+        effect = hit[2]
         if effect is None:
             legal.append(combo)
             pairs.update(values.items())
@@ -163,65 +179,27 @@ def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[R
     return legal, (pairs if legal else set()), refused
 
 
-def _twin(plan: Plan) -> tuple:
-    """A plan's settings with activation offloading off: the key of the plan it would spare (:func:`_micro_batches`)."""
-    return tuple({**plan.__dict__, Setting.ACTIVATION_OFFLOADING.value: False}.values())
+def _shape_fallbacks(pricing: Pricing) -> list[Effect]:
+    """The fallbacks that read a layout's own settings alone (:data:`advisor.engine.groups.SHAPE`): what every
+    candidate of the layout pays at least (a fallback whose ``when`` reads a setting outside the layout, such as
+    checkpointing, may not apply to all of them)."""
+    return [e for e in pricing.fallbacks if within(e, SHAPE)]
 
 
-def _micro_batches(facts: Facts, plan: Plan, micros: list[int], per_replica: int, pricing: Pricing,
-                   spared: set[tuple] = frozenset()) -> list[Candidate]:
-    """``plan`` at each micro-batch of ``micros`` (ascending), with the accumulation that keeps the global batch.
-
-    An activation-offloading candidate whose twin without offloading fits (``spared``: :func:`_twin` keys) is not
-    priced: it pays a fallback more for the same plan, no faster, so it can win under neither objective.
-
-    Memory grows with the micro-batch while gradients accumulate, so once one does not fit the larger ones
-    with accumulation cannot either: they are skipped (the explanations and suggestions read only plans that fit
-    and the smallest plan of a value). The micro-batch without accumulation is always priced: it holds no
-    gradients through the backward pass, so it can fit where smaller ones with accumulation do not."""
-    out = []
-    overflow = False
-    for micro in micros:
-        steps = per_replica // micro
-        if (overflow or plan.optimizer_in_backward) and steps > 1:  # the step in backward cannot accumulate
-            continue
-        sized = plan.model_copy(update={Setting.MICRO_BATCH_SIZE: micro, Setting.GRADIENT_ACCUMULATION_STEPS: steps})
-        if spared and plan.activation_offloading and _twin(sized) in spared:
-            continue
-        candidate = evaluate(facts, sized, pricing=pricing)
-        overflow = overflow or not candidate.fits
-        out.append(candidate)
-    return out
+def _reads_stack(pricing: Pricing) -> bool:
+    """Whether a fallback reads a stack setting: a layout's groups are then ordered by its settled stack."""
+    return any(s in STACK_SETTINGS for e in pricing.fallbacks for s in (e.setting, *(e.when or {})))
 
 
-def _layout_penalty(pricing: Pricing, values: dict[str, Any]) -> int:
-    """The fallback penalty a layout's own settings carry (every candidate of the layout pays at least this: a fallback
-    whose ``when`` reads a setting outside the layout, such as checkpointing, may not apply to all of them)."""
-    return sum(e.penalty for e in pricing.fallbacks if within(e, LAYOUT) and e.applies(values))
-
-
-def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
-                bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False,
-                risky_bound: int | None = None, closest: bool = True) -> list[Candidate]:
-    """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline parallelism.
-
-    With model parallelism the data-parallel size is GPUs / (t·p): its micro-batches divide the
-    larger per-replica batch, and a single replica (t·p = GPUs) runs without a data-parallel wrapper.
-
-    Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload), and those that offload
-    activations (a fallback whatever its rung, and the costliest layouts to price), are priced last, cheapest
-    first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
-    than they do (``bound``: the least penalty of a fitting plan found before this call; ``risky_bound``: the fewest
-    risky fallbacks of a fitting plan at that penalty). ``best_only``: only the
-    candidates that could be the best plan (:func:`_best_candidates`; ``closest``: its groups that cannot fit too).
-    """
+def _splits(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool
+            ) -> Iterator[tuple[Plan, list[str], list[int], int]]:
+    """Each tensor / pipeline / context split of the GPUs (``model_parallel``: those with t·p·c > 1, else none) as
+    ``(layout plan, data-parallel strategies, micro-batches, per-replica batch)``: with model parallelism the
+    data-parallel size is GPUs / (t·p·c), its micro-batches divide the larger per-replica batch, and a single replica
+    runs without a data-parallel wrapper."""
     device = Device.CPU if facts.gpu is None else Device.CUDA
-    gpus = facts.hardware.num_gpus
-    gbs = facts.workload.global_batch_size
-    refusing = _refusing_rules()
-    pricing = Pricing.of(facts, effects)
-    light: list[tuple[Plan, list[int], int]] = []
-    heavy: list[tuple[int, int, Plan, list[int], int]] = []
+    gpus, w = facts.hardware.num_gpus, facts.workload
+    gbs = w.global_batch_size
     for tp, pp, cp in product(*(allowed[s] for s in SPLIT)):
         if (tp * pp * cp > 1) != model_parallel or (gpus and gpus % (tp * pp * cp)):
             continue
@@ -237,114 +215,71 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
         if not all((micros, strategies, allowed[Setting.PRECISION], allowed[Setting.OPTIMIZER],
                     allowed[Setting.METHOD], allowed[Setting.WEIGHTS_DTYPE])):
             continue
-        w = facts.workload
         layout = Plan(device=device, precision=allowed[Setting.PRECISION][0], tf32=False,
                       optimizer=allowed[Setting.OPTIMIZER][0], gradient_checkpointing=False, micro_batch_size=micros[0],
                       gradient_accumulation_steps=gbs // (micros[0] * dp), num_gpus=gpus, tensor_parallel=tp,
                       pipeline_parallel=pp, context_parallel=cp, parallelism=strategies[0], lora_rank=w.lora_rank,
                       lora_targets=w.lora_targets, legacy_bitsandbytes=installed_legacy_bitsandbytes(facts),
                       double_quant=planned_double_quant(facts.model.quantization))
+        yield layout, strategies, micros, gbs // dp
+
+
+def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
+                bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False,
+                risky_bound: int | None = None, closest: bool = True) -> list[Candidate]:
+    """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline / context
+    parallelism (:func:`_splits`).
+
+    Layouts whose own penalty reaches :attr:`Penalty.ADAPTERS` (adapters, offload), and those that offload
+    activations (a fallback whatever its rung, and the costliest layouts to price), are priced last, cheapest
+    first, and under the 'speed' objective only while they could still win: not once a plan that fits pays less
+    than they do (``bound``: the least penalty of a fitting plan found before this call; ``risky_bound``: the fewest
+    risky fallbacks of a fitting plan at that penalty). Model-parallel layouts after a data-parallel plan that fits
+    (``bound`` given) are all priced that way: a fallback themselves, they are what costs most to price on many GPUs,
+    and a costlier one is explained by its fallback without figures. ``best_only``: only the candidates that could
+    be the best plan (:func:`advisor.engine.priced_groups.best_candidates`; ``closest``: its groups that cannot fit
+    too), each layout's stack settled (:func:`with_stack`) only when one of its groups is priced.
+    """
+    refusing = _refusing_rules()
+    pricing = Pricing.of(facts, effects)
+    shape = _shape_fallbacks(pricing)
+    # the penalty above which no layout is priced: what best_candidates and heavy_candidates would not price
+    pruned = bound if best_only or (model_parallel and facts.workload.objective == Objective.SPEED) else None
+    lazy = best_only and not _reads_stack(pricing)
+
+    def stack(plan: Plan) -> Plan | None:
+        return with_stack(facts, plan, allowed, refusing)
+
+    light: list[tuple[Plan, list[int], int]] = []
+    heavy: list[tuple[int, int, Plan, list[int], int]] = []
+    for layout, strategies, micros, per_replica in _splits(facts, allowed, effects, model_parallel):
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
-            plan = with_stack(facts, layout.model_copy(update=dict(zip(LAYOUT, combo))), allowed, refusing)
-            if plan is None:
+            values = {**layout.__dict__, **dict(zip(LAYOUT, combo))}
+            penalty = sum(e.penalty for e in shape if e.applies(values))  # reads the layout's settings alone
+            if pruned is not None and penalty > pruned:  # pays more than a plan that fits: cannot win
                 continue
-            penalty = _layout_penalty(pricing, plan.__dict__)
-            if penalty < Penalty.ADAPTERS and not plan.activation_offloading:
-                light.append((plan, micros, gbs // dp))
+            plan = layout.model_copy(update=dict(zip(LAYOUT, combo)))
+            if not lazy and (plan := stack(plan)) is None:
+                continue
+            if penalty < Penalty.ADAPTERS and not plan.activation_offloading and not (model_parallel and bound is not None):
+                light.append((plan, micros, per_replica))
             else:
-                heavy.append((penalty, len(heavy), plan, micros, gbs // dp))
+                heavy.append((penalty, len(heavy), plan, micros, per_replica))
     if best_only:
         ranked = light + [h[2:] for h in sorted(heavy, key=lambda h: h[:2])]
-        return _best_candidates(facts, ranked, allowed, pricing, bound, risky_bound, closest)
-    out = [c for plan, micros, per_replica in light for c in _layout_candidates(facts, plan, allowed, micros,
+        return best_candidates(facts, ranked, allowed, pricing, bound, risky_bound, closest, stack if lazy else None)
+    out = [c for plan, micros, per_replica in light for c in layout_candidates(facts, plan, allowed, micros,
                                                                                 per_replica, pricing)]
-    return _heavy_candidates(facts, heavy, out, allowed, pricing, bound)
-
-
-#: A fitting plan's risky count where it does not rank (the 'memory' objective, or no count known): above any
-#: group's, so only the penalty prunes.
-_UNRANKED = float("inf")
-
-
-def _best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]],
-                     pricing: Pricing, bound: int | None, risky_bound: int | None = None,
-                     closest: bool = True) -> list[Candidate]:
-    """The candidates that could be the best plan, in the order the full search prices them (``layouts``: light, then
-    heavy cheapest first, as ``(layout, micro-batches, per-replica batch)``), so the same plan wins, ties included.
-
-    Each layout's groups (:data:`CROSSED`: tf32 × optimizer × checkpointing, every micro-batch) are priced in the
-    order of the penalty the settings they share carry (:data:`GROUP`), and none once a plan that fits pays less than
-    the next group (``bound``: such a penalty found before). Exact under both objectives: the best plan pays the least
-    penalty of the plans that fit (:func:`order`); a group that pays more can hold neither the fastest plan nor one
-    the 'memory' objective may take. Nothing fits: every group is priced, as in the full search (``closest``; else
-    not the groups whose model states alone pass the usable memory, which cannot fit: whether anything fits is known
-    without them, the bounded answer the no-fit suggestions need).
-
-    Under the 'speed' objective a group at that penalty is skipped too when it carries more risky fallbacks than a
-    plan that fits (``risky_bound`` from before): every candidate of a group pays at least the group's penalty and
-    risky fallbacks, and at equal penalty it pays exactly those (a further fallback would add to the penalty), so
-    :meth:`Candidate.key` ranks it after that plan whatever its speed."""
-    speed = facts.workload.objective == Objective.SPEED
-    groups = groups_in_order(layouts, allowed, pricing, speed)
-    priced: list[tuple[int, list[Candidate]]] = []
-    spared: set[tuple] = set()
-    least = None if bound is None else (bound, risky_bound if speed and risky_bound is not None else _UNRANKED)
-    deferred = []  # groups whose model states alone pass the usable memory: priced only if nothing fits
-    usable = pricing.capacity_bytes * (1 - safety_margin(Device.CPU if facts.gpu is None else Device.CUDA))
-    for penalty, rank, risky, layout, combo, micros, per_replica in groups:
-        if least is not None and least < (penalty, risky):
-            if least[0] < penalty:
-                break
-            continue
-        group = layout.model_copy(update=dict(zip(CROSSED, combo)))
-        if device_floor_bytes(facts.model, group, facts.hardware.nodes, pricing.cuda_context_bytes) > usable:
-            deferred.append((rank, group, micros, per_replica))
-            continue
-        batch = _micro_batches(facts, group, micros, per_replica, pricing, spared)
-        spared.update(_twin(c.plan) for c in batch if c.fits and not c.plan.activation_offloading)
-        keys = [(c.penalty, c.risky if speed else _UNRANKED) for c in batch if c.fits]
-        least = min(keys + ([least] if least is not None else []), default=None)
-        priced.append((rank, batch))
-    if least is None and closest:  # nothing fits: the full search's candidates, the smallest plan among them
-        priced += [(rank, _micro_batches(facts, group, micros, per_replica, pricing, spared))
-                   for rank, group, micros, per_replica in deferred]
-    return [c for _, batch in sorted(priced, key=lambda p: p[0]) for c in batch]
-
-
-def _heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], int]], out: list[Candidate],
-                      allowed: dict[str, list[Any]], pricing: Pricing, bound: int | None) -> list[Candidate]:
-    """``out`` (the light layouts' candidates) and the heavy layouts' (``(penalty, order, layout, micro-batches,
-    per-replica batch)``), cheapest first while they could still win (:func:`_candidates`)."""
-    speed = facts.workload.objective == Objective.SPEED
-    spared = {_twin(c.plan) for c in out if c.fits}
-    least = min([c.penalty for c in out if c.fits] + ([bound] if bound is not None else []), default=None)
-    for penalty, _, plan, micros, per_replica in sorted(heavy, key=lambda h: h[:2]):
-        if speed and least is not None and least < penalty:
-            break
-        priced = _layout_candidates(facts, plan, allowed, micros, per_replica, pricing, spared)
-        spared.update(_twin(c.plan) for c in priced if c.fits and not c.plan.activation_offloading)
-        least = min([c.penalty for c in priced if c.fits] + ([least] if least is not None else []), default=None)
-        out += priced
-    return out
-
-
-def _layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]], micros: list[int],
-                       per_replica: int, pricing: Pricing, spared: set[tuple] = frozenset()) -> list[Candidate]:
-    """Every candidate of one layout: its groups (:data:`CROSSED`: tf32 x optimizer x checkpointing) x micro-batch."""
-    out = []
-    for combo in product(*(allowed[s] for s in CROSSED)):
-        out += _micro_batches(facts, layout.model_copy(update=dict(zip(CROSSED, combo))),
-                              micros, per_replica, pricing, spared)
-    return out
+    return heavy_candidates(facts, heavy, out, allowed, pricing, bound)
 
 
 def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None,
-           weighed: list[Effect] | None = None, closest: bool = True) -> PlanningResult:
+           weighed: list[Effect] | None = None, closest: bool = True, split: bool = True) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
     ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
     best plan of another stack value, method or GPU); ``candidates`` then holds only those priced on the way
-    (:func:`_best_candidates`), all of them when nothing fits.
+    (:func:`advisor.engine.priced_groups.best_candidates`), all of them when nothing fits.
 
     Tensor and pipeline parallel plans are evaluated only when they could win: under the 'speed'
     objective, when no plan without them fits at a lower fallback penalty than theirs (the rules make
@@ -353,22 +288,33 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
     ``closest`` False (with ``best_only``): when nothing fits, the candidates need not hold the smallest plan (what
     asks only whether anything fits: the no-fit suggestions), which spares pricing the plans that cannot fit.
+    ``split`` False: plans without tensor / pipeline / context parallel only (what explains a data-parallel plan's
+    stack values compares it with).
 
     Under ``--method auto`` a full fine-tuning plan that needs a quality-risk fallback is weighed against the best
     adapter plan (:func:`advisor.engine.method_policy.weigh_method`). ``weighed``: a recommendation's
     :attr:`PlanningResult.weighed`, for the searches that explain it (another stack value, say): they keep its
-    choice of adapters instead of weighing again (one search, not two).
+    choice of adapters instead of weighing again (one search, not two). A search of every candidate weighs the method
+    on best-only searches first (the same best plans, :func:`best_candidates`), then prices every candidate of the
+    chosen side once, instead of every candidate of both.
     """
     if weighed and facts.workload.method is None:
-        result = _search(facts, best_only, runs_on, list(weighed), closest)
+        result = _search(facts, best_only, runs_on, list(weighed), closest, split)
         result.weighed = list(weighed)
         return result
-    result = _search(facts, best_only, runs_on, [], closest)
-    return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra, closest))
+    if not best_only and facts.workload.method is None:  # the method first, from the best plans alone (cheap)
+        probe = search(facts, best_only=True, runs_on=runs_on, closest=closest, split=split)
+        if probe.best is None:  # nothing fits: what is read of it is its smallest plan, which the probe holds
+            return probe
+        if probe.weighed:
+            return search(facts, runs_on=runs_on, weighed=probe.weighed, closest=closest, split=split)
+        return _search(facts, best_only, runs_on, [], closest, split)
+    result = _search(facts, best_only, runs_on, [], closest, split)
+    return weigh_method(result, lambda extra: _search(facts, best_only, runs_on, extra, closest, split))
 
 
 def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list[Effect],
-            closest: bool = True) -> PlanningResult:
+            closest: bool = True, split: bool = True) -> PlanningResult:
     """:func:`search` without the method's weighing, with ``extra`` effects before the rules' own."""
     effects = [*extra, *propose_effects(facts)]
     domain = domains(facts)
@@ -383,7 +329,7 @@ def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list
                              closest=closest)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback" and e.setting in SPLIT), default=0)
-    mp_possible = any(len(allowed[s]) > 1 for s in SPLIT)
+    mp_possible = split and any(len(allowed[s]) > 1 for s in SPLIT)
     if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
                                   bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only,

@@ -12,7 +12,8 @@ from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDeci
                                       Warning, _fmt, _sources, decide_stack)
 from advisor.engine.legality import no_layout_error
 from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order, with_bands
-from advisor.core.dimensions import TRL_TARGET, Consumer, MULTI_GPU, SEARCHED, Setting, refusal, runs_only_in, swapped
+from advisor.core.dimensions import (TRL_TARGET, Consumer, MULTI_GPU, SEARCHED, SPLIT, Setting, refusal, runs_only_in,
+                                     swapped)
 from advisor.engine.planner import PlanningResult, search
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
@@ -118,7 +119,7 @@ def _riskier(alt: Candidate, best: Candidate) -> str:
 def _unpriced_reason(setting: str, value: Any, result: PlanningResult) -> str:
     """Why the search priced no plan with ``setting=value``: a rule refused every layout with it, a plan without
     its fallback fits, or (a micro-batch) a smaller one already did not fit with accumulation, which
-    :func:`advisor.engine.planner._micro_batches` stops at since memory grows with the micro-batch."""
+    :func:`advisor.engine.priced_groups.micro_batches` stops at since memory grows with the micro-batch."""
     refused = result.layouts.refusal_of(setting, value)
     if refused is not None:  # no layout the search tried could take it
         return f"{refused.reason} [{refused.rule_id}]"
@@ -146,7 +147,11 @@ def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: 
     fitting = sorted((c for c in with_value if c.fits), key=Candidate.key)
     if not fitting:
         closest = min(with_value, key=lambda c: c.memory.device_bytes)
-        return (f"does not fit: the smallest plan with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
+        # the search prices model-parallel layouts only while they could win: unpriced, they are not ruled out
+        split = (any(c.plan.model_parallel_size > 1 for c in with_value) or setting in SPLIT
+                 or all(v == 1 for s in SPLIT for v in result.domains[s]))
+        return (f"does not fit{'' if split else ' without tensor / pipeline / context parallel'}: the smallest plan "
+                f"with it needs {closest.memory.device_bytes / GIB:.1f} GiB of "
                 f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
     alt = fitting[0]
     if result.facts.workload.objective == Objective.MEMORY:

@@ -42,13 +42,20 @@ def _larger_gpu(facts: Facts) -> str | None:
 
 
 def _more_gpus(facts: Facts, base: str) -> str | None:
-    for count in GPU_COUNTS:
-        per_node, nodes = min(count, GPUS_PER_NODE), max(count // GPUS_PER_NODE, 1)
-        if facts.workload.global_batch_size % count:
-            continue
-        best = _fits_with(facts, f"{base}:{per_node}", nodes)
+    """The fewest GPUs of :data:`GPU_COUNTS` (dividing the global batch) on which a plan fits, in words; None.
+
+    The largest count is tried first: a plan's memory per GPU does not grow with more GPUs of the same kind (the
+    states shard over more ranks, each replica's batch shrinks, tensor parallel stays inside a node), so when nothing
+    fits there, no smaller count is searched (what bounds the no-fit answer: one search, not six)."""
+    counts = [c for c in GPU_COUNTS if facts.workload.global_batch_size % c == 0]
+    largest = _fits_with(facts, *_where(base, counts[-1])) if counts else None
+    if largest is None:
+        return None
+    for count in counts:
+        best = largest if count == counts[-1] else _fits_with(facts, *_where(base, count))
         if best is not None:
-            where = f"--gpu {base}:{per_node}" + (f" --nodes {nodes}" if nodes > 1 else "")
+            gpu, nodes = _where(base, count)
+            where = f"--gpu {gpu}" + (f" --nodes {nodes}" if nodes > 1 else "")
             p = best.plan
             how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
             how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
@@ -60,6 +67,11 @@ def _more_gpus(facts: Facts, base: str) -> str | None:
             how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
             return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
     return None
+
+
+def _where(base: str, count: int) -> tuple[str, int]:
+    """``count`` GPUs of catalog ``base`` as (``base:per-node``, nodes): up to :data:`GPUS_PER_NODE` a node."""
+    return f"{base}:{min(count, GPUS_PER_NODE)}", max(count // GPUS_PER_NODE, 1)
 
 
 def _adapters(facts: Facts) -> list[str]:

@@ -366,9 +366,7 @@ AT_LIMITS = {"model_type": "llama", "hidden_size": 2**18, "intermediate_size": 2
 
 
 @pytest.mark.parametrize("argv", [("profile",), ("estimate", "--gpu", "a100-80gb"), ("recommend", "--gpu", "a100-80gb"),
-                                  pytest.param(("recommend", "--gpu", "a100-80gb:8", "--nodes", "4"), marks=pytest.mark.xfail(
-                                      reason="issue 44 item 7, open: the no-fit search and its suggestions over 32 GPUs "
-                                             "price every layout (about 6 CPU-s on 2 shared cores)", strict=False))])
+                                  ("recommend", "--gpu", "a100-80gb:8", "--nodes", "4")])
 def test_the_limits_are_walked_in_bounded_work(tmp_path: Path, argv: tuple) -> None:
     from advisor.core.limits import MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
