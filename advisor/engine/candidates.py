@@ -183,12 +183,18 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
     return candidate
 
 
-def _priced_key(plan: Plan) -> tuple:
-    """What a plan's memory and speed read: its settings, less TF32 under 16-bit mixed precision (the matmuls run in
+def unpriced(plan: Plan) -> tuple[str, ...]:
+    """The settings neither memory nor speed reads for ``plan``: TF32 under 16-bit mixed precision (the matmuls run in
     bf16 / fp16, :func:`advisor.engine.speed.device_rates`; no memory model reads it)."""
-    if plan.precision == Precision.FP32:
+    return () if plan.precision == Precision.FP32 else ("tf32",)
+
+
+def _priced_key(plan: Plan) -> tuple:
+    """What a plan's memory and speed read: its settings, less :func:`unpriced`'s."""
+    blind = unpriced(plan)
+    if not blind:
         return tuple(plan.__dict__.values())
-    return tuple({**plan.__dict__, "tf32": None}.values())
+    return tuple({**plan.__dict__, **dict.fromkeys(blind)}.values())
 
 
 def _price(facts: Facts, plan: Plan, pricing: Pricing) -> tuple[MemoryEstimate, Callable[[], SpeedEstimate]]:

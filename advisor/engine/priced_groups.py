@@ -18,7 +18,7 @@ from typing import Any, Callable
 from advisor.core.dimensions import CROSSED, NOT_STATES, Setting
 from advisor.core.vocabulary import Device, Objective
 from advisor.engine.allocator import device_floor_bytes
-from advisor.engine.candidates import Candidate, Pricing, evaluate, safety_margin
+from advisor.engine.candidates import Candidate, Pricing, evaluate, safety_margin, unpriced
 from advisor.engine.groups import groups_in_order
 from rules import Facts, Plan
 
@@ -89,10 +89,13 @@ def best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], al
     usable = pricing.capacity_bytes * (1 - safety_margin(Device.CPU if facts.gpu is None else Device.CUDA))
     floor_of = _floors(facts, pricing)
     stacked: dict[int, Plan | None] = {}
+    skip = dominated(allowed, pricing)
     for penalty, rank, risky, layout, combo, micros, per_replica in groups:
         if least is not None and least < (penalty, risky):
             if least[0] < penalty:
                 break
+            continue
+        if skip(layout, combo):
             continue
         if stack is not None:
             key = id(layout)
@@ -171,11 +174,37 @@ def heavy_candidates(facts: Facts, heavy: list[tuple[int, int, Plan, list[int], 
     return out
 
 
+def dominated(allowed: dict[str, list[Any]], pricing: Pricing) -> Callable[[Plan, tuple], bool]:
+    """``dominated(layout, combination)``: whether a group is a priced twin that cannot win. A crossed setting the
+    layout's price does not read (:func:`advisor.engine.candidates.unpriced`: TF32 under 16-bit precision) and no
+    fallback reads gives the same memory and speed at every value; the value that meets the most preferences
+    (the first of them on a tie) ranks first under both objectives (:meth:`Candidate.key`), so the groups at its
+    other values are not priced (an explanation of such a value prices the chosen plan with it)."""
+    read = {s for e in pricing.fallbacks for s in (e.setting, *(e.when or {}))}
+    read |= {e.setting for e in pricing.preferences if e.when}  # a preference that holds in some plans only
+
+    def kept(setting: str) -> Any:
+        return max(allowed[setting], key=lambda v: sum(e.matches(v) for e in pricing.preferences
+                                                        if e.setting == setting))
+
+    keep = {i: kept(s) for i, s in enumerate(CROSSED) if s not in read and len(allowed[s]) > 1}
+
+    def is_dominated(layout: Plan, combo: tuple) -> bool:
+        blind = unpriced(layout)
+        return any(CROSSED[i] in blind and combo[i] != value for i, value in keep.items())
+
+    return is_dominated
+
+
 def layout_candidates(facts: Facts, layout: Plan, allowed: dict[str, list[Any]], micros: list[int],
                        per_replica: int, pricing: Pricing, spared: set[tuple] = frozenset()) -> list[Candidate]:
-    """Every candidate of one layout: its groups (:data:`CROSSED`: tf32 x optimizer x checkpointing) x micro-batch."""
+    """Every candidate of one layout that could rank: its groups (:data:`CROSSED`: tf32 x optimizer x checkpointing,
+    less the :func:`dominated` ones) x micro-batch."""
     out = []
+    skip = dominated(allowed, pricing)
     for combo in product(*(allowed[s] for s in CROSSED)):
+        if skip(layout, combo):
+            continue
         out += micro_batches(facts, layout.model_copy(update=dict(zip(CROSSED, combo))),
                               micros, per_replica, pricing, spared)
     return out

@@ -10,18 +10,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.decisions import (AlternativeValue, PackageGain, SettingDecision, SourceRef,  # noqa: F401
                                       Warning, _fmt, _sources, decide_stack)
-from advisor.engine.legality import no_layout_error
-from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, order, with_bands
+from advisor.engine.legality import check_plan
+from advisor.engine.candidates import MEMORY_SPEED_TOLERANCE, Candidate, evaluate, order, unpriced, with_bands
 from advisor.core.dimensions import (TRL_TARGET, Consumer, MULTI_GPU, SEARCHED, SPLIT, Setting, refusal, runs_only_in,
                                      swapped)
-from advisor.engine.planner import PlanningResult, search
+from advisor.engine.planner import PlanningResult
+from advisor.engine.method_alternatives import method_alternatives
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.engine.communication import all_to_all_seconds
 from advisor.engine.speed import SpeedEstimate
 from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from advisor.core.units import GIB
-from advisor.core.vocabulary import Objective, Offload, Penalty
+from advisor.core.vocabulary import Objective, Penalty
 from rules import Effect, Plan, Workload
 from advisor.core.plan import STACK_SETTINGS
 
@@ -137,11 +138,24 @@ def _unpriced_reason(setting: str, value: Any, result: PlanningResult) -> str:
     return "not applicable to this hardware"
 
 
+def _twin(setting: str, value: Any, result: PlanningResult, best: Candidate) -> list[Candidate]:
+    """The chosen plan with ``setting=value``, priced, when its price does not read the setting (TF32 under 16-bit
+    precision: :func:`advisor.engine.candidates.unpriced`), which the search does not price
+    (:func:`advisor.engine.priced_groups.dominated`), and it may run; else []."""
+    if setting not in unpriced(best.plan):
+        return []
+    plan = best.plan.model_copy(update={setting: value})
+    if check_plan(result.facts, plan, result.effects) is not None:
+        return []
+    return [evaluate(result.facts, plan, result.effects)]
+
+
 def _alternative_reason(setting: str, value: Any, result: PlanningResult, best: Candidate) -> str:
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
     if forbids:
         return f"{forbids[0].reason} [{forbids[0].rule_id}]"
-    with_value = [c for c in result.candidates if getattr(c.plan, setting) == value]
+    with_value = [c for c in result.candidates if getattr(c.plan, setting) == value] + _twin(setting, value, result,
+                                                                                              best)
     if not with_value:
         return _unpriced_reason(setting, value, result)
     fitting = sorted((c for c in with_value if c.fits), key=Candidate.key)
@@ -232,71 +246,6 @@ def _chosen(result: PlanningResult, *, fits: bool = False) -> str:
     return "fastest plan that fits" if fits else "fastest plan"
 
 
-def _pinned_search(result: PlanningResult, method: str | None, best_only: bool = False) -> PlanningResult:
-    """The planner's search with the method fixed (what the best plan of another method would be); None: the
-    planner's own choice of method. ``best_only``: :func:`advisor.engine.planner.search`'s."""
-    workload = result.facts.workload.model_copy(update={"method": method})
-    return search(result.facts.model_copy(update={"workload": workload}), best_only=best_only)
-
-
-def _method_alternatives(result: PlanningResult, best: Candidate) -> list[AlternativeValue]:
-    """Every other fine-tuning method and why it lost (:func:`_method_alternative`); when the user chose the method,
-    the forbid that says so and, for comparison, what the other method would do (from one unpinned search)."""
-    value = best.plan.method
-    if result.facts.workload.method is None:
-        return [AlternativeValue(value=m, reason=_method_alternative(m, result, best))
-                for m in result.domains[Setting.METHOD] if m != value]
-    unpinned = _pinned_search(result, None, best_only=True)  # its facts and effects only
-    out = []
-    for m in result.domains[Setting.METHOD]:
-        if m == value:
-            continue
-        forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(m)]
-        figures = _method_alternative(m, unpinned, best)
-        reason = f"{forbids[0].reason} [{forbids[0].rule_id}]; for comparison: {figures}" if forbids else figures
-        out.append(AlternativeValue(value=m, reason=reason))
-    return out
-
-
-def _method_alternative(method: str, result: PlanningResult, best: Candidate) -> str:
-    """Why another fine-tuning method lost, with figures: its best plan's speed and memory (offload included),
-    or what it would need; and, when its best plan offloads, what it needs without offloading."""
-    forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == Setting.METHOD and e.matches(method)]
-    if forbids:
-        return f"{forbids[0].reason} [{forbids[0].rule_id}]"
-    other = _pinned_search(result, method, best_only=True)
-    if other.best is not None and other.best.plan.offload != Offload.NONE:
-        other = _pinned_search(result, method)  # every plan without offload, for the smallest of them
-    if not other.candidates:  # the other settings asked for rule this method out (fp8 over a 4-bit base, say)
-        return str(no_layout_error(other.facts, other.effects))
-    if other.best is None:
-        closest = min(other.candidates, key=lambda c: c.memory.device_bytes)
-        return (f"does not fit: its smallest plan needs {closest.memory.device_bytes / GIB:.1f} GiB of "
-                f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
-    alt = other.best
-    ratio = alt.speed.tokens_per_s / best.speed.tokens_per_s
-    pace = f"{ratio:.2f}x the tokens/s" if ratio < 0.995 or ratio > 1.005 else "as fast"
-    parts = [f"best plan {alt.plan.describe()}: {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. "
-             f"{alt.speed.tokens_per_s:,.0f} tokens/s ({pace})"]
-    if alt.plan.offload != Offload.NONE:
-        on_gpu = [c for c in other.candidates if c.plan.offload == Offload.NONE]
-        if on_gpu:
-            smallest = min(on_gpu, key=lambda c: c.memory.device_bytes)
-            parts.append(f"without offload it needs {smallest.memory.device_bytes / GIB:.1f} GiB of "
-                         f"{smallest.memory.usable_bytes / GIB:.1f} GiB usable")
-    own = [e for e in alt.fallbacks if e.setting == Setting.METHOD]
-    if own:
-        parts.append(f"{own[0].reason} [{own[0].rule_id}]")
-    others = [name for e, name in zip(alt.fallbacks, _fallback_names(alt)) if e.setting != Setting.METHOD]
-    if alt.penalty > best.penalty and others:
-        parts.append("it needs " + ", ".join(others))
-    return "; ".join(parts)
-
-
-def _fallback_names(candidate: Candidate) -> list[str]:
-    return [f"{e.setting}={_fmt(getattr(candidate.plan, e.setting))}" for e in candidate.fallbacks]
-
-
 def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> SettingDecision:
     value = getattr(best.plan, setting)
     touching = [e for e in result.effects + result.check_effects if e.setting == setting]
@@ -319,7 +268,7 @@ def _decide_searched(setting: str, result: PlanningResult, best: Candidate) -> S
             else:
                 reasons = [f"the value of the {_chosen(result, fits=True)}"]
     rule_ids = list(dict.fromkeys(e.rule_id for e in touching))
-    alternatives = (_method_alternatives(result, best) if setting == Setting.METHOD else
+    alternatives = (method_alternatives(result, best) if setting == Setting.METHOD else
                     [AlternativeValue(value=v, reason=_alternative_reason(setting, v, result, best))
                      for v in result.domains[setting] if v != value])
     return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
