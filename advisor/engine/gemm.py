@@ -16,6 +16,8 @@ already carries (``speed.TENSOR16_TOP``, ``speed.BANDWIDTH_SHARE``).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from probes.model import ModelProfile
 from advisor.core.vocabulary import Family, Task
 
@@ -90,8 +92,15 @@ def roofline_share(model: ModelProfile, tokens: int, top: float, ridge: float, s
     Returns:
         a share of the peak in (0, top].
     """
+    return _share(tuple(gemm_shapes(model, tokens)), top, ridge, sms, width)
+
+
+@lru_cache(maxsize=4096)
+def _share(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None,
+           width: float) -> float:
+    """:func:`roofline_share` of the given shapes (cached: the search prices many plans of one model)."""
     flops = compute = moved = 0.0
-    for m, k, n, c in gemm_shapes(model, tokens):
+    for m, k, n, c in shapes:
         f = 2.0 * m * k * n * c
         flops += f
         compute += f / top * (1 / _fill(m, n, sms) + 1 / _fill(m, k, sms) + 1 / _fill(k, n, sms)) / 3
