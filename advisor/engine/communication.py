@@ -4,6 +4,8 @@ pipeline parallel exchanges, and offloading to CPU RAM (states, parameters, acti
 
 from __future__ import annotations
 
+from advisor.engine.collectives import (DDP_BUCKET_BYTES, ZERO_BUCKET_ELEMENTS, blocks, bucket_calls,
+                                        ring_latency_seconds)
 from advisor.engine.states import adapter_rank_sizes, local_parameters
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
@@ -49,20 +51,23 @@ def _exposed(collective_s: float, compute_s: float | None) -> float:
 
 
 def _sharded_seconds(parallelism: Parallelism, k: int, one_pass: float, grad_bytes: float, param_bytes: float,
-                     compute_s: float | None) -> float:
+                     compute_s: float | None, call_s: float = 0.0, units: int = 1, buckets: int = 1) -> float:
     """Exposed seconds of a sharded strategy's collectives per step inside its group (see
-    :func:`communication_seconds`); ``one_pass``: seconds per byte of one reduce-scatter or all-gather."""
+    :func:`communication_seconds`); ``one_pass``: seconds per byte of one reduce-scatter or all-gather; ``call_s``:
+    the fixed latency of one call (:func:`advisor.engine.collectives.ring_latency_seconds`), paid per wrapped unit
+    (``units``: FSDP's units, ZeRO-3's fetches) or per bucket (``buckets``: ZeRO-1 / 2)."""
     stage, fsdp = parallelism.stage, parallelism.fsdp
     gathers = 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
-    per_micro = gathers * one_pass * param_bytes
-    reduce = one_pass * grad_bytes
+    per_unit = fsdp or stage >= 3
+    per_micro = gathers * (one_pass * param_bytes + units * call_s)
+    reduce = one_pass * grad_bytes + (units if per_unit else buckets) * call_s
     if fsdp:  # sync_each_batch: a reduce-scatter every micro-batch, beside its backward
         return k * _exposed(per_micro + reduce, compute_s)
     if stage == 1:  # reduce at the boundary, then all-gather the updated partitions: both exposed
-        return 2 * one_pass * grad_bytes
+        return 2 * reduce
     seconds = k * _exposed(per_micro + reduce, compute_s)  # ZeRO-2 / 3: a reduce-scatter every micro-batch
     if stage == 2:
-        seconds += one_pass * param_bytes  # the updated partitions, all-gathered after the step
+        seconds += one_pass * param_bytes + buckets * call_s  # the updated partitions, all-gathered after the step
     return seconds
 
 
@@ -97,8 +102,8 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
       micro-batch, and the node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's:
       NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
 
-    Overlappable parts hide behind compute as :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's
-    compute, None: long enough); inter-node bandwidth per node: ``inter_node_bytes_per_s``, else 200 Gb/s.
+    Every call pays NCCL's latency (:mod:`advisor.engine.collectives`). Overlappable parts hide behind compute as
+    :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's compute, None: long enough).
     """
     n = plan.shard_group_size  # the replicas and their context-parallel ranks reduce the gradients together
     parallelism = Parallelism.of(plan.parallelism)
@@ -107,10 +112,9 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     P = local_parameters(model, plan)  # its own slice; expert parallel: 1/e of the experts (DeepSpeed-MoE sec. 5)
     wide = parallelism.replicated or plan.precision == Precision.FP32
     grad_bytes, param_bytes = (4 if wide else 2) * P, (4 if plan.precision == Precision.FP32 else 2) * P
-    adapters = Method.of(plan.method).spec.adapters
+    adapters, elements = Method.of(plan.method).spec.adapters, P
     if adapters:  # only the adapters have gradients (fp32); a sharded frozen base is gathered like parameters
-        param_bytes, adapters_count = adapter_rank_sizes(model, plan)
-        grad_bytes = 4 * adapters_count
+        (param_bytes, elements), grad_bytes = adapter_rank_sizes(model, plan), 4 * adapter_rank_sizes(model, plan)[1]
     k = plan.gradient_accumulation_steps
     if plan.pipeline_parallel > 1 and nodes % plan.pipeline_parallel == 0:
         nodes //= plan.pipeline_parallel  # the stages span the nodes: each data-parallel group is inside fewer
@@ -118,14 +122,32 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     group = max(n // nodes, 1) if hybrid else n  # the ranks the sharded collectives run over
     bw = _link_bandwidth(gpu, nvlink, 1 if hybrid else nodes, inter_node_bytes_per_s)
     one_pass = (group - 1) / group / bw  # seconds per byte of one reduce-scatter or all-gather
+    ring = (group, 1 if hybrid else min(nodes, group), nvlink)  # NCCL's ring: ranks, nodes, NVLink
     if parallelism.replicated or (adapters and parallelism.stage < 3):
-        seconds = _exposed(2 * one_pass * grad_bytes, compute_s_per_micro)  # one all-reduce (no_sync)
-        return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)  # DP: scatter, replicate, gather
-    seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro)
-    if hybrid:  # the node's GPUs share its network: the node sends a whole all-reduce's worth per micro-batch
-        between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
-        seconds += k * _exposed(between, compute_s_per_micro)
-    return seconds
+        return _all_reduce_seconds(parallelism, one_pass, grad_bytes, ring, compute_s_per_micro)
+    seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro,
+                               ring_latency_seconds("all_gather", *ring), blocks(model),
+                               bucket_calls(elements, ZERO_BUCKET_ELEMENTS))
+    # HYBRID_SHARD: the node's GPUs share its network, the node sends a whole all-reduce's worth per micro-batch
+    return seconds + (k * _exposed(_between_nodes(model, grad_bytes, gpu, nvlink, nodes, inter_node_bytes_per_s),
+                                   compute_s_per_micro) if hybrid else 0.0)
+
+
+def _all_reduce_seconds(parallelism: Parallelism, one_pass: float, grad_bytes: float, ring: tuple[int, int, bool],
+                        compute_s: float | None) -> float:
+    """Exposed seconds of a replicated strategy's one all-reduce per step (no_sync), in DDP's 25 MiB buckets, each
+    paying NCCL's latency over ``ring`` (ranks, nodes, NVLink); DP scatters, replicates and gathers: 2.5x."""
+    calls = bucket_calls(grad_bytes, DDP_BUCKET_BYTES) * ring_latency_seconds("all_reduce", *ring)
+    seconds = _exposed(2 * one_pass * grad_bytes + calls, compute_s)
+    return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)
+
+
+def _between_nodes(model: ModelProfile, grad_bytes: float, gpu: GPUInfo | None, nvlink: bool, nodes: int,
+                   inter_node_bytes_per_s: float | None) -> float:
+    """Seconds of HYBRID_SHARD's all-reduce between the nodes per micro-batch: the node's gradient shards over its
+    network, one call per unit (NCCL's latency across ``nodes`` ranks)."""
+    between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
+    return between + blocks(model) * ring_latency_seconds("all_reduce", nodes, nodes, nvlink)
 
 
 def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,

@@ -303,43 +303,57 @@ def _comm(model, compute=None, nodes=1, inter=None, nvlink=True, gpu="a100-80gb"
                                  compute)
 
 
+def _nccl_us(steps_intra: int, steps_net: int = 0, intra: float = 3.4) -> float:
+    """NCCL's ring latency by hand (``src/graph/tuning.cc``, Simple protocol): 8.4 µs + 3.4 µs an NVLink step
+    (5.7 PCIe) + 9.6 µs a network step, in seconds."""
+    return (8.4 + steps_intra * intra + steps_net * 9.6) * 1e-6
+
+
 def test_communication_under_accumulation_by_hand() -> None:
     """Hand-computed exposed seconds, compute long enough (half of each overlappable collective exposed).
-    A100 SXM NVLink: 300 GB/s one direction; Llama-2-7B, 16-bit Ψ = 2·6,738,415,616 B; n = 8, k = 4."""
+    A100 SXM NVLink: 300 GB/s one direction; Llama-2-7B, 16-bit Ψ = 2·6,738,415,616 B; n = 8, k = 4; every call
+    pays NCCL's latency L (7 ring steps) per bucket of 5e8 elements (ZeRO-1/2: 14), block (FSDP / ZeRO-3: 32) or
+    DDP bucket of 25 MiB (the fp32 gradients: 1029 of them, 14 ring steps each)."""
     llama = profile_model("meta-llama/Llama-2-7b-hf")
-    S, bw, ring = 2 * llama.num_parameters, 300e9, 7 / 8
+    S, bw, ring, L = 2 * llama.num_parameters, 300e9, 7 / 8, _nccl_us(7)
     k = dict(gradient_accumulation_steps=4, num_gpus=8)
     # ZeRO-2: 4 reduce-scatters (half exposed) + the parameter all-gather after the step
-    assert _comm(llama, parallelism="zero-2", **k) == pytest.approx(4 * 0.5 * ring * S / bw + ring * S / bw)
+    assert _comm(llama, parallelism="zero-2", **k) == pytest.approx(4 * 0.5 * (ring * S / bw + 14 * L)
+                                                                    + ring * S / bw + 14 * L)
     # ZeRO-3: 4 × (2 all-gathers + 1 reduce-scatter), half exposed: 1.5·k all-reduces' worth before overlap
-    assert _comm(llama, parallelism="zero-3", **k) == pytest.approx(4 * 3 * ring * S / bw * 0.5)
+    assert _comm(llama, parallelism="zero-3", **k) == pytest.approx(4 * (3 * ring * S / bw + 96 * L) * 0.5)
     # FSDP FULL_SHARD with sync_each_batch (emitted): as ZeRO-3; SHARD_GRAD_OP: 4 × (1 all-gather + 1 reduce-scatter)
-    assert _comm(llama, parallelism="fsdp-full-shard", **k) == pytest.approx(4 * 3 * ring * S / bw * 0.5)
-    assert _comm(llama, parallelism="fsdp-shard-grad-op", **k) == pytest.approx(4 * 2 * ring * S / bw * 0.5)
+    assert _comm(llama, parallelism="fsdp-full-shard", **k) == pytest.approx(4 * (3 * ring * S / bw + 96 * L) * 0.5)
+    assert _comm(llama, parallelism="fsdp-shard-grad-op", **k) == pytest.approx(4 * (2 * ring * S / bw + 64 * L)
+                                                                                * 0.5)
     # DDP: one fp32 all-reduce per step (no_sync), half exposed
-    assert _comm(llama, parallelism="ddp", **k) == pytest.approx(0.5 * 2 * ring * 2 * S / bw)
+    assert _comm(llama, parallelism="ddp", **k) == pytest.approx(0.5 * (2 * ring * 2 * S / bw + 1029 * _nccl_us(14)))
     # the collective hides at most behind the compute beside it: with 10 ms of compute per micro-batch
-    per_micro = 3 * ring * S / bw
+    per_micro = 3 * ring * S / bw + 96 * L
     assert _comm(llama, compute=0.01, parallelism="zero-3", **k) == pytest.approx(4 * (per_micro - 0.01))
 
 
 def test_hybrid_shard_shares_the_nodes_network_by_hand() -> None:
     """opt-1.3b, 2 nodes × 8 A100, Ethernet 100 Gb/s per node (12.5e9 B/s): HYBRID_SHARD sends the whole
     16-bit gradient's all-reduce through the node's link, 2·(2−1)/2·S, as DDP's ring sends 2·(16−1)/16 of its
-    fp32 gradients; inside the node 2 all-gathers + 1 reduce-scatter over NVLink; all half exposed."""
+    fp32 gradients; inside the node 2 all-gathers + 1 reduce-scatter over NVLink; all half exposed. NCCL's latency:
+    24 blocks × 3 calls inside the node (7 NVLink steps), 24 all-reduces between the nodes (2 network steps, times
+    the ring's multi-node plateau 1.9); DDP: 201 buckets of 25 MiB, 28 ring steps of which 2 cross the network."""
     opt = profile_model("facebook/opt-1.3b")
     S, net, nv = 2 * opt.num_parameters, 12.5e9, 300e9
+    inside, between = 72 * _nccl_us(7), 24 * 1.9 * _nccl_us(0, 2)
     hybrid = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=16)
-    assert hybrid == pytest.approx(0.5 * (3 * 7 / 8 * S / nv) + 0.5 * (2 * 1 / 2 * S / net))
+    assert hybrid == pytest.approx(0.5 * (3 * 7 / 8 * S / nv + inside) + 0.5 * (2 * 1 / 2 * S / net + between))
     # every micro-batch syncs (sync_each_batch): with 4 of them, 4 times both
     four_micro = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=16,
                        gradient_accumulation_steps=4)
     assert four_micro == pytest.approx(4 * hybrid)
     ddp = _comm(opt, nodes=2, inter=net, parallelism="ddp", num_gpus=16)
-    assert ddp == pytest.approx(0.5 * 2 * 15 / 16 * 2 * S / net)
+    assert ddp == pytest.approx(0.5 * (2 * 15 / 16 * 2 * S / net + 201 * 1.9 * _nccl_us(28, 2)))
     # the network part does not shrink with the GPUs per node (it did: the node's link counted once per GPU)
     four = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=8)
-    assert four - 0.5 * 3 * 3 / 4 * S / nv == pytest.approx(hybrid - 0.5 * 3 * 7 / 8 * S / nv)
+    assert four - 0.5 * (3 * 3 / 4 * S / nv + 72 * _nccl_us(3)) == pytest.approx(hybrid - 0.5 * (3 * 7 / 8 * S / nv
+                                                                                                 + inside))
 
 
 def test_zero_figures_against_deepspeeds_printed_all_cold_tables(capsys) -> None:

@@ -144,7 +144,8 @@ def test_packing_counts_useful_tokens() -> None:
                        packing=False)
     packed = recommend("gpt2", gpu="a100-80gb", seq_len=1024, mean_sample_len=256, attention="flash-attention-2")
     assert packed.plan.packing and not padded.plan.packing
-    assert packed.speed.tokens_per_s > 3 * padded.speed.tokens_per_s  # 4x the useful tokens per row, less attention
+    # 4x the useful tokens per row, less attention; padded rows of 4 samples run ~2x their useful tokens (H_4 · 256)
+    assert packed.speed.tokens_per_s > 2 * padded.speed.tokens_per_s
     with pytest.raises(UsageError):
         estimate("gpt2", gpu="a100-80gb", packing=True, attention="sdpa")  # SDPA would attend across samples
 

@@ -1,0 +1,39 @@
+"""The GEMM roofline (advisor/engine/gemm.py): shapes that match the FLOP count, ridge points and SM fill by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from advisor.engine.gemm import SMS, _fill, gemm_shapes, roofline_share
+from probes.model import profile_model
+
+
+@pytest.mark.parametrize("name", ["meta-llama/Llama-2-7b-hf", "gpt2", "mistralai/Mixtral-8x7B-v0.1"])
+def test_the_shapes_carry_the_matmul_parameters_one_token_uses(name: str) -> None:
+    """Σ k·n over the forward GEMMs of one token = the active matmul parameters (a MoE's k routed experts' share)."""
+    model = profile_model(name)
+    per_token = sum(k * n * c * m for m, k, n, c in gemm_shapes(model, 1))
+    assert per_token == pytest.approx(model.active_matmul_parameters, rel=0.02)
+
+
+def test_the_fill_counts_tiles_against_the_sms_by_hand() -> None:
+    assert _fill(256, 768, 108) == pytest.approx(2 * 6 / 108)  # 128 x 128 tiles: 2 x 6 of them
+    assert _fill(8192, 4096, 132) == 1.0
+    assert _fill(256, 768, None) == 1.0
+
+
+def test_large_gemms_approach_the_top_and_hopper_sits_nearer_its_ridge() -> None:
+    """Llama-2-7B over 8192 tokens: intensity in the thousands of FLOP/B, near the top on both GPUs; the H100's
+    ridge (989 TFLOP/s over 0.8 x 3.35 TB/s = 369 FLOP/B) costs it more than the A100's (312 / (0.8 x 2.04) = 191)."""
+    llama = profile_model("meta-llama/Llama-2-7b-hf")
+    a100 = roofline_share(llama, 8192, 0.8, 312e12 / (0.8 * 2.039e12), SMS["a100-80gb"])
+    h100 = roofline_share(llama, 8192, 0.8, 989e12 / (0.8 * 3.35e12), SMS["h100-sxm"])
+    assert 0.65 < h100 < a100 < 0.8
+
+
+def test_short_micro_batches_of_small_models_are_memory_and_fill_bound() -> None:
+    gpt2 = profile_model("gpt2")
+    ridge = 312e12 / (0.8 * 2.039e12)
+    short, long = roofline_share(gpt2, 256, 0.8, ridge, 108), roofline_share(gpt2, 16384, 0.8, ridge, 108)
+    assert short < 0.5 * long
+    assert short < roofline_share(gpt2, 256, 0.8, ridge, None)  # idle SMs cost on top of the memory
