@@ -239,10 +239,12 @@ def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemo
     from advisor.measure.simulate import simulate as run_simulation
 
     result = run_simulation(facts.model, plan, facts.workload.seq_len)
-    return SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(result.peak_bytes, plan, memory.components.cuda_context_bytes,
-                                                                  persistent_bytes(memory.components)),
-                           peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
-                           analytic_error=memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
+    simulated = SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(
+        result.peak_bytes, plan, memory.components.cuda_context_bytes, persistent_bytes(memory.components)),
+        peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
+        analytic_error=memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
+    simulated._timeline = result.timeline  # drawn by advisor estimate --timeline (advisor.app.timeline)
+    return simulated
 
 
 def _local_hardware_for_trials() -> HardwareProfile:
