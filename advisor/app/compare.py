@@ -318,8 +318,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
+        from advisor.app.charts import comparison_chart
+
         out = console()
         out.print(comparison_table(result, out.width))
+        out.print(comparison_chart(result, out.width))  # the time (and cost) per GPU as bars, under the table
     return ExitCode.OK
 
 
