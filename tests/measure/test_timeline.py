@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from advisor.measure.timeline import KINDS, MemoryTimeline
-from cli_runner import run_cli
+from cli_runner import ROOT, run_cli
 
 SVG = "{http://www.w3.org/2000/svg}"
 TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
@@ -116,3 +116,17 @@ def test_the_command_writes_the_picture_whole(tmp_path) -> None:
     assert json.loads(out)["simulated"]["peak_bytes"] > 0
     assert ET.parse(tmp_path / "step.svg").getroot().tag == f"{SVG}svg"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "step.svg"]  # no temporary file left
+
+
+@pytest.mark.slow
+def test_the_readme_picture_is_what_the_command_draws(tmp_path) -> None:
+    """docs/timeline-gpt2.svg (shown in the README) is the README command's file, byte for byte."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    command = ["estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--seq-len", "128", "--micro-batch-size", "4",
+               "--timeline", "step.svg"]
+    assert "$ advisor " + " ".join(command) in (ROOT / "README.md").read_text(encoding="utf-8")
+    code, _out, err = run_cli(command, cwd=tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "step.svg").read_text(encoding="utf-8") == (ROOT / "docs" / "timeline-gpt2.svg").read_text(
+        encoding="utf-8"), f"draw it again: advisor {' '.join(command[:-1])} docs/timeline-gpt2.svg"
