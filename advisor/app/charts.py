@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from advisor.core.units import GIB
+from advisor.core.units import GIB, count, duration
 from advisor.engine.memory import MemoryEstimate
 
 #: The card bar's parts, bottom first: (letter, name, colour, the memory components it adds up). "other" is what the
@@ -75,8 +75,6 @@ def comparison_chart(c, width: int = 80) -> Group:
     """``advisor compare``'s time to train on its tokens per GPU as bars, and the cost per billion tokens when some
     row has a price; ``c`` is an :class:`advisor.app.compare.Comparison`. Rows in the table's order; a GPU where
     nothing fits (or without a price) gets its words instead of a bar."""
-    from advisor.app.compare import count, duration
-
     label = max((len(r.gpu) for r in c.rows), default=0)
     cells = max(10, min(width - label - 14, 60))
     charts = [(f"time to train on {count(c.tokens)} tokens (shorter is faster)", "cyan",

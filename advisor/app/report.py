@@ -192,15 +192,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         rows = [(list(spared.values()), "spared ", "not needed to fit: "), (fixed, "also   ", "")]
         return [_folded(items, width, most, label=label, lead=lead) for items, label, lead in rows if items]
 
-    share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
-    bar, parts = memory_bar(mem, max(10, min(width, 100) - 13))  # split by component, with a key in words
-    fits = VERDICTS[mem.verdict]
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
-    # the verdict first: a narrow terminal crops the line's end
-    figures = [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
-                     f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
-               Text.assemble("       ", bar, (f" {share:.0%}", fits[1])),
-               memory_key(parts, width),
+    figures = [*_memory_lines(mem, width),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
     if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
@@ -220,6 +213,17 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if len(listed) < len(rec.warnings):
         card.append(_line((f"! … {len(rec.warnings) - len(listed)} more warning(s): --explain", "yellow")))
     return Group(*card, *footer)
+
+
+def _memory_lines(mem: MemoryEstimate, width: int) -> list[Text]:
+    """The card's memory: the verdict first (a narrow terminal crops the line's end) and the figures, the bar split
+    by component (:func:`advisor.app.charts.memory_bar`) with the device's share, and the bar's key in words."""
+    share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
+    bar, parts = memory_bar(mem, max(10, min(width, 100) - 13))
+    fits = VERDICTS[mem.verdict]
+    return [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
+                  f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
+            Text.assemble("       ", bar, (f" {share:.0%}", fits[1])), memory_key(parts, width)]
 
 
 def _gain_words(gain, rec: Recommendation) -> str:

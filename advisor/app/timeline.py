@@ -21,11 +21,11 @@ from advisor.app.files import check_target, write_atomic
 from advisor.core.errors import UsageError
 from advisor.core.text import shown
 from advisor.core.units import GIB, KIB, MIB
-from advisor.measure.timeline import BUILD, KINDS, Column, MemoryTimeline, Peak
 
 #: The file types ``--timeline`` writes, by suffix.
 SUFFIXES = (".svg", ".html")
-#: Each kind's name on the picture, its colour (the card's and the wizard's palette: rich's dodger_blue2, green3,
+#: Each kind of :data:`advisor.measure.timeline.KINDS`, in its order (bottom of the stack first): its name on the
+#: picture, its colour (the card's and the wizard's palette: rich's dodger_blue2, green3,
 #: gold3, orange_red1, magenta) and what it holds.
 STYLE = {"weights": ("weights", "#1c86ee", "parameters and buffers"),
          "gradients": ("gradients", "#00cd00", "the parameters' accumulated .grad"),
@@ -34,6 +34,8 @@ STYLE = {"weights": ("weights", "#1c86ee", "parameters and buffers"),
                                                    "copies, the logits), the batch"),
          "temporaries": ("temporaries", "#d040d0", "what a pass frees again: activation gradients, recomputed "
                                                    "activations, casts, the step's buffers")}
+#: The kinds in drawing order (the measure layer is imported only inside functions: it is off the fast path).
+KINDS = tuple(STYLE)
 #: The phase bands' fills (light, behind the areas) and labels.
 PHASES = {"build": ("#eeeeee", "build"), "forward": ("#e8f0ff", "fwd"), "backward": ("#fff0e6", "bwd"),
           "optimizer": ("#eaf7ea", "opt")}
@@ -72,12 +74,12 @@ def _ticks(top: float) -> list[float]:
     return [round(i * step, 10) for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
-def timeline_svg(timeline: MemoryTimeline, title: str, subtitle: str) -> str:
-    """The SVG of ``timeline``: stacked areas by kind (groups ``id="series-KIND"``, ``data-kind``), the phase bands,
+def timeline_svg(timeline, title: str, subtitle: str) -> str:
+    """The SVG of ``timeline`` (an :class:`advisor.measure.timeline.MemoryTimeline`): stacked areas by kind (groups ``id="series-KIND"``, ``data-kind``), the phase bands,
     the peak (group ``id="peak"`` with ``data-bytes``, ``data-op``, ``data-phase``), the axes and a legend in words.
 
     Raises:
-        ValueError: a timeline without an event outside the build (:meth:`MemoryTimeline.columns`).
+        ValueError: a timeline without an event outside the build (:meth:`advisor.measure.timeline.MemoryTimeline.columns`).
     """
     import drawsvg as dw
 
@@ -107,7 +109,7 @@ def timeline_svg(timeline: MemoryTimeline, title: str, subtitle: str) -> str:
     return d.as_svg()
 
 
-def _phase_bands(d, dw, timeline: MemoryTimeline, x) -> None:
+def _phase_bands(d, dw, timeline, x) -> None:
     """A light band behind each phase (``<title>``: the phase and its events), labelled where it is wide enough."""
     ends = [start for start, _ in timeline.marks[1:]] + [len(timeline.events)]
     counts: dict[str, int] = {}
@@ -115,14 +117,14 @@ def _phase_bands(d, dw, timeline: MemoryTimeline, x) -> None:
         counts[phase] = counts.get(phase, 0) + 1
         fill, label = PHASES[phase]
         band = dw.Rectangle(x(start), TOP, max(round(x(end) - x(start), 1), 0.1), BOTTOM - TOP, fill=fill)
-        which = "" if phase == BUILD else f" {counts[phase]}"
+        which = "" if phase == "build" else f" {counts[phase]}"
         band.append_title(f"{phase}{which}: events {start:,} to {end - 1:,}")
         d.append(band)
         if x(end) - x(start) >= 24:
             d.append(dw.Text(label, 10, (x(start) + x(end)) / 2, TOP + 12, text_anchor="middle", fill="#666666"))
 
 
-def _series(dw, kind: str, columns: list[Column], stride: int, events: int, x, y, below: tuple[str, ...]):
+def _series(dw, kind: str, columns: list, stride: int, events: int, x, y, below: tuple[str, ...]):
     """One kind's area, stacked on the kinds ``below``: a step outline over the columns."""
     name, colour, holds = STYLE[kind]
     upper, lower = [], []
@@ -156,7 +158,7 @@ def _axes(d, dw, ticks: list[float], unit: tuple[int, str], events: int, x, y) -
                      text_anchor="middle"))
 
 
-def _peak_marker(dw, peak: Peak, unit: tuple[int, str], x, y):
+def _peak_marker(dw, peak, unit: tuple[int, str], x, y):
     """The peak: a dashed line up to it, a dot, and ``peak SIZE · OP (PHASE)``; its title lists the kinds."""
     px, py = x(peak.event + 0.5), y(peak.total)
     group = dw.Group(id="peak", data_bytes=peak.total, data_op=peak.op, data_phase=peak.phase)
@@ -171,7 +173,7 @@ def _peak_marker(dw, peak: Peak, unit: tuple[int, str], x, y):
     return group
 
 
-def _legend(d, dw, columns: list[Column], unit: tuple[int, str]) -> None:
+def _legend(d, dw, columns: list, unit: tuple[int, str]) -> None:
     """One swatch and name per kind, with its most bytes (words, not colour alone), on as many rows as it takes."""
     left, top = LEFT, BOTTOM + 52
     for kind in KINDS:
@@ -188,7 +190,7 @@ def _legend(d, dw, columns: list[Column], unit: tuple[int, str]) -> None:
         left += width
 
 
-def timeline_html(svg: str, title: str, subtitle: str, timeline: MemoryTimeline) -> str:
+def timeline_html(svg: str, title: str, subtitle: str, timeline) -> str:
     """A page with the SVG inline, a legend table (each kind's colour, name, bytes at the peak and at most, what it
     holds) and a line on how to read it. Well-formed XML (XHTML), so it parses as the SVG does."""
     columns, peak = timeline.columns(COLUMNS)

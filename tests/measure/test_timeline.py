@@ -19,7 +19,7 @@ def test_kinds_follow_the_phases_and_the_labels() -> None:
     """Torch-free: a forward allocation freed within its pass is a temporary, one alive at its end an activation;
     a labelled one keeps its label for its whole life; the columns keep the peak exactly, the build left out."""
     t = MemoryTimeline()
-    weight = t.allocate(100, "aten.empty.memory_format", "build")
+    t.allocate(100, "aten.empty.memory_format", "build")  # a weight
     scratch = t.allocate(1000, "aten.randn.default", "build")  # initialisation's scratch: above any later total
     t.free(scratch, "build")
     saved = t.allocate(30, "aten.mm.default", "forward")
