@@ -193,7 +193,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
     ``options``: hardware and workload options, the plan settings (defaults:
     :func:`advisor.app.plan_flags.estimate_plan`) and ``simulate`` (also run a training step on fake tensors; imports
-    torch). A ``global_batch_size`` sets the accumulation (or, given an accumulation alone, the micro-batch) that makes
+    torch; ``result.simulated.timeline`` holds its allocations by kind, which
+    :func:`advisor.app.timeline.write_timeline` draws). A ``global_batch_size`` sets the accumulation (or, given an accumulation alone, the micro-batch) that makes
     it over the plan's data-parallel replicas (:func:`advisor.app.plan_flags.split_batch`); without one the global
     batch is micro-batch × accumulation × replicas.
 

@@ -58,9 +58,9 @@ def memory_bar(mem: MemoryEstimate, cells: int) -> tuple[Text, list[tuple[str, s
 
 def memory_key(parts: list[tuple[str, str, str, int]], width: int) -> Text:
     """The bar's key: each part's letter (in its colour) and name, with its GiB when the line has room at ``width``
-    columns (after the card's 7-column indent), else the names alone."""
+    columns (after the card's 7-column indent), else the names alone (cut with an ellipsis on a narrower one)."""
     def key(figures: bool) -> Text:
-        text = Text("       ")
+        text = Text("       ", no_wrap=True, overflow="ellipsis")
         for i, (letter, name, colour, nbytes) in enumerate(parts):
             text.append(" · " if i else "")
             text.append(letter, style=f"bold black on {colour}")
