@@ -193,7 +193,8 @@ def estimate(model: str | ModelProfile, *, hardware: HardwareProfile | None = No
 
     ``options``: hardware and workload options, the plan settings (defaults:
     :func:`advisor.app.plan_flags.estimate_plan`) and ``simulate`` (also run a training step on fake tensors; imports
-    torch). A ``global_batch_size`` sets the accumulation (or, given an accumulation alone, the micro-batch) that makes
+    torch; ``result.simulated.timeline`` holds its allocations by kind, which
+    :func:`advisor.app.timeline.write_timeline` draws). A ``global_batch_size`` sets the accumulation (or, given an accumulation alone, the micro-batch) that makes
     it over the plan's data-parallel replicas (:func:`advisor.app.plan_flags.split_batch`); without one the global
     batch is micro-batch × accumulation × replicas.
 
@@ -239,10 +240,12 @@ def _simulate(facts: Facts, plan: Plan, memory: MemoryEstimate) -> SimulatedMemo
     from advisor.measure.simulate import simulate as run_simulation
 
     result = run_simulation(facts.model, plan, facts.workload.seq_len)
-    return SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(result.peak_bytes, plan, memory.components.cuda_context_bytes,
-                                                                  persistent_bytes(memory.components)),
-                           peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
-                           analytic_error=memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
+    simulated = SimulatedMemory(peak_bytes=result.peak_bytes, device_bytes=device_bytes(
+        result.peak_bytes, plan, memory.components.cuda_context_bytes, persistent_bytes(memory.components)),
+        peak_phase=result.peak_phase, phase_peaks_bytes=result.phase_peaks,
+        analytic_error=memory.peak_bytes / result.peak_bytes - 1, wall_s=result.wall_s)
+    simulated._timeline = result.timeline  # drawn by advisor estimate --timeline (advisor.app.timeline)
+    return simulated
 
 
 def _local_hardware_for_trials() -> HardwareProfile:

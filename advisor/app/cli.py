@@ -137,11 +137,18 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     from contextlib import nullcontext
 
+    if args.timeline:  # a bad name or folder is refused before the simulation's seconds; the picture needs one
+        from advisor.app.timeline import check_timeline_path, write_timeline
+
+        check_timeline_path(args.timeline)
+        args.simulate = True
     waiting = (_console(stderr=True).status("advisor: simulating a training step on fake tensors (seconds)…")
                if args.simulate and sys.stderr.isatty() else nullcontext())
     with waiting:  # a progress line on stderr while the simulation runs, when stderr is a terminal
         est = estimate(args.model, **collect(args, SimulateOption), **collect(args, HardwareOptions),
                        **collect(args, WorkloadOptions), **collect(args, PlanOptions), **collect(args, CalibrationOption))
+    if args.timeline:
+        sys.stderr.write(f"advisor: wrote {shown(write_timeline(est, args.timeline), MAX_LINE)}\n")
     if args.json:
         keys = {"schema_version", "plan", "memory", "speed", "warnings"} | ({"simulated"} if args.simulate else set())
         sys.stdout.write(est.model_dump_json(indent=2, include=keys) + "\n")
@@ -263,6 +270,8 @@ def _add_estimate(sub) -> None:
                             "--global-batch-size makes)" for k in batch})
     _liger_alias(group)
     add_arguments(p, SimulateOption)
+    p.add_argument("--timeline", metavar="FILE", help="draw the simulated step's memory over time by kind, with its "
+                   "peak, to FILE.svg or FILE.html (implies --simulate; default: none)")
     p.add_argument("--json", action="store_true", help="print JSON (default: off)")
     p.set_defaults(func=cmd_estimate)
 

@@ -20,7 +20,7 @@ from advisor.engine.local_calibration import LocalCalibration
 from advisor.engine.schema import SCHEMA_VERSION
 from advisor.core.errors import UsageError
 from advisor.core.limits import MAX_TOKENS
-from advisor.core.units import GIB
+from advisor.core.units import GIB, count, duration
 from rules import Plan, Workload
 
 #: ``--tokens``' default: a billion tokens, the unit of the cost column.
@@ -227,22 +227,6 @@ def per_method(rows: list[CompareRow]) -> list[CompareRow]:
     return sorted(rows, key=lambda r: methods.index(r.plan.method) if r.plan is not None else len(methods))
 
 
-def duration(seconds: float) -> str:
-    """Seconds as the largest sensible unit: 45 s, 12.5 min, 3.2 h, 4.1 d, 2.1 y (Julian years of 365.25 days)."""
-    for unit, size in (("y", 365.25 * 86400), ("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:,.1f} {unit}"
-    return f"{seconds:.0f} s"
-
-
-def count(n: int) -> str:
-    """A token count the short way: 2T, 1B, 500M, 12,345."""
-    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6)):
-        if n >= size and n % (size // 10) == 0:
-            return f"{n / size:g}{unit}"
-    return f"{n:,}"
-
-
 def comparison_table(c: Comparison, width: int = 160):
     """The comparison as one rich table; from 120 columns up with the memory and the plan in it, narrower with
     each GPU's plan on a line below the table."""
@@ -318,8 +302,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
+        from advisor.app.charts import comparison_chart
+
         out = console()
         out.print(comparison_table(result, out.width))
+        out.print(comparison_chart(result, out.width))  # the time (and cost) per GPU as bars, under the table
     return ExitCode.OK
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from advisor.engine.decisions import Warning as RuleWarning
 from advisor.engine.memory import MemoryEstimate
@@ -20,6 +22,13 @@ class SimulatedMemory(BaseModel):
     phase_peaks_bytes: dict[str, int] = Field(description="peak live bytes per phase")
     analytic_error: float = Field(description="memory.peak_bytes / peak_bytes - 1 (the analytic model's error)")
     wall_s: float = Field(description="seconds the simulation took")
+    _timeline: Any = PrivateAttr(None)  # not in the JSON: thousands of events (advisor estimate --timeline draws them)
+
+    @property
+    def timeline(self):
+        """Every allocation and free of the simulated steps by kind (an
+        :class:`advisor.measure.timeline.MemoryTimeline`), or None; ``advisor estimate --timeline`` draws it."""
+        return self._timeline
 
 
 class Estimate(BaseModel):

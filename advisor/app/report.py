@@ -10,6 +10,8 @@ from rich.text import Text
 
 from advisor.core.text import MAX_LINE, shown  # and its control characters are escaped (a folder named "\x1b[2J")
 
+from advisor.app.charts import memory_bar, memory_key
+
 from advisor.engine.memory import MemoryEstimate, Verdict
 from advisor.core.dimensions import PLAN_LINE
 from advisor.core.units import GIB
@@ -144,11 +146,6 @@ def _decided(decision) -> bool:
     return any(any(w in a.reason for w in _WEIGHED) for a in decision.alternatives)
 
 
-def _bar(used: float, width: int, style: str) -> Text:
-    filled = max(0, min(width, round(used * width)))
-    return Text.assemble(("█" * filled, style), ("░" * (width - filled), "dim"))
-
-
 #: What a fallback's rationale says when the plan fits without it (:mod:`advisor.engine.recommendation`): the card
 #: folds those settings into one ``spared`` row of the values not needed.
 _SPARED = " fits without "
@@ -165,7 +162,7 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     """The recommendation at a glance, for an 80 × 24 terminal: the plan on one line, each decided setting as
     ``name = value — reason`` on one line, the fallbacks the plan fits without in one row, the settings the rules
     left one value folded into one row (each on two lines, or one when the decided settings leave no room for a
-    warning), memory with a bar, speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
+    warning), memory with a bar split by component and its key (:mod:`advisor.app.charts`), speed, the first warnings (as many as the 24 lines leave room for). ``--explain`` prints
     :func:`print_recommendation`'s full report."""
     m, sp, mem = rec.model, rec.speed, rec.memory
     lines: list[Text] = [Text.assemble((shown(m.id), "bold"), f" ({m.num_parameters / 1e6:,.1f}M, {m.task}) on ",
@@ -195,13 +192,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
         rows = [(list(spared.values()), "spared ", "not needed to fit: "), (fixed, "also   ", "")]
         return [_folded(items, width, most, label=label, lead=lead) for items, label, lead in rows if items]
 
-    share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
-    fits = VERDICTS[mem.verdict]
     comm = f" · comm. {sp.communication_s:.3f} s" if sp.communication_s else ""
-    # the verdict first: a narrow terminal crops the line's end
-    figures = [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
-                     f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
-               Text.assemble("       ", _bar(share, max(10, min(width, 100) - 13), fits[1]), f" {share:.0%}"),
+    figures = [*_memory_lines(mem, width),
                _line(("speed  ", "bold"), f"{sp.step_time_s:.3f} s/step{band(sp.step_time_band)} · {sp.tokens_per_s:,.0f} tokens/s · "
                      f"MFU {sp.mfu:.0%} of {sp.peak_flops_per_s / 1e12:,.1f} TFLOP/s{comm}")]
     if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
@@ -221,6 +213,17 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if len(listed) < len(rec.warnings):
         card.append(_line((f"! … {len(rec.warnings) - len(listed)} more warning(s): --explain", "yellow")))
     return Group(*card, *footer)
+
+
+def _memory_lines(mem: MemoryEstimate, width: int) -> list[Text]:
+    """The card's memory: the verdict first (a narrow terminal crops the line's end) and the figures, the bar split
+    by component (:func:`advisor.app.charts.memory_bar`) with the device's share, and the bar's key in words."""
+    share = mem.device_bytes / mem.capacity_bytes if mem.capacity_bytes else 0.0
+    bar, parts = memory_bar(mem, max(10, min(width, 100) - 13))
+    fits = VERDICTS[mem.verdict]
+    return [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
+                  f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
+            Text.assemble("       ", bar, (f" {share:.0%}", fits[1])), memory_key(parts, width)]
 
 
 def _gain_words(gain, rec: Recommendation) -> str:

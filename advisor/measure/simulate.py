@@ -44,6 +44,7 @@ import weakref
 from dataclasses import dataclass
 
 from advisor.measure.autocast_ops import cuda_autocast_float32
+from advisor.measure.timeline import MemoryTimeline
 from advisor.measure.quantized_base import (cuda_autocast_answers, is_4bit, legacy_backward, missing_reason,
                                             quantize_skeleton, quantized_weight)
 from advisor.measure.trainable import (apply_adapters, autocast_dtype, build_model, enable_checkpointing, hf_config,
@@ -64,10 +65,13 @@ class SimulationResult:
     phase_peaks: dict[str, int]  #: peak per phase, bytes
     wall_s: float  #: seconds the simulation took
     build_bytes: int = 0  #: bytes live once the model (and its adapters) and the batch are built, bytes
+    timeline: MemoryTimeline | None = None  #: every allocation and free by kind (:mod:`advisor.measure.timeline`)
 
 
-def live_bytes_mode():
-    """A ``TorchDispatchMode`` counting live storage bytes, with the peak per phase (set ``.phase``)."""
+def live_bytes_mode(record: bool = False):
+    """A ``TorchDispatchMode`` counting live storage bytes, with the peak per phase (set ``.phase``); with ``record``,
+    also every allocation and free in ``.timeline`` (:class:`~advisor.measure.timeline.MemoryTimeline`; ``.label``
+    gives the storages of some tensors a kind), which grows with every step (a simulation's two, not a trial's)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -83,17 +87,22 @@ def live_bytes_mode():
             self.current = 0
             self.phase = "build"
             self.phase_peaks: dict[str, int] = {}
+            self.timeline = MemoryTimeline() if record else None
+            self.recording = record  #: False once the run is over: what its end frees is not part of the step
 
-        def _free(self, nbytes: int, _ref) -> None:
+        def _free(self, nbytes: int, index: int | None, _ref) -> None:
             self.current -= nbytes
+            if index is not None and self.recording:
+                self.timeline.free(index, self.phase)
 
-        def track(self, t) -> None:
+        def track(self, t, op: str = "") -> None:
             st = t.untyped_storage()
             if st in self.storages:
                 return
             nbytes = st.nbytes()
-            self.storages[st] = nbytes
-            self.refs.append(weakref.ref(st, lambda ref, n=nbytes: self._free(n, ref)))
+            index = self.timeline.allocate(nbytes, op, self.phase) if self.recording else None
+            self.storages[st] = index
+            self.refs.append(weakref.ref(st, lambda ref, n=nbytes, i=index: self._free(n, i, ref)))
             self.current += nbytes
             if self.current > self.phase_peaks.get(self.phase, 0):
                 self.phase_peaks[self.phase] = self.current
@@ -102,8 +111,14 @@ def live_bytes_mode():
             out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
                 if isinstance(t, torch.Tensor):
-                    self.track(t)
+                    self.track(t, str(func))
             return out
+
+        def label(self, tensors, kind: str) -> None:
+            """Give the storages of ``tensors`` (those tracked) the kind ``kind`` for their whole life."""
+            for t in tensors if record else ():
+                if isinstance(t, torch.Tensor) and (index := self.storages.get(t.untyped_storage())) is not None:
+                    self.timeline.label(index, kind)
 
     return LiveBytes()
 
@@ -177,14 +192,15 @@ def unsupported(model: ModelProfile, plan: Plan) -> str | None:
     return None
 
 
-def _optimizer(net, plan: Plan):
-    """The plan's optimizer over the trainable parameters, or, for the step in backward, one optimizer per parameter
-    stepped by its post-accumulate-grad hook, which frees the gradient at once (PyTorch tutorial "How to save memory
-    by fusing the optimizer step into the backward pass",
-    https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html); then None."""
+def _optimizer(net, plan: Plan) -> tuple:
+    """The plan's optimizer over the trainable parameters and a list of it, or, for the step in backward, None and
+    one optimizer per parameter stepped by its post-accumulate-grad hook, which frees the gradient at once (PyTorch
+    tutorial "How to save memory by fusing the optimizer step into the backward pass",
+    https://pytorch.org/tutorials/intermediate/optimizer_step_in_backward_tutorial.html)."""
     params = [p for p in net.parameters() if p.requires_grad]
     if not plan.optimizer_in_backward:
-        return make_optimizer(params, plan)
+        optimizer = make_optimizer(params, plan)
+        return optimizer, [optimizer]
     per_param = {p: make_optimizer([p], plan) for p in params}
 
     def step(param) -> None:
@@ -193,12 +209,28 @@ def _optimizer(net, plan: Plan):
 
     for p in params:
         p.register_post_accumulate_grad_hook(step)
-    return None
+    return None, list(per_param.values())
+
+
+def _label_gradients(net, tracker) -> None:
+    """Label each trainable parameter's accumulated gradient as gradients on the timeline (a post-accumulate-grad
+    hook, registered before the step in backward's, which frees it)."""
+    for p in net.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(lambda param: tracker.label([param.grad], "gradients"))
+
+
+def _label_states(optimizers, tracker) -> None:
+    """Label the tensors of the optimizers' state as optimizer states on the timeline."""
+    for optimizer in optimizers:
+        for state in optimizer.state.values():
+            tracker.label(state.values(), "optimizer_states")
 
 
 def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
              config: dict | None = None) -> SimulationResult:
-    """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak.
+    """Run ``steps`` optimizer steps of ``plan`` on fake tensors and measure the live-bytes peak, with the timeline
+    of every allocation by kind (:class:`~advisor.measure.timeline.MemoryTimeline`).
 
     ``config`` is the config.json dict (default: loaded again from the model's id or path).
 
@@ -221,15 +253,17 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
     warnings.filterwarnings("ignore", module="torch.utils.checkpoint")
     config = hf_config(model, plan, config, zero_attention_dropout=plan.device == Device.CUDA, simulated=True)
     dtype = autocast_dtype(plan.precision)
-    tracker = live_bytes_mode()
+    tracker = live_bytes_mode(record=True)
     skeleton = _adapter_skeleton(model, config, plan) if Method.of(plan.method).spec.adapters else None
     cuda_autocast = plan.device == Device.CUDA and dtype is not None
     legacy = Method.of(plan.method).spec.quantized_base and plan.legacy_bitsandbytes
     with (FakeTensorMode(allow_non_fake_inputs=True), tracker, cuda_autocast_answers(cuda_autocast),
           cuda_autocast_float32(cuda_autocast), legacy_backward(legacy)):
         net = fake_model(model, config, plan, skeleton)
-        optimizer = _optimizer(net, plan)
+        _label_gradients(net, tracker)
+        optimizer, optimizers = _optimizer(net, plan)
         batch = synthetic_batch(model, config, plan.micro_batch_size, seq_len)
+        tracker.label(batch.values(), "activations")  # the embedding and the loss keep the batch for backward
         built = tracker.current
         micro_steps = min(plan.gradient_accumulation_steps, 2)
         for _ in range(steps):
@@ -244,7 +278,9 @@ def simulate(model: ModelProfile, plan: Plan, seq_len: int, steps: int = 2,
             if optimizer is not None:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+            _label_states(optimizers, tracker)
+        tracker.recording = False  # the model, the batch and the states die with this function, after the steps
     peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
     phase = max(peaks, key=peaks.get)
-    return SimulationResult(peak_bytes=peaks[phase], peak_phase=phase, phase_peaks=peaks,
-                            build_bytes=built, wall_s=time.perf_counter() - start)
+    return SimulationResult(peak_bytes=peaks[phase], peak_phase=phase, phase_peaks=peaks, build_bytes=built,
+                            wall_s=time.perf_counter() - start, timeline=tracker.timeline)

@@ -142,10 +142,10 @@ def _output(shell: Shell, command: str) -> list[str]:
 
 def _marks(index: int) -> list:
     """``subprocess`` for a block with a line bash runs; ``slow`` for one running ``advisor compare`` (a planner search
-    per GPU: seconds)."""
+    per GPU: seconds) or a simulated step (``--simulate``, ``--timeline``: torch and fake tensors)."""
     body = _blocks(README.read_text(encoding="utf-8"))[index]["body"]
-    return ([pytest.mark.subprocess] if _needs_a_shell(index) else []) + (
-        [pytest.mark.slow] if "$ advisor compare " in body else [])
+    slow = "$ advisor compare " in body or "--simulate" in body or "--timeline" in body
+    return ([pytest.mark.subprocess] if _needs_a_shell(index) else []) + ([pytest.mark.slow] if slow else [])
 
 
 @pytest.mark.parametrize("index", [pytest.param(i, marks=_marks(i))
