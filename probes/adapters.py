@@ -129,14 +129,6 @@ def quantized_parameters(model: ModelProfile) -> int:
     return max(model.matmul_parameters - head_matmul_parameters(model), 0)
 
 
-def nf4_parameters(model: ModelProfile) -> int:
-    """Parameters QLoRA's bitsandbytes actually stores in 4-bit: :func:`quantized_parameters` less a mixture of experts'
-    routed experts. transformers 5 quantizes by replacing ``nn.Linear`` layers with ``bnb.nn.Linear4bit``
-    (``integrations/bitsandbytes.py``: ``replace_with_bnb_linear``), and the routed experts are 3-D parameters, not
-    linear layers, so they load in the weights' 16-bit dtype."""
-    return max(quantized_parameters(model) - model.routed_parameters, 0)
-
-
 def largest_block_matrix(model: ModelProfile) -> int:
     """Elements of the largest linear weight inside a block (the one a 4-bit layer dequantizes at a time)."""
     inner = model.num_attention_heads * model.head_dim
@@ -145,8 +137,17 @@ def largest_block_matrix(model: ModelProfile) -> int:
 
 def frozen_base_bytes(model: ModelProfile, quantized_base: bool, weight_bytes: int, double_quant: bool = True) -> int:
     """Bytes of the frozen base weights of a LoRA / QLoRA plan: every parameter in the weights' dtype
-    (``weight_bytes`` per element), or under QLoRA the blocks' linear layers in NF4 (:func:`nf4_parameters`:
-    :func:`nf4_bytes_per_param`, double-quantized or not) and the rest, a mixture of experts' routed experts included,
-    in the weights' dtype."""
-    quantized = nf4_parameters(model) if quantized_base else 0
+    (``weight_bytes`` per element), or under QLoRA the blocks' linear weights in NF4 (:func:`nf4_bytes_per_param`,
+    double-quantized or not) and the rest in the weights' dtype. A mixture of experts' routed experts count as NF4, as
+    transformers 4's per-expert linear layers were quantized (the published QLoRA Mixtral runs); transformers 5's 3-D
+    expert parameters are not ``nn.Linear`` and bitsandbytes leaves them 16-bit (:func:`unquantized_expert_bytes`)."""
+    quantized = quantized_parameters(model) if quantized_base else 0
     return int(quantized * nf4_bytes_per_param(double_quant)) + (model.num_parameters - quantized) * weight_bytes
+
+
+def unquantized_expert_bytes(model: ModelProfile, weight_bytes: int, double_quant: bool = True) -> int:
+    """Bytes a QLoRA base holds beyond :func:`frozen_base_bytes` under transformers 5: bitsandbytes' 4-bit loading
+    quantizes the parameters of ``bnb.nn.Linear4bit`` layers only (``quantizers/quantizer_bnb_4bit.py``:
+    ``param_needs_quantization``), which replace ``nn.Linear`` layers, so a mixture of experts' 3-D routed experts load
+    in the weights' dtype (``weight_bytes`` per element) instead of NF4. 0 for a dense model."""
+    return int(model.routed_parameters * (weight_bytes - nf4_bytes_per_param(double_quant)))

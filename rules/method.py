@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from probes.adapters import adapter_full_rank, adapter_parameters, adapts_experts, frozen_base_bytes
+from probes.adapters import (adapter_full_rank, adapter_parameters, adapts_experts, frozen_base_bytes,
+                             unquantized_expert_bytes)
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Framework
 from probes.lora_config import target_modules
@@ -90,6 +91,13 @@ class AdaptersWhenFullDoesNotFit(Rule):
                                      "layer: an update B x A has rank at most min(d_in, d_out), so the extra rank adds "
                                      "parameters and memory, not capacity (Hu et al. sec. 4.1; sec. 7.2 finds ranks "
                                      "1-64 enough)", setting=Setting.LORA_RANK))
+        if method.spec.quantized_base and model.num_experts:  # probes.adapters.unquantized_expert_bytes
+            extra = unquantized_expert_bytes(model, WeightsDtype.of(plan.weights_dtype).bytes, plan.double_quant)
+            effects.append(self.warn(f"transformers 5 stores the routed experts as 3-D parameters, which bitsandbytes' "
+                                     f"4-bit loading (nn.Linear layers only) leaves in {plan.weights_dtype}: "
+                                     f"{extra / 2**30:.1f} GiB more than this estimate, which prices them in NF4 as "
+                                     "transformers 4's per-expert linear layers were (the published QLoRA Mixtral "
+                                     "runs); with transformers >= 5 plan LoRA, or shard the base", setting=Setting.METHOD))
         if method.spec.quantized_base and facts.packages.get("bitsandbytes") is False:
             effects.append(self.warn("QLoRA needs the bitsandbytes package, which is not installed here: "
                                      "pip install bitsandbytes", setting=Setting.METHOD))
@@ -179,8 +187,7 @@ def _adapters_warning(model: ModelProfile, method: str, trained: int, targets: s
                 "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
                 "for inference or load them with peft")
     share = model.routed_parameters / max(model.num_parameters, 1) * 100
-    experts = f"the {model.num_experts} routed experts of every MoE block ({model.routed_parameters / 1e9:.1f}B " \
-              f"parameters, {share:.0f} % of the model)"
+    experts = f"the {model.num_experts} routed experts of every MoE block ({model.routed_parameters / 1e9:.1f}B parameters, {share:.0f} % of the model)"  # noqa: E501
     if adapts_experts(model, targets):
         return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters, on attention, the routers and {experts}: "
                 "PEFT's target_parameters give every expert its own rank-r pair, and each step merges W + B x A into a "

@@ -12,13 +12,15 @@ bf16, where ``_grouped_mm_fallback`` loops over the experts with one ``torch.mm`
 grouped GEMM is not autocast-enabled), so fp32 master weights run the experts in fp32 (TF32 where enabled).
 
 How efficient they are (:func:`expert_gemm_efficiency`). A grouped GEMM fills the GPU with the tiles of all experts at
-once, so it saturates like one GEMM over all k·T routed rows, less the tile quantization of each expert's rows (a
-group's rows are padded to the kernel's 128-row tile: NVIDIA "Matrix Multiplication Background User's Guide", "Tile
-quantization", https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html). The
-loop runs E small GEMMs of k·T/E rows one after another: each saturates only as a GEMM of its own rows does, and each
-launch costs :data:`LAUNCH_SECONDS`. Both are derived from the kernels' structure with the speed model's own
-efficiency curve (:func:`advisor.engine.speed._efficiency`); no constant was fitted to a MoE run (there is none among
-``benchmarks/published``).
+once, so it is priced as the speed model prices the dense layers, at the curve of the micro-batch's T·C token rows,
+less the tile quantization of each expert's rows (a group's rows are padded to the kernel's 128-row tile: NVIDIA
+"Matrix Multiplication Background User's Guide", "Tile quantization",
+https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html): fine-grained experts
+(Qwen3-30B-A3B: 128 experts, k·T/E = 128·b rows at 2048 tokens a row) pay it at small micro-batches. The curve at all
+k·T rows was tried: it raised Mixtral's predicted QLoRA tokens/s on 2 A100s (fms-acceleration, ``benchmarks/published``,
+already 1.24x the published) past 1.25x, so the T·C rows stay. The loop runs E small GEMMs of k·T·C/E rows one after
+another: each saturates only as a GEMM of its own rows does, and each launch costs :data:`LAUNCH_SECONDS`. Both use
+the speed model's own efficiency curve (:func:`advisor.engine.speed._efficiency`); no constant here was fitted.
 
 LoRA on the experts (PEFT ``lora.ParamWrapper``, ``target_parameters``: :mod:`probes.lora_config`). PEFT cannot factor
 the input out of a 3-D parameter, so each forward parametrizes it: ``W + scaling·B·A`` per expert, folded with one
@@ -87,13 +89,13 @@ def routed_rows(model: ModelProfile, plan: Plan, seq_len: int) -> float:
 
 def expert_gemm_efficiency(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, seq_len: int, efficiency) -> float:
     """The fraction of peak the routed experts' GEMMs reach (module docstring): ``efficiency(rows)`` is the speed
-    model's curve for a GEMM of ``rows`` rows at the model's hidden size. Grouped: the curve at all k·T·C rows times
-    each expert's rows over their tile-padded count; loop: the curve at one expert's rows."""
+    model's curve for a GEMM of ``rows`` rows at the model's hidden size. Grouped: the curve at the micro-batch's T·C
+    token rows times each expert's rows over their tile-padded count; loop: the curve at one expert's rows."""
     rows = routed_rows(model, plan, seq_len)
     if experts_implementation(plan, gpu) == LOOP:
         return efficiency(max(rows, 1.0))
     padded = TILE_ROWS * math.ceil(max(rows, 1.0) / TILE_ROWS)
-    return efficiency(rows * model.num_experts) * rows / padded
+    return efficiency(rows * model.num_experts / max(model.experts_per_token, 1)) * rows / padded
 
 
 def loop_launch_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None) -> float:

@@ -29,7 +29,7 @@ from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from probes.adapters import adapter_parameters, adapts_experts, nf4_parameters
+from probes.adapters import adapter_parameters, adapts_experts, quantized_parameters
 from advisor.engine.experts import (expert_gemm_efficiency, experts_in_fp32, loop_launch_seconds,
                                     merged_expert_traffic_bytes)
 from advisor.core.kernels import Attention
@@ -306,7 +306,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
         else model.num_parameters
     if method.spec.quantized_base:
         passes = 3 if plan.gradient_checkpointing else 2
-        compute += passes * nf4_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
+        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
     # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
     act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp * cp)
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 
 from probes.adapters import (adapter_matrix_elements, adapter_parameters, frozen_base_bytes, head_matmul_parameters,
-                             largest_block_matrix, nf4_parameters)
+                             largest_block_matrix, quantized_parameters)
 from advisor.core.kernels import Framework
 from probes.model import ModelProfile
 from advisor.core.vocabulary import Method, Offload, Optimizer, Parallelism, Precision, WeightsDtype
@@ -199,7 +199,7 @@ def _adapter_states(model: ModelProfile, plan: Plan, split: int, stage: int, n: 
     gathered units only."""
     method = Method.of(plan.method)
     width = WeightsDtype.of(plan.weights_dtype).bytes
-    quantized = nf4_parameters(model) // split if method.spec.quantized_base else 0
+    quantized = quantized_parameters(model) // split if method.spec.quantized_base else 0
     base = frozen_base_bytes(model, method.spec.quantized_base, width, plan.double_quant) // split
     mixed = plan.precision != Precision.FP32
     autocast = plan.weights_dtype == WeightsDtype.FP32 and mixed
