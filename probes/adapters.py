@@ -10,6 +10,18 @@ the blocks' fp32 absmax constants to 8 bits with a second-level fp32 constant pe
 bitsandbytes leaves the embedding and the output head unquantized (``BitsAndBytesConfig.llm_int8_skip_modules``;
 transformers skips ``lm_head``).
 
+On a mixture of experts, all-linear reaches the routed experts too: transformers 5 stores each block's experts as two
+3-D parameters (``experts.gate_up_proj`` E x 2f x h, ``experts.down_proj`` E x h x f) and the router as a module with a
+``weight`` parameter, none of them ``nn.Linear``, so PEFT adapts them through ``target_parameters`` (PEFT >= 0.17,
+``lora.ParamWrapper``: an adapter pair per expert, ``lora_A`` (r·E x d_in), ``lora_B`` (d_out x r·E), i.e. r·E·(d_in +
+d_out) parameters per 3-D tensor). PEFT 0.21 does so on its own for the model types it converts from transformers 4
+(``peft/utils/transformers_weight_conversion.py``: ``_MOE_TARGET_MODULE_MAPPING``, ``_MOE_FUSED_TARGETS``), giving the
+fused ``gate_up_proj`` rank 2r and alpha 2·alpha (r for each of the gate and up projections it fuses, as their
+separate adapters had); :mod:`probes.lora_config` writes the same targets and patterns for every MoE type, so that the
+count below holds whatever PEFT converts. The same conversion moves the dense blocks' and shared experts'
+``gate_proj`` / ``up_proj`` / ``down_proj`` out of ``target_modules``: they get no adapters (on Qwen2-MoE, which it
+does not convert, they do: left out of this count, a few percent of the adapters).
+
 Known approximations: a fused projection (GPT-2's ``c_attn``, one r·(h + 3h) adapter; Phi-3's ``qkv_proj`` and
 ``gate_up_proj``) is counted as its parts (r·(3h + 3h)), within r·2h per layer; bias vectors stay unquantized (a few parameters).
 """
@@ -30,32 +42,54 @@ def nf4_bytes_per_param(double_quant: bool = True) -> float:
     return NF4_BYTES_PER_PARAM if double_quant else NF4_PLAIN_BYTES_PER_PARAM
 
 
-def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int]]:
-    """(d_in, d_out, how many) of the targeted linear layers in all blocks."""
+#: The rank multiplier of the fused gate and up projections of a routed expert (module docstring: PEFT's conversion)
+GATE_UP_RANK_FACTOR = 2
+
+
+def expert_width(model: ModelProfile) -> int:
+    """The MLP inner width f of one routed expert (0 for a dense model): its routed parameters over the MoE blocks,
+    experts, matrices (3 gated, 2 not) and the hidden size."""
+    if not model.num_experts or not model.moe_layers:
+        return 0
+    matrices = 3 if model.gated_mlp else 2
+    return model.routed_parameters // (model.moe_layers * model.num_experts * matrices * model.hidden_size)
+
+
+def adapts_experts(model: ModelProfile, targets: str) -> bool:
+    """Whether ``targets`` put adapters on the routed experts (all-linear on a mixture of experts)."""
+    return LoraTargets.of(targets) is LoraTargets.ALL_LINEAR and expert_width(model) > 0
+
+
+def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int, int]]:
+    """(d_in, d_out, how many, stacked) of the targeted weights in all blocks: ``stacked`` adapter pairs share one
+    lora_A (r·stacked x d_in) and lora_B (d_out x r·stacked): 1 for a linear layer, E (x 2 for the fused gate and up
+    projections' doubled rank) for a block's routed experts (module docstring)."""
     h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
     kv = model.num_key_value_heads * model.head_dim
     attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
     if targets == LoraTargets.QUERY_VALUE:
-        return [(h, inner, attention_blocks), (h, kv, attention_blocks)]
-    out = [(h, inner, attention_blocks), (h, kv, 2 * attention_blocks), (inner, h, attention_blocks)]
-    if targets == LoraTargets.ALL_LINEAR and model.num_experts:
-        # transformers 5 fuses each block's routed experts into 3-D parameters, which PEFT's all-linear (nn.Linear
-        # layers only) does not target: the adapters sit on attention and the routers (shared experts' and dense
-        # blocks' MLPs are left out of this count: a few percent of the adapters)
-        out.append((h, model.num_experts, model.moe_layers))
+        return [(h, inner, attention_blocks, 1), (h, kv, attention_blocks, 1)]
+    out = [(h, inner, attention_blocks, 1), (h, kv, 2 * attention_blocks, 1), (inner, h, attention_blocks, 1)]
+    if adapts_experts(model, targets):
+        # the routers (h x E) and each MoE block's routed experts (shared experts' and dense blocks' MLPs: none)
+        e, f, blocks = model.num_experts, expert_width(model), model.moe_layers
+        gate_up = (2 if model.gated_mlp else 1) * f
+        out += [(h, e, blocks, 1), (h, gate_up, blocks, GATE_UP_RANK_FACTOR * e if model.gated_mlp else e),
+                (f, h, blocks, e)]
     elif targets == LoraTargets.ALL_LINEAR:
         f = model.ffn_size
-        out += [(h, f, (2 if model.gated_mlp else 1) * model.num_layers), (f, h, model.num_layers)]
+        out += [(h, f, (2 if model.gated_mlp else 1) * model.num_layers, 1), (f, h, model.num_layers, 1)]
     if targets == LoraTargets.ALL_LINEAR and model.family == Family.ENCODER_ONLY and model.task == Task.MASKED_LM:
         # PEFT's all-linear skips only the output embedding: a masked-LM head's h x h transform before it gets an
         # adapter too (BERT cls.predictions.transform.dense, RoBERTa lm_head.dense, DistilBERT vocab_transform;
         # PEFT tuners_utils._maybe_include_all_linear_layers)
-        out.append((h, h, 1))
+        out.append((h, h, 1, 1))
     return out
 
 
 def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
-    """Trainable LoRA parameters: r·(d_in + d_out) for every targeted linear layer of the blocks.
+    """Trainable LoRA parameters: r·(d_in + d_out) for every targeted linear layer of the blocks, r·E·(d_in + d_out)
+    for a block's routed experts (2r on the fused gate and up projections; module docstring).
 
     Args:
         rank: the adapters' rank r.
@@ -63,19 +97,26 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
     Returns:
         parameters (elements).
     """
-    return sum(rank * (d_in + d_out) * n for d_in, d_out, n in _projections(model, targets))
+    return sum(rank * stacked * (d_in + d_out) * n for d_in, d_out, n, stacked in _projections(model, targets))
+
+
+def expert_adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
+    """The part of :func:`adapter_parameters` on the routed experts (0 when ``targets`` do not reach them).
+    Returns: parameters (elements)."""
+    return sum(rank * stacked * (d_in + d_out) * n for d_in, d_out, n, stacked in _projections(model, targets)
+               if stacked > 1)
 
 
 def adapter_full_rank(model: ModelProfile, targets: str) -> int:
     """The largest useful LoRA rank: the update B·A of a d_out x d_in layer has rank at most min(d_in, d_out) (Hu et
     al. 2021 sec. 4.1, r << min(d, k)), so beyond the largest such bound of the targeted layers a higher r adds
     parameters and memory but no capacity. Returns: a rank (dimensions, elements)."""
-    return max(min(d_in, d_out) for d_in, d_out, _ in _projections(model, targets))
+    return max(min(d_in, d_out) for d_in, d_out, _, _ in _projections(model, targets))
 
 
 def adapter_matrix_elements(model: ModelProfile, rank: int, targets: str) -> int:
-    """Elements of the largest adapter matrix (its gradient and update temporaries)."""
-    return max(rank * max(d_in, d_out) for d_in, d_out, _ in _projections(model, targets))
+    """Elements of the largest adapter matrix (its gradient and update temporaries): r·stacked·max(d_in, d_out)."""
+    return max(rank * stacked * max(d_in, d_out) for d_in, d_out, _, stacked in _projections(model, targets))
 
 
 def head_matmul_parameters(model: ModelProfile) -> int:
@@ -97,6 +138,16 @@ def largest_block_matrix(model: ModelProfile) -> int:
 def frozen_base_bytes(model: ModelProfile, quantized_base: bool, weight_bytes: int, double_quant: bool = True) -> int:
     """Bytes of the frozen base weights of a LoRA / QLoRA plan: every parameter in the weights' dtype
     (``weight_bytes`` per element), or under QLoRA the blocks' linear weights in NF4 (:func:`nf4_bytes_per_param`,
-    double-quantized or not) and the rest in the weights' dtype."""
+    double-quantized or not) and the rest in the weights' dtype. A mixture of experts' routed experts count as NF4, as
+    transformers 4's per-expert linear layers were quantized (the published QLoRA Mixtral runs); transformers 5's 3-D
+    expert parameters are not ``nn.Linear`` and bitsandbytes leaves them 16-bit (:func:`unquantized_expert_bytes`)."""
     quantized = quantized_parameters(model) if quantized_base else 0
     return int(quantized * nf4_bytes_per_param(double_quant)) + (model.num_parameters - quantized) * weight_bytes
+
+
+def unquantized_expert_bytes(model: ModelProfile, weight_bytes: int, double_quant: bool = True) -> int:
+    """Bytes a QLoRA base holds beyond :func:`frozen_base_bytes` under transformers 5: bitsandbytes' 4-bit loading
+    quantizes the parameters of ``bnb.nn.Linear4bit`` layers only (``quantizers/quantizer_bnb_4bit.py``:
+    ``param_needs_quantization``), which replace ``nn.Linear`` layers, so a mixture of experts' 3-D routed experts load
+    in the weights' dtype (``weight_bytes`` per element) instead of NF4. 0 for a dense model."""
+    return int(model.routed_parameters * (weight_bytes - nf4_bytes_per_param(double_quant)))

@@ -22,6 +22,13 @@ Choices, with their sources:
   head, after the QLoRA repository), the attention projections q, k, v, o of the model type,
   :data:`ATTENTION_MODULES`, or its q and v only (``q-v``: PEFT's own default for Llama-style models,
   written out so that the adapters are the ones ``probes.adapters`` counts whatever PEFT's defaults become).
+- ``target_parameters`` (a mixture of experts under all-linear): the routed experts' 3-D ``gate_up_proj`` and
+  ``down_proj`` and the routers' ``gate.weight`` (:data:`EXPERT_TARGET_PARAMETERS`), which are not ``nn.Linear`` in
+  transformers 5 and so only PEFT's ``target_parameters`` (PEFT >= 0.17, ``lora.ParamWrapper``) reaches, with
+  ``gate_up_proj`` at rank 2r and alpha 2·alpha (``rank_pattern`` / ``alpha_pattern``): exactly what PEFT 0.21 makes of
+  all-linear on its own for the types it converts (``peft/utils/transformers_weight_conversion.py``), written out for
+  every MoE type (PEFT leaves Qwen2-MoE's experts frozen otherwise) and for versions that do not convert;
+  :mod:`probes.adapters` counts them. ``lora_dropout`` must stay 0 (``ParamWrapper`` refuses dropout).
 - QLoRA's quantization: 4-bit NormalFloat with double quantization, compute in the plan's 16-bit
   dtype (arXiv:2305.14314 sec. 3; transformers' ``BitsAndBytesConfig``,
   https://huggingface.co/docs/transformers/main/en/quantization/bitsandbytes). When ZeRO-3 / FSDP
@@ -35,6 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.core.errors import UsageError
+from probes.adapters import GATE_UP_RANK_FACTOR, adapts_experts
 from probes.model import ModelProfile
 from advisor.core.vocabulary import LoraTargets, Precision, Task, WeightsDtype
 
@@ -67,6 +75,13 @@ ATTENTION_MODULES: dict[str, tuple[str, ...]] = {
 #: Model types whose block linears are transformers' ``Conv1D`` (weights stored in x out): PEFT needs
 #: ``fan_in_fan_out=True`` for them (it corrects the flag with a warning otherwise).
 CONV1D_MODEL_TYPES = frozenset({"gpt2"})
+
+#: The parameters PEFT's ``target_parameters`` name on a mixture of experts (module docstring): the names PEFT 0.21's
+#: conversion of all-linear produces for transformers 5 MoE models (``_MOE_TARGET_MODULE_MAPPING``), matched as
+#: suffixes of each block's ``mlp.experts.gate_up_proj``, ``mlp.experts.down_proj`` and ``mlp.gate.weight``.
+EXPERT_TARGET_PARAMETERS = ["gate_up_proj", "down_proj", "gate.weight"]
+#: ``rank_pattern`` / ``alpha_pattern``'s key of the fused gate and up projections (PEFT's conversion's own key).
+GATE_UP_PATTERN = r".*\.gate_up_proj"
 
 #: PEFT's ``TaskType`` of each task head (``peft.TaskType``; a masked-LM head has none: a plain ``PeftModel``).
 PEFT_TASK_TYPES: dict[Task, str | None] = {
@@ -114,7 +129,8 @@ def target_modules(model: ModelProfile, targets: str) -> str | list[str]:
 
 def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str, Any]:
     """The keyword arguments of ``peft.LoraConfig`` for adapters of rank ``rank`` (>= 1) on ``targets``
-    (module docstring: alpha, dropout, target modules, task type; ``bias="none"``: no bias trains).
+    (module docstring: alpha, dropout, target modules, a mixture of experts' target parameters, task type;
+    ``bias="none"``: no bias trains).
 
     Raises:
         UsageError: see :func:`target_modules`.
@@ -123,6 +139,10 @@ def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str
                               "target_modules": target_modules(model, targets), "bias": "none"}
     if model.model_type in CONV1D_MODEL_TYPES:
         kwargs["fan_in_fan_out"] = True
+    if adapts_experts(model, targets):  # the routed experts and routers (module docstring)
+        kwargs["target_parameters"] = list(EXPERT_TARGET_PARAMETERS)
+        kwargs["rank_pattern"] = {GATE_UP_PATTERN: GATE_UP_RANK_FACTOR * rank}
+        kwargs["alpha_pattern"] = {GATE_UP_PATTERN: GATE_UP_RANK_FACTOR * LORA_ALPHA_PER_RANK * rank}
     whole = HEAD_LINEARS_TRAINED_WHOLE.get((model.model_type, Task.of(model.task)))
     if whole and kwargs["target_modules"] == ALL_LINEAR:
         kwargs["exclude_modules"] = whole

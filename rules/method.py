@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from probes.adapters import adapter_full_rank, adapter_parameters, frozen_base_bytes
+from probes.adapters import (adapter_full_rank, adapter_parameters, adapts_experts, frozen_base_bytes,
+                             unquantized_expert_bytes)
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Framework
 from probes.lora_config import target_modules
@@ -31,7 +32,8 @@ class AdaptersWhenFullDoesNotFit(Rule):
     id = "method.adapters-when-full-does-not-fit"
     title = "full fine-tuning when it fits without a heavy fallback; LoRA, then QLoRA, when it does not"
     topic = "method"
-    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA, S.FSDP_QLORA]
+    sources = [S.LORA_PAPER, S.QLORA_PAPER, S.LORA_LEARNS_LESS, S.PEFT_LORA, S.FSDP_QLORA,
+               S.PEFT_TARGET_PARAMETERS]
     rationale = ("LoRA freezes the model and trains low-rank adapters (r·(d_in + d_out) per layer): no gradients or "
                  "optimizer states for the base, so a 7B model fine-tunes on a 24 GB card; QLoRA also stores the frozen"
                  " base in 4-bit NF4 (a 65B model on one 48 GB GPU). They train adapters, not the model: on instruction"
@@ -81,15 +83,21 @@ class AdaptersWhenFullDoesNotFit(Rule):
                      "with adapters on every linear layer the rank matters little (QLoRA sec. 4); lora_alpha = 2 x "
                      "rank is the common scale"),
             self.set(Setting.LORA_TARGETS, plan.lora_targets, TARGETS_REASONS[LoraTargets.of(plan.lora_targets)]
-                     + ("; on this mixture of experts the routed experts' 3-D parameters are not linear layers: "
-                        "they stay frozen" if model.num_experts else "")),
-            self.warn(_adapters_warning(model, plan.method, trained), setting=Setting.METHOD)]
+                     + _experts_note(model, plan)),
+            self.warn(_adapters_warning(model, plan.method, trained, plan.lora_targets), setting=Setting.METHOD)]
         full_rank = adapter_full_rank(model, plan.lora_targets)
         if plan.lora_rank > full_rank:
             effects.append(self.warn(f"rank {plan.lora_rank} is above {full_rank}, the full rank of the widest adapted "
                                      "layer: an update B x A has rank at most min(d_in, d_out), so the extra rank adds "
                                      "parameters and memory, not capacity (Hu et al. sec. 4.1; sec. 7.2 finds ranks "
                                      "1-64 enough)", setting=Setting.LORA_RANK))
+        if method.spec.quantized_base and model.num_experts:  # probes.adapters.unquantized_expert_bytes
+            extra = unquantized_expert_bytes(model, WeightsDtype.of(plan.weights_dtype).bytes, plan.double_quant)
+            effects.append(self.warn(f"transformers 5 stores the routed experts as 3-D parameters, which bitsandbytes' "
+                                     f"4-bit loading (nn.Linear layers only) leaves in {plan.weights_dtype}: "
+                                     f"{extra / 2**30:.1f} GiB more than this estimate, which prices them in NF4 as "
+                                     "transformers 4's per-expert linear layers were (the published QLoRA Mixtral "
+                                     "runs); with transformers >= 5 plan LoRA, or shard the base", setting=Setting.METHOD))
         if method.spec.quantized_base and facts.packages.get("bitsandbytes") is False:
             effects.append(self.warn("QLoRA needs the bitsandbytes package, which is not installed here: "
                                      "pip install bitsandbytes", setting=Setting.METHOD))
@@ -157,22 +165,38 @@ class FullUnlessQualityRisk(Rule):
         return [self.prefer(Setting.METHOD, _ADAPTERS, why), self.forbid(Setting.METHOD, Method.FULL, need)]
 
 
-def _adapters_warning(model: ModelProfile, method: str, trained: int) -> str:
+def _experts_note(model: ModelProfile, plan: Plan) -> str:
+    """What the targets do to a mixture of experts' routed experts, for the lora_targets line ('' on a dense model)."""
+    if not model.num_experts:
+        return ""
+    if adapts_experts(model, plan.lora_targets):
+        return ("; on this mixture of experts that includes the routed experts, whose 3-D parameters are not linear "
+                "layers: lora_config.json names them in target_parameters (PEFT >= 0.17; gate_up_proj at rank 2r, "
+                "as PEFT's own conversion of all-linear for transformers 5 sets it)")
+    return "; the routed experts' 3-D parameters stay frozen (all-linear would reach them through target_parameters)"
+
+
+def _adapters_warning(model: ModelProfile, method: str, trained: int, targets: str = LoraTargets.ALL_LINEAR) -> str:
     """What adapters train and leave frozen, in one line: close to full fine-tuning on a dense model; on a mixture of
-    experts, plainly that the routed experts stay frozen (transformers 5 stores each block's experts as 3-D
-    parameters, which PEFT's ``target_modules`` (linear layers) do not reach)."""
+    experts, whether the routed experts train (all-linear: PEFT's ``target_parameters`` on their 3-D parameters, at a
+    cost the estimate includes: a merged 16-bit copy of a block's experts per step, ``advisor.engine.experts``) or
+    plainly stay frozen (attention targets)."""
     if not model.num_experts:
         return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters and leaves the "
                 f"{model.num_parameters / 1e9:.1f}B base weights frozen: close to full fine-tuning on instruction "
                 "and task tuning, weaker at absorbing new knowledge (continued pre-training); merge the adapters "
                 "for inference or load them with peft")
     share = model.routed_parameters / max(model.num_parameters, 1) * 100
-    return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters on attention and the routers only: the "
-            f"{model.num_experts} routed experts of every MoE block ({model.routed_parameters / 1e9:.1f}B parameters, "
-            f"{share:.0f} % of the model) stay frozen, since transformers 5 stores them as 3-D parameters that "
-            "target_modules do not reach; expect less than full fine-tuning's adaptation. PEFT >= 0.17 can adapt them "
-            "(LoraConfig target_parameters=['mlp.experts.gate_up_proj', 'mlp.experts.down_proj']), which this plan "
-            "does not price or emit")
+    experts = f"the {model.num_experts} routed experts of every MoE block ({model.routed_parameters / 1e9:.1f}B parameters, {share:.0f} % of the model)"  # noqa: E501
+    if adapts_experts(model, targets):
+        return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters, on attention, the routers and {experts}: "
+                "PEFT's target_parameters give every expert its own rank-r pair, and each step merges W + B x A into a "
+                "16-bit copy of a block's experts (held to the backward without checkpointing): priced in the "
+                "memory and the step time; --lora-targets attention trains attention only, faster, and leaves the "
+                "experts frozen")
+    return (f"{method} trains {trained / 1e6:,.1f}M adapter parameters on attention only: {experts} stay frozen; "
+            "expect less than full fine-tuning's adaptation. --lora-targets all-linear adapts them too (PEFT's "
+            "target_parameters)")
 
 
 @register

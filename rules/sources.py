@@ -145,6 +145,10 @@ LORA_LEARNS_LESS = Source(title="Biderman et al. 2024, LoRA Learns Less and Forg
                           url="https://arxiv.org/abs/2405.09673", section="sec. 4-5")
 PEFT_LORA = Source(title="PEFT LoRA developer guide",
                    url="https://huggingface.co/docs/peft/developer_guides/lora", section="Initialization; target_modules")
+PEFT_TARGET_PARAMETERS = Source(title="PEFT LoRA reference: LoraConfig target_parameters (LoRA on nn.Parameter)",
+                                url="https://huggingface.co/docs/peft/package_reference/lora#peft.LoraConfig",
+                                section="target_parameters: mixture-of-experts weights stored as nn.Parameter, e.g. "
+                                        "['feed_forward.experts.gate_up_proj', 'feed_forward.experts.down_proj']")
 HF_QUANT_BNB = Source(title="transformers bitsandbytes quantization",
                       url="https://huggingface.co/docs/transformers/quantization/bitsandbytes",
                       section="4-bit (QLoRA algorithm)")

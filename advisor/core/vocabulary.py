@@ -194,6 +194,11 @@ class OptimizerSpec:
             and 89): torchao's AdamW8bit (``adamw_torch_8bit``: 8-bit block-wise states, 256-element blocks, as
             bitsandbytes'), or torch's fused AdamW for the 32-bit paged one; ``dtensor_implementation`` names it
             (torchao: also the package it needs).
+        dtensor_factory: ``module:Class`` of that stand-in, which ``advisor validate`` builds for a trial whose
+            parameters are DTensors (FSDP2's ``fully_shard``), as the emitted ``optim`` runs it: torchao's
+            ``torchao.optim:AdamW8bit`` (what the Trainer's ``adamw_torch_8bit`` builds with torchao >= 0.11,
+            ``transformers/trainer_optimizer.py:_get_torchao_optimizer``), or ``torch.optim:AdamW``;
+            ``dtensor_package`` is the package it needs (None: torch's own).
     """
 
     state_bytes_per_param: float | None
@@ -213,6 +218,8 @@ class OptimizerSpec:
     trainer_optim_args: bool = False
     trainer_optim_dtensor: str | None = None
     dtensor_implementation: str | None = None
+    dtensor_factory: str | None = None
+    dtensor_package: str | None = None
 
 
 class Optimizer(Vocabulary):
@@ -261,17 +268,18 @@ OPTIMIZER_SPECS: dict[Optimizer, OptimizerSpec] = {
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="adamw_bnb_8bit",
         factory="bitsandbytes.optim:AdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
         trainer_optim_dtensor="adamw_torch_8bit", dtensor_implementation="torchao",
-        summary="bitsandbytes 8-bit AdamW"),
+        dtensor_factory="torchao.optim:AdamW8bit", dtensor_package="torchao", summary="bitsandbytes 8-bit AdamW"),
     Optimizer.PAGED_ADAMW: OptimizerSpec(
         state_bytes_per_param=8, step_traffic_bytes_per_param=28.0, trainer_optim="paged_adamw_32bit",
         factory="bitsandbytes.optim:PagedAdamW32bit", package="bitsandbytes", implementation="bitsandbytes",
         paged=True, trainer_optim_dtensor="adamw_torch_fused", dtensor_implementation="fused",
+        dtensor_factory="torch.optim:AdamW",
         summary="bitsandbytes paged AdamW (32-bit states in unified memory)"),
     Optimizer.PAGED_ADAMW_8BIT: OptimizerSpec(
         state_bytes_per_param=2, step_traffic_bytes_per_param=16.0, trainer_optim="paged_adamw_8bit",
         factory="bitsandbytes.optim:PagedAdamW8bit", package="bitsandbytes", implementation="bitsandbytes",
         paged=True, trainer_optim_dtensor="adamw_torch_8bit", dtensor_implementation="torchao",
-        summary="bitsandbytes paged 8-bit AdamW"),
+        dtensor_factory="torchao.optim:AdamW8bit", dtensor_package="torchao", summary="bitsandbytes paged 8-bit AdamW"),
     Optimizer.ADAFACTOR: OptimizerSpec(
         state_bytes_per_param=None, step_traffic_bytes_per_param=20.0, trainer_optim="adafactor",
         factory="transformers.optimization:Adafactor", implementation="transformers", learning_rate=1e-3,

@@ -56,6 +56,7 @@ from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer
                                        residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
+from advisor.engine.experts import merged_expert_bytes
 from advisor.engine.bands import Verdict, verdict_of
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
@@ -351,8 +352,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     """
     eager, seq_len = Attention.of(attention or plan.attention).spec.keeps_scores, -(-seq_len // plan.context_parallel)
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
-    offloaded = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0
-    tp = max(plan.tensor_parallel, 1)
+    offloaded, tp = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0, max(plan.tensor_parallel, 1)
     # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
     # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
     # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
@@ -360,7 +360,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
     # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1), an interleaved one
     # more (:func:`pipeline_in_flight`).
-    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp, backward_extra // tp
+    merged = merged_expert_bytes(model, plan)  # LoRA on the routed experts: merged weights (engine.experts)
+    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1]
     s = model_states(model, plan, nodes)
     grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those

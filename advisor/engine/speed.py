@@ -32,7 +32,9 @@ from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from probes.adapters import adapter_parameters, quantized_parameters
+from probes.adapters import adapter_parameters, adapts_experts, quantized_parameters
+from advisor.engine.experts import (expert_gemm_efficiency, experts_in_fp32, loop_launch_seconds,
+                                    merged_expert_traffic_bytes)
 from advisor.core.kernels import Attention
 from advisor.core.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from advisor.core.plan import Plan
@@ -150,7 +152,11 @@ TENSOR16_TOP_VOLTA = 0.25
 
 def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: int) -> float:
     """Fraction of peak the matmuls reach: saturates with tokens per micro-batch and hidden size."""
-    tokens = plan.micro_batch_size * seq_len
+    return _efficiency_rows(plan, model, gpu, plan.micro_batch_size * seq_len)
+
+
+def _efficiency_rows(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, tokens: int) -> float:
+    """:func:`_efficiency` of a GEMM of ``tokens`` rows (a routed expert's: :mod:`advisor.engine.experts`)."""
     h = model.hidden_size
     if gpu is None:
         # fitted to advisor validate on a 2-core Xeon (benchmarks/results/validate_cpu.md): fp32 trials of
@@ -208,31 +214,50 @@ def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_
 
 
 def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, peak: float,
-                     attended: float | None) -> tuple[float, float]:
+                     attended: float | None, host: HostInfo | None = None) -> tuple[float, float]:
     """(matmul seconds of one micro-batch on one device, model FLOPs of that micro-batch).
 
     Linear layers: 2·N·T forward, twice that backward (frozen LoRA layers: activations' gradients only, plus the
-    adapters' 6·A·T, Hu et al. sec. 4.2); fp8 runs the blocks' linear layers (not the LM head) at
-    :data:`FP8_GEMM_SPEEDUP`. Attention: forward + backward = 3x its forward at its kernel's efficiency.
-    Checkpointing recomputes one forward, or its policy's share of it (:func:`recompute_shares`)."""
+    adapters' 6·A·T, Hu et al. sec. 4.2; routed experts under LoRA on them: their merged weight's gradient too,
+    :mod:`advisor.engine.experts`); fp8 runs the blocks' linear layers (not the LM head, nor the routed experts' 3-D
+    weights, which are not ``nn.Linear``) at :data:`FP8_GEMM_SPEEDUP`. The routed experts' GEMMs run as the installed
+    transformers runs them (grouped or a per-expert loop, in the weights' dtype):
+    :func:`advisor.engine.experts.expert_gemm_efficiency`. Attention: forward + backward = 3x its forward at its
+    kernel's efficiency. Checkpointing recomputes one forward, or its policy's share of it (:func:`recompute_shares`)."""
     b = plan.micro_batch_size
     attention = attention_forward_flops(model, b, seq_len, attended)
     linear = forward_flops(model, b, seq_len) - attention_forward_flops(model, b, seq_len)
+    routed = 2.0 * (model.capacity_factor or 1.0) * model.routed_active_matmul_parameters * b * seq_len
+    dense = linear - routed
+    routed_passes = 3
     if Method.of(plan.method).spec.adapters:
         trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets)
-        model_linear = 2 * linear + 6.0 * trained * b * seq_len
+        routed_passes = 3 if adapts_experts(model, plan.lora_targets) else 2
+        model_linear = 2 * dense + routed_passes * routed + 6.0 * trained * b * seq_len
     else:
         model_linear = 3 * linear
     recompute, attention_recompute = recompute_shares(model, plan)
-    executed_linear = model_linear + recompute * linear
+    executed_dense = model_linear - routed_passes * routed + recompute * dense
     eff = _efficiency(plan, model, gpu, seq_len)
     if plan.fp8:
         head = 2.0 * model.vocab_size * model.hidden_size * b * seq_len if Task.of(model.task).language_modeling else 0
-        share = max(linear - head, 0.0) / linear if linear else 0.0
-        executed_linear *= (1 - share) + share / FP8_GEMM_SPEEDUP
-    seconds = executed_linear / (peak * eff)
+        share = max(dense - head, 0.0) / dense if dense else 0.0
+        executed_dense *= (1 - share) + share / FP8_GEMM_SPEEDUP
+    seconds = executed_dense / (peak * eff)
+    if routed:
+        seconds += (routed_passes + recompute) * routed / _expert_rate(model, plan, seq_len, gpu, host, peak)
     seconds += (3 + attention_recompute) * attention / (peak * _attention_efficiency(plan, gpu, seq_len, eff))
     return seconds, model_linear + 3 * attention
+
+
+def _expert_rate(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, host: HostInfo | None,
+                 peak: float) -> float:
+    """FLOP/s the routed experts' GEMMs reach on one device: the peak of the dtype they run in (fp32 weights: TF32
+    or fp32, :func:`advisor.engine.experts.experts_in_fp32`) times their efficiency."""
+    runs = plan.model_copy(update={"precision": Precision.FP32.value}) if experts_in_fp32(plan) else plan
+    rate = device_rates(runs, gpu, host)[0] if runs is not plan else peak
+    return rate * expert_gemm_efficiency(model, plan, gpu, seq_len,
+                                         lambda rows: _efficiency_rows(runs, model, gpu, round(rows)))
 
 
 def padded_row_len(mean_sample_len: int, seq_len: int, micro_batch: int) -> float:
@@ -279,8 +304,11 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     attended = min(mean_sample_len, seq_len) if plan.packing and mean_sample_len else None
     row = _row_len(plan, seq_len, mean_sample_len)
     tp, pp, cp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1), max(plan.context_parallel, 1)
-    compute, model_flops_micro = _compute_seconds(model, plan, row, gpu, peak, attended)
+    compute, model_flops_micro = _compute_seconds(model, plan, row, gpu, peak, attended, host)
     compute /= tp * pp * cp  # context parallel: each rank its s/c queries against every key (ring attention)
+    # LoRA on the routed experts: their merged weights' passes through HBM; the per-expert loop's launches (per device)
+    compute += merged_expert_traffic_bytes(model, plan) / (bandwidth * BANDWIDTH_SHARE)
+    compute += loop_launch_seconds(model, plan, gpu)
     method = Method.of(plan.method)
     trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
         else model.num_parameters

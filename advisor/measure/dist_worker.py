@@ -40,6 +40,13 @@ from advisor.core.vocabulary import Device, Parallelism
 KINDS = tuple(p.value for p in Parallelism if p is not Parallelism.NONE and p.spec.trial_as is None)
 
 
+def shards_dtensors(kind: str | None) -> bool:
+    """Whether a trial of ``kind`` holds its parameters as DTensors: every sharded kind (FSDP2's ``fully_shard``,
+    :meth:`Distributed.wrap`), not DDP nor one device (None); such a trial builds the optimizer the emitted files run
+    under FSDP2 (:func:`advisor.measure.trainable.make_optimizer`, ``dtensors``)."""
+    return kind is not None and kind != Parallelism.DDP and kind in KINDS
+
+
 def reshards(kind: str) -> bool:
     """FSDP2's ``reshard_after_forward`` for a sharded kind: True where the parameters are sharded (stage 3)."""
     return Parallelism(kind).stage == 3
@@ -58,6 +65,11 @@ class Distributed:
         self.device = torch.device(f"{Device.CUDA}:{self.local_rank}") if cuda else torch.device(Device.CPU.value)
         torch.distributed.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(minutes=5))
         self.sync_share: float | None = None
+
+    @property
+    def shards(self) -> bool:
+        """The parameters are FSDP2's DTensors (:func:`shards_dtensors`)."""
+        return shards_dtensors(self.kind)
 
     def wrap(self, net):
         """DDP, or FSDP2 on each transformer block and the root."""

@@ -168,29 +168,39 @@ def enable_checkpointing(net) -> None:
         net.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-def make_optimizer(params, plan: Plan, *, fused_ok: bool = True):
+def make_optimizer(params, plan: Plan, *, fused_ok: bool = True, dtensors: bool = False):
     """The plan's optimizer, as the Trainer builds it, from its vocabulary spec
     (:attr:`advisor.core.vocabulary.Optimizer.spec`: ``factory`` class, ``factory_kwargs``, ``learning_rate``).
 
     AdamW: ``fused=True`` on CUDA (when ``fused_ok``), ``foreach=True`` otherwise (PyTorch
     torch.optim.AdamW, foreach / fused); SGD: ``foreach=True``; Adafactor: transformers' with
     ``scale_parameter=False, relative_step=False`` (Trainer's ``optim="adafactor"``); 8-bit Adam:
-    ``bitsandbytes.optim.AdamW8bit`` (Trainer's ``adamw_bnb_8bit``).
+    ``bitsandbytes.optim.AdamW8bit`` (Trainer's ``adamw_bnb_8bit``). With ``dtensors`` (the parameters are FSDP2's
+    DTensors: a trial sharded with ``fully_shard``) a bitsandbytes optimizer, whose kernels fail on DTensors
+    (bitsandbytes issues 1633 and 89), is replaced by the spec's ``dtensor_factory``, the optimizer the emitted files
+    run under FSDP2 (``trainer_optim_dtensor``, rule ``optimizer.bitsandbytes-fsdp2``): torchao's ``AdamW8bit`` for
+    the 8-bit ones, torch's AdamW for the paged 32-bit one.
 
     Raises:
-        UsageError: an optimizer whose package is missing (8-bit Adam without bitsandbytes).
+        UsageError: an optimizer whose package is missing (8-bit Adam without bitsandbytes, or under FSDP2 without
+            torchao).
     """
     optimizer = Optimizer(plan.optimizer)
     spec = optimizer.spec
-    if spec.package is not None:
+    stand_in = dtensors and spec.dtensor_factory is not None
+    package, factory = (spec.dtensor_package, spec.dtensor_factory) if stand_in else (spec.package, spec.factory)
+    if package is not None:
         try:
-            importlib.import_module(spec.package)
+            importlib.import_module(package)
         except ImportError:
-            name = _MISSING_PACKAGE_NAMES.get(optimizer, spec.summary)
-            raise UsageError(f"{name} needs the {spec.package} package: pip install {spec.package}") from None
-    module_name, class_name = spec.factory.split(":")
-    kwargs = dict(spec.factory_kwargs)
+            name = _MISSING_PACKAGE_NAMES.get(optimizer, spec.summary) + (" on FSDP2's DTensors" if stand_in else "")
+            raise UsageError(f"{name} needs the {package} package: pip install {package}") from None
+    module_name, class_name = factory.split(":")
+    kwargs = {} if stand_in else dict(spec.factory_kwargs)
     implementation = optimizer.implementation(plan.device)
+    if stand_in:  # torch's AdamW: fused on CUDA; torchao's: its own kernels
+        implementation = "fused" if factory.startswith("torch.") and plan.device == Device.CUDA else \
+            "foreach" if factory.startswith("torch.") else spec.dtensor_implementation
     if implementation == "fused" and not fused_ok:
         implementation = "foreach"
     if implementation in ("fused", "foreach"):  # torch.optim's single-kernel / multi-tensor paths

@@ -182,7 +182,8 @@ def _setup(torch, spec: TrialSpec, dist) -> _Loop:
     if dist is not None:
         net = dist.wrap(net)
     offload = offloading(net, plan)
-    optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan)
+    optimizer = make_optimizer([p for p in net.parameters() if p.requires_grad], plan,
+                               dtensors=dist is not None and dist.shards)  # FSDP2: the emitted files' optimizer
     forward = torch.compile(net) if spec.torch_compile else net
     scaler = torch.amp.GradScaler(device.type) if plan.precision == Precision.FP16 else None
     accumulation = plan.gradient_accumulation_steps

@@ -214,11 +214,16 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
     if refused is not None:
         raise UsageError(refused)
     if plan.data_parallel_size > 1:
-        from advisor.measure.dist_worker import KINDS
+        from advisor.measure.dist_worker import KINDS, shards_dtensors
 
         if plan.parallelism not in KINDS or plan.offload != Offload.NONE:
             raise UsageError(f"distributed trials run {', '.join(KINDS)} (DDP, or FSDP as ZeRO-2/3) without offload; "
                              f"the plan uses {plan.parallelism}{' + offload' if plan.offload != Offload.NONE else ''}")
+        stand_in = Optimizer.of(plan.optimizer).spec.dtensor_package
+        if shards_dtensors(plan.parallelism) and stand_in and importlib.util.find_spec(stand_in) is None:
+            raise UsageError(f"a sharded trial steps FSDP2's DTensors with {stand_in}'s 8-bit AdamW, as the emitted "
+                             f"files do (bitsandbytes' fails on them: rule optimizer.bitsandbytes-fsdp2): pip install "
+                             f"{stand_in}, or validate the plan with DDP or on one GPU")
         if facts.hardware.nodes > 1:
             raise UsageError("trials run on this node only: validate the plan for one node")
         if Parallelism.of(plan.parallelism).fsdp and not plan.runs_fsdp2:

@@ -252,13 +252,33 @@ def test_lora_before_ampere_holds_the_frozen_base_in_fp16() -> None:
         estimate("mistralai/Mistral-7B-v0.1", gpu="v100-32gb", method="full", precision="fp16", weights_dtype="fp16")
 
 
-def test_lora_on_a_mixture_of_experts_says_the_routed_experts_stay_frozen() -> None:
-    """Qwen3-30B-A3B: transformers 5 stores the routed experts as 3-D parameters, which all-linear does not reach;
-    the card says so with the share of the model they hold, and never "close to full fine-tuning"."""
+def test_lora_all_linear_on_a_mixture_of_experts_trains_the_routed_experts_and_prices_them() -> None:
+    """Qwen3-30B-A3B: all-linear reaches the routed experts (PEFT's target_parameters on transformers 5's 3-D expert
+    parameters), the card says so and what it costs; the merged expert weights are priced (memory held to the backward
+    without checkpointing, HBM passes per micro-batch); attention targets leave them frozen and say so."""
+    from advisor.engine.experts import merged_expert_bytes, merged_expert_traffic_bytes
+    from probes.adapters import expert_adapter_parameters
+
     rec = recommend("Qwen/Qwen3-30B-A3B", gpu="a100-80gb", seq_len=2048, method="lora")
     warning = next(w.message for w in rec.warnings if w.rule_id == "method.adapters-when-full-does-not-fit")
-    assert "routed experts" in warning and "stay frozen" in warning and "% of the model" in warning
-    assert "close to full fine-tuning" not in warning
-    assert "stay frozen" in rec.settings["lora_targets"].rationale
+    assert "routed experts" in warning and "target_parameters" in warning and "% of the model" in warning
+    assert "close to full fine-tuning" not in warning and "stay frozen" not in warning
+    assert "target_parameters" in rec.settings["lora_targets"].rationale
+    model = rec.model
+    experts = expert_adapter_parameters(model, 16, "all-linear")  # r·E·(h + 2f)·2 + r·E·(f + h) per MoE block
+    f = 768
+    assert experts == 48 * 16 * 128 * (2 * (2048 + 2 * f) + (f + 2048))
+    plan = rec.plan.model_copy(update={"gradient_checkpointing": False})
+    held, backward = merged_expert_bytes(model, plan)
+    assert held == 48 * backward and backward == model.routed_parameters // 48 * 2  # a bf16 copy of each block
+    checkpointed = rec.plan.model_copy(update={"gradient_checkpointing": True})
+    assert merged_expert_bytes(model, checkpointed) == (0, 2 * backward)
+    assert merged_expert_traffic_bytes(model, checkpointed) == 7 * 48 * backward
+    attention = recommend("Qwen/Qwen3-30B-A3B", gpu="a100-80gb", seq_len=2048, method="lora",
+                          lora_targets="attention")
+    frozen = next(w.message for w in attention.warnings if w.rule_id == "method.adapters-when-full-does-not-fit")
+    assert "stay frozen" in frozen and "stay frozen" in attention.settings["lora_targets"].rationale
+    assert merged_expert_bytes(model, attention.plan) == (0, 0)
+    assert attention.speed.tokens_per_s > rec.speed.tokens_per_s
     dense = recommend("meta-llama/Llama-3.1-8B", gpu="a100-80gb", seq_len=2048, method="lora")
     assert any("close to full fine-tuning" in w.message for w in dense.warnings)
