@@ -247,7 +247,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("cpu_processes", Role.MACHINE, flag=False),
     *(_D(name, Role.RULE, plan_field=False, flag=False) for name in (
         "optimizer_implementation", "dataloader_num_workers", "dataloader_pin_memory", "pad_to_multiple_of",
-        "loss_scaling")),
+        "loss_scaling", "learning_rate", "num_train_epochs")),
 )
 
 BY_NAME: dict[str, Dimension] = {row.name: row for row in DIMENSIONS}

@@ -15,7 +15,6 @@ pytest.importorskip("transformers")
 
 from advisor.app import api  # noqa: E402
 from advisor.measure.validation import baseline_plan, method_unavailable, without_missing_packages  # noqa: E402
-from advisor.core.errors import UsageError  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 from advisor.core.vocabulary import Method, Optimizer, WeightsDtype  # noqa: E402
 
