@@ -141,7 +141,10 @@ class AdvisorApp(App):
             self.call_after_refresh(self._focus_first, event.pane)
 
     def _focus_first(self, pane) -> None:
-        """Focus the first field of a step shown (see :meth:`_focus_step`)."""
+        """Focus the first field of a step shown (see :meth:`_focus_step`), unless a field of it has focus already
+        (one clicked before this deferred call ran keeps it)."""
+        if self.focused is not None and pane in self.focused.ancestors:
+            return
         if pane.id == ValidateStep.STEP:
             first = next((b for b in pane.query(Button) if not b.disabled), None)
         else:
