@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 from advisor.core.limits import divisors
-from advisor.core.vocabulary import Objective, Optimizer, Precision
+from advisor.core.vocabulary import Method, Objective, Optimizer, Precision
 from advisor.core.dimensions import Setting
 from rules import sources as S
 from rules.base import Effect, Rule, register
@@ -141,3 +143,60 @@ class LinearLearningRateScaling(Rule):
             rule = (f"{plan.optimizer} is adaptive (Adam-type): scale it by the square root (lr x sqrt(new/old), Malladi et al. "
                     "2022), not linearly (lr x new/old, Goyal et al. 2017: for SGD), with warm-up")
         return [self.warn(f"{batch}: if your learning rate was tuned for another batch, {rule}")]
+
+
+#: A published recipe a starting learning rate comes from: the rate, the global batch it was tuned at (samples) and
+#: the rule's words for it. Full fine-tuning: Stanford Alpaca (LLaMA-7B with the Trainer, AdamW: 2e-5 at 128);
+#: adapters (LoRA and QLoRA alike, the same low-rank update): the QLoRA scripts (paged AdamW, 2e-4 at 16 for 7B and
+#: 13B, 1e-4 for 33B and 65B). Taken as published, not fitted.
+FULL_RECIPE = (2e-5, 128, "Stanford Alpaca's full fine-tuning recipe (2e-5 at batch 128)")
+ADAPTER_RECIPE = (2e-4, 16, "the QLoRA scripts' adapter recipe (2e-4 at batch 16, 7B and 13B models)")
+LARGE_ADAPTER_RECIPE = (1e-4, 16, "the QLoRA scripts' adapter recipe for 33B and 65B models (1e-4 at batch 16)")
+#: Adapters over a model larger than this take the larger models' rate: between the scripts' 13B (2e-4) and 33B (1e-4).
+LARGE_ADAPTER_PARAMETERS = 20e9
+#: Epochs of the recipes: Alpaca's 3 (52k samples); the QLoRA scripts' 1,875 steps x 16 are about 3 passes over their
+#: OASST1 data too. ``recommend --tokens N`` writes a run of N tokens instead, ``train.py --max-steps N`` a shorter one.
+RECIPE_EPOCHS = 3
+#: Linear warm-up over the first 3 % of the steps: both recipes' ``--warmup_ratio 0.03``.
+WARMUP_RATIO = 0.03
+
+
+def recipe_learning_rate(method: str, num_parameters: int, global_batch_size: int) -> tuple[float, str]:
+    """A starting learning rate for fine-tuning with an Adam-type optimizer: the method's published recipe
+    (:data:`FULL_RECIPE`, :data:`ADAPTER_RECIPE`, :data:`LARGE_ADAPTER_RECIPE`, both AdamW) scaled from the recipe's
+    global batch to ``global_batch_size`` (samples) by the square root of the ratio, as rule
+    ``batch.linear-lr-scaling`` says for adaptive optimizers (Malladi et al. 2022). Three significant digits.
+
+    Returns:
+        The learning rate and one line saying where it comes from.
+    """
+    if Method.of(method).spec.adapters:
+        rate, batch, words = LARGE_ADAPTER_RECIPE if num_parameters > LARGE_ADAPTER_PARAMETERS else ADAPTER_RECIPE
+    else:
+        rate, batch, words = FULL_RECIPE
+    scaled = float(f"{rate * math.sqrt(global_batch_size / batch):.3g}")
+    if global_batch_size == batch:
+        return scaled, f"{words}, at its batch"
+    return scaled, (f"{words} x sqrt({global_batch_size}/{batch}) for global batch {global_batch_size} "
+                    "(rule batch.linear-lr-scaling)")
+
+
+@register
+class RecipeLearningRate(Rule):
+    id = "batch.recipe-learning-rate"
+    title = "start from the method's published learning rate and run length, the rate scaled to the global batch"
+    topic = "batch"
+    sources = [S.ALPACA_RECIPE, S.QLORA_RECIPE, S.SQRT_SCALING, S.LINEAR_SCALING]
+    rationale = ("The emitted files need a learning rate and a run length. Full fine-tuning starts from Stanford "
+                 "Alpaca's recipe (2e-5 at a global batch of 128, 3 epochs), LoRA and QLoRA from the QLoRA scripts' "
+                 "(2e-4 at 16 for 7B-13B models, 1e-4 for 33B-65B), both AdamW with 3 % warm-up; the rate is moved to "
+                 "the plan's global batch by the scaling rule (square root for Adam-type optimizers). A start to tune "
+                 "from, not a tuned value; pre-training from scratch and SGD are outside these recipes.")
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if facts.workload.from_scratch or Optimizer.of(plan.optimizer) == Optimizer.SGD:  # no recipe (AdamW's both)
+            return []
+        rate, words = recipe_learning_rate(plan.method, facts.model.num_parameters, plan.global_batch_size)
+        return [self.set(Setting.LEARNING_RATE, rate, f"{words}; {WARMUP_RATIO * 100:g} % linear warm-up, as both recipes"),
+                self.set(Setting.NUM_TRAIN_EPOCHS, RECIPE_EPOCHS, f"{RECIPE_EPOCHS} passes over the data, as the "
+                         "recipes (recommend --tokens N: a run of N tokens; train.py --max-steps N: a shorter one)")]

@@ -66,8 +66,9 @@ class AdaptersWhenFullDoesNotFit(Rule):
                                  "more: when LoRA does not fit, or needs a fallback (checkpointing) QLoRA is faster "
                                  "without", penalty=Penalty.QUANTIZED_ADAPTERS)]
         if facts.on_cpu:
-            effects.append(self.forbid(Setting.METHOD, Method.QLORA, "bitsandbytes' 4-bit training kernels are built "
-                                                                     "for CUDA; CPU RAM is rarely the limit"))
+            effects.append(self.forbid(Setting.METHOD, Method.QLORA, "on the CPU bitsandbytes dequantizes every "
+                                                                     "4-bit weight in PyTorch (its fused kernels are "
+                                                                     "CUDA's), and CPU RAM is rarely the limit"))
         return effects
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:

@@ -337,3 +337,12 @@ ALIGNMENT_HANDBOOK_FSDP_QLORA = Source(title="alignment-handbook: recipes/accele
 BNB_FSDP_QLORA = Source(title="bitsandbytes: FSDP-QLoRA", url="https://huggingface.co/docs/bitsandbytes/main/fsdp_qlora",
                         section="bnb_4bit_quant_storage in the compute dtype so that FSDP shards Params4bit; training "
                                 "with the Hugging Face libraries")
+ALPACA_RECIPE = Source(title="Stanford Alpaca: an instruction-following LLaMA model",
+                       url="https://github.com/tatsu-lab/stanford_alpaca#fine-tuning",
+                       section="Fine-tuning (LLaMA-7B, full fine-tuning with the Trainer: batch size 128, learning rate "
+                               "2e-5, 3 epochs; train command: --warmup_ratio 0.03)")
+QLORA_RECIPE = Source(title="QLoRA repository: the Guanaco fine-tuning scripts",
+                      url="https://github.com/artidoro/qlora/blob/main/scripts/finetune_guanaco_7b.sh",
+                      section="--learning_rate 0.0002 for 7B (and 13B), 0.0001 in finetune_guanaco_33b.sh and "
+                              "_65b.sh; --per_device_train_batch_size 4 x --gradient_accumulation_steps 4 on one GPU "
+                              "(global batch 16); --warmup_ratio 0.03")

@@ -97,6 +97,8 @@ class AdvisorApp(App):
             self.query_one(HardwareStep).probe()
         else:
             self.query_one(HardwareStep).post_message(HardwareProbed(self.local_hardware))
+        if not self.options["model"]:  # the first step's first field, as entering any step focuses it
+            self.call_after_refresh(self._focus_first, self.query_one(HardwareStep))
         if self.options["model"]:
             self.step = RecommendationStep.STEP
             self.query_one(ModelStep).resolve(self.options["model"], self.options["task"], then_recommend=True)
@@ -139,12 +141,15 @@ class AdvisorApp(App):
             self.call_after_refresh(self._focus_first, event.pane)
 
     def _focus_first(self, pane) -> None:
-        """Focus the first field of a step shown (see :meth:`_focus_step`)."""
+        """Focus the first field of a step shown (see :meth:`_focus_step`), unless a field of it has focus already
+        (one clicked before this deferred call ran keeps it)."""
+        if self.focused is not None and pane in self.focused.ancestors:
+            return
         if pane.id == ValidateStep.STEP:
             first = next((b for b in pane.query(Button) if not b.disabled), None)
         else:
             first = next((w for w in pane.screen.focus_chain
-                          if pane in w.ancestors and not isinstance(w, VerticalScroll)), None)
+                          if pane in w.ancestors and type(w) is not VerticalScroll), None)  # a RadioSet is one
         if first is not None:
             pane.screen.set_focus(first, scroll_visible=False)  # its own screen: a dialog above keeps the keys
 

@@ -18,7 +18,7 @@ from advisor.app.options import (ESTIMATE_DEFAULTS, PLAN_FLAGS, WIZARD_OUT_DIR, 
                                  add_arguments, collect, join_negative_values)
 from advisor.app.files import WRITE_ERRNOS, silence_stdout
 from advisor.app.progress import console as _console, slow_notice
-from advisor.core.errors import AdvisorError, ExitCode, NoFitError
+from advisor.core.errors import AdvisorError, ExitCode, NoFitError, UsageError
 from advisor.core.kernels import LossKernel
 from advisor.core.text import MAX_LINE, shown
 from advisor.core.vocabulary import Offload
@@ -67,7 +67,6 @@ def _measured_context(hw, given: bool):
         UsageError: with ``--gpu`` (a catalog GPU is not here), without a GPU, torch's CUDA or NVML's per-process
             figure."""
     from probes.cuda_stack import measure_context_bytes
-    from advisor.core.errors import UsageError
 
     if given or not hw.gpus:
         raise UsageError("--measure-context measures this machine's GPU: " + ("drop --gpu" if given else
@@ -101,6 +100,8 @@ def cmd_recommend(args: argparse.Namespace) -> int:
         from advisor.app.emit import check_targets
 
         check_targets(args.emit, args.out)
+    elif args.tokens is not None:
+        raise UsageError("--tokens sets the length of the run the --emit files train: add --emit")
     try:
         with slow_notice(f"planning {args.model}…"):
             rec = recommend(args.model, **collect(args, HardwareOptions), **collect(args, WorkloadOptions),
@@ -121,7 +122,7 @@ def cmd_recommend(args: argparse.Namespace) -> int:
     if args.emit:
         from advisor.app.emit import emit
 
-        for path in emit(rec, args.emit, args.out):
+        for path in emit(rec, args.emit, args.out, args.tokens):
             sys.stderr.write(f"advisor: wrote {shown(path, MAX_LINE)}\n")
     if args.json:
         _print_json(rec)
@@ -288,6 +289,7 @@ def _add_probe(sub) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``advisor`` parser: every flag made from the declarations in :mod:`advisor.app.options`."""
+    from advisor.app.compare import parse_tokens
     from advisor.app.emit import EMIT_HELP, TARGETS
 
     parser = _Parser(prog="advisor", description="How to train a PyTorch / Hugging Face model fastest on your "
@@ -315,6 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "that lost (default: off: a plan card that fits 80 x 24)")
     p.add_argument("--emit", action="append", choices=(*TARGETS, "all"), metavar="TARGET", help=EMIT_HELP)
     p.add_argument("--out", default=".", metavar="DIR", help="folder for --emit files (default: .)")
+    p.add_argument("--tokens", type=parse_tokens, metavar="N", help="with --emit: train on N tokens (max_steps: N over "
+                   "the plan's tokens per step) (default: 3 epochs, as the recipes the learning rate comes from)")
     p.set_defaults(func=cmd_recommend)
 
     from advisor.app.compare import add_parser as add_compare

@@ -310,8 +310,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _tokens(text: str) -> int:
-    """``--tokens``: an integer or a float such as 1e9."""
+def parse_tokens(text: str) -> int:
+    """``--tokens`` (compare's and recommend's): an integer or a float such as 1e9, from 1 to MAX_TOKENS."""
     try:
         value = float(text)
     except ValueError:
@@ -337,7 +337,7 @@ def add_parser(sub, epilog: str) -> None:
                                        "mean_sample_len"))
     add_arguments(p.add_argument_group("what to train"), MethodOptions)
     add_arguments(p, CalibrationOption)
-    p.add_argument("--tokens", type=_tokens, default=DEFAULT_TOKENS, metavar="N",
+    p.add_argument("--tokens", type=parse_tokens, default=DEFAULT_TOKENS, metavar="N",
                    help="training tokens the time column is for (default 1e9 tokens)")
     p.add_argument("--price-per-hour", action="append", metavar="NAME=USD",
                    help="the price of one NAME GPU for an hour, US dollars, e.g. a100-80gb=1.79; repeatable (default: "

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from advisor.app.emit_deepspeed import deepspeed_config
+from advisor.app.emit_schedule import schedule_args
 from advisor.app.emit_slurm import SLURM_FILE, slurm_script
 from advisor.app.emit_trl import sft_config
 from advisor.app.emit_model import (DS_CONFIG_FILE, FP8_BACKEND, FP8_ENV, LORA_CONFIG_FILE, MODEL_KWARGS_FILE,
@@ -134,25 +135,25 @@ def _fsdp_args(rec: Recommendation) -> dict[str, Any]:
     return {"fsdp": True, "fsdp_config": config}
 
 
-def training_args(rec: Recommendation) -> dict[str, Any]:
-    """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``).
+def training_args(rec: Recommendation, tokens: int | None = None) -> dict[str, Any]:
+    """``TrainingArguments`` keyword arguments (load with ``HfArgumentParser(TrainingArguments).parse_json_file``); the
+    learning rate, warm-up and run length (``max_steps`` for ``tokens``): :mod:`advisor.app.emit_schedule`.
 
     The stack: ``torch_compile``, ``use_liger_kernel`` (Liger's kernels; ``liger_kernel_config`` turns its fused loss
-    off for ``--loss-kernel liger-layers``), and for padding-free packing
-    ``remove_unused_columns=False`` (the collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are;
-    launch.sh's comments say so); the attention kernel is ``model_kwargs.json``'s ``attn_implementation``.
+    off for ``--loss-kernel liger-layers``), and for padding-free packing ``remove_unused_columns=False`` (the
+    collator, ``DataCollatorWithFlattening``, needs the ``input_ids`` as they are; launch.sh's comments say so); the
+    attention kernel is ``model_kwargs.json``'s ``attn_implementation``. ``output_dir``: from where the run starts.
 
     An fp8 plan leaves ``bf16`` off: the Trainer then runs accelerate's ``mixed_precision`` from the environment,
     ``fp8`` (:data:`FP8_ENV`, set by ``accelerate launch`` from accelerate_config.yaml or by launch.sh), which converts
     the linear layers to torchao's ``Float8Linear`` and autocasts the rest in bf16.
 
-    Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and
-    ``activation_checkpointing`` from 5 on (the installed version decides), non-reentrant. ``optim`` is the
-    optimizer spec's Trainer name (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they
-    compute in bf16); the load dtype is in :func:`model_kwargs` (TrainingArguments has none).
+    Activation checkpointing is ``gradient_checkpointing`` before transformers 5 and ``activation_checkpointing`` from
+    5 on (the installed version decides), non-reentrant. ``optim`` is the optimizer spec's Trainer name
+    (``paged_adamw_8bit``, ...); ``bf16`` is on with bf16 weights too (they compute in bf16); the load dtype is in
+    :func:`model_kwargs` (TrainingArguments has none).
     """
-    plan = rec.plan
-    ckpt = _checkpointing_key()
+    plan, ckpt = rec.plan, _checkpointing_key()
     args: dict[str, Any] = {
         "output_dir": "output",
         "per_device_train_batch_size": plan.micro_batch_size,
@@ -167,6 +168,7 @@ def training_args(rec: Recommendation) -> dict[str, Any]:
         "dataloader_pin_memory": rec.value(Setting.DATALOADER_PIN_MEMORY),
         "torch_compile": plan.torch_compile,
     }
+    args.update(schedule_args(rec, _transformers_major(), tokens))
     spec = Optimizer.of(plan.optimizer).spec
     if spec.trainer_optim_args:  # e.g. SGD's momentum, which the Trainer's SGD would leave at 0
         args["optim_args"] = ",".join(f"{key}={value}" for key, value in spec.factory_kwargs.items())
@@ -285,14 +287,15 @@ def wanted_targets(rec: Recommendation, targets: list[str]) -> list[str]:
     return wanted
 
 
-def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
+def render(rec: Recommendation, targets: list[str], tokens: int | None = None) -> dict[str, str]:
     """File name → text for the targets (:func:`wanted_targets`). ``hf`` writes ``training_args.json``,
     ``model_kwargs.json`` and, for LoRA / QLoRA, ``lora_config.json``; ``trl`` ``sft_config.json`` (and
     ``lora_config.json``); ``torchrun`` ``launch.sh``; ``slurm`` ``launch.slurm``; every set ``plan.json``, the
-    recommendation (:data:`PLAN_FILE`: what ``advisor.integrations`` checks the run against).
+    recommendation (:data:`PLAN_FILE`: what ``advisor.integrations`` checks the run against). ``tokens``: the run's
+    length in tokens (``max_steps``; None: the recommendation's epochs).
 
     Raises:
-        UsageError: an inapplicable target (:func:`wanted_targets`), a tensor / pipeline / expert parallel plan, a
+        UsageError: ``tokens`` not a whole number in range, an inapplicable target (:func:`wanted_targets`), a tensor / pipeline / expert parallel plan, a
             plan priced for another framework than transformers, or attention-only adapters on a model type without
             known projection names.
     """
@@ -304,7 +307,7 @@ def render(rec: Recommendation, targets: list[str]) -> dict[str, str]:
     for target in wanted:
         name = FILE_NAMES[target]
         if target in ("hf", TRL_TARGET):
-            args = training_args(rec)
+            args = training_args(rec, tokens)
             files[name] = json.dumps(args if target == "hf" else sft_config(rec, args), indent=2) + "\n"
             if target == "hf":
                 files[MODEL_KWARGS_FILE] = json.dumps(model_kwargs(rec), indent=2) + "\n"
@@ -349,16 +352,17 @@ def check_targets(targets: list[str], out_dir: str | Path = ".") -> None:
         check_target(folder / name)
 
 
-def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> list[Path]:
+def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".", tokens: int | None = None) -> list[Path]:
     """Write the targets' files into ``out_dir`` (created if missing), all or nothing; the launch scripts executable.
     The folder's manifest (:mod:`advisor.app.manifest`) lists what advisor wrote there, and the files of an earlier
     set of the same targets that this one does not write (``lora_config.json`` after a full fine-tuning plan) are
-    removed.
+    removed. ``tokens``: the run's length (:func:`render`).
 
     Returns:
         The written paths (the manifest last).
     Raises:
-        UsageError: not a Recommendation, targets that are not a list of names, an unknown or inapplicable target.
+        UsageError: not a Recommendation, targets that are not a list of names, an unknown or inapplicable target,
+            ``tokens`` out of range.
         OutputError: a folder that cannot be created or written, a target that is not a regular file, a failed
             write or rename (no file of the set is then changed).
     """
@@ -368,7 +372,7 @@ def emit(rec: Recommendation, targets: list[str], out_dir: str | Path = ".") -> 
         raise UsageError(f"emit's targets must be a list of {', '.join(TARGETS)} or all, got {targets!r:.80}")
     if not isinstance(out_dir, (str, os.PathLike)):
         raise UsageError(f"emit's out_dir must be a folder path, got {type(out_dir).__name__}")
-    files = render(rec, targets)
+    files = render(rec, targets, tokens)
     folder = Path(out_dir)
     try:
         folder.mkdir(parents=True, exist_ok=True)

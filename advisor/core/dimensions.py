@@ -3,7 +3,7 @@ from it.
 
 A row says the setting's role in the search (:class:`Role`), its command-line flag (metavar, upper bound, whether
 ``estimate`` and ``validate`` take it, ``estimate``'s default), whether it matters only on several GPUs, which cost
-caches read it (the model states' and the activations' memo keys), the wizard's label of a stack setting, and what
+caches read it (the model states' and the activations' memo keys), and what
 each consumer of a plan does with a value other than the field's default (:class:`Handling`: runs it, refuses it
 with the reason, or swaps it for another value with a note): the trial (``advisor validate``), the fake-tensor
 simulation (``estimate --simulate``) and the hand-off (``--emit``: the Trainer, accelerate, DeepSpeed and torchrun
@@ -112,7 +112,6 @@ class Dimension:
         multi_gpu: matters only on several GPUs (a one-GPU recommendation does not explain it).
         states: the model states read it (part of their memo key, :mod:`advisor.engine.states`).
         activations: the activations read it (part of their memo key, :mod:`advisor.engine.memory`).
-        label: the wizard's label of a stack setting it offers (None: not offered there).
         plan_line: the plan's one-line summary (``Plan.describe``) shows it, by its value or its absence.
         validate_flag: ``validate`` takes it as a flag too (a setting a trial can run at another value).
         workload: the question carries it (``Workload``'s field of the same name: a stack pin, the adapters' shape).
@@ -129,7 +128,6 @@ class Dimension:
     multi_gpu: bool = False
     states: bool = True
     activations: bool = True
-    label: str | None = None
     plan_line: bool = False
     validate_flag: bool = False
     workload: bool = False
@@ -209,14 +207,14 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("gradient_accumulation_steps", Role.BATCH, validate_flag=True, metavar="k", estimate_default=1, states=False,
        activations=False,
        plan_line=True),
-    _D("attention", Role.STACK, validate_flag=True, workload=True, states=False, label="attention kernel"),
-    _D("loss_kernel", Role.STACK, validate_flag=True, workload=True, states=False, label="loss kernel", handling={
+    _D("attention", Role.STACK, validate_flag=True, workload=True, states=False),
+    _D("loss_kernel", Role.STACK, validate_flag=True, workload=True, states=False, handling={
         _T: (_R("trials compute transformers' loss or Liger's fused one, not a chunked cross-entropy: validate the "
                 f"plan with --loss-kernel {LossKernel.STANDARD} or {LossKernel.LIGER}", LossKernel.CHUNKED.value),),
         _E: (swaps(LossKernel.STANDARD.value, "the Trainer's files compute the standard loss (it has no chunked "
                    "cross-entropy): --emit trl writes TRL's SFTConfig, whose fused LM head computes it in chunks",
                    LossKernel.CHUNKED.value, runs_in=TRL_TARGET),)}),
-    _D("torch_compile", Role.STACK, validate_flag=True, workload=True, states=False, label="torch.compile", handling={
+    _D("torch_compile", Role.STACK, validate_flag=True, workload=True, states=False, handling={
         _S: (_R("--simulate runs the model eagerly on fake tensors, not compiled: add --no-torch-compile to compare "
                 "like with like"),)}),
     _D("packing", Role.STACK, validate_flag=True, workload=True, states=False),
@@ -247,7 +245,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
     _D("cpu_processes", Role.MACHINE, flag=False),
     *(_D(name, Role.RULE, plan_field=False, flag=False) for name in (
         "optimizer_implementation", "dataloader_num_workers", "dataloader_pin_memory", "pad_to_multiple_of",
-        "loss_scaling")),
+        "loss_scaling", "learning_rate", "num_train_epochs")),
 )
 
 BY_NAME: dict[str, Dimension] = {row.name: row for row in DIMENSIONS}
@@ -297,8 +295,6 @@ VALIDATE_FLAGS: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.va
 WORKLOAD_SETTINGS: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.workload)
 #: The settings the plan's one-line summary shows (a card does not repeat them).
 PLAN_LINE: tuple[str, ...] = tuple(row.name for row in DIMENSIONS if row.plan_line)
-#: The stack settings the wizard offers, with their labels.
-STACK_LABELS: dict[str, str] = {row.name: row.label for row in DIMENSIONS if row.label}
 
 
 def plan_fields() -> tuple[str, ...]:

@@ -85,20 +85,15 @@ def without_missing_packages(facts: Facts, plan: Plan) -> tuple[Plan, str] | Non
     return chosen, note
 
 
-def method_unavailable(method: str, cuda: bool, quantized_checkpoint: bool = False) -> str | None:
+def method_unavailable(method: str) -> str | None:
     """Why a trial of ``method`` (a :class:`~advisor.core.vocabulary.Method` value) cannot run on this machine (one line),
-    or None: LoRA and QLoRA need peft; QLoRA's 4-bit base needs bitsandbytes and a CUDA device (its 4-bit training
-    kernels are CUDA's: the rule ``method.adapters-when-full-does-not-fit`` forbids QLoRA on the CPU). The advice
-    to trial LoRA instead is left out for a checkpoint stored quantized (``quantized_checkpoint``), which only
-    QLoRA trains (rule ``method.pre-quantized-checkpoint``)."""
+    or None: LoRA and QLoRA need peft, QLoRA's 4-bit base bitsandbytes as well. QLoRA trials run on the CPU too:
+    bitsandbytes quantizes and multiplies its 4-bit layers there (its CPU backend, "Supported platforms" of
+    https://huggingface.co/docs/bitsandbytes/main/en/installation; checked with bitsandbytes 0.50.2 by
+    ``tests/measure/test_validate_adapters.py``), dequantizing each weight in PyTorch where CUDA has fused kernels."""
     spec = Method.of(method).spec
     if not spec.adapters:
         return None
-    if spec.quantized_base and not cuda:
-        instead = ("" if quantized_checkpoint
-                   else f"trial --method {Method.LORA} (the same adapters over a 16-bit base), or ")
-        return (f"{method} trials need bitsandbytes' 4-bit kernels on a CUDA GPU and there is none here: {instead}"
-                f"validate {method} on the GPU")
     for package in ("peft", spec.package):
         if package is not None and importlib.util.find_spec(package) is None:
             return f"{method} trials need the {package} package: pip install {package}"
@@ -161,7 +156,7 @@ def validate(facts: Facts, plan: Plan, *, runtime: RuntimeSettings | None = None
         The report (bytes, seconds): every trial, the verdict, the confirmed plan and the comparison.
     Raises:
         UsageError: a plan for another device, several GPUs, steps / warm-up < 1, or a method this machine cannot
-            trial (:func:`method_unavailable`: QLoRA without a CUDA GPU or bitsandbytes, LoRA without peft),
+            trial (:func:`method_unavailable`: QLoRA without bitsandbytes, LoRA or QLoRA without peft),
             activation offloading without TRL, or a setting trials do not run (model or expert parallelism,
             selective checkpointing, another framework, the optimizer step in backward, fp8, a chunked loss).
     """
@@ -234,7 +229,7 @@ def _check(facts: Facts, plan: Plan, steps: int, warmup: int) -> None:
         if plan.device == Device.CUDA and plan.num_gpus > local:
             raise UsageError(f"the plan uses {plan.num_gpus} GPUs, this machine has {local}")
     device = Device.CPU if facts.gpu is None else Device.CUDA
-    reason = method_unavailable(plan.method, device == Device.CUDA, facts.model.quantization is not None)
+    reason = method_unavailable(plan.method)
     if reason is not None:
         raise UsageError(reason)
     if Method.of(plan.method).spec.quantized_base and plan.data_parallel_size > 1:

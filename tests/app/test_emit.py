@@ -204,6 +204,13 @@ def test_emit_errors_and_the_cli(tmp_path) -> None:
     assert f"wrote {out / 'launch.sh'}" in res.stderr
     bad = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "deepspeed")
     assert bad.returncode == 2 and "not ZeRO" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    for flags, words in ((["--tokens", "1e9"], "add --emit"), (["--emit", "hf", "--tokens", "0"], "must be from 1")):
+        bad = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--out", str(tmp_path / "x"), *flags)
+        assert bad.returncode == 2 and words in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    res = advisor("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "hf", "--out", str(out),
+                  "--tokens", "1e9", "--json")
+    args = json.loads((out / "training_args.json").read_text())  # a billion tokens at 64 x 1024 tokens a step
+    assert res.returncode == 0 and args["max_steps"] == -(-10**9 // (64 * 1024)) and "num_train_epochs" not in args
 
 
 def test_readme_api_example_holds() -> None:

@@ -22,9 +22,12 @@ pytestmark = pytest.mark.slow  # the torch / transformers stack (tests/conftest.
 from advisor.app.api import recommend
 from advisor.app.emit import FILE_NAMES, emit, render
 from advisor.app.emit_model import SFT_CONFIG_FILE, TRAINING_ARGS_FILE, config_file, plan_env
+from advisor.app.emit_schedule import tokens_per_step
+from advisor.core.dimensions import Setting
 from advisor.core.errors import UsageError
 from advisor.core.kernels import Attention, LossKernel
 from advisor.core.vocabulary import Method, Optimizer, Parallelism
+from rules.batch import WARMUP_RATIO
 
 transformers = pytest.importorskip("transformers")
 
@@ -112,6 +115,16 @@ def _check_trainer(args, rec) -> None:
             assert fsdp_config["version"] == 1 and fsdp_config["use_orig_params"] is False
     if parallelism.deepspeed:
         assert args.deepspeed == FILE_NAMES["deepspeed"]
+    _check_schedule(args, rec)
+
+
+def _check_schedule(args, rec, max_steps: int = -1) -> None:
+    """The learning rate, warm-up and run length the rule set (batch.recipe-learning-rate) are what was loaded."""
+    assert args.learning_rate == rec.value(Setting.LEARNING_RATE) and 1e-6 < args.learning_rate < 1e-3
+    assert (getattr(args, "warmup_ratio", None) or args.warmup_steps) == WARMUP_RATIO  # warmup_steps from 5 on
+    assert args.max_steps == max_steps
+    if max_steps == -1:
+        assert args.num_train_epochs == rec.value(Setting.NUM_TRAIN_EPOCHS) == 3
 
 
 def _check_accelerate(path: Path, rec) -> None:
@@ -163,6 +176,8 @@ def _check_deepspeed(path: Path, rec) -> None:
     assert ds.zero_optimization_stage == Parallelism.of(plan.parallelism).stage
     assert ds.float16_config.enabled == (plan.precision == "fp16")
     assert ds.bfloat16_config.enabled == (plan.precision == "bf16")
+    config = json.loads(path.read_text())  # no scheduler of its own: the Trainer's, from training_args.json
+    assert "scheduler" not in config and config.get("optimizer", {}).get("params", {}).get("lr", "auto") == "auto"
     offload = plan.offload
     if offload != "none":
         assert str(ds.zero_config.offload_optimizer.device).endswith("nvme" if offload == "nvme" else "cpu")
@@ -258,3 +273,19 @@ def test_a_slurm_script_quotes_what_it_writes(tmp_path) -> None:
     path.write_text(render(odd, ["slurm"])["launch.slurm"])
     _check_script(path)
     assert "#SBATCH --job-name=advisor--touch-pwned-x-name" in path.read_text()
+
+
+@pytest.mark.parametrize("name", ["gpt2 DDP", "70B QLoRA FSDP"])
+def test_a_run_of_n_tokens_is_max_steps(name, tmp_path, monkeypatch) -> None:
+    """``--tokens N``: the run's length in optimizer steps, N over the plan's tokens per step, rounded up; the
+    learning rate as without it."""
+    rec = _rec(name)
+    emit(rec, ["hf", "trl"], tmp_path, tokens=10**9)
+    monkeypatch.chdir(tmp_path)
+    steps = -(-10**9 // tokens_per_step(rec))
+    assert steps * tokens_per_step(rec) >= 10**9 > (steps - 1) * tokens_per_step(rec)
+    _check_schedule(_parse(transformers.TrainingArguments, tmp_path / TRAINING_ARGS_FILE, rec), rec, steps)
+    trl = pytest.importorskip("trl")
+    _check_schedule(_parse(trl.SFTConfig, tmp_path / SFT_CONFIG_FILE, rec), rec, steps)
+    with pytest.raises(UsageError, match="--tokens must be a whole number"):
+        render(rec, ["hf", "trl"], tokens=0)

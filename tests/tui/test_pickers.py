@@ -79,3 +79,62 @@ async def test_model_matches_list_ids_holding_the_text_and_a_pick_resolves_it() 
         await wait_for(pilot, lambda: app.profile is not None)
         assert app.profile.id == "meta-llama/Llama-2-7b-hf"
         assert app.query_one("#model-input").value == "meta-llama/Llama-2-7b-hf"
+
+
+#: Each step's focus stops, in reading order (top to bottom, left to right), ending with the button that goes on.
+READING_ORDER = {
+    "hardware": ["hw-source", "gpu-search", "gpu-list", "gpu-count", "nodes", "compare", "hardware-next"],
+    "model": ["model-input", "model-next"],  # the list of matches takes focus only while it shows (↓ from the field)
+    "workload": ["seq-len", "global-batch", "task", "method", "objective", "stack-attention", "stack-loss-kernel",
+                 "stack-torch-compile", "stack-packing", "stack-fp8", "recommend"],
+}
+
+
+@pytest.mark.parametrize("step", list(READING_ORDER))
+async def test_tab_goes_through_a_step_in_reading_order_then_on(step: str) -> None:
+    """Issue 45: entering a step focuses its first input; Tab visits every input once, top to bottom and left to
+    right as they are laid out, and then the button that goes to the next step, with no invisible stop (the step's
+    scrolling container) on the way."""
+    app = AdvisorApp(model=None, hardware=CPU_HW)
+    async with app.run_test(size=(120, 80)) as pilot:
+        app.query_one("TabbedContent").active = step
+        await pilot.pause()
+        await pilot.pause()
+        visited = [app.focused.id]
+        for _ in READING_ORDER[step][1:]:
+            await pilot.press("tab")
+            visited.append(app.focused.id)
+        assert visited == READING_ORDER[step]
+        regions = [app.query_one(f"#{name}").region for name in visited]
+        assert regions == sorted(regions, key=lambda r: (r.y, r.x))  # the order they are read on the screen
+        pane = app.query_one(f"#{step}")
+        assert [w.id for w in app.screen.focus_chain if pane in w.ancestors] == READING_ORDER[step]
+
+
+async def test_the_stack_settings_are_the_cli_s_options() -> None:
+    """Issue 45: the workload step offers every stack setting recommend takes, labelled with its flag, with the CLI's
+    choices (a Literal's values; an optional bool on / off) after auto, and plans with the one chosen."""
+    from advisor.app.options import StackOptions
+    from advisor.core.dimensions import STACK_SETTINGS
+    from advisor.core.kernels import Attention
+    from advisor.core.vocabulary import values
+    from textual.widgets import Label, Select
+    from tui.steps import WorkloadStep
+
+    app = AdvisorApp(model=None, hardware=CPU_HW)
+    async with app.run_test(size=(120, 80)) as pilot:
+        app.query_one("TabbedContent").active = "workload"
+        await pilot.pause()
+        assert set(StackOptions.model_fields) == set(STACK_SETTINGS)
+        for name in STACK_SETTINGS:
+            select = app.query_one(f"#stack-{name.replace('_', '-')}", Select)
+            label = select.parent.query_one(Label)
+            assert str(label.render()) == "--" + name.replace("_", "-")
+            assert select.value == "auto" and select.tooltip == StackOptions.model_fields[name].description
+        attention = [value for _, value in app.query_one("#stack-attention", Select)._options]
+        assert attention == ["auto", *values(Attention)]
+        packing = app.query_one("#stack-packing", Select)
+        assert [label for label, _ in packing._options] == ["auto", "on (--packing)", "off (--no-packing)"]
+        packing.value = False
+        await pilot.pause()
+        assert app.query_one(WorkloadStep).stack_choice() == {"packing": False}

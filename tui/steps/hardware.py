@@ -31,7 +31,7 @@ class HardwareStep(TabPane):
         self._node_count = nodes
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll(can_focus=False):  # no invisible Tab stop: focusing a field scrolls it into view
             yield Static("Probing this machine…", id="detected")
             with RadioSet(id="hw-source"):
                 yield MarkedRadioButton("This machine", value=not self._gpu, id="hw-local")
@@ -49,6 +49,7 @@ class HardwareStep(TabPane):
             yield Button("Which GPU? Compare the catalog for the model (ctrl+g)", id="compare",
                          action="app.compare")
             yield Static("", id="comparison")
+            yield Button("Next: the model (ctrl+n)", id="hardware-next", variant="primary", action="app.next_step")
 
     @work(thread=True, exclusive=True, group="probe")
     def probe(self) -> None:

@@ -7,7 +7,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.suggester import SuggestFromList
-from textual.widgets import Input, OptionList, Static, TabPane
+from textual.widgets import Button, Input, OptionList, Static, TabPane
 from textual.widgets.option_list import Option
 
 from advisor.app import api
@@ -28,13 +28,14 @@ class ModelStep(TabPane):
         self._model = model or ""
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll(can_focus=False):  # no invisible Tab stop: focusing a field scrolls it into view
             yield Input(value=self._model, id="model-input",
                         placeholder="Hub id (gpt2), a folder with config.json, or a config.json path",
                         suggester=SuggestFromList(catalog_ids(), case_sensitive=False))
             yield OptionList(id="model-matches")
             yield Static("Type a model and press Enter; the shipped catalog completes as you type (→), and lists "
                          "the ids that hold what you typed (↓ to pick one).", id="model-profile")
+            yield Button("Next: the workload (ctrl+n)", id="model-next", variant="primary", action="app.next_step")
 
     def on_mount(self) -> None:
         """Hide the list of matches until something is typed."""

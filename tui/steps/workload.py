@@ -11,11 +11,9 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Input, Label, RadioButton, RadioSet, Select, Static, TabPane
 
 from advisor.app.options import (DEFAULT_GLOBAL_BATCH_SIZE, DEFAULT_SEQ_LEN, METHOD_CHOICES, OPTIONAL_PACKAGES,
-                                 MethodOptions)
-from advisor.core.kernels import Attention, LossKernel
+                                 MethodOptions, StackOptions)
 from advisor.core.vocabulary import Method, Objective, Task, values
-from advisor.core.dimensions import STACK_LABELS, Setting
-from tui.fields import whole_number
+from tui.fields import AUTO, option_choices, whole_number
 from tui.widgets import MarkedRadioButton
 
 NO_SELECTION = getattr(Select, "NULL", None) or Select.BLANK  #: Textual >= 8 names the sentinel NULL
@@ -41,7 +39,7 @@ class WorkloadStep(TabPane):
         self._method = method
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with VerticalScroll(can_focus=False):  # no invisible Tab stop: focusing a field scrolls it into view
             with Horizontal(classes="row"):
                 yield Label("sequence length")
                 yield Input(value=str(self._seq_len or ""), type="integer", id="seq-len",
@@ -61,11 +59,14 @@ class WorkloadStep(TabPane):
             with RadioSet(id="objective"):
                 for objective, label in OBJECTIVE_LABELS.items():
                     yield MarkedRadioButton(label, value=objective is self._objective, id=f"objective-{objective}")
-            for name, label in STACK_LABELS.items():
+            for name in StackOptions.model_fields:  # recommend's software-stack flags, as the CLI declares them
+                flag, help_text, choices = option_choices(StackOptions, name)
                 with Horizontal(classes="row"):
-                    yield Label(label)
-                    yield Select([(str(v).lower(), v) for v in STACK_CHOICES[name]], value=self._stack.get(name, AUTO),
-                                 allow_blank=False, id=f"stack-{name.replace('_', '-')}")
+                    yield Label(flag)
+                    select = Select(choices, value=self._stack.get(name, AUTO), allow_blank=False,
+                                    id=f"stack-{name.replace('_', '-')}")
+                    select.tooltip = help_text
+                    yield select
             yield Static(packages_text(), id="packages")
             yield Button("Recommend (ctrl+r)", id="recommend", variant="primary", action="app.recommend")
 
@@ -90,15 +91,9 @@ class WorkloadStep(TabPane):
 
     def stack_choice(self) -> dict[str, Any]:
         """The software-stack values asked for (``recommend --attention …``), without those left to the planner."""
-        chosen = {name: self.query_one(f"#stack-{name.replace('_', '-')}", Select).value for name in STACK_LABELS}
+        chosen = {name: self.query_one(f"#stack-{name.replace('_', '-')}", Select).value
+                  for name in StackOptions.model_fields}
         return {name: value for name, value in chosen.items() if value != AUTO}
-
-
-AUTO = AUTO_METHOD  #: the planner chooses (what the stack options' None means), as for the method
-#: The stack settings the step offers (``options.StackOptions``), their labels and values: 'auto', then the
-#: vocabulary's (:mod:`advisor.core.kernels`), or on / off.
-STACK_CHOICES = {Setting.ATTENTION: (AUTO, *values(Attention)), Setting.LOSS_KERNEL: (AUTO, *values(LossKernel)),
-                 Setting.TORCH_COMPILE: (AUTO, True, False)}
 
 
 def packages_text() -> str:
