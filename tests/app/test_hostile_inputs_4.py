@@ -1,0 +1,118 @@
+"""Hostile inputs, round 4 (issue 44, what remained): item 17's older cases, and the surfaces added since the issue
+was filed (the store of runs, ``--emit trl`` / ``slurm``, plan files, the Hub's environment), one test per cause (a
+hypothesis property where a class of inputs is meant).
+
+The CLI runs in-process (:func:`tests.app.test_hostile_inputs.cli`); cases that need a process of their own are marked
+subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings, strategies as st
+
+from advisor.core.errors import ExitCode
+from advisor.measure import run_store
+from test_hostile_inputs import assert_clean, cli
+
+ROOT = Path(__file__).resolve().parents[2]
+FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                       HealthCheck.function_scoped_fixture])
+FORGED = "\x1b]0;owned\x07\x1b[2J\nadvisor: error: forged"
+
+
+def _no_escapes(*texts: str) -> None:
+    """Nothing a file said moves the cursor or forges a line: no ESC, BEL or carriage return reaches the terminal."""
+    for text in texts:
+        assert not {"\x1b", "\x07", "\r"} & set(text), text[:300]
+        assert "advisor: error: forged" not in text.replace("\\n", "\n").splitlines(), text[:300]
+
+
+# -- the store of runs: any line, any file type, any size -----------------------------------------------------------
+
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False, allow_infinity=False),
+                      st.text(max_size=40))
+JSON_ANY = st.recursive(JSON_LEAF, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+    st.text(max_size=12), inner, max_size=3), max_leaves=8)
+RECORD_KEYS = ("date", "source", "device", "model", "plan", "seq_len", "predicted", "measured", "libraries", "notes")
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(fields=st.dictionaries(st.sampled_from(RECORD_KEYS), JSON_ANY | st.just(FORGED), max_size=6),
+       plan_fields=st.dictionaries(st.sampled_from(["num_gpus", "method", "parallelism", "micro_batch_size",
+                                                    "attention", "global_batch_size"]), JSON_ANY, max_size=4))
+@example(fields={"date": FORGED, "source": FORGED, "device": {"name": FORGED}, "model": {"id": FORGED}},
+         plan_fields={})
+@example(fields={"device": "gpu", "model": [1], "predicted": 3, "measured": "x"}, plan_fields={"num_gpus": "x"})
+@example(fields={"measured": {"tokens_per_s": 1e308, "peak_bytes": "9"}}, plan_fields={"num_gpus": 1e300})
+def test_any_record_in_the_store_is_listed_exported_and_calibrated_cleanly(tmp_path_factory, fields: dict,
+                                                                          plan_fields: dict) -> None:
+    """A store is a file anyone's run appended to, by hand or torn: a record of any shape is listed, exported and read
+    by ``recommend``'s local calibration without an internal error, and its strings reach the terminal escaped."""
+    if "plan" in fields and isinstance(fields["plan"], dict):
+        fields["plan"].update(plan_fields)
+    run_store.append({"version": 1, **fields})
+    with open(run_store.store_path(), "ab") as store:  # what no writer writes: NaN, a line nested past the recursion
+        store.write(b'{"version": 1, "measured": {"step_time_s": NaN}, "date": Infinity}\n' + b"[" * 10**5 + b"\n")
+    for argv in (("runs",), ("runs", "--json"), ("runs", "export", "--out", str(tmp_path_factory.mktemp("out"))),
+                 ("recommend", "--model", "gpt2", "--gpu", "t4", "--seq-len", "32")):
+        code, out, err, seconds = cli(*argv)
+        assert code == ExitCode.OK, (argv, err)
+        assert_clean(code, err, seconds)
+        if argv != ("runs", "--json"):
+            _no_escapes(out, err)
+    run_store.clear()
+
+
+def test_a_store_that_is_not_a_regular_file_is_one_line_not_a_hang(tmp_path: Path, monkeypatch) -> None:
+    """A FIFO at the store's path hung every ``recommend`` (the local calibration reads it) and ``runs``; a folder or
+    /dev/zero was an internal error."""
+    from test_hostile_inputs_3 import _within
+
+    for kind in ("fifo", "folder", "device"):
+        home = tmp_path / kind
+        home.mkdir()
+        path = home / run_store.STORE_FILE
+        {"fifo": lambda: os.mkfifo(path), "folder": path.mkdir,
+         "device": lambda: path.symlink_to("/dev/zero")}[kind]()
+        monkeypatch.setenv("ADVISOR_HOME", str(home))
+        for argv, want in ((("runs",), ExitCode.USAGE), (("runs", "--json"), ExitCode.USAGE),
+                           (("runs", "export", "--out", str(tmp_path / "out")), ExitCode.USAGE),
+                           (("runs", "clear"), ExitCode.OUTPUT),
+                           (("recommend", "--model", "gpt2", "--gpu", "t4", "--seq-len", "32"), ExitCode.OK)):
+            code, _, err, seconds = _within(20, cli, *argv)
+            assert code == want, (kind, argv, err)
+            assert_clean(code, err, seconds)
+            if want != ExitCode.OK:
+                assert "not a regular file" in err or "directory" in err, err
+        with pytest.raises(OSError):
+            _within(20, run_store.append, {"version": 1})  # validate and the callback turn it into a warning
+        assert not (tmp_path / "out" / "local-runs.jsonl").exists()
+
+
+def test_a_huge_store_is_read_from_its_newest_records_in_bounded_work(monkeypatch) -> None:
+    """64 MiB of 14-byte records (4.8 million) took 12 CPU-s and 1.6 GB in every ``recommend`` and minutes in ``runs``:
+    a reader parses the newest MAX_RECORDS and says how many older lines it left."""
+    import resource
+
+    line = b'{"version":1}\n'
+    path = run_store.store_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(line * (run_store.MAX_READ_BYTES // len(line) + 1000))
+    cli("profile", "--model", "gpt2")  # imports, outside the measure
+    for argv in (("runs",), ("runs", "--json"), ("recommend", "--model", "gpt2", "--gpu", "t4", "--seq-len", "32")):
+        start = time.process_time()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        code, out, err, seconds = cli(*argv)
+        spent = time.process_time() - start
+        assert code == ExitCode.OK and spent < 5, (argv, spent, err[-300:])
+        assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024 < 2**30
+        if argv[0] == "runs":
+            assert f"read the newest {run_store.MAX_RECORDS:,} line(s)" in err and "older line(s) left unread" in err
+    runs = run_store.read()
+    assert len(runs.records) == run_store.MAX_RECORDS and runs.older > 4 * 10**6 and runs.skipped == 0
