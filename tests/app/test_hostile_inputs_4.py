@@ -116,3 +116,72 @@ def test_a_huge_store_is_read_from_its_newest_records_in_bounded_work(monkeypatc
             assert f"read the newest {run_store.MAX_RECORDS:,} line(s)" in err and "older line(s) left unread" in err
     runs = run_store.read()
     assert len(runs.records) == run_store.MAX_RECORDS and runs.older > 4 * 10**6 and runs.skipped == 0
+
+
+# -- item 17: the older set's five cases ---------------------------------------------------------------------------
+
+
+def _immutable(path: Path) -> bool:
+    """``chattr +i path`` (root cannot replace it either); False where the file system or the rights refuse."""
+    import subprocess
+
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True)
+    return done.returncode == 0
+
+
+def test_item_17_a_read_only_target_a_null_size_and_a_memory_limit_past_the_device(tmp_path: Path) -> None:
+    """Item 17: ``--emit`` into a read-only file target was an internal error (now exit 7, one line, nothing
+    half-written); ``n_positions: null`` a TypeError (exit 4); ``validate --memory-limit 2TB`` on a smaller machine was
+    accepted (exit 2)."""
+    import subprocess
+
+    out = tmp_path / "out"
+    emit = ("recommend", "--model", "gpt2", "--gpu", "a100-80gb", "--seq-len", "64", "--emit", "all", "--out")
+    assert cli(*emit, str(out))[0] == ExitCode.OK
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    for target in ("/proc/version", "/proc/sys/kernel"):  # a file, a read-only folder
+        code, _, err, seconds = cli(*emit, target)
+        assert code == ExitCode.OUTPUT and len(err.strip().splitlines()) == 1, (target, err)
+        assert_clean(code, err, seconds)
+    if _immutable(out / "launch.sh"):
+        try:
+            code, _, err, seconds = cli(*emit[:6], "128", *emit[7:], str(out))
+        finally:
+            subprocess.run(["chattr", "-i", str(out / "launch.sh")], check=True)
+        assert code == ExitCode.OUTPUT and "launch.sh" in err and "no file of the set was changed" in err, err
+        assert_clean(code, err, seconds)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (tmp_path / "null").mkdir()
+    (tmp_path / "null" / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
+                                                                "n_head": 2, "vocab_size": 100, "n_positions": None}))
+    for argv in (("profile",), ("recommend", "--gpu", "t4"), ("estimate", "--gpu", "t4"), ("compare", "--gpu", "t4")):
+        code, _, err, seconds = cli(*argv, "--model", str(tmp_path / "null"))
+        assert code == ExitCode.BAD_CONFIG and "n_positions: null" in err, (argv, err)
+        assert_clean(code, err, seconds)
+    code, _, err, seconds = cli("validate", "--model", "gpt2", "--seq-len", "32", "--memory-limit", "2TB")
+    assert code == ExitCode.USAGE and "--memory-limit 1862.6 GiB is more than" in err and seconds < 5, err
+
+
+@pytest.mark.subprocess  # huggingface_hub reads HF_ENDPOINT when imported: a fresh process each
+@pytest.mark.parametrize("endpoint, code", [("http://127.0.0.1:9", ExitCode.OK),  # refused at once
+                                            ("https://nonexistent.invalid", ExitCode.OK),  # no such name
+                                            ("https://huggingface.co:notaport", ExitCode.OK),
+                                            ("http://[::1", ExitCode.USAGE)])  # not a URL: was a ValueError, exit 1
+def test_item_17_an_unreachable_hub_is_one_note_not_the_librarys_warnings(tmp_path: Path, endpoint: str,
+                                                                          code: int) -> None:
+    """Item 17: an unreachable Hub printed five lines of huggingface_hub's own warnings; now the card's one note, and
+    an endpoint the library cannot parse one usage line."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy")}
+    env.update(HF_ENDPOINT=endpoint, HF_HUB_CACHE=str(tmp_path), PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "advisor", "profile", "--model", "gpt2", "--hub-timeout", "2"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert done.returncode == code, done.stderr
+    if code == ExitCode.OK:
+        assert done.stderr == "" and "Model gpt2 (catalog)" in done.stdout, done.stderr
+    else:
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("advisor: error: huggingface_hub cannot read its environment (HF_ENDPOINT, ") and (
+            line.endswith("): Invalid IPv6 URL")), line
