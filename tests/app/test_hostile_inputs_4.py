@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from advisor.core.errors import ExitCode
 from advisor.measure import run_store
+from test_emitted_scripts import SHELLCHECK, _with_strings
 from test_hostile_inputs import assert_clean, cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,3 +186,62 @@ def test_item_17_an_unreachable_hub_is_one_note_not_the_librarys_warnings(tmp_pa
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("advisor: error: huggingface_hub cannot read its environment (HF_ENDPOINT, ") and (
             line.endswith("): Invalid IPv6 URL")), line
+
+
+# -- --emit slurm: no string of the recommendation runs in launch.slurm --------------------------------------------
+
+MARK = "PWNED"
+INJECTIONS = [f"\ntouch {MARK}\n#", f"'; touch {MARK}; '", f'"; touch {MARK}; "', f"$(touch {MARK})",
+              f"`touch {MARK}`", f"\r\ntouch {MARK}", f"\\\ntouch {MARK}", f"\x1b]0;x\x07\ntouch {MARK}",
+              f"\u2028touch {MARK}", f"\x85touch {MARK}"]
+
+
+@pytest.fixture(scope="module")
+def slurm_rec():
+    from advisor.app.api import recommend
+
+    return recommend("gpt2", gpu="a100-80gb:8", nodes=2, seq_len=128, global_batch_size=64)
+
+
+def _run_slurm(folder: Path, text: str):
+    """launch.slurm run with stand-ins for srun, scontrol and torchrun (they print their arguments)."""
+    import subprocess
+
+    script = folder / "launch.slurm"
+    script.write_text(text)
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in (("srun", 'exec "$@"'), ("scontrol", "echo node1"), ("torchrun", 'echo ran "$@"')):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(folder), "SLURM_JOB_NODELIST": "node1",
+           "SLURM_JOB_ID": "1", "SLURM_SUBMIT_DIR": str(folder)}
+    return subprocess.run(["bash", str(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=30)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model_id=st.one_of(st.text(max_size=60), st.sampled_from(INJECTIONS).map(lambda s: "./models/x" + s)),
+       gpu_name=st.one_of(st.just("NVIDIA A100"), st.text(max_size=30), st.sampled_from(INJECTIONS)))
+@example(model_id="./m", gpu_name=f"A100\ntouch {MARK}\n#")  # the GPU's name reached a comment raw
+@example(model_id=f"./m\u2028#SBATCH --x\ntouch {MARK}", gpu_name="NVIDIA A100")
+def test_no_string_of_the_recommendation_runs_in_launch_slurm(slurm_rec, tmp_path_factory, model_id: str,
+                                                             gpu_name: str) -> None:
+    """``--emit slurm``: the model id and the GPU's name reach only comments (escaped: one line each) and a job name of
+    safe characters; ``bash -n`` and shellcheck pass, and running it (with stand-ins) runs torchrun and nothing else."""
+    import subprocess
+
+    from advisor.app.emit_slurm import slurm_script
+
+    text = slurm_script(_with_strings(slurm_rec, model_id, gpu_name))
+    assert all(c.isprintable() for line in text.split("\n") for c in line), text  # each comment one printable line
+    folder = tmp_path_factory.mktemp("slurm")
+    assert subprocess.run(["bash", "-n", "-c", text], capture_output=True).returncode == 0
+    if SHELLCHECK is not None:
+        (folder / "check.slurm").write_text(text)
+        done = subprocess.run([SHELLCHECK, "--shell=bash", str(folder / "check.slurm")], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout
+    done = _run_slurm(folder, text)
+    assert done.returncode == 0 and done.stdout.startswith("ran "), done.stderr
+    assert not list(folder.rglob(f"*{MARK}*")), sorted(folder.rglob("*"))
+    directives = [line for line in text.split("\n") if line.startswith("#SBATCH")]
+    assert len(directives) >= 3 and all(" --x" not in line for line in directives)
