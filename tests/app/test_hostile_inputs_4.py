@@ -245,3 +245,25 @@ def test_no_string_of_the_recommendation_runs_in_launch_slurm(slurm_rec, tmp_pat
     assert not list(folder.rglob(f"*{MARK}*")), sorted(folder.rglob("*"))
     directives = [line for line in text.split("\n") if line.startswith("#SBATCH")]
     assert len(directives) >= 3 and all(" --x" not in line for line in directives)
+
+
+# -- the emitted train.py: the model id is a literal that gives the same string back --------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(model_id=st.text(max_size=40) | st.sampled_from(INJECTIONS) | st.sampled_from(
+    ['"""; import os; os.system("touch PWNED") #', "'''", "\\", '\\"""', "\x00", "\ud800x"]))
+@example(model_id="./my-model-\U0001f917")  # an emoji: JSON's surrogate pair read back as two lone surrogates
+def test_train_py_holds_the_model_id_as_a_literal_and_runs_nothing_else(slurm_rec, model_id: str) -> None:
+    """``--emit hf`` writes train.py with the model id in its docstring and as ``MODEL``: whatever the id, the module
+    is its docstring, imports, constants and functions (nothing runs at import), and ``MODEL`` is the id itself."""
+    import ast
+
+    from advisor.app.emit_train import train_script
+
+    tree = ast.parse(train_script(_with_strings(slurm_rec, model_id, "NVIDIA A100")))
+    kinds = [type(node).__name__ for node in tree.body]
+    assert kinds[0] == "Expr" and kinds.count("Expr") == 1 and set(kinds) <= {
+        "Expr", "Import", "ImportFrom", "Assign", "FunctionDef", "If"}, kinds
+    constants = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)}
+    assert ast.literal_eval(constants["MODEL"]) == model_id
