@@ -267,3 +267,27 @@ def test_train_py_holds_the_model_id_as_a_literal_and_runs_nothing_else(slurm_re
         "Expr", "Import", "ImportFrom", "Assign", "FunctionDef", "If"}, kinds
     constants = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)}
     assert ast.literal_eval(constants["MODEL"]) == model_id
+
+
+# -- validate --plan: a workload of another shape is one line, not the default seq-len -------------------------------
+
+
+@pytest.mark.parametrize("workload, words", [("x", "workload must be an object, got str"),
+                                             ([32], "workload must be an object, got list"),
+                                             ({"seq_len": "32"}, 'got "32"'), ({"seq_len": 32.5}, "got 32.5"),
+                                             ({"seq_len": True}, "got true"), ({"seq_len": None}, None)])
+def test_a_plan_files_workload_of_another_shape_is_one_usage_line(tmp_path: Path, workload, words: str | None) -> None:
+    """A plan file's ``workload`` that was not an object, or a ``seq_len`` that was not a whole number, was ignored: the
+    trial ran at the default sequence length (1,024 for gpt2, 32 times the plan's) with no word."""
+    from advisor.app.progress import read_plan
+
+    code, out, err, _ = cli("estimate", "--model", "gpt2", "--seq-len", "32", "--micro-batch-size", "1", "--json")
+    assert code == ExitCode.OK, err
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({**json.loads(out), "workload": workload}))
+    if words is None:  # absent: the command's own --seq-len decides
+        assert read_plan(str(path))[1] is None
+        return
+    code, _, err, seconds = cli("validate", "--model", "gpt2", "--plan", str(path), "--steps", "1")
+    assert code == ExitCode.USAGE and words in err, err
+    assert_clean(code, err, seconds)
