@@ -291,3 +291,44 @@ def test_a_plan_files_workload_of_another_shape_is_one_usage_line(tmp_path: Path
     code, _, err, seconds = cli("validate", "--model", "gpt2", "--plan", str(path), "--steps", "1")
     assert code == ExitCode.USAGE and words in err, err
     assert_clean(code, err, seconds)
+
+
+# -- advisor.integrations: odd arguments are one UsageError, before the run -------------------------------------------
+
+
+@FEW
+@given(plan=st.one_of(st.none(), st.integers(), st.binary(max_size=4), st.lists(st.integers(), max_size=2),
+                      st.just(""), st.just("/dev/zero"), st.just({})),
+       options=st.dictionaries(st.sampled_from(["warmup_steps", "measure_steps", "store", "warmup"]),
+                               st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.floats(0, 3), st.text(max_size=3)),
+                               min_size=1, max_size=2))
+def test_the_integrations_refuse_odd_arguments_with_one_usage_error(plan, options: dict) -> None:
+    """``track`` / ``Tracker`` / ``AdvisorCallback`` given a plan of another type (None, 8: TypeError), a device as the
+    plan file, or options of another type ("2", None: TypeError; 2.5 accepted): one UsageError; the callback checks its
+    options when it is made (they reached the Tracker only when the training began)."""
+    from advisor.core.errors import UsageError
+    from advisor.integrations.tracker import Tracker, check_options
+
+    with pytest.raises(UsageError):
+        Tracker(plan, store=False)
+    good = {"warmup_steps": 1, "measure_steps": 1, "store": True}
+    if all(k in good and type(v) is type(good[k]) and v >= 1 for k, v in options.items()):
+        check_options(**options)
+        return
+    with pytest.raises(UsageError):
+        check_options(**options)
+
+
+def test_non_finite_figures_of_a_plan_are_unknown_not_nan(tmp_path: Path) -> None:
+    """A hand-edited plan with NaN (or a string, a negative size) as a figure made the summary say "nan" and the store
+    refuse the record; such a figure is unknown."""
+    from advisor.integrations.prediction import load
+
+    code, out, err, _ = cli("estimate", "--model", "gpt2", "--seq-len", "32", "--json")
+    data = json.loads(out)
+    data["speed"].update(step_time_s=float("nan"), tokens_per_s="fast")
+    data["memory"].update(peak_bytes=-1, device_bytes=float("inf"))
+    prediction = load(data)
+    assert (prediction.step_time_s, prediction.tokens_per_s, prediction.peak_bytes, prediction.device_bytes) == (
+        None, None, None, None)
+    assert load(json.loads(out)).step_time_s == json.loads(out)["speed"]["step_time_s"]
