@@ -332,3 +332,75 @@ def test_non_finite_figures_of_a_plan_are_unknown_not_nan(tmp_path: Path) -> Non
     assert (prediction.step_time_s, prediction.tokens_per_s, prediction.peak_bytes, prediction.device_bytes) == (
         None, None, None, None)
     assert load(json.loads(out)).step_time_s == json.loads(out)["speed"]["step_time_s"]
+
+
+# -- the done-when's walk: every command but validate, --simulate and the search's at the documented limits -----------
+
+#: A config at every profile limit (advisor/core/limits.py: 2,048 layers, width 2^18, vocabulary and positions 2^24).
+AT_LIMITS = {"model_type": "llama", "hidden_size": 2**18, "intermediate_size": 2**18, "num_hidden_layers": 2048,
+             "num_attention_heads": 2, "vocab_size": 2**24, "max_position_embeddings": 2**24}
+_MEASURED = ("import atexit, resource, sys\n"
+             "def said():\n"
+             "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
+             "    sys.__stderr__.write(f'\\nRUSAGE {r.ru_utime + r.ru_stime} {r.ru_maxrss * 1024}\\n')\n"
+             "atexit.register(said)\n"
+             "from advisor.app.entry import main\n"
+             "main(sys.argv[1:])\n")
+WALK = [("profile", "--model", "LIMITS"),
+        ("estimate", "--model", "LIMITS", "--gpu", "a100-80gb", "--seq-len", str(2**24)),
+        ("estimate", "--model", "LIMITS", "--gpu", "a100-80gb:128", "--nodes", "16384", "--micro-batch-size", "1",
+         "--seq-len", str(2**24), "--tensor-parallel", "128", "--pipeline-parallel", "2048"),
+        ("estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch-size", str(2**24)),
+        ("probe", "--gpu", "a100-80gb:128", "--nodes", "16384", "--json"),
+        ("profile", "--model", "VALUES"),
+        ("runs",), ("runs", "--json"), ("runs", "export", "--out", "OUT"), ("rules", "--json"), ("schema",),
+        ("recommend", "--model", "gpt2", "--gpu", "a100-80gb:8", "--emit", "all", "--out", "OUT")]
+
+
+@pytest.fixture(scope="module")
+def at_limits(tmp_path_factory) -> dict[str, str]:
+    """The inputs at the limits: the config above, a config of about MAX_JSON_VALUES values (refused or read: either
+    within bounds), a store of runs of MAX_READ_BYTES of real records, an output folder."""
+    from advisor.core.limits import MAX_JSON_VALUES
+
+    root = tmp_path_factory.mktemp("limits")
+    (root / "limits").mkdir()
+    (root / "limits" / "config.json").write_text(json.dumps(AT_LIMITS))
+    (root / "values").mkdir()
+    (root / "values" / "config.json").write_text(json.dumps({**TINY_CONFIG, "junk": [0] * (MAX_JSON_VALUES // 2 - 50)}))
+    code, out, err, _ = cli("estimate", "--model", "gpt2", "--seq-len", "32", "--micro-batch-size", "1", "--json")
+    record = json.dumps(run_store.record(source="validate", device={"type": "cpu", "name": "x", "count": 1},
+                                         model={"id": "gpt2", "task": "causal-lm"}, plan=data_plan(out), seq_len=32,
+                                         predicted={"step_time_s": 1.0}, measured={"step_time_s": 1.1}))
+    (root / "home").mkdir()
+    (root / "home" / run_store.STORE_FILE).write_text((record + "\n") * (run_store.MAX_READ_BYTES // len(record) + 1))
+    return {"LIMITS": str(root / "limits"), "VALUES": str(root / "values"), "OUT": str(root / "out"),
+            "HOME": str(root / "home")}
+
+
+TINY_CONFIG = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 100, "n_positions": 64}
+
+
+def data_plan(estimate_json: str) -> dict:
+    return json.loads(estimate_json)["plan"]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize("argv", WALK, ids=lambda argv: " ".join(argv[:3]))
+def test_every_command_at_the_documented_limits_is_bounded(at_limits: dict[str, str], argv: tuple) -> None:
+    """Issue 44's done-when: no command except validate's trials, --simulate and the search (recommend / compare at
+    the search limits, the planner's own walk) uses more than 5 CPU-seconds or 1 GiB on any input within the documented
+    limits. Each runs in a process of its own (start-up included), which reports its CPU time and peak RSS."""
+    import subprocess
+    import sys
+
+    args = [at_limits.get(a, a) for a in argv]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ADVISOR_HOME": at_limits["HOME"], "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _MEASURED, *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
+    *said, usage = done.stderr.strip().splitlines()
+    cpu_s, rss = usage.split()[1:]
+    assert done.returncode in (ExitCode.OK, ExitCode.USAGE, ExitCode.BAD_CONFIG), done.stderr[-500:]
+    assert "Traceback" not in done.stderr and len(said) <= 12, said
+    assert float(cpu_s) < 5 and int(rss) < 2**30, (argv, cpu_s, int(rss) / 2**20)
