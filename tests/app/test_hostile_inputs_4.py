@@ -339,10 +339,12 @@ def test_non_finite_figures_of_a_plan_are_unknown_not_nan(tmp_path: Path) -> Non
 #: A config at every profile limit (advisor/core/limits.py: 2,048 layers, width 2^18, vocabulary and positions 2^24).
 AT_LIMITS = {"model_type": "llama", "hidden_size": 2**18, "intermediate_size": 2**18, "num_hidden_layers": 2048,
              "num_attention_heads": 2, "vocab_size": 2**24, "max_position_embeddings": 2**24}
+#: The command in-process, then its CPU time and its peak RSS (VmHWM: ru_maxrss keeps the forking parent's peak).
 _MEASURED = ("import atexit, resource, sys\n"
              "def said():\n"
              "    r = resource.getrusage(resource.RUSAGE_SELF)\n"
-             "    sys.__stderr__.write(f'\\nRUSAGE {r.ru_utime + r.ru_stime} {r.ru_maxrss * 1024}\\n')\n"
+             "    hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+             "    sys.__stderr__.write(f'\\nRUSAGE {r.ru_utime + r.ru_stime} {int(hwm) * 1024}\\n')\n"
              "atexit.register(said)\n"
              "from advisor.app.entry import main\n"
              "main(sys.argv[1:])\n")
