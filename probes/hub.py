@@ -23,6 +23,23 @@ def hub_offline() -> bool:
     return value in {"1", "true", "yes", "on"}
 
 
+def hub_constants():
+    """``huggingface_hub.constants``, which reads the ``HF_*`` environment variables when first imported.
+
+    Raises:
+        UsageError: a variable it cannot read (``HF_ENDPOINT=http://[::1`` is not a URL, ``HF_HUB_ETAG_TIMEOUT=abc``
+            not a whole number of seconds): one line naming the variables, where the library's ValueError was an
+            internal error (huggingface_hub "Environment variables",
+            https://huggingface.co/docs/huggingface_hub/package_reference/environment_variables).
+    """
+    try:
+        from huggingface_hub import constants
+    except ValueError as exc:
+        names = ", ".join(sorted(k for k in os.environ if k.startswith("HF_")))
+        raise UsageError(f"huggingface_hub cannot read its environment ({names}): {exc}") from None
+    return constants
+
+
 def hub_reachable(timeout_s: float = 2.0) -> bool:
     """A TCP connection to the Hub endpoint within ``timeout_s`` (skipped behind a proxy)."""
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):

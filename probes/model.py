@@ -32,7 +32,7 @@ from probes.config_check import check_config, read_bounded
 from probes.shapes import FamilyName, ParamGroup, TaskName
 from advisor.core.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.model_ids import RENAMED_IDS, _catalog_dir, catalog_ids, near_matches
-from probes.hub import download_config, hub_offline, hub_reachable, hub_timeout_s
+from probes.hub import download_config, hub_constants, hub_offline, hub_reachable, hub_timeout_s
 from advisor.core.kernels import Attention, closed_form_attention
 from advisor.core.limits import MAX_MODEL_ID
 from advisor.core.text import shown
@@ -262,7 +262,7 @@ def _from_hf_cache(model: str) -> str | None:
     The library's lookup imports its whole download stack (~0.15 s, more than the rest of ``recommend``);
     a model the cache has no folder for is answered without it. The folder name follows the library's
     own constants (``models--{org}--{name}``: huggingface_hub "Manage the cache", cache structure)."""
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     folder = Path(constants.HF_HUB_CACHE) / constants.REPO_ID_SEPARATOR.join(["models", *model.split("/")])
     if not folder.is_dir():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from importlib import resources
 from pathlib import Path
+from probes.hub import hub_constants
 
 
 def _catalog_dir():
@@ -32,7 +33,7 @@ RENAMED_IDS = {f"{org}/{name}".lower(): name for org, names in (
 
 def _cached_ids() -> list[str]:
     """Model ids with a folder in the Hugging Face cache (``models--{org}--{name}``)."""
-    from huggingface_hub import constants
+    constants = hub_constants()
 
     try:
         folders = list(Path(constants.HF_HUB_CACHE).iterdir())

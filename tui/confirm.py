@@ -7,6 +7,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
+from tui.widgets import plain
 
 
 class Confirm(ModalScreen[bool]):
@@ -20,7 +21,7 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
-            yield Static(self.question, id="confirm-question")
+            yield Static(plain(self.question), id="confirm-question")
             with Horizontal(classes="row"):
                 yield Button(self.yes, id="confirm-yes", variant="primary")
                 yield Button(self.no, id="confirm-no")

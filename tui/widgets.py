@@ -9,6 +9,7 @@ from rich.text import Text
 from textual.widgets import RadioButton
 
 from advisor.app.report import VERDICTS
+from advisor.core.text import MAX_LINE, shown
 from advisor.engine.memory import MemoryEstimate
 from advisor.core.units import GIB
 from advisor.engine.recommendation import Recommendation, SettingDecision
@@ -19,6 +20,13 @@ from probes.model import ModelProfile
 COMPONENTS = (("weights_bytes", "weights", "dodger_blue2"), ("gradients_bytes", "gradients", "green3"),
               ("optimizer_states_bytes", "optimizer", "gold3"), ("activations_bytes", "activations", "orange_red1"),
               ("temporary_bytes", "temporary", "magenta"), ("cuda_context_bytes", "context", "grey62"))
+
+
+def plain(text: object) -> Text:
+    """``text`` as it is, never as markup, each of its lines' control characters escaped (:func:`shown`): a Static
+    given a string parses Textual's markup, so an error naming a folder 'a[/b]' or a GPU search '[/' typed in the
+    wizard raised MarkupError and closed it (issue 44), and an escape sequence from a config reached the terminal."""
+    return Text("\n".join(shown(line, MAX_LINE) for line in str(text).split("\n")))
 
 
 def memory_bar(memory: MemoryEstimate, width: int = 60) -> Group:
@@ -72,7 +80,7 @@ def hardware_summary(hw: HardwareProfile) -> Table | Text:
     for col in ("#", "GPU", "memory", "cc", "bf16", "tf32", "temp"):
         t.add_column(col)
     for g in hw.gpus:
-        t.add_row(str(g.index), g.name, f"{g.memory_total_bytes / GIB:.0f} GiB", g.compute_capability,
+        t.add_row(str(g.index), plain(g.name), f"{g.memory_total_bytes / GIB:.0f} GiB", g.compute_capability,
                   "yes" if g.bf16 else "no", "yes" if g.tf32 else "no",
                   f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—")
     return t
@@ -83,15 +91,15 @@ def profile_summary(p: ModelProfile) -> Table:
     t = Table(box=None, show_header=False, pad_edge=False)
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("model", f"{p.id} ({p.model_type}, {p.family}, from {p.source})")
+    t.add_row("model", plain(f"{p.id} ({p.model_type}, {p.family}, from {p.source})"))
     t.add_row("parameters", f"{p.num_parameters:,} ({p.parameter_count_method}) with the {p.task} head")
     if p.num_experts:
         t.add_row("experts", f"{p.num_experts} routed, top-{p.experts_per_token}: {p.active_parameters:,} "
                              f"parameters active per token")
     t.add_row("shape", f"{p.num_layers} layers, hidden {p.hidden_size}, {p.num_attention_heads} heads, "
                        f"vocab {p.vocab_size:,}")
-    t.add_row("dtype", f"{p.checkpoint_dtype}" + (f", stored in {p.quantization.label}" if p.quantization else "")
-              + f"; max positions {p.max_position_embeddings or 'unbounded'}")
+    t.add_row("dtype", plain(f"{p.checkpoint_dtype}" + (f", stored in {p.quantization.label}" if p.quantization else "")
+                             + f"; max positions {p.max_position_embeddings or 'unbounded'}"))
     return t
 
 

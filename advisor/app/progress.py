@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from advisor.core.limits import MAX_MODEL_ID, MAX_SEQ_LEN
+from advisor.core.text import shown
 
 
 #: A trial longer than this (seconds, warm-up and timed steps together) is "long": the CLI says how to shorten it
@@ -86,15 +87,19 @@ def read_plan(path: str):
     from advisor.app.plan_flags import require_bounded_batch, require_plan_counts
 
     require_plan_counts(plan, f"--plan {path}: ")
-    seq_len = (data.get("workload") or {}).get("seq_len") if isinstance(data.get("workload"), dict) else None
-    if isinstance(seq_len, int) and not isinstance(seq_len, bool) and not 1 <= seq_len <= MAX_SEQ_LEN:
-        raise UsageError(f"--plan {path}: workload.seq_len must be from 1 to {MAX_SEQ_LEN}, got {seq_len}")
+    workload = data.get("workload")
+    if workload is not None and not isinstance(workload, dict):  # was ignored: the trial ran at the default seq-len
+        raise UsageError(f"--plan {path}: workload must be an object, got {type(workload).__name__}")
+    seq_len = (workload or {}).get("seq_len")
+    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool)
+                                or not 1 <= seq_len <= MAX_SEQ_LEN):
+        raise UsageError(f"--plan {path}: workload.seq_len must be from 1 to {MAX_SEQ_LEN} (a whole number), "
+                         f"got {shown(json.dumps(seq_len))}")
     require_bounded_batch(plan, f"--plan {path}: ")
     model = data.get("model")  # recommend / estimate: the model profile; validate: its id
     model = model.get("id") if isinstance(model, dict) else model
     model = model[:MAX_MODEL_ID] if isinstance(model, str) else None  # compared with --model; shown through shown()
-    return (plan, seq_len if isinstance(seq_len, int) and not isinstance(seq_len, bool) else None,
-            model)
+    return plan, seq_len, model
 
 
 def same_model(given: str, planned: str) -> bool:

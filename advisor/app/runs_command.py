@@ -16,6 +16,9 @@ from advisor.core.text import MAX_LINE, shown
 from advisor.core.units import GIB
 
 EXPORT_FILE = "local-runs.jsonl"
+#: Rows the table shows, the newest (``--json`` lists every record read): a terminal's few screens; 10,000 rows took
+#: 9 CPU-s to lay out on a 2-core Xeon (issue 44), 100 take a few hundredths of a second.
+TABLE_ROWS = 100
 
 
 def _store():
@@ -25,10 +28,20 @@ def _store():
 
 
 def _read():
-    """The store's records; a note on stderr for the lines skipped."""
-    runs = _store().read()
+    """The store's records; a note on stderr for the lines skipped and for the older lines left unread.
+
+    Raises: UsageError: the store is not a regular file (a FIFO, a device, a folder) or cannot be read."""
+    store = _store()
+    try:
+        runs = store.read()
+    except OSError as err:
+        raise UsageError(f"cannot read the store of runs {shown(store.store_path(), MAX_LINE)}: "
+                         f"{err.strerror or err} (ADVISOR_HOME sets its folder)") from None
     if runs.skipped:
         sys.stderr.write(f"advisor: skipped {runs.skipped} malformed line(s) of {shown(runs.path, MAX_LINE)}\n")
+    if runs.older:
+        sys.stderr.write(f"advisor: read the newest {len(runs.records) + runs.skipped:,} line(s) of "
+                         f"{shown(runs.path, MAX_LINE)}; {runs.older:,} older line(s) left unread\n")
     return runs
 
 
@@ -51,9 +64,13 @@ def _plan_words(plan: dict[str, Any]) -> str:
 
 
 def _table(records: list[dict[str, Any]]):
+    """The newest :data:`TABLE_ROWS` records as a rich table, its title saying how many more ``--json`` lists."""
     from rich.table import Table
 
-    t = Table(title=f"measured runs ({len(records)}; predicted / measured)", title_justify="left",
+    more = max(len(records) - TABLE_ROWS, 0)
+    title = f"measured runs ({len(records):,}" + (f", the newest {TABLE_ROWS} shown: --json lists all" if more else "")
+    records = records[more:]
+    t = Table(title=f"{title}; predicted / measured)", title_justify="left",
               caption="peak: max_memory_allocated on a GPU; on the CPU a trial's counted live tensors, a callback's "
                       "model states", caption_justify="left")
     for col in ("date", "source", "device", "model", "plan", "step s", "tokens/s", "peak GiB"):
@@ -61,7 +78,7 @@ def _table(records: list[dict[str, Any]]):
     for r in records:
         p, m = r.get("predicted") or {}, r.get("measured") or {}
         tokens = m.get("tokens_per_s")
-        t.add_row(str(r.get("date", "—"))[:16], str(r.get("source", "—")), shown((r.get("device") or {}).get("name", "—")),
+        t.add_row(shown(str(r.get("date", "—"))[:16]), shown(r.get("source", "—")), shown((r.get("device") or {}).get("name", "—")),
                   shown((r.get("model") or {}).get("id", "—")), shown(_plan_words(r.get("plan") or {})),
                   f"{_seconds(p.get('step_time_s'))} / {_seconds(m.get('step_time_s'))}",
                   f"{tokens:,.0f}" if isinstance(tokens, (int, float)) else "—",
@@ -90,7 +107,8 @@ def published(record: dict[str, Any], index: int) -> dict[str, Any]:
     plan, device, m = record.get("plan") or {}, record.get("device") or {}, record.get("measured") or {}
     model = record.get("model") or {}
     libraries = record.get("libraries") or {}
-    gpus = max(int(plan.get("num_gpus") or 1), 1)
+    count = plan.get("num_gpus")
+    gpus = count if isinstance(count, int) and count > 0 else 1
     tokens = m.get("tokens_per_s")
     peak = m.get("peak_bytes")
     return {
@@ -138,8 +156,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    """Empty the store."""
-    held = _store().clear()
+    """Empty the store.
+
+    Raises: OutputError: the store is not a regular file or cannot be emptied."""
+    from advisor.core.errors import OutputError
+
+    try:
+        held = _store().clear()
+    except OSError as err:
+        raise OutputError(f"cannot clear the store of runs {shown(_store().store_path(), MAX_LINE)}: "
+                          f"{err.strerror or err}") from None
     sys.stderr.write(f"advisor: cleared {held} run(s) from {shown(_store().store_path(), MAX_LINE)}\n")
     return ExitCode.OK
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from advisor.integrations.tracker import Tracker
+from advisor.integrations.tracker import Tracker, check_options
 
 
 class AdvisorCallback(TrainerCallback):
@@ -24,12 +24,14 @@ class AdvisorCallback(TrainerCallback):
     dict; ``options``: the Tracker's (``warmup_steps``, ``measure_steps``, ``store``).
 
     Raises:
-        UsageError: the plan cannot be read (when the callback is made, before the training starts).
+        UsageError: the plan cannot be read, or an option is unknown or bad (when the callback is made, before the
+            training starts).
     """
 
     def __init__(self, plan: Any, **options: Any) -> None:
         from advisor.integrations.prediction import load
 
+        check_options(**options)  # a bad option too: it reached the Tracker only when the training began
         self.prediction = load(plan)  # a bad plan is one line before the run, not after the first steps
         self.options = options
         self.tracker: Tracker | None = None

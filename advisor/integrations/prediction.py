@@ -5,12 +5,15 @@ or a ``plan.json`` written beside the emitted configs (a folder holding one is r
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from advisor.core.errors import UsageError
 from advisor.core.files import PLAN_FILE  # --emit writes it beside the configs
+from advisor.core.text import shown
 from probes.config_check import read_bounded
 
 #: The memory band used when the JSON has none (a CPU plan, an older schema): ± 10 %.
@@ -63,17 +66,27 @@ def from_json(data: dict[str, Any], source: str = "") -> Prediction:
     if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("plan", "memory", "speed")):
         raise UsageError(f"{source or 'the plan'}: not an advisor recommend / estimate JSON (it needs plan, memory "
                          "and speed objects)")
-    memory, speed = data["memory"], data["speed"]
+    memory = {k: _figure(v) for k, v in data["memory"].items()}
+    speed = {k: _figure(v) for k, v in data["speed"].items()}
     model = data.get("model") if isinstance(data.get("model"), dict) else {}
     workload = data.get("workload") if isinstance(data.get("workload"), dict) else {}
-    seq_len = workload.get("seq_len")
-    if seq_len is None and speed.get("samples_per_s"):
+    seq_len = _figure(workload.get("seq_len"))
+    if seq_len is None and speed.get("samples_per_s") and speed.get("tokens_per_s"):
         seq_len = round(speed["tokens_per_s"] / speed["samples_per_s"])
+    text = {k: v if isinstance(v, str) else None for k, v in model.items()}
     return Prediction(plan=data["plan"], peak_bytes=memory.get("peak_bytes"), device_bytes=memory.get("device_bytes"),
                       memory_band=memory.get("band") or DEFAULT_MEMORY_BAND, step_time_s=speed.get("step_time_s"),
                       tokens_per_s=speed.get("tokens_per_s"), samples_per_s=speed.get("samples_per_s"),
-                      model_id=model.get("id"), task=model.get("task"), seq_len=seq_len, source=source,
-                      calibration_ratio=_ratio(speed.get("local_calibration")))
+                      model_id=text.get("id"), task=text.get("task"), seq_len=int(seq_len) if seq_len else None,
+                      source=source, calibration_ratio=_ratio(data["speed"].get("local_calibration")))
+
+
+def _figure(value: Any) -> Any:
+    """A figure of the JSON as it is when it is a finite number >= 0, else None (unknown): NaN, infinity, a string or a
+    negative count in a hand-edited plan made the summary say "nan" and the store refuse the record (issue 44)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None if not isinstance(value, dict) else value
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _ratio(calibration: Any) -> float:
@@ -86,11 +99,15 @@ def load(plan: str | Path | dict[str, Any] | Prediction) -> Prediction:
     """A :class:`Prediction` from a path (a JSON file, or a folder with ``plan.json``), a dict or a Prediction.
 
     Raises:
-        UsageError: the file cannot be read, is not JSON, or is not an advisor JSON (one line naming it)."""
+        UsageError: ``plan`` is of another type, or the file cannot be read (a FIFO, a device: not waited on), is not
+            JSON, or is not an advisor JSON (one line naming it)."""
     if isinstance(plan, Prediction):
         return plan
     if isinstance(plan, dict):
         return from_json(plan, "the plan")
+    if not isinstance(plan, (str, os.PathLike)) or not str(plan):
+        raise UsageError(f"the plan must be a path (an advisor JSON file or a folder with {PLAN_FILE}), a dict or a "
+                         f"Prediction, got {shown(repr(plan), 80)}")
     path = Path(plan)
     if path.is_dir():
         path = path / PLAN_FILE
@@ -98,6 +115,8 @@ def load(plan: str | Path | dict[str, Any] | Prediction) -> Prediction:
         data = json.loads(read_bounded(path))
     except OSError as err:
         raise UsageError(f"cannot read the plan {path}: {err.strerror or err}") from None
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise UsageError(f"the plan {path} is not JSON: {err}") from None
+    except ValueError as err:  # not a regular file, larger than a plan, not UTF-8
+        raise UsageError(f"cannot read the plan {path}: {err}") from None
     return from_json(data, str(path))

@@ -20,6 +20,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from advisor.core.errors import UsageError
+from advisor.core.text import shown
 from advisor.core.units import GIB
 from advisor.core.vocabulary import Device
 from advisor.integrations.prediction import Prediction, load
@@ -69,6 +71,27 @@ def _ensure_handler() -> None:
         LOG.setLevel(logging.INFO)
 
 
+#: The options a :class:`Tracker` (and :class:`~advisor.integrations.hf.AdvisorCallback`) takes from its caller.
+OPTIONS = ("warmup_steps", "measure_steps", "store", "pin_memory", "model_id", "model", "optimizer")
+
+
+def check_options(**options: Any) -> None:
+    """Check a Tracker's options before the run: known names, ``warmup_steps`` and ``measure_steps`` whole numbers
+    >= 1 (steps), ``store`` a bool. The callback checks them when it is made, not when the training begins.
+
+    Raises:
+        UsageError: an unknown option, or a value of another type or below 1 (one line naming it)."""
+    for name, value in options.items():
+        if name not in OPTIONS:
+            raise UsageError(f"advisor.integrations: unknown option {shown(name, 40)} (options: {', '.join(OPTIONS)})")
+        if name in ("warmup_steps", "measure_steps") and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"advisor.integrations: {name} must be a whole number of steps >= 1, got "
+                             f"{shown(repr(value), 40)}")
+        if name == "store" and not isinstance(value, bool):
+            raise UsageError(f"advisor.integrations: store must be True or False, got {shown(repr(value), 40)}")
+
+
 class Tracker:
     """Measures a run's optimizer steps against a :class:`~advisor.integrations.prediction.Prediction`.
 
@@ -80,15 +103,14 @@ class Tracker:
     bound of the peak) are what the predicted peak is checked against, read at the warm-up's end and the window's.
 
     Raises:
-        UsageError: the plan cannot be read (:func:`~advisor.integrations.prediction.load`); ``warmup_steps`` < 1 or
-            ``measure_steps`` < 1 (ValueError).
+        UsageError: the plan cannot be read (:func:`~advisor.integrations.prediction.load`); an option of another type
+            or below 1 (:func:`check_options`).
     """
 
     def __init__(self, plan: Any, *, warmup_steps: int = 2, measure_steps: int = 10, store: bool = True,
                  pin_memory: bool | None = None, model_id: str | None = None, model: Any = None,
                  optimizer: Any = None) -> None:
-        if warmup_steps < 1 or measure_steps < 1:
-            raise ValueError(f"warmup_steps and measure_steps must be >= 1, got {warmup_steps} and {measure_steps}")
+        check_options(warmup_steps=warmup_steps, measure_steps=measure_steps, store=store)
         self.prediction: Prediction = load(plan)
         self.warmup_steps, self.measure_steps, self.store = warmup_steps, measure_steps, store
         self.pin_memory, self.model_id = pin_memory, model_id

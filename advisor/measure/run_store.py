@@ -4,15 +4,19 @@
 Where: ``$ADVISOR_HOME/runs.jsonl``, else ``$XDG_CACHE_HOME/advisor/runs.jsonl``, else
 ``~/.cache/advisor/runs.jsonl``. A record is written whole by one ``os.write`` on an ``O_APPEND`` descriptor under an
 exclusive ``fcntl.flock``, so concurrent writers never interleave; a process killed mid-write can leave at most one
-torn line, which readers skip and count (:class:`Runs`) and the next writer ends with a newline before its own. Imports
-no torch (library versions are read from the installed packages' metadata).
+torn line, which readers skip and count (:class:`Runs`) and the next writer ends with a newline before its own. Only a
+regular file is a store: a FIFO, a device or a folder at its path is refused (``OSError``), never waited on or read
+without end; a reader parses the newest :data:`MAX_RECORDS` records at most. Imports no torch (library versions are
+read from the installed packages' metadata).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +34,11 @@ STORE_FILE = "runs.jsonl"
 LIBRARIES = ("torch", "transformers", "peft", "accelerate", "deepspeed", "bitsandbytes", "trl", "advisor")
 #: The largest store read (bytes): a bigger file is read from its last MAX_READ_BYTES only.
 MAX_READ_BYTES = 64 * 1024 * 1024
+#: The most records a reader parses: the newest ones (older lines are counted in :attr:`Runs.older`, not parsed).
+#: A validate trial or a training run adds one record of about 2 KB; 10,000 is a trial a day with 12 corrections for
+#: over two years, parsed in about 0.3 CPU-s on a 2-core Xeon, where the 4.8 million 14-byte records that fit in
+#: :data:`MAX_READ_BYTES` took 12 CPU-s and 1.6 GB in every ``recommend`` (issue 44).
+MAX_RECORDS = 10_000
 
 
 def store_dir() -> Path:
@@ -64,10 +73,18 @@ def now() -> str:
 
 @contextmanager
 def _locked(path: Path, flags: int, lock: int) -> Iterator[int]:
-    """An fd of ``path`` opened with ``flags`` and held under ``flock(lock)`` (the folder made first)."""
+    """An fd of ``path`` opened with ``flags`` and held under ``flock(lock)`` (the folder made first).
+
+    Opened without blocking (a FIFO at the path would wait for a writer) and refused unless it is a regular file.
+
+    Raises:
+        OSError: the folder or file cannot be made or opened, or the path is not a regular file (a FIFO, a device, a
+            folder: ``EINVAL``, "not a regular file")."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, flags | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         fcntl.flock(fd, lock)
         yield fd
     finally:
@@ -103,23 +120,39 @@ class Runs:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     path: Path | None = None
+    older: int = 0  #: older lines left unparsed, past :data:`MAX_RECORDS` (those before the last MAX_READ_BYTES uncounted)
+
+
+#: The type of each field of a record (:func:`record`); a line whose field has another type is not a record.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "date": str, "source": str, "notes": str, "seq_len": int, "device": dict, "libraries": dict, "model": dict,
+    "plan": dict, "predicted": dict, "measured": dict}
+
+
+def _not_a_number(name: str) -> float:
+    """``json.loads``' hook for NaN and Infinity, which no record holds (:func:`append` refuses them)."""
+    raise ValueError(f"{name} is not a number of a record")
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
-    """A line's record, or None for a torn or foreign line."""
+    """A line's record, or None for a torn or foreign line (not JSON, a later version, a field of another type:
+    readers may then trust each field's type)."""
     try:
-        record = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+        record = json.loads(line, parse_constant=_not_a_number)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("version"), int) or record["version"] > RECORD_VERSION:
+        return None
+    if any(key in record and not isinstance(record[key], kind) for key, kind in _FIELD_TYPES.items()):
         return None
     return record
 
 
 def read(path: Path | None = None) -> Runs:
-    """Every record of the store (default :func:`store_path`), oldest first; malformed lines are skipped and counted.
+    """The newest :data:`MAX_RECORDS` lines' records of the store (default :func:`store_path`), oldest first, from its
+    last :data:`MAX_READ_BYTES`; malformed lines are skipped and counted, older lines counted in :attr:`Runs.older`.
 
-    A missing store is empty. Raises OSError: the file exists but cannot be read."""
+    A missing store is empty. Raises OSError: the path exists but is not a regular file, or cannot be read."""
     path = path or store_path()
     if not path.exists():
         return Runs(path=path)
@@ -127,10 +160,11 @@ def read(path: Path | None = None) -> Runs:
         size = os.fstat(fd).st_size
         start = max(0, size - MAX_READ_BYTES)
         data = os.pread(fd, size - start, start)
-    lines = data.split(b"\n")
-    if start:
-        lines = lines[1:]  # the first line read from the middle of the file is partial
+    lines = data.rstrip(b"\n").rsplit(b"\n", MAX_RECORDS)  # the newest lines, the rest unsplit in lines[0]
     runs = Runs(path=path)
+    if len(lines) > MAX_RECORDS or start:  # older lines, or the first line read from the middle of the file (partial)
+        runs.older = lines[0].count(b"\n") + 1
+        lines = lines[1:]
     for line in lines:
         if not line.strip():
             continue

@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, Static, TabPane
 from advisor.engine.recommendation import Recommendation
 from advisor.core.errors import AdvisorError
 from tui.messages import Exported
+from tui.widgets import plain
 
 
 class ExportStep(TabPane):
@@ -52,8 +53,8 @@ class ExportStep(TabPane):
                 paths.insert(1, write_atomic(folder / "validation.json", report.model_dump_json(indent=2) + "\n"))
         except AdvisorError as err:
             box.add_class("error")
-            box.update(f"✗ {err}")
+            box.update(plain(f"✗ {err}"))
             return
         box.remove_class("error")
         self.post_message(Exported(paths))
-        box.update("Saved:\n" + "\n".join(f"  {p}" for p in paths))
+        box.update(plain("Saved:\n" + "\n".join(f"  {p}" for p in paths)))

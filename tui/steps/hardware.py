@@ -76,7 +76,7 @@ class HardwareStep(TabPane):
         from advisor.app.compare import comparison_table
 
         box = self.query_one("#comparison", Static)
-        box.update(f"✗ {message.error}" if message.error else comparison_table(message.comparison, width=76))
+        box.update(widgets.plain(f"✗ {message.error}") if message.error else comparison_table(message.comparison, width=76))
 
     def on_hardware_probed(self, message: HardwareProbed) -> None:
         """Show the probed machine (the message goes on to the app)."""
@@ -132,7 +132,7 @@ class HardwareStep(TabPane):
                 f"→ chosen: {chosen} ({catalog()[chosen].name})" if chosen else
                 f"✗ no catalog GPU matches '{text}'" if text else
                 "→ chosen: none yet (type to search, ↓ to pick)")
-        self.query_one("#gpu-chosen", Static).update(line)
+        self.query_one("#gpu-chosen", Static).update(widgets.plain(line))
 
     def gpu_choice(self) -> tuple[str | None, int]:
         """The hardware question: (catalog 'NAME:COUNT' or None for this machine, nodes). The catalog GPU is the

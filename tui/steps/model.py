@@ -95,7 +95,7 @@ class ModelStep(TabPane):
         """Show the error line in place of the facts."""
         box = self.query_one("#model-profile", Static)
         box.add_class("error")
-        box.update(f"✗ {message.error}")
+        box.update(widgets.plain(f"✗ {message.error}"))
 
     def show_profile(self, profile: ModelProfile) -> None:
         """Show a model's facts (a resolved model, or the one a recommendation used)."""

@@ -69,7 +69,7 @@ class RecommendationStep(TabPane):
         self.query_one("#memory-bar", Static).update(widgets.memory_bar(rec.memory))
         self.query_one("#alternatives", Static).update(widgets.alternatives_table(rec))
         self.query_one("#warnings", Static).update(
-            "\n".join(f"⚠ {w.message} [{w.rule_id}]" for w in rec.warnings))
+            widgets.plain("\n".join(f"⚠ {w.message} [{w.rule_id}]" for w in rec.warnings)))
         self._explain(next(iter(rec.settings)))
         table.focus(scroll_visible=False)  # keep the plan line and the memory bar in view
 
@@ -81,7 +81,7 @@ class RecommendationStep(TabPane):
             self.query_one(box, Static).update("")
         summary = self.query_one("#rec-summary", Static)
         summary.add_class("error")
-        summary.update(f"✗ {message.error}")
+        summary.update(widgets.plain(f"✗ {message.error}"))
 
     @on(DataTable.RowHighlighted, "#settings")
     def _row_highlighted(self, event: DataTable.RowHighlighted) -> None:

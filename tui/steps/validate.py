@@ -14,6 +14,7 @@ from textual.widgets import Button, Checkbox, Input, Label, ProgressBar, Static,
 from advisor.app import api
 from advisor.app.options import TrialOptions
 from advisor.core.errors import AdvisorError
+from tui import widgets
 from tui.fields import whole_number
 from tui.messages import ValidationDone, ValidationProgress
 
@@ -93,7 +94,7 @@ class ValidateStep(TabPane):
             bar.update(total=event.total, progress=event.step)
             live.update(event.describe())
         elif isinstance(event, Trial):
-            live.update(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
+            live.update(widgets.plain(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else "")))
         if self._stop.is_set():  # the stopping state stays in view until the report comes
             live.update("Stopping… (at the end of the current step)")
 
@@ -107,7 +108,7 @@ class ValidateStep(TabPane):
         result = self.query_one("#validate-result", Static)
         if message.error:
             result.add_class("error")
-            result.update(f"✗ {message.error}")
+            result.update(widgets.plain(f"✗ {message.error}"))
             return
         result.remove_class("error")
         result.update(validation_tables(message.report))
