@@ -97,12 +97,14 @@ def best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], al
             continue
         if skip(layout, combo):
             continue
+        floor = floor_of(layout, combo)  # the model states read no stack setting (NOT_STATES): before stacking
         if stack is not None:
             key = id(layout)
+            if floor > usable and not closest:  # cannot fit, and not asked for the smallest plan
+                continue
             layout = stacked[key] if key in stacked else stacked.setdefault(key, stack(layout))
             if layout is None:
                 continue
-        floor = floor_of(layout, combo)
         if floor > usable:
             deferred.append((floor, rank, layout, combo, micros, per_replica))
             continue

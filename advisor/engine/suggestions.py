@@ -44,29 +44,32 @@ def _larger_gpu(facts: Facts) -> str | None:
 def _more_gpus(facts: Facts, base: str) -> str | None:
     """The fewest GPUs of :data:`GPU_COUNTS` (dividing the global batch) on which a plan fits, in words; None.
 
-    The largest count is tried first: a plan's memory per GPU does not grow with more GPUs of the same kind (the
-    states shard over more ranks, each replica's batch shrinks, tensor parallel stays inside a node), so when nothing
-    fits there, no smaller count is searched (what bounds the no-fit answer: one search, not six)."""
+    A plan's memory per GPU does not grow with more GPUs of the same kind (the states shard over more ranks, each
+    replica's batch shrinks, tensor parallel stays inside a node), so whether a plan fits is monotone in the count:
+    the largest count is tried first (nothing fits there: no smaller count is searched), then the fewest that fits
+    is found by bisection (what bounds the no-fit answer: at most three searches of six counts, not six)."""
     counts = [c for c in GPU_COUNTS if facts.workload.global_batch_size % c == 0]
-    largest = _fits_with(facts, *_where(base, counts[-1])) if counts else None
-    if largest is None:
+    found = {len(counts) - 1: _fits_with(facts, *_where(base, counts[-1]))} if counts else {}
+    if not found or found[len(counts) - 1] is None:
         return None
-    for count in counts:
-        best = largest if count == counts[-1] else _fits_with(facts, *_where(base, count))
-        if best is not None:
-            gpu, nodes = _where(base, count)
-            where = f"--gpu {gpu}" + (f" --nodes {nodes}" if nodes > 1 else "")
-            p = best.plan
-            how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
-            how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
-            how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
-            how += [f"context parallel {p.context_parallel}"] if p.context_parallel > 1 else []
-            how += [f"expert parallel {p.expert_parallel}"] if p.expert_parallel > 1 else []
-            how += ["the optimizer step in backward"] if p.optimizer_in_backward else []
-            how += ["activation offloading"] if p.activation_offloading else []
-            how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
-            return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
-    return None
+    low, high = 0, len(counts) - 1  # the fewest that fits lies in counts[low..high]; counts[high] fits
+    while low < high:
+        mid = (low + high) // 2
+        found[mid] = _fits_with(facts, *_where(base, counts[mid]))
+        low, high = (low, mid) if found[mid] is not None else (mid + 1, high)
+    best = found[high]
+    gpu, nodes = _where(base, counts[high])
+    where = f"--gpu {gpu}" + (f" --nodes {nodes}" if nodes > 1 else "")
+    p = best.plan
+    how = [p.parallelism] if p.parallelism != Parallelism.NONE else []
+    how += [f"tensor parallel {p.tensor_parallel}"] if p.tensor_parallel > 1 else []
+    how += [f"pipeline parallel {p.pipeline_parallel}"] if p.pipeline_parallel > 1 else []
+    how += [f"context parallel {p.context_parallel}"] if p.context_parallel > 1 else []
+    how += [f"expert parallel {p.expert_parallel}"] if p.expert_parallel > 1 else []
+    how += ["the optimizer step in backward"] if p.optimizer_in_backward else []
+    how += ["activation offloading"] if p.activation_offloading else []
+    how += [f"{p.offload} offload"] if p.offload != Offload.NONE else []
+    return f"more GPUs: {where} fits with {', '.join(how) or 'data parallel'}"
 
 
 def _where(base: str, count: int) -> tuple[str, int]:
