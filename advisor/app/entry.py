@@ -14,9 +14,11 @@ Ctrl-C answered from the first instant.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import gc
 import os
+import signal
 import sys
 from typing import NoReturn
 
@@ -94,13 +96,33 @@ def _quiet_collector() -> None:
     gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
+@contextlib.contextmanager
+def _held_interrupt():
+    """Hold a Ctrl-C that comes while the command's modules import, and raise it once they have: pydantic builds its
+    schemas in Rust while classes are made, and wraps a KeyboardInterrupt raised there in a SchemaError (an "internal
+    error" instead of exit 130). The imports take a fraction of a second, so the answer is as prompt."""
+    held: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    except (ValueError, OSError):  # not the main thread: nothing to hold
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the ``advisor`` script and ``python -m advisor``: the command's exit code
     (:class:`advisor.core.errors.ExitCode`); Ctrl-C at any point, imports included, is exit 130 in one line."""
     try:
         guard_streams()
-        from advisor.app.cli import run
-        from advisor.app.validate_command import settle
+        with _held_interrupt():
+            from advisor.app.cli import run
+            from advisor.app.validate_command import settle
 
         _quiet_collector()
         code = settle(run(argv))  # after a trial cut mid-step, the process ends at once (settle)
@@ -110,6 +132,10 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except OSError as err:  # --help or --version to a closed stdout (the commands' own writes: cli.run)
         _say(f"advisor: error: cannot write the output: {err.strerror or err}")
         code = OUTPUT
+    try:  # the answer is out: a Ctrl-C from now on would only kill the exit itself (silently, by SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except (ValueError, OSError):  # not the main thread
+        pass
     if code == INTERRUPTED:
         # CPython 3.11 ends a process whose Ctrl-C interrupted an ``exec`` of a string (dataclasses, pydantic build
         # classes so while importing) by SIGINT at exit, whatever the code: leave with the documented one
