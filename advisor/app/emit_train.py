@@ -80,6 +80,10 @@ def main():
     if args.max_steps:
         settings.max_steps = args.max_steps
     rows = load_rows(args.data, tokenizer, args.text_field)
+    rows = rows.filter(lambda row: len(row["input_ids"]) > 0)  # empty lines of a .txt file tokenize to nothing
+    if len(rows) == 0:
+        raise SystemExit(f"train.py: every row of {{args.data}} tokenized to nothing: does {{args.model}} hold a "
+                         "tokenizer (tokenizer.json or its vocabulary files)?")
     if PACKING:
         collator = transformers.DataCollatorWithFlattening()
     else:

@@ -52,6 +52,22 @@ def test_the_emitted_train_py_trains_through_launch_sh(tmp_path: Path) -> None:
     assert "predicted vs measured" in run.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_data_that_tokenizes_to_nothing_is_one_clear_line(tmp_path: Path) -> None:
+    """Rows that tokenize to nothing (blank lines; a model folder without a tokenizer) stop train.py with one line
+    before training, not inside the model's forward pass."""
+    pytest.importorskip("transformers")
+    _tiny_model(tmp_path / "tiny")
+    (tmp_path / "blank.txt").write_text("\n\n   \n")
+    res = advisor("recommend", "--model", str(tmp_path / "tiny"), "--seq-len", "32", "--global-batch-size", "4",
+                  "--emit", "hf", "--out", str(tmp_path / "cfg"))
+    assert res.returncode == 0, res.stderr
+    run = subprocess.run([sys.executable, str(tmp_path / "cfg" / "train.py"), "--data", "blank.txt", "--max-steps", "1"],
+                         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "tokenized to nothing" in run.stderr.strip().splitlines()[-1], run.stderr[-2000:]
+
+
 def test_no_input_becomes_code(tmp_path: Path) -> None:
     """A model id with quotes, newlines and code in it is a string literal of the script, which compiles."""
     from advisor.app.api import recommend
