@@ -100,6 +100,9 @@ def parse_prices(items: list[str] | None) -> dict[str, float]:
                              "per hour)")
         if name not in catalog():
             raise UsageError(f"--price-per-hour {item!r}: unknown GPU {name!r} (advisor probe --gpu list)")
+        if name in prices and prices[name] != value:  # which one was meant cannot be told: never keep one silently
+            raise UsageError(f"--price-per-hour {item!r}: {name} was already priced at {prices[name]:g} USD: give "
+                             "one price per GPU")
         prices[name] = value
     return prices
 

@@ -75,7 +75,8 @@ def test_cli_json_and_table() -> None:
                                   ("--price-per-hour", "t4=-1"), ("--price-per-hour", "t4=nan"),
                                   ("--price-per-hour", "t4=1e400"), ("--tokens", "lots"), ("--tokens", "1e30"),
                                   ("--gpu", "nope"),
-                                  ("--gpu", "t4", "--price-per-hour", "l4=0.8")])
+                                  ("--gpu", "t4", "--price-per-hour", "l4=0.8"),
+                                  ("--gpu", "t4", "--price-per-hour", "t4=1", "--price-per-hour", "T4=2")])
 def test_cli_bad_input_is_one_line(args: tuple[str, ...]) -> None:
     out = advisor("compare", "--model", "gpt2", *args)
     assert out.returncode == ExitCode.USAGE and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
