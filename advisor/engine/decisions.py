@@ -104,10 +104,10 @@ def _sources(rule_ids: list[str]) -> list[SourceRef]:
 def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: Candidate
                        ) -> tuple[str, PackageGain | None]:
     """Why a stack value was not taken, with what it would change: for a better value the rules held back (not
-    installed, not asked for) the best plan with it (of the same kind: data parallel alone when the chosen plan is,
-    whose search is the costliest part of an explanation on many GPUs); for another, the chosen plan priced with it (memory per device
-    and tokens/s); no figures when no rule lets it run here. The second item: what installing the value's package
-    would bring, when a missing package is all that held a faster plan back (None otherwise)."""
+    installed, not asked for) the best plan with it (of the chosen plan's tensor / pipeline / context split: a search
+    of every split is the costliest part of an explanation on many GPUs); for another, the chosen plan priced with it
+    (memory per device and tokens/s); no figures when no rule lets it run here. The second item: what installing the
+    value's package would bring, when a missing package is all that held a faster plan back (None otherwise)."""
     facts = result.facts
     forbids = [e for e in result.effects if e.kind == "forbid" and e.setting == setting and e.matches(value)]
     hard = [e for e in forbids if e.hard]
@@ -116,9 +116,10 @@ def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: C
     domain = result.domains[setting]
     figures, gain = None, None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
-        split = best.plan.model_parallel_size * best.plan.context_parallel > 1  # like with like: data parallel alone
+        p = best.plan  # like with like: the chosen plan's tensor / pipeline / context split
         other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
-                       best_only=True, weighed=result.weighed, split=split)
+                       best_only=True, weighed=result.weighed,
+                       split=(p.tensor_parallel, p.pipeline_parallel, p.context_parallel))
         if other.best is not None:
             figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
             gain = _gain(setting, value, forbids, other.best, best)

@@ -191,17 +191,17 @@ def _reads_stack(pricing: Pricing) -> bool:
     return any(s in STACK_SETTINGS for e in pricing.fallbacks for s in (e.setting, *(e.when or {})))
 
 
-def _splits(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool
-            ) -> Iterator[tuple[Plan, list[str], list[int], int]]:
+def _splits(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
+            only: tuple[int, int, int] | None = None) -> Iterator[tuple[Plan, list[str], list[int], int]]:
     """Each tensor / pipeline / context split of the GPUs (``model_parallel``: those with t·p·c > 1, else none) as
     ``(layout plan, data-parallel strategies, micro-batches, per-replica batch)``: with model parallelism the
     data-parallel size is GPUs / (t·p·c), its micro-batches divide the larger per-replica batch, and a single replica
-    runs without a data-parallel wrapper."""
+    runs without a data-parallel wrapper. ``only``: that (t, p, c) split alone."""
     device = Device.CPU if facts.gpu is None else Device.CUDA
     gpus, w = facts.hardware.num_gpus, facts.workload
     gbs = w.global_batch_size
     for tp, pp, cp in product(*(allowed[s] for s in SPLIT)):
-        if (tp * pp * cp > 1) != model_parallel or (gpus and gpus % (tp * pp * cp)):
+        if (tp * pp * cp > 1) != model_parallel or (gpus and gpus % (tp * pp * cp)) or only not in (None, (tp, pp, cp)):
             continue
         dp = max(gpus // (tp * pp * cp), 1) if gpus else 1
         if gbs % dp:
@@ -226,7 +226,8 @@ def _splits(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], 
 
 def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effect], model_parallel: bool,
                 bound: int | None = None, log: LayoutLog | None = None, best_only: bool = False,
-                risky_bound: int | None = None, closest: bool = True) -> list[Candidate]:
+                risky_bound: int | None = None, closest: bool = True, only: tuple[int, int, int] | None = None
+                ) -> list[Candidate]:
     """Every allowed plan that could win, with (``model_parallel``) or without tensor / pipeline / context
     parallelism (:func:`_splits`).
 
@@ -238,7 +239,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     (``bound`` given) are all priced that way: a fallback themselves, they are what costs most to price on many GPUs,
     and a costlier one is explained by its fallback without figures. ``best_only``: only the candidates that could
     be the best plan (:func:`advisor.engine.priced_groups.best_candidates`; ``closest``: its groups that cannot fit
-    too), each layout's stack settled (:func:`with_stack`) only when one of its groups is priced.
+    too), each layout's stack settled (:func:`with_stack`) only when one of its groups is priced. ``only``: the
+    (t, p, c) split alone (:func:`_splits`).
     """
     refusing = _refusing_rules()
     pricing = Pricing.of(facts, effects)
@@ -252,7 +254,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
 
     light: list[tuple[Plan, list[int], int]] = []
     heavy: list[tuple[int, int, Plan, list[int], int]] = []
-    for layout, strategies, micros, per_replica in _splits(facts, allowed, effects, model_parallel):
+    for layout, strategies, micros, per_replica in _splits(facts, allowed, effects, model_parallel, only):
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
             values = {**layout.__dict__, **dict(zip(LAYOUT, combo))}
             penalty = sum(e.penalty for e in shape if e.applies(values))  # reads the layout's settings alone
@@ -261,7 +263,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
             plan = layout.model_copy(update=dict(zip(LAYOUT, combo)))
             if not lazy and (plan := stack(plan)) is None:
                 continue
-            if penalty < Penalty.ADAPTERS and not plan.activation_offloading and not (model_parallel and bound is not None):
+            bounded = model_parallel and bound is not None  # priced only while it could win, as the heavy ones
+            if penalty < Penalty.ADAPTERS and not plan.activation_offloading and not bounded:
                 light.append((plan, micros, per_replica))
             else:
                 heavy.append((penalty, len(heavy), plan, micros, per_replica))
@@ -274,7 +277,8 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
 
 
 def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = None,
-           weighed: list[Effect] | None = None, closest: bool = True, split: bool = True) -> PlanningResult:
+           weighed: list[Effect] | None = None, closest: bool = True,
+           split: tuple[int, int, int] | None = None) -> PlanningResult:
     """Evaluate every allowed candidate and pick the best that fits (``best`` is None if none fits).
 
     ``best_only``: the same ``best`` for a fraction of the work (what a caller that reads nothing else wants: the
@@ -288,8 +292,8 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
     ``runs_on``: only plans that consumer runs as priced (:func:`capability_forbids`): capability as a constraint.
     ``closest`` False (with ``best_only``): when nothing fits, the candidates need not hold the smallest plan (what
     asks only whether anything fits: the no-fit suggestions), which spares pricing the plans that cannot fit.
-    ``split`` False: plans without tensor / pipeline / context parallel only (what explains a data-parallel plan's
-    stack values compares it with).
+    ``split``: plans of that (tensor, pipeline, context) parallel split alone (what explains a plan's stack values
+    compares it with: like with like, and a search of one split on many GPUs, not of every split).
 
     Under ``--method auto`` a full fine-tuning plan that needs a quality-risk fallback is weighed against the best
     adapter plan (:func:`advisor.engine.method_policy.weigh_method`). ``weighed``: a recommendation's
@@ -314,7 +318,7 @@ def search(facts: Facts, best_only: bool = False, runs_on: Consumer | None = Non
 
 
 def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list[Effect],
-            closest: bool = True, split: bool = True) -> PlanningResult:
+            closest: bool = True, split: tuple[int, int, int] | None = None) -> PlanningResult:
     """:func:`search` without the method's weighing, with ``extra`` effects before the rules' own."""
     effects = [*extra, *propose_effects(facts)]
     domain = domains(facts)
@@ -325,15 +329,17 @@ def _search(facts: Facts, best_only: bool, runs_on: Consumer | None, extra: list
     if nothing_fits(facts):  # the CUDA context alone passes the usable memory: pricing every plan would show it
         return PlanningResult(facts=facts, best=None, candidates=[], domains=domain, effects=effects,
                               check_effects=[], layouts=log)
-    candidates = _candidates(facts, allowed, effects, model_parallel=False, log=log, best_only=best_only,
-                             closest=closest)
+    model_parallel = split is not None and split != (1, 1, 1)
+    candidates = [] if model_parallel else _candidates(facts, allowed, effects, model_parallel=False, log=log,
+                                                       best_only=best_only, closest=closest)
     fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     mp_penalty = min((e.penalty for e in effects if e.kind == "fallback" and e.setting in SPLIT), default=0)
-    mp_possible = split and any(len(allowed[s]) > 1 for s in SPLIT)
-    if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting or fitting[0].penalty >= mp_penalty):
+    mp_possible = split != (1, 1, 1) and any(len(allowed[s]) > 1 for s in SPLIT)
+    if mp_possible and (facts.workload.objective == Objective.MEMORY or not fitting
+                        or fitting[0].penalty >= mp_penalty):
         candidates += _candidates(facts, allowed, effects, model_parallel=True,
                                   bound=fitting[0].penalty if fitting else None, log=log, best_only=best_only,
-                                  risky_bound=fitting[0].risky if fitting else None, closest=closest)
+                                  risky_bound=fitting[0].risky if fitting else None, closest=closest, only=split)
         fitting = order([c for c in candidates if c.fits], facts.workload.objective)
     best = fitting[0] if fitting else None
     checks = check_effects(facts, best.plan) if best else []
