@@ -88,6 +88,28 @@ def read_bounded(file: Path | str, limit: int = MAX_JSON_BYTES) -> str:
         raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
 
 
+def read_json(file: Path | str, label: str) -> Any:
+    """The JSON value of a file the user named (a plan file: ``label`` is how the error names it, ``--plan PATH`` or
+    ``the plan PATH``), read by :func:`read_bounded`.
+
+    Raises:
+        UsageError: one line naming ``label``: unreadable (a FIFO, a device, a directory), larger than a plan, not
+            UTF-8, not JSON (the parser's message and line), or nested too deeply to parse.
+    """
+    from advisor.core.errors import UsageError
+
+    try:
+        return json.loads(read_bounded(file))
+    except OSError as err:
+        raise UsageError(f"cannot read {label}: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"{label} is not JSON: {err.msg} at line {err.lineno}") from None
+    except ValueError as err:  # not a regular file, larger than a plan, not UTF-8
+        raise UsageError(f"cannot read {label}: {err}") from None
+    except RecursionError:
+        raise UsageError(f"{label} nests too deeply to be an advisor JSON") from None
+
+
 def depth(value: Any) -> int:
     """Nesting depth of a JSON value (a scalar is 0), without recursion."""
     deepest, stack = 0, [(value, 0)]

@@ -63,19 +63,10 @@ def read_plan(path: str):
     from pydantic import ValidationError
 
     from advisor.core.errors import UsageError
-    from probes.config_check import read_bounded
+    from probes.config_check import read_json
     from rules import Plan
 
-    try:
-        data = json.loads(read_bounded(path))
-    except OSError as err:
-        raise UsageError(f"cannot read --plan {path}: {err.strerror or err}") from None
-    except json.JSONDecodeError as err:
-        raise UsageError(f"--plan {path} is not JSON: {err.msg} at line {err.lineno}") from None
-    except ValueError as err:  # larger than a plan, not UTF-8
-        raise UsageError(f"cannot read --plan {path}: {err}") from None
-    except RecursionError:
-        raise UsageError(f"--plan {path} nests too deeply to be an advisor JSON") from None
+    data = read_json(path, f"--plan {shown(str(path))}")
     raw = data.get("plan") or data.get("confirmed_plan") if isinstance(data, dict) else None
     if not isinstance(raw, dict):
         raise UsageError(f"--plan {path} has no 'plan' (the JSON of advisor recommend / estimate / validate)")

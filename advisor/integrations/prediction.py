@@ -4,7 +4,6 @@ or a ``plan.json`` written beside the emitted configs (a folder holding one is r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any
 from advisor.core.errors import UsageError
 from advisor.core.files import PLAN_FILE  # --emit writes it beside the configs
 from advisor.core.text import shown
-from probes.config_check import read_bounded
+from probes.config_check import read_json
 
 #: The memory band used when the JSON has none (a CPU plan, an older schema): ± 10 %.
 DEFAULT_MEMORY_BAND = 0.10
@@ -111,12 +110,4 @@ def load(plan: str | Path | dict[str, Any] | Prediction) -> Prediction:
     path = Path(plan)
     if path.is_dir():
         path = path / PLAN_FILE
-    try:
-        data = json.loads(read_bounded(path))
-    except OSError as err:
-        raise UsageError(f"cannot read the plan {path}: {err.strerror or err}") from None
-    except json.JSONDecodeError as err:
-        raise UsageError(f"the plan {path} is not JSON: {err}") from None
-    except ValueError as err:  # not a regular file, larger than a plan, not UTF-8
-        raise UsageError(f"cannot read the plan {path}: {err}") from None
-    return from_json(data, str(path))
+    return from_json(read_json(path, f"the plan {shown(str(path))}"), str(path))
