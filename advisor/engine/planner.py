@@ -256,11 +256,11 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     heavy: list[tuple[int, int, Plan, list[int], int]] = []
     for layout, strategies, micros, per_replica in _splits(facts, allowed, effects, model_parallel, only):
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
-            values = {**layout.__dict__, **dict(zip(LAYOUT, combo))}
-            penalty = sum(e.penalty for e in shape if e.applies(values))  # reads the layout's settings alone
+            update = dict(zip(LAYOUT, combo))
+            penalty = sum(e.penalty for e in shape if e.applies({**layout.__dict__, **update}))  # the layout's alone
             if pruned is not None and penalty > pruned:  # pays more than a plan that fits: cannot win
                 continue
-            plan = layout.model_copy(update=dict(zip(LAYOUT, combo)))
+            plan = layout.model_copy(update=update)
             if not lazy and (plan := stack(plan)) is None:
                 continue
             bounded = model_parallel and bound is not None  # priced only while it could win, as the heavy ones

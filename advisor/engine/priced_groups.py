@@ -98,11 +98,12 @@ def best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], al
         if skip(layout, combo):
             continue
         floor = floor_of(layout, combo)  # the model states read no stack setting (NOT_STATES): before stacking
+        if floor > usable and not closest:  # cannot fit, and not asked for the smallest plan
+            continue
         if stack is not None:
-            key = id(layout)
-            if floor > usable and not closest:  # cannot fit, and not asked for the smallest plan
-                continue
-            layout = stacked[key] if key in stacked else stacked.setdefault(key, stack(layout))
+            if id(layout) not in stacked:
+                stacked[id(layout)] = stack(layout)
+            layout = stacked[id(layout)]
             if layout is None:
                 continue
         if floor > usable:
