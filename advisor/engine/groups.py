@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import product
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from advisor.core.dimensions import CROSSED, LAYOUT, SPLIT
 from advisor.core.vocabulary import Penalty
@@ -22,6 +22,32 @@ def within(effect: Effect, settings: tuple[str, ...]) -> bool:
     return effect.setting in settings and all(k in settings for k in effect.when or {})
 
 
+#: The charges worked out by :func:`paid`, by the fallbacks' settings, values, conditions and penalties.
+_PAID: dict[tuple, dict[tuple, tuple[int, int]]] = {}
+_PAID_ENTRIES = 64
+
+
+def paid(effects: list[Effect]) -> Callable[[dict[str, Any]], tuple[int, int]]:
+    """``paid(values)``: the (penalty, risky count) the fallbacks ``effects`` charge a plan with these field values,
+    worked out once per values of the settings they read (thousands of layouts share a few), and shared by the
+    searches that charge the same fallbacks (those that explain a recommendation: :data:`_PAID`)."""
+    reads = sorted({s for e in effects for s in (e.setting, *(e.when or {}))})
+    signature = tuple((e.setting, repr(e.value), repr(e.when), int(e.penalty)) for e in effects)
+    if len(_PAID) >= _PAID_ENTRIES and signature not in _PAID:
+        _PAID.clear()
+    known = _PAID.setdefault(signature, {})
+
+    def charge(values: dict[str, Any]) -> tuple[int, int]:
+        key = tuple(values.get(s) for s in reads)
+        found = known.get(key)
+        if found is None:
+            applied = [e for e in effects if e.applies(values)]
+            found = known[key] = (sum(e.penalty for e in applied), sum(e.penalty == Penalty.RISKY for e in applied))
+        return found
+
+    return charge
+
+
 def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
             speed: bool) -> Iterator[tuple]:
     """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
@@ -31,7 +57,7 @@ def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[st
     The fallbacks that read a crossed setting (``own``) add the same penalty to every layout whose settings they read
     alike, so each combination's share is worked out once per such layout values."""
     own = [e for e in pricing.fallbacks if within(e, GROUP) and not within(e, SHAPE)]  # they read a crossed setting
-    layout_own = [e for e in pricing.fallbacks if within(e, SHAPE)]
+    layout_own = paid([e for e in pricing.fallbacks if within(e, SHAPE)])
     reads = sorted({s for e in own for s in (e.setting, *(e.when or {})) if s not in CROSSED})
     combos = list(product(*(allowed[s] for s in CROSSED)))
     shares: dict[tuple, list[tuple[int, int, int, tuple]]] = {}
@@ -48,8 +74,7 @@ def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[st
         return found
 
     def of(index: int, layout: Plan, micros: list[int], per_replica: int) -> Iterator[tuple]:
-        base = [e for e in layout_own if e.applies(layout.__dict__)]
-        penalty, risky = sum(e.penalty for e in base), sum(e.penalty == Penalty.RISKY for e in base)
+        penalty, risky = layout_own(layout.__dict__)
         for add, i, add_risky, combo in share(layout.__dict__):
             yield (penalty + add, index * len(combos) + i, (risky + add_risky) if speed else 0, layout, combo, micros,
                    per_replica)

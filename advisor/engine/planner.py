@@ -19,7 +19,7 @@ from typing import Any, Iterator
 
 from advisor.engine.candidates import Candidate, Pricing, nothing_fits, order
 from advisor.engine.priced_groups import best_candidates, heavy_candidates, layout_candidates
-from advisor.engine.groups import SHAPE, within
+from advisor.engine.groups import SHAPE, paid, within
 from advisor.core.plan import STACK_SETTINGS
 from advisor.engine.method_policy import weigh_method
 from probes.checkpoint import planned_double_quant
@@ -160,10 +160,12 @@ def _settle(facts: Facts, plan: Plan, choices: list[list[Any]], refusing: list[R
     split = ((Setting.TENSOR_PARALLEL, plan.tensor_parallel), (Setting.PIPELINE_PARALLEL, plan.pipeline_parallel),
              (Setting.CONTEXT_PARALLEL, plan.context_parallel))
     legal, pairs, refused = [], set(split), []
-    base = plan.__dict__
+    # the plan's other settings and the layout's values name the plan: LAYOUT's fields of ``plan`` are overwritten
+    base = (id(facts.model), id(facts.hardware), *map(id, refusing),
+            tuple(v for k, v in plan.__dict__.items() if k not in LAYOUT))
     for combo in product(*choices):
         values = dict(zip(LAYOUT, combo))
-        key = (id(facts.model), id(facts.hardware), tuple({**base, **values}.values()), *map(id, refusing))
+        key = (*base, combo)
         hit = _REFUSED.get(key)
         if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
             if len(_REFUSED) >= _REFUSED_ENTRIES:
@@ -244,7 +246,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     """
     refusing = _refusing_rules()
     pricing = Pricing.of(facts, effects)
-    shape = _shape_fallbacks(pricing)
+    shape = paid(_shape_fallbacks(pricing))
     # the penalty above which no layout is priced: what best_candidates and heavy_candidates would not price
     pruned = bound if best_only or (model_parallel and facts.workload.objective == Objective.SPEED) else None
     lazy = best_only and not _reads_stack(pricing)
@@ -257,7 +259,7 @@ def _candidates(facts: Facts, allowed: dict[str, list[Any]], effects: list[Effec
     for layout, strategies, micros, per_replica in _splits(facts, allowed, effects, model_parallel, only):
         for combo in _layouts(facts, layout, allowed, strategies, refusing, log):
             update = dict(zip(LAYOUT, combo))
-            penalty = sum(e.penalty for e in shape if e.applies({**layout.__dict__, **update}))  # the layout's alone
+            penalty = shape({**layout.__dict__, **update})[0]  # the layout's alone
             if pruned is not None and penalty > pruned:  # pays more than a plan that fits: cannot win
                 continue
             plan = layout.model_copy(update=update)

@@ -95,7 +95,7 @@ def best_candidates(facts: Facts, layouts: list[tuple[Plan, list[int], int]], al
             if least[0] < penalty:
                 break
             continue
-        if skip(layout, combo):
+        if skip(layout, combo) or stacked.get(id(layout), layout) is None:  # a twin, or its stack cannot run
             continue
         floor = floor_of(layout, combo)  # the model states read no stack setting (NOT_STATES): before stacking
         if floor > usable and not closest:  # cannot fit, and not asked for the smallest plan
