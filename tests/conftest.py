@@ -108,6 +108,24 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True
 
 
+#: The marks of the tests that take seconds each (simulations, trials, a process of their own).
+_LONG_MARKS = ("slow", "subprocess")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with the most long tests (:data:`_LONG_MARKS`) first, each module's tests together and in their
+    order: the two workers of ``pytest -n auto`` start on the long tests and end on short ones, instead of one worker
+    running the wizard's and the trials' tests alone at the end (longest first evens out parallel work). A stable
+    sort, so every worker collects the same order, as pytest-xdist requires."""
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    long: dict[str, int] = {}
+    for item in items:
+        long[module(item)] = long.get(module(item), 0) + any(item.get_closest_marker(m) for m in _LONG_MARKS)
+    items.sort(key=lambda item: -long[module(item)])
+
+
 @pytest.fixture(autouse=True)
 def _empty_run_store(tmp_path_factory, monkeypatch):
     """Every test starts with an empty local store of runs of its own (``ADVISOR_HOME``), never the user's."""
