@@ -57,7 +57,8 @@ from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.engine.experts import merged_expert_bytes
-from advisor.engine.bands import Verdict, verdict_of
+from advisor.engine.bands import Verdict
+from advisor.engine.paged import paged_state_bytes, paged_verdict
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from advisor.core.dimensions import NOT_ACTIVATIONS, Setting
@@ -77,7 +78,7 @@ class MemoryComponents(BaseModel):
 
     weights_bytes: int = Field(description="parameters: fp32 masters, plus 16-bit copies under mixed precision")
     gradients_bytes: int = Field(description="parameter gradients (and DDP's bucket copy)")
-    optimizer_states_bytes: int = Field(description="optimizer state (ZeRO: this device's shard)")
+    optimizer_states_bytes: int = Field(description="optimizer state (ZeRO: this device's shard; paged_bytes of it paged)")
     activations_bytes: int = Field(description="activations saved for backward, logits and loss included")
     temporary_bytes: int = Field(description="transient buffers: loss gradient, optimizer-step temporaries")
     cuda_context_bytes: int = Field(description="CUDA context and library workspaces (0 on the CPU)")
@@ -89,12 +90,14 @@ class MemoryEstimate(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     peak_bytes: int = Field(description="most bytes held by live tensors during a step (torch.cuda.max_memory_allocated)")
-    device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + context")
+    device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + "
+                                          "context + paged_bytes")
     capacity_bytes: int = Field(description="device memory (RAM on the CPU), bytes")
     usable_bytes: int = Field(description="capacity less the safety margin: plans must keep device_bytes below it")
     fits: bool = Field(description="device_bytes <= usable_bytes, and host_bytes within the host's usable RAM")
-    fits_capacity: bool = Field(False, description="device_bytes <= capacity_bytes, and host_bytes within the host's "
-                                                   "usable RAM: the step should run, but without the safety margin "
+    fits_capacity: bool = Field(False, description="device_bytes less paged_bytes <= capacity_bytes, and host_bytes "
+                                                   "within the host's usable RAM: the step should run, but without "
+                                                   "the safety margin "
                                                    "when fits is false (a tight plan)")
     host_bytes: int = Field(0, description="CPU RAM one node holds for offloaded states, parameters and "
                                            "activations, bytes (0 without offload)")
@@ -107,6 +110,10 @@ class MemoryEstimate(BaseModel):
     verdict: Verdict = Verdict.NO_FIT
     """fits (within the usable bytes) / tight (past the margin, within the tight limit of the capacity: validate it
     first) / does not fit; host_bytes within the host's usable RAM for the first two"""
+    paged_bytes: int = 0
+    """of the optimizer states, bytes per device in CUDA unified memory (bitsandbytes' paged optimizers,
+    :mod:`advisor.engine.paged`): not in peak_bytes; counted as resident in device_bytes, evicted to CPU RAM
+    when the device lacks the room (then tight: it runs, slower)"""
     band: float | None = None
     """the uncertainty of peak_bytes and device_bytes, relative (0.03: ± 3 %): the published runs of the plan's
     class (method, sharding, GPU generation) scored leave-one-source-out; None on the CPU"""
@@ -114,7 +121,7 @@ class MemoryEstimate(BaseModel):
     @property
     def device_verdict(self) -> Verdict:
         """:class:`Verdict` of the device alone (:func:`verdict_of`), whatever the host's RAM says."""
-        return verdict_of(self.device_bytes, self.usable_bytes, self.capacity_bytes)
+        return paged_verdict(self.device_bytes, self.paged_bytes, self.usable_bytes, self.capacity_bytes)
 
     @property
     def host_usable_bytes(self) -> int | None:
@@ -363,6 +370,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     merged = merged_expert_bytes(model, plan)  # LoRA on the routed experts: merged weights (engine.experts)
     act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1]
     s = model_states(model, plan, nodes)
+    paged = paged_state_bytes(model, plan, s.optimizer)  # in unified memory, outside the allocator's peak
+    resident = s.weights + s.optimizer - paged
     grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
@@ -371,20 +380,20 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     backward_phase = max(s.copies16 + act, copies16_backward + act + backward_extra)
     if plan.gradient_accumulation_steps > 1 or PARALLELISM_SPECS[plan.parallelism].stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
-        peak = s.weights + s.optimizer + grads_total + max(backward_phase, s.step_temp)
+        peak = resident + grads_total + max(backward_phase, s.step_temp)
     else:
-        peak = s.weights + s.optimizer + max(backward_phase + s.buckets, grads_total + s.step_temp)
+        peak = resident + max(backward_phase + s.buckets, grads_total + s.step_temp)
     context = cuda_context_bytes if plan.device == Device.CUDA else 0
     components = MemoryComponents(
         weights_bytes=s.weights + s.copies16, gradients_bytes=grads_total, optimizer_states_bytes=s.optimizer,
         activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
-    device = device_bytes(int(peak), plan, context, persistent_bytes(components))
+    device = device_bytes(int(peak), plan, context, persistent_bytes(components) - paged) + paged
     usable = int(capacity_bytes * (1 - safety_margin))
     host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes, offloaded)
     on_host = host_fits(host, host_capacity_bytes)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and on_host,
-                          fits_capacity=device <= capacity_bytes and on_host, components=components,
-                          verdict=verdict_of(device, usable, capacity_bytes, on_host),
+                          fits_capacity=device - paged <= capacity_bytes and on_host, components=components,
+                          verdict=paged_verdict(device, paged, usable, capacity_bytes, on_host), paged_bytes=paged,
                           host_bytes=host, host_capacity_bytes=host_capacity_bytes,
                           activations_offloaded_bytes=offloaded)
