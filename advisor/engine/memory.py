@@ -52,8 +52,8 @@ from probes.model import ModelProfile
 from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, model_states
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
-from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
-                                       residual_bytes)
+from advisor.engine.structural import (compute_bytes, fused_layer_savings, fused_loss_head_bytes,
+                                       layer_activation_bytes, norm_bytes, residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.engine.experts import merged_expert_bytes
@@ -368,7 +368,8 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1), an interleaved one
     # more (:func:`pipeline_in_flight`).
     merged = merged_expert_bytes(model, plan)  # LoRA on the routed experts: merged weights (engine.experts)
-    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1]
+    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1] + (
+        fused_loss_head_bytes(model, plan, seq_len))  # Liger's fused loss: the gradients it makes in the forward
     s = model_states(model, plan, nodes)
     paged = paged_state_bytes(model, plan, s.optimizer)  # in unified memory, outside the allocator's peak
     resident = s.weights + s.optimizer - paged

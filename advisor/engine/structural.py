@@ -128,3 +128,25 @@ def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes
         masks = 3 * sbh if model.dropout else 0  # attention-output, MLP and residual dropout masks, 1 B each
         return int(norms + max(mlp_bytes - kept, 0) * sbf + masks)
     return int(norms + a * sbf)
+
+
+def fused_loss_head_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> int:
+    """Bytes Liger's fused linear cross-entropy holds from the loss, in the forward, through the backward, per device:
+    what its saving of the logits does not cover. Read from its source (``liger_kernel/ops/
+    fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward``): it computes the gradients in the forward
+    and saves them for the backward: ``grad_input = torch.zeros_like(_input)`` (tokens x h, the hidden state's dtype)
+    and, when the head is trained (full fine-tuning; LoRA freezes it: None), ``grad_weight = torch.zeros_like(weight)``
+    (V x h in the weight's dtype as the forward sees it: fp32 weights under autocast, the 16-bit gathered copy under
+    ZeRO / FSDP mixed precision; vocabulary-parallel: V/t); and while it runs, one chunk of logits bounded to about
+    tokens x h elements (``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``). Under sharding the head's
+    gradient is whole on every rank until the backward's reduce-scatter, where the other gradients are shards.
+    0 for other losses. Not yet measured on a GPU."""
+    if LossKernel.of(plan.loss_kernel).spec.grad_logits:
+        return 0
+    a, t = compute_bytes(plan), max(plan.tensor_parallel, 1)
+    tokens = plan.micro_batch_size * seq_len * model.hidden_size * a * 2  # grad_input and one chunk of logits
+    if Method.of(plan.method).spec.adapters:
+        return tokens // t
+    sharded = plan.precision != Precision.FP32 and Parallelism.of(plan.parallelism).stage
+    width = 2 if sharded else WeightsDtype.of(plan.weights_dtype).bytes
+    return (tokens + width * model.vocab_size * model.hidden_size) // t
