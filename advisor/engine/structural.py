@@ -6,7 +6,7 @@ keep, for every family.
 
 from __future__ import annotations
 
-from advisor.core.kernels import Framework, LossKernel
+from advisor.core.kernels import PYTHON_GELU_MODEL_TYPES, Framework, LossKernel
 from probes.model import ModelProfile
 from advisor.core.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from advisor.core.plan import Plan
@@ -48,7 +48,8 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     The residual stream and the norms' inputs take :func:`residual_bytes` (fp32 under autocast over fp32 weights,
     16-bit over 16-bit weights); an RMSNorm also keeps its fp32 upcast (the Hugging Face models' RMSNorm computes
     in fp32), a LayerNorm its input only; matmul inputs, attention q/k/v/output and MLP intermediates are in the
-    compute dtype; dropout masks are 1 byte per element. A frozen linear layer keeps no input (autograd saves a
+    compute dtype; dropout masks are 1 byte per element; a GELU computed op by op in Python
+    (:data:`~advisor.core.kernels.PYTHON_GELU_MODEL_TYPES`) three tensors of the MLP's width more. A frozen linear layer keeps no input (autograd saves a
     matmul's input for the weight gradient only): under adapters on the attention projections the MLP's last
     matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
     output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
@@ -91,8 +92,9 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input);
         # a fused SwiGLU keeps no activation output: it recomputes silu from the gate
         total += norm + a * sbh + ((3 if frozen_mlp else 4) - (1 if megatron else 0)) * a * sbf
-    else:  # the first matmul's output, the activation's (the second matmul's input)
-        total += norm + a * sbh + (1 if frozen_mlp else 2) * a * sbf + drop * sbh
+    else:  # the first matmul's output, the activation's (the second matmul's input); a Python tanh GELU three more
+        python_gelu = 3 if model.model_type in PYTHON_GELU_MODEL_TYPES and not megatron else 0
+        total += norm + a * sbh + ((1 if frozen_mlp else 2) + python_gelu) * a * sbf + drop * sbh
     return total
 
 
