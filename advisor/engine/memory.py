@@ -53,7 +53,7 @@ from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, mode
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
 from advisor.engine.structural import (compute_bytes, fused_layer_savings, fused_loss_head_bytes,
-                                       layer_activation_bytes, norm_bytes, residual_bytes)
+                                       layer_activation_bytes, norm_bytes, recomputed_block_bytes, residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.engine.experts import merged_expert_bytes
@@ -167,17 +167,6 @@ def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
         return 0
     return selective_kept_bytes(model, plan, seq_len, compute_bytes(plan))
-
-
-def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, encoder_decoder: bool) -> float:
-    """Bytes of one checkpointed block's recomputable activations: a whole layer (``full_layer``, a calibration
-    column ``c``'s per-layer terms at ``sbh`` and ``sbf`` elements), or where the column's layer is an encoder +
-    decoder pair, its largest block, a decoder block: its self- and cross-attention (2 of the pair's 3 attention
-    blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
-    if not encoder_decoder:
-        return full_layer
-    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
-            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
 
 
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
@@ -335,6 +324,21 @@ def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resid
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
 
 
+def _per_device(model: ModelProfile, plan: Plan, seq_len: int, act: int, backward_extra: int) -> tuple[int, int]:
+    """One device's (activations, backward's extra), bytes, from the whole micro-batch's: tensor parallel with sequence
+    parallelism splits every activation of a layer over the t ranks, sbh·34/t (Korthikanti et al. 2022,
+    https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the vocabulary-parallel loss splits the logits
+    (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's ``loss_parallel``); Megatron-Core / NeMo turn
+    sequence parallelism on with TP and torchtitan's TP plan shards the norms' sequence. Under the 1F1B schedule the
+    first pipeline stage keeps p micro-batches of its L/p layers in flight: one micro-batch's worth of the whole model
+    (Narayanan sec. 2.2.1), an interleaved one more (:func:`pipeline_in_flight`). LoRA on the routed experts adds their
+    merged weights (:func:`advisor.engine.experts.merged_expert_bytes`), Liger's fused loss the gradients it makes in
+    the forward (:func:`advisor.engine.structural.fused_loss_head_bytes`)."""
+    tp, merged = max(plan.tensor_parallel, 1), merged_expert_bytes(model, plan)
+    return (int(act * pipeline_in_flight(plan)) // tp + merged[0],
+            backward_extra // tp + merged[1] + fused_loss_head_bytes(model, plan, seq_len))
+
+
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10, *, attention: str | None = None,
                     cuda_context_bytes: int = LAZY_CONTEXT_BYTES, nodes: int = 1,
@@ -360,16 +364,7 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     eager, seq_len = Attention.of(attention or plan.attention).spec.keeps_scores, -(-seq_len // plan.context_parallel)
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     offloaded, tp = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0, max(plan.tensor_parallel, 1)
-    # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
-    # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
-    # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
-    # ``loss_parallel``); Megatron-Core / NeMo turn sequence parallelism on with TP and torchtitan's TP plan
-    # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
-    # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1), an interleaved one
-    # more (:func:`pipeline_in_flight`).
-    merged = merged_expert_bytes(model, plan)  # LoRA on the routed experts: merged weights (engine.experts)
-    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1] + (
-        fused_loss_head_bytes(model, plan, seq_len))  # Liger's fused loss: the gradients it makes in the forward
+    act, backward_extra = _per_device(model, plan, seq_len, act, backward_extra)
     s = model_states(model, plan, nodes)
     paged = paged_state_bytes(model, plan, s.optimizer)  # in unified memory, outside the allocator's peak
     resident = s.weights + s.optimizer - paged

@@ -152,3 +152,14 @@ def fused_loss_head_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     sharded = plan.precision != Precision.FP32 and Parallelism.of(plan.parallelism).stage
     width = 2 if sharded else WeightsDtype.of(plan.weights_dtype).bytes
     return (tokens + width * model.vocab_size * model.hidden_size) // t
+
+
+def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, encoder_decoder: bool) -> float:
+    """Bytes of one checkpointed block's recomputable activations: a whole layer (``full_layer``, a calibration
+    column ``c``'s per-layer terms at ``sbh`` and ``sbf`` elements), or where the column's layer is an encoder +
+    decoder pair, its largest block, a decoder block: its self- and cross-attention (2 of the pair's 3 attention
+    blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
+    if not encoder_decoder:
+        return full_layer
+    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
+            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
