@@ -235,10 +235,9 @@ def _memory_lines(mem: MemoryEstimate, width: int) -> list[Text]:
 def paged_words(mem: MemoryEstimate, pcie_generation: int | None) -> str:
     """Where a paged optimizer's states live (:mod:`advisor.engine.paged`) and what paging them costs a step."""
     evicted = evicted_bytes(mem.device_bytes, mem.paged_bytes, mem.capacity_bytes)
-    where = (f"{gib(evicted)} of them in CPU RAM, paging ≥ {paging_seconds(evicted, pcie_generation):.2f} s a step "
-             f"over PCIe {pcie_generation or 4}" if evicted else "on the GPU while it has room")
-    return (f"{gib(mem.paged_bytes)} of optimizer states in CUDA unified memory (bitsandbytes, outside the peak): "
-            f"{where}")
+    where = (f", {gib(evicted)} in CPU RAM: paging ≥ {paging_seconds(evicted, pcie_generation):.2f} s/step (PCIe "
+             f"{pcie_generation or 4})" if evicted else " (bitsandbytes), on the GPU while it has room")
+    return f"{gib(mem.paged_bytes)} optimizer states in CUDA unified memory{where}"
 
 
 def _gain_words(gain, rec: Recommendation) -> str:

@@ -85,4 +85,18 @@ def test_the_memory_table_says_where_paged_states_live() -> None:
     out = io.StringIO()
     Console(file=out, width=100, color_system=None).print(memory_table(mem, 4))
     text = " ".join(out.getvalue().split())
-    assert "of which paged" in text and "unified memory" in text and "in CPU RAM" in text and "PCIe 4" in text
+    assert "of which paged" in text and "unified memory" in text and "in CPU RAM" in text and "(PCIe 4)" in text
+
+
+def test_the_card_says_where_paged_states_live() -> None:
+    """The plan card's ``paged`` line, on the GPU's own PCIe generation (the RTX 4090's 4)."""
+    from advisor.app.api import recommend
+    from advisor.app.report import plan_card
+
+    kw = {**FULL, "seq_len": 2048, "micro_batch_size": 4}
+    mem = estimate(QWEN, optimizer="paged-adamw-8bit", **kw).memory
+    rec = recommend(QWEN, gpu="rtx-4090", method="full", seq_len=2048)
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(plan_card(rec.model_copy(update={"memory": mem}), 120))
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("paged ")]
+    assert len(lines) == 1 and "unified memory" in lines[0] and "(PCIe 4)" in lines[0], out.getvalue()
