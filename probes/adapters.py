@@ -100,6 +100,13 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
     return sum(rank * stacked * (d_in + d_out) * n for d_in, d_out, n, stacked in _projections(model, targets))
 
 
+def adapter_parameters_in_matrices_of(model: ModelProfile, rank: int, targets: str, min_elements: int) -> int:
+    """The part of :func:`adapter_parameters` held in adapter matrices (each ``lora_A`` of r·stacked x d_in, each
+    ``lora_B`` of d_out x r·stacked elements) of at least ``min_elements`` elements. Returns: parameters (elements)."""
+    return sum(n * sum(e for e in (rank * stacked * d_in, rank * stacked * d_out) if e >= min_elements)
+               for d_in, d_out, n, stacked in _projections(model, targets))
+
+
 def expert_adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
     """The part of :func:`adapter_parameters` on the routed experts (0 when ``targets`` do not reach them).
     Returns: parameters (elements)."""

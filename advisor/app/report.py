@@ -13,6 +13,7 @@ from advisor.core.text import MAX_LINE, shown  # and its control characters are 
 from advisor.app.charts import memory_bar, memory_key
 
 from advisor.engine.memory import MemoryEstimate, Verdict
+from advisor.engine.paged import evicted_bytes, paging_seconds
 from advisor.core.dimensions import PLAN_LINE
 from advisor.core.units import GIB
 from advisor.engine.recommendation import Recommendation
@@ -87,8 +88,8 @@ VERDICTS = {Verdict.FITS: ("fits", "green"), Verdict.TIGHT: ("tight: validate fi
             Verdict.NO_FIT: ("does not fit", "red")}
 
 
-def memory_table(mem: MemoryEstimate) -> Table:
-    """Memory components against capacity."""
+def memory_table(mem: MemoryEstimate, pcie_generation: int | None = None) -> Table:
+    """Memory components against capacity (paged optimizer states: where they live, under it)."""
     t = Table(title="Memory per device", title_justify="left")
     t.add_column("component")
     t.add_column("bytes", justify="right")
@@ -99,6 +100,9 @@ def memory_table(mem: MemoryEstimate) -> Table:
         t.add_row(name.removesuffix("_bytes").replace("_", " "), gib(value), f"{value / total:.0%}")
     t.add_row("peak (live tensors)", gib(mem.peak_bytes) + band(mem.band), "", style="bold")
     t.add_row("device in use (NVML)", gib(mem.device_bytes) + band(mem.band), "", style="bold")
+    if mem.paged_bytes:  # bitsandbytes' paged states (advisor.engine.paged)
+        t.add_row("of which paged", gib(mem.paged_bytes), "", style="dim")
+        t.caption, t.caption_justify = paged_words(mem, pcie_generation), "left"
     words, colour = VERDICTS[mem.device_verdict if mem.host_bytes else mem.verdict]
     t.add_row("usable of capacity", f"{gib(mem.usable_bytes)} of {gib(mem.capacity_bytes)}", Text(words, style=colour))
     if mem.host_bytes:  # an offload: the host's RAM is the other half of the verdict
@@ -199,6 +203,8 @@ def plan_card(rec: Recommendation, width: int) -> Group:
     if mem.host_bytes and rec.hardware.host_memory_assumed:  # an offload checked against the catalog's server
         figures.append(_line(("host   ", "bold"), f"{gib(mem.host_bytes)} in RAM of {gib(mem.host_capacity_bytes or 0)} "
                              "per node assumed (the catalog's typical server; --host-memory SIZE for yours)"))
+    if mem.paged_bytes:  # where a paged optimizer's states live
+        figures.append(_line(("paged  ", "bold"), paged_words(mem, getattr(rec.hardware.gpu, "pcie_generation", None))))
     if sp.local_calibration:  # the runs measured on this machine (advisor runs)
         figures.append(_line("       ", (sp.local_calibration.describe(), "green")))
     footer = [_line(("--explain: the reasons, rule ids, sources, every alternative · --json: all of it", "dim"))]
@@ -224,6 +230,14 @@ def _memory_lines(mem: MemoryEstimate, width: int) -> list[Text]:
     return [_line(("memory ", "bold"), fits, f" · peak {gib(mem.peak_bytes)}{band(mem.band)} · device "
                   f"{mem.device_bytes / GIB:,.2f} of {gib(mem.capacity_bytes)} ({mem.usable_bytes / GIB:,.2f} usable)"),
             Text.assemble("       ", bar, (f" {share:.0%}", fits[1])), memory_key(parts, width)]
+
+
+def paged_words(mem: MemoryEstimate, pcie_generation: int | None) -> str:
+    """Where a paged optimizer's states live (:mod:`advisor.engine.paged`) and what paging them costs a step."""
+    evicted = evicted_bytes(mem.device_bytes, mem.paged_bytes, mem.capacity_bytes)
+    where = (f", {gib(evicted)} in CPU RAM: paging ≥ {paging_seconds(evicted, pcie_generation):.2f} s/step (PCIe "
+             f"{pcie_generation or 4})" if evicted else " (bitsandbytes), on the GPU while it has room")
+    return f"{gib(mem.paged_bytes)} optimizer states in CUDA unified memory{where}"
 
 
 def _gain_words(gain, rec: Recommendation) -> str:
@@ -292,7 +306,7 @@ def print_recommendation(rec: Recommendation, console: Console, *, explain: bool
         alts = Text("\n".join(f"{value_text(a.value)}: {a.reason}" for a in s.alternatives), overflow="fold")
         t.add_row(name, value_text(s.value), why, alts)
     console.print(t)
-    console.print(memory_table(rec.memory))
+    console.print(memory_table(rec.memory, getattr(rec.hardware.gpu, "pcie_generation", None)))
     console.print(speed_table(rec.speed))
     if rec.warnings:
         w = Table(title="Warnings", title_justify="left", show_header=False)

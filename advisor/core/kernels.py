@@ -235,6 +235,14 @@ def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKern
 LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "qwen2", "qwen2_moe",
                                "qwen3", "qwen3_moe", "phi3", "granite", "olmo2", "mllama"})
 
+#: Model types whose transformers code runs the tanh GELU in Python by default (``activation_function`` /
+#: ``hidden_act`` "gelu_new": ``transformers/activations.py`` ``NewGELUActivation``, 0.5·x·(1 + tanh(√(2/π)·(x +
+#: 0.044715·x³))) op by op), for which autograd saves three tensors of the MLP's width beside its input (the tanh's
+#: output, 0.5·x and 1 + tanh): GPT-2, GPT-Neo, GPT-J, CodeGen, Phi-1/2. The other families' code runs one GELU kernel
+#: that keeps its input only (``F.gelu`` / ``nn.GELU``: MPT's ``MptMLP``, GPT-NeoX, Falcon, BERT; BLOOM's
+#: ``GeLUFunction`` saves its input), or SiLU (the gated MLPs).
+PYTHON_GELU_MODEL_TYPES = frozenset({"gpt2", "gpt_neo", "gptj", "codegen", "phi"})
+
 #: Optional packages the probes report (import name → distribution name): what makes a plan value runnable here.
 STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3",
                   "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",

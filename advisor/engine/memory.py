@@ -52,12 +52,13 @@ from probes.model import ModelProfile
 from advisor.engine.states import host_bytes, host_fits, host_usable_bytes, model_states
 from advisor.engine.calibration import _calibration, calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, selective_kept_bytes
-from advisor.engine.structural import (compute_bytes, fused_layer_savings, layer_activation_bytes, norm_bytes,
-                                       residual_bytes)
+from advisor.engine.structural import (compute_bytes, fused_layer_savings, fused_loss_head_bytes,
+                                       layer_activation_bytes, norm_bytes, recomputed_block_bytes, residual_bytes)
 from probes.cuda_stack import LAZY_CONTEXT_BYTES
 from advisor.engine.allocator import device_bytes
 from advisor.engine.experts import merged_expert_bytes
-from advisor.engine.bands import Verdict, verdict_of
+from advisor.engine.bands import Verdict
+from advisor.engine.paged import paged_state_bytes, paged_verdict
 from advisor.core.kernels import Attention, Checkpointing, LossKernel, LossKernelSpec, loss_kept
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device, Family, Precision, Task
 from advisor.core.dimensions import NOT_ACTIVATIONS, Setting
@@ -77,7 +78,7 @@ class MemoryComponents(BaseModel):
 
     weights_bytes: int = Field(description="parameters: fp32 masters, plus 16-bit copies under mixed precision")
     gradients_bytes: int = Field(description="parameter gradients (and DDP's bucket copy)")
-    optimizer_states_bytes: int = Field(description="optimizer state (ZeRO: this device's shard)")
+    optimizer_states_bytes: int = Field(description="optimizer state (ZeRO: this device's shard; paged_bytes of it paged)")
     activations_bytes: int = Field(description="activations saved for backward, logits and loss included")
     temporary_bytes: int = Field(description="transient buffers: loss gradient, optimizer-step temporaries")
     cuda_context_bytes: int = Field(description="CUDA context and library workspaces (0 on the CPU)")
@@ -89,12 +90,14 @@ class MemoryEstimate(BaseModel):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     peak_bytes: int = Field(description="most bytes held by live tensors during a step (torch.cuda.max_memory_allocated)")
-    device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + context")
+    device_bytes: int = Field(description="what the device shows in use at that moment (NVML used): allocator reserve + "
+                                          "context + paged_bytes")
     capacity_bytes: int = Field(description="device memory (RAM on the CPU), bytes")
     usable_bytes: int = Field(description="capacity less the safety margin: plans must keep device_bytes below it")
     fits: bool = Field(description="device_bytes <= usable_bytes, and host_bytes within the host's usable RAM")
-    fits_capacity: bool = Field(False, description="device_bytes <= capacity_bytes, and host_bytes within the host's "
-                                                   "usable RAM: the step should run, but without the safety margin "
+    fits_capacity: bool = Field(False, description="device_bytes less paged_bytes <= capacity_bytes, and host_bytes "
+                                                   "within the host's usable RAM: the step should run, but without "
+                                                   "the safety margin "
                                                    "when fits is false (a tight plan)")
     host_bytes: int = Field(0, description="CPU RAM one node holds for offloaded states, parameters and "
                                            "activations, bytes (0 without offload)")
@@ -107,6 +110,10 @@ class MemoryEstimate(BaseModel):
     verdict: Verdict = Verdict.NO_FIT
     """fits (within the usable bytes) / tight (past the margin, within the tight limit of the capacity: validate it
     first) / does not fit; host_bytes within the host's usable RAM for the first two"""
+    paged_bytes: int = 0
+    """of the optimizer states, bytes per device in CUDA unified memory (bitsandbytes' paged optimizers,
+    :mod:`advisor.engine.paged`): not in peak_bytes; counted as resident in device_bytes, evicted to CPU RAM
+    when the device lacks the room (then tight: it runs, slower)"""
     band: float | None = None
     """the uncertainty of peak_bytes and device_bytes, relative (0.03: ± 3 %): the published runs of the plan's
     class (method, sharding, GPU generation) scored leave-one-source-out; None on the CPU"""
@@ -114,7 +121,7 @@ class MemoryEstimate(BaseModel):
     @property
     def device_verdict(self) -> Verdict:
         """:class:`Verdict` of the device alone (:func:`verdict_of`), whatever the host's RAM says."""
-        return verdict_of(self.device_bytes, self.usable_bytes, self.capacity_bytes)
+        return paged_verdict(self.device_bytes, self.paged_bytes, self.usable_bytes, self.capacity_bytes)
 
     @property
     def host_usable_bytes(self) -> int | None:
@@ -160,17 +167,6 @@ def _selective_kept(model: ModelProfile, plan: Plan, seq_len: int) -> int:
     if Checkpointing.of(plan.checkpointing) is not Checkpointing.SELECTIVE_OP:
         return 0
     return selective_kept_bytes(model, plan, seq_len, compute_bytes(plan))
-
-
-def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, encoder_decoder: bool) -> float:
-    """Bytes of one checkpointed block's recomputable activations: a whole layer (``full_layer``, a calibration
-    column ``c``'s per-layer terms at ``sbh`` and ``sbf`` elements), or where the column's layer is an encoder +
-    decoder pair, its largest block, a decoder block: its self- and cross-attention (2 of the pair's 3 attention
-    blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
-    if not encoder_decoder:
-        return full_layer
-    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
-            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
 
 
 def _calibrated_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, c: dict,
@@ -328,6 +324,21 @@ def _offloaded(model: ModelProfile, plan: Plan, seq_len: int, eager: bool, resid
     return max(kept - resident, 0) // max(plan.tensor_parallel, 1)
 
 
+def _per_device(model: ModelProfile, plan: Plan, seq_len: int, act: int, backward_extra: int) -> tuple[int, int]:
+    """One device's (activations, backward's extra), bytes, from the whole micro-batch's: tensor parallel with sequence
+    parallelism splits every activation of a layer over the t ranks, sbh·34/t (Korthikanti et al. 2022,
+    https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the vocabulary-parallel loss splits the logits
+    (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's ``loss_parallel``); Megatron-Core / NeMo turn
+    sequence parallelism on with TP and torchtitan's TP plan shards the norms' sequence. Under the 1F1B schedule the
+    first pipeline stage keeps p micro-batches of its L/p layers in flight: one micro-batch's worth of the whole model
+    (Narayanan sec. 2.2.1), an interleaved one more (:func:`pipeline_in_flight`). LoRA on the routed experts adds their
+    merged weights (:func:`advisor.engine.experts.merged_expert_bytes`), Liger's fused loss the gradients it makes in
+    the forward (:func:`advisor.engine.structural.fused_loss_head_bytes`)."""
+    tp, merged = max(plan.tensor_parallel, 1), merged_expert_bytes(model, plan)
+    return (int(act * pipeline_in_flight(plan)) // tp + merged[0],
+            backward_extra // tp + merged[1] + fused_loss_head_bytes(model, plan, seq_len))
+
+
 def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_bytes: int,
                     safety_margin: float = 0.10, *, attention: str | None = None,
                     cuda_context_bytes: int = LAZY_CONTEXT_BYTES, nodes: int = 1,
@@ -353,16 +364,10 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     eager, seq_len = Attention.of(attention or plan.attention).spec.keeps_scores, -(-seq_len // plan.context_parallel)
     act, backward_extra = _activation_bytes(model, plan, seq_len, eager)
     offloaded, tp = _offloaded(model, plan, seq_len, eager, act) if plan.activation_offloading else 0, max(plan.tensor_parallel, 1)
-    # tensor parallel with sequence parallelism splits every activation of a layer over the t ranks,
-    # sbh·34/t (Korthikanti et al. 2022, https://arxiv.org/abs/2205.05198 sec. 4.2.2 and Table 2), and the
-    # vocabulary-parallel loss splits the logits (Megatron-LM's ``vocab_parallel_cross_entropy``, torchtitan's
-    # ``loss_parallel``); Megatron-Core / NeMo turn sequence parallelism on with TP and torchtitan's TP plan
-    # shards the norms' sequence. Under the 1F1B schedule the first pipeline stage keeps p micro-batches of its
-    # L/p layers in flight: one micro-batch's worth of the whole model (Narayanan sec. 2.2.1), an interleaved one
-    # more (:func:`pipeline_in_flight`).
-    merged = merged_expert_bytes(model, plan)  # LoRA on the routed experts: merged weights (engine.experts)
-    act, backward_extra = int(act * pipeline_in_flight(plan)) // tp + merged[0], backward_extra // tp + merged[1]
+    act, backward_extra = _per_device(model, plan, seq_len, act, backward_extra)
     s = model_states(model, plan, nodes)
+    paged = paged_state_bytes(model, plan, s.optimizer)  # in unified memory, outside the allocator's peak
+    resident = s.weights + s.optimizer - paged
     grads_total = s.grads + s.buckets
     # autocast's weight casts live in its cache through the forward; in the backward only those
     # autograd saved remain: all of them, or under checkpointing only the (non-checkpointed) head's
@@ -371,20 +376,20 @@ def estimate_memory(model: ModelProfile, plan: Plan, seq_len: int, capacity_byte
     backward_phase = max(s.copies16 + act, copies16_backward + act + backward_extra)
     if plan.gradient_accumulation_steps > 1 or PARALLELISM_SPECS[plan.parallelism].stage:
         # the gradients of earlier micro-batches stay through the next forward and backward
-        peak = s.weights + s.optimizer + grads_total + max(backward_phase, s.step_temp)
+        peak = resident + grads_total + max(backward_phase, s.step_temp)
     else:
-        peak = s.weights + s.optimizer + max(backward_phase + s.buckets, grads_total + s.step_temp)
+        peak = resident + max(backward_phase + s.buckets, grads_total + s.step_temp)
     context = cuda_context_bytes if plan.device == Device.CUDA else 0
     components = MemoryComponents(
         weights_bytes=s.weights + s.copies16, gradients_bytes=grads_total, optimizer_states_bytes=s.optimizer,
         activations_bytes=act, temporary_bytes=max(backward_extra, s.step_temp), cuda_context_bytes=context)
-    device = device_bytes(int(peak), plan, context, persistent_bytes(components))
+    device = device_bytes(int(peak), plan, context, persistent_bytes(components) - paged) + paged
     usable = int(capacity_bytes * (1 - safety_margin))
     host = host_bytes(model, plan, nodes) + offload_host_bytes(model, plan, seq_len, nodes, offloaded)
     on_host = host_fits(host, host_capacity_bytes)
     return MemoryEstimate(peak_bytes=int(peak), device_bytes=device, capacity_bytes=capacity_bytes,
                           usable_bytes=usable, fits=device <= usable and on_host,
-                          fits_capacity=device <= capacity_bytes and on_host, components=components,
-                          verdict=verdict_of(device, usable, capacity_bytes, on_host),
+                          fits_capacity=device - paged <= capacity_bytes and on_host, components=components,
+                          verdict=paged_verdict(device, paged, usable, capacity_bytes, on_host), paged_bytes=paged,
                           host_bytes=host, host_capacity_bytes=host_capacity_bytes,
                           activations_offloaded_bytes=offloaded)

@@ -36,7 +36,8 @@ memory.band and speed.step_time_band (the uncertainty from the published runs' l
 --emit target whose files alone run some settings: trl); hardware.typical_host_memory_bytes / typical_host_source
 (the catalog's typical server's RAM, what offload is checked against without --host-memory).
 1.24: speed.local_calibration (and compare's rows' local_calibration): the correction of the runs measured on this
-machine (advisor runs), when applied.
+machine (advisor runs), when applied. 1.25: memory.paged_bytes (optimizer states bitsandbytes' paged optimizers keep in
+CUDA unified memory: outside peak_bytes, evicted to CPU RAM when the device lacks the room).
 """
 
-SCHEMA_VERSION = "1.24"
+SCHEMA_VERSION = "1.25"

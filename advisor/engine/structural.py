@@ -6,7 +6,7 @@ keep, for every family.
 
 from __future__ import annotations
 
-from advisor.core.kernels import Framework, LossKernel
+from advisor.core.kernels import PYTHON_GELU_MODEL_TYPES, Framework, LossKernel
 from probes.model import ModelProfile
 from advisor.core.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from advisor.core.plan import Plan
@@ -48,7 +48,8 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     The residual stream and the norms' inputs take :func:`residual_bytes` (fp32 under autocast over fp32 weights,
     16-bit over 16-bit weights); an RMSNorm also keeps its fp32 upcast (the Hugging Face models' RMSNorm computes
     in fp32), a LayerNorm its input only; matmul inputs, attention q/k/v/output and MLP intermediates are in the
-    compute dtype; dropout masks are 1 byte per element. A frozen linear layer keeps no input (autograd saves a
+    compute dtype; dropout masks are 1 byte per element; a GELU computed op by op in Python
+    (:data:`~advisor.core.kernels.PYTHON_GELU_MODEL_TYPES`) three tensors of the MLP's width more. A frozen linear layer keeps no input (autograd saves a
     matmul's input for the weight gradient only): under adapters on the attention projections the MLP's last
     matmul keeps none (its other inputs are saved by the activation before it). Eager attention adds the softmax
     output (fp32 under autocast), its dropout mask and the 16-bit copy the next matmul saves (s x s per head).
@@ -91,8 +92,9 @@ def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cro
     if model.gated_mlp:  # gate and up outputs, the activation's output, their product (the down matmul's input);
         # a fused SwiGLU keeps no activation output: it recomputes silu from the gate
         total += norm + a * sbh + ((3 if frozen_mlp else 4) - (1 if megatron else 0)) * a * sbf
-    else:  # the first matmul's output, the activation's (the second matmul's input)
-        total += norm + a * sbh + (1 if frozen_mlp else 2) * a * sbf + drop * sbh
+    else:  # the first matmul's output, the activation's (the second matmul's input); a Python tanh GELU three more
+        python_gelu = 3 if model.model_type in PYTHON_GELU_MODEL_TYPES and not megatron else 0
+        total += norm + a * sbh + ((1 if frozen_mlp else 2) + python_gelu) * a * sbf + drop * sbh
     return total
 
 
@@ -128,3 +130,36 @@ def fused_layer_savings(model: ModelProfile, plan: Plan, seq_len: int, mlp_bytes
         masks = 3 * sbh if model.dropout else 0  # attention-output, MLP and residual dropout masks, 1 B each
         return int(norms + max(mlp_bytes - kept, 0) * sbf + masks)
     return int(norms + a * sbf)
+
+
+def fused_loss_head_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> int:
+    """Bytes Liger's fused linear cross-entropy holds from the loss, in the forward, through the backward, per device:
+    what its saving of the logits does not cover. Read from its source (``liger_kernel/ops/
+    fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward``): it computes the gradients in the forward
+    and saves them for the backward: ``grad_input = torch.zeros_like(_input)`` (tokens x h, the hidden state's dtype)
+    and, when the head is trained (full fine-tuning; LoRA freezes it: None), ``grad_weight = torch.zeros_like(weight)``
+    (V x h in the weight's dtype as the forward sees it: fp32 weights under autocast, the 16-bit gathered copy under
+    ZeRO / FSDP mixed precision; vocabulary-parallel: V/t); and while it runs, one chunk of logits bounded to about
+    tokens x h elements (``chunk_size = next_power_of_2(cdiv(BT, cdiv(V, H)))``). Under sharding the head's
+    gradient is whole on every rank until the backward's reduce-scatter, where the other gradients are shards.
+    0 for other losses. Not yet measured on a GPU."""
+    if LossKernel.of(plan.loss_kernel).spec.grad_logits:
+        return 0
+    a, t = compute_bytes(plan), max(plan.tensor_parallel, 1)
+    tokens = plan.micro_batch_size * seq_len * model.hidden_size * a * 2  # grad_input and one chunk of logits
+    if Method.of(plan.method).spec.adapters:
+        return tokens // t
+    sharded = plan.precision != Precision.FP32 and Parallelism.of(plan.parallelism).stage
+    width = 2 if sharded else WeightsDtype.of(plan.weights_dtype).bytes
+    return (tokens + width * model.vocab_size * model.hidden_size) // t
+
+
+def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, encoder_decoder: bool) -> float:
+    """Bytes of one checkpointed block's recomputable activations: a whole layer (``full_layer``, a calibration
+    column ``c``'s per-layer terms at ``sbh`` and ``sbf`` elements), or where the column's layer is an encoder +
+    decoder pair, its largest block, a decoder block: its self- and cross-attention (2 of the pair's 3 attention
+    blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
+    if not encoder_decoder:
+        return full_layer
+    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
+            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
