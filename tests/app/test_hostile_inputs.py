@@ -572,21 +572,23 @@ def test_a_second_sigterm_ends_torchrun_and_its_ranks(tmp_path: Path) -> None:
     import signal
     import subprocess
     import sys
-    import tempfile
 
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
-    trials = os.path.join(tempfile.gettempdir(), "advisor-trial-*")
+    own_tmp = tmp_path / "tmp"  # the run's own temporary folder: no other process's trial folder is counted
+    own_tmp.mkdir()
+    trials = os.path.join(own_tmp, "advisor-trial-*")
     before = set(glob.glob(trials))
     proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "32",
                              "--nproc", "2", "--steps", "10000", "--warmup", "1"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TMPDIR": str(own_tmp)})
     assert proc.stderr is not None
     for line in proc.stderr:
         if " step " in line:
             break
     mine = set(glob.glob(trials)) - before
+    assert mine, "no trial folder made under the run's TMPDIR"
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
