@@ -32,15 +32,16 @@ from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from probes.adapters import adapter_parameters, adapts_experts, quantized_parameters
+from probes.adapters import adapter_parameters, adapts_experts
 from advisor.engine.experts import (expert_gemm_efficiency, experts_in_fp32, loop_launch_seconds,
                                     merged_expert_traffic_bytes)
 from advisor.core.kernels import Attention
 from advisor.core.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from advisor.core.plan import Plan
 
-from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, activation_offload_seconds, communication_seconds,
-                                          model_parallel_seconds, offload_seconds)
+from advisor.engine.communication import (activation_offload_seconds, communication_seconds, model_parallel_seconds,
+                                          offload_seconds)
+from advisor.engine.overheads import dequant_seconds, launch_floor_seconds
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -312,13 +313,13 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     method = Method.of(plan.method)
     trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
         else model.num_parameters
-    if method.spec.quantized_base:
-        passes = 3 if plan.gradient_checkpointing else 2
-        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
+    compute += dequant_seconds(model, plan, bandwidth * BANDWIDTH_SHARE)  # QLoRA's 4-bit base (engine/overheads.py)
     # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
     act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp * cp)
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
+    if gpu is not None:  # the GPU waits on the CPU's launches when its kernels are shorter (engine/overheads.py)
+        micro_time = max(micro_time, launch_floor_seconds(model, plan))
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu)
     k = plan.gradient_accumulation_steps
