@@ -49,9 +49,9 @@ from probes.model import ModelProfile
 
 #: Kernels of one Llama block's forward and backward in an eager step, counted (``benchmarks/count_kernels.py``, one
 #: micro-batch on fake tensors, two layers less one): 16-bit weights (40 + 73), fp32 weights under autocast (50 + 89:
-#: the weights' casts). Transformer blocks of other families run the same kinds of ops (norms, projections,
+#: the weights' casts), fp32 throughout (36 + 69). Transformer blocks of other families run the same kinds of ops (norms, projections,
 #: attention, activation, residual adds): Llama's count stands for them.
-KERNELS_PER_BLOCK = {"sixteen": (40, 73), "autocast": (50, 89)}
+KERNELS_PER_BLOCK = {"sixteen": (40, 73), "autocast": (50, 89), "fp32": (36, 69)}
 #: Kernels one LoRA adapter adds to its block per micro-batch, forward + backward, counted as above: (all-linear's 228
 #: − q-v's 138) / (7 − 2) adapted linear layers of a Llama block (dropout, the two small matmuls, the scaling, the sum
 #: and their gradients).
@@ -59,9 +59,9 @@ KERNELS_PER_ADAPTER = 18
 #: Kernels once per micro-batch outside the blocks (the embedding, the final norm, the head and the loss), counted as
 #: above: 25 forward + 23 backward.
 KERNELS_PER_STEP = 48
-#: The matmul and attention kernels of one Llama block, forward + backward (counted as above: 23; LoRA adds 5 per
-#: adapter); a compiled block is counted as twice these (module docstring).
-MATMULS_PER_BLOCK, MATMULS_PER_ADAPTER = 23, 5
+#: The matmul and attention kernels of one Llama block, forward + backward (counted as above: 23; LoRA adds 6 per
+#: adapter: (58 − 28) / 5); a compiled block is counted as twice these (module docstring).
+MATMULS_PER_BLOCK, MATMULS_PER_ADAPTER = 23, 6
 #: Kernels of one 4-bit dequantization: ``dequantize_4bit``, and under double quantization ``dequantize_blockwise`` of
 #: the absmax and the add of its offset (bitsandbytes ``functional.dequantize_4bit``).
 DEQUANT_KERNELS = {True: 3, False: 1}
@@ -132,8 +132,9 @@ def kernels_per_micro_batch(model: ModelProfile, plan: Plan) -> float:
     if plan.torch_compile:
         per_block = 2 * (MATMULS_PER_BLOCK + MATMULS_PER_ADAPTER * adapters) * (1 + recompute / 3)
     else:
-        autocast = plan.precision != Precision.FP32 and WeightsDtype.of(plan.weights_dtype).bytes == 4
-        forward, backward = KERNELS_PER_BLOCK["autocast" if autocast else "sixteen"]
+        wide = WeightsDtype.of(plan.weights_dtype).bytes == 4
+        key = "fp32" if plan.precision == Precision.FP32 else "autocast" if wide else "sixteen"
+        forward, backward = KERNELS_PER_BLOCK[key]
         per_block = forward * (1 + recompute) + backward + KERNELS_PER_ADAPTER * adapters * (1 + recompute / 3)
     linears = _linears_per_block(model)
     if Method.of(plan.method).spec.quantized_base:
