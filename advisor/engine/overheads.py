@@ -41,7 +41,7 @@ collective with its copy-in and copy-out (:data:`FSDP_OPS_PER_COLLECTIVE`: FSDP2
 from __future__ import annotations
 
 from advisor.core.plan import Plan
-from advisor.core.vocabulary import LoraTargets, Method, Parallelism, Precision, WeightsDtype
+from advisor.core.vocabulary import Device, LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from advisor.engine.checkpointing import recompute_shares
 from advisor.engine.experts import LAUNCH_SECONDS
 from probes.adapters import quantized_parameters
@@ -151,7 +151,7 @@ def kernels_per_micro_batch(model: ModelProfile, plan: Plan) -> float:
 def launch_floor_seconds(model: ModelProfile, plan: Plan) -> float:
     """The least a micro-batch takes on one device, seconds: :func:`kernels_per_micro_batch` ×
     :data:`advisor.engine.experts.LAUNCH_SECONDS` (0 on the CPU, where nothing is launched ahead)."""
-    if plan.device != "cuda":
+    if plan.device != Device.CUDA:
         return 0.0
     return kernels_per_micro_batch(model, plan) * LAUNCH_SECONDS
 
