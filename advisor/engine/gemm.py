@@ -122,34 +122,52 @@ def _share(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: f
 FP8_CAST_BYTES = 5.0
 
 
-def fp8_speedup(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None) -> float:
+#: Transformer Engine's casts (Megatron / NeMo): the input's cast is fused into the kernel that produces it
+#: (``LayerNormLinear`` / ``LayerNormMLP`` write the norm's and the activation's output in fp8), the output gradient's
+#: cast and transpose are one kernel reading 2 B and writing 1 + 1 B, with the scale from the amax history (delayed
+#: scaling: no separate amax pass), and the weights are cast once per optimizer step and cached across its
+#: micro-batches (``is_first_microbatch``; Transformer Engine PyTorch API, ``te.Linear.forward``,
+#: https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/api/pytorch.html; FP8 primer above). Bytes per
+#: element of the gradient's and of the weights' casts; counted, not fitted.
+TE_GRAD_CAST_BYTES, TE_WEIGHT_CAST_BYTES = 4.0, 3.0
+
+
+def fp8_speedup(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None,
+                fused_casts: bool = False, micro_batches: int = 1) -> float:
     """How much faster the blocks' linear layers run in fp8 than in 16-bit (LM head and routed experts excluded: they
     stay 16-bit), from the roofline of their shapes at each precision.
 
     fp8 tensor cores run at twice the 16-bit rate (Hopper whitepaper; Ada's fourth-generation tensor cores), so a
     GEMM's compute halves while its 1-byte operands halve the bytes its inputs move (the output stays 16-bit). Each
-    layer also casts, per step (torchao ``float8/float8_linear.py`` ``matmul_with_hp_or_float8_args``: the forward
-    casts the input and the weight; the backward casts the output's gradient and casts the saved 16-bit input and
-    weight again for the two backward GEMMs): 2·m·k + 2·k·n + m·n elements at :data:`FP8_CAST_BYTES` each. Small
-    GEMMs (short micro-batches, narrow layers) gain little: their casts and bytes weigh as much as the halved
-    compute.
+    layer also casts, per micro-batch (torchao ``float8/float8_linear.py`` ``matmul_with_hp_or_float8_args``: the
+    forward casts the input and the weight; the backward casts the output's gradient and casts the saved 16-bit input
+    and weight again for the two backward GEMMs): 2·m·k + 2·k·n + m·n elements at :data:`FP8_CAST_BYTES` each; under
+    Transformer Engine (``fused_casts``) only the output's gradient (m·n at :data:`TE_GRAD_CAST_BYTES`) and the
+    weights once per step (2·k·n / ``micro_batches`` at :data:`TE_WEIGHT_CAST_BYTES`). Small GEMMs (short
+    micro-batches, narrow layers) gain little: their casts and bytes weigh as much as the halved compute.
 
     Args:
         tokens: rows of one micro-batch; top, ridge, sms: as :func:`roofline_share` (the 16-bit ridge point, FLOP/B).
+        fused_casts: Transformer Engine's fused casts and cached weights (Megatron-style code), else torchao's.
+        micro_batches: micro-batches per optimizer step (the cached weights' casts are shared by them).
     Returns:
         the 16-bit time over the fp8 time (> 0; 1 when the model has no such layers).
     """
     shapes = tuple(s for s in gemm_shapes(model, tokens, experts=False) if s[2] != model.vocab_size or s[3] != 1)
-    return _fp8_ratio(shapes, top, ridge, sms)
+    return _fp8_ratio(shapes, top, ridge, sms, fused_casts, max(micro_batches, 1))
 
 
 @lru_cache(maxsize=4096)
-def _fp8_ratio(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None) -> float:
+def _fp8_ratio(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None,
+               fused_casts: bool, micro_batches: int) -> float:
     """:func:`fp8_speedup` of the given shapes (cached)."""
     sixteen = eight = 0.0
     for m, k, n, c in shapes:  # a layer's three GEMMs (the forward's, ∂x's, ∂W's), in units of 1 / the 16-bit peak
         compute = 2.0 * m * k * n * c / top * (1 / _fill(m, n, sms) + 1 / _fill(m, k, sms) + 1 / _fill(k, n, sms))
         sixteen += compute + 3 * 2.0 * (m * k + k * n + m * n) * c * ridge
-        casts = FP8_CAST_BYTES * (2 * m * k + 2 * k * n + m * n) * c
+        if fused_casts:
+            casts = (TE_GRAD_CAST_BYTES * m * n + TE_WEIGHT_CAST_BYTES * 2 * k * n / micro_batches) * c
+        else:
+            casts = FP8_CAST_BYTES * (2 * m * k + 2 * k * n + m * n) * c
         eight += compute / 2 + 3 * ((m * k + k * n) + 2.0 * m * n) * c * ridge + casts * ridge
     return sixteen / eight if eight else 1.0

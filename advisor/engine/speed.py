@@ -35,7 +35,7 @@ from probes.model import ModelProfile
 from probes.adapters import adapter_parameters, adapts_experts
 from advisor.engine.experts import (expert_gemm_efficiency, experts_in_fp32, loop_launch_seconds,
                                     merged_expert_traffic_bytes)
-from advisor.core.kernels import Attention
+from advisor.core.kernels import Attention, Framework
 from advisor.core.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from advisor.core.plan import Plan
 
@@ -243,7 +243,9 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
     if plan.fp8 and gpu is not None and gpu.tensor_cores:  # fp8's gain by GEMM shape (advisor.engine.gemm)
         head = 2.0 * model.vocab_size * model.hidden_size * b * seq_len if Task.of(model.task).language_modeling else 0
         share = max(dense - head, 0.0) / dense if dense else 0.0
-        executed_dense *= (1 - share) + share / fp8_speedup(model, b * seq_len, *_roofline_args(plan, gpu))
+        te = Framework.of(plan.framework) is Framework.MEGATRON  # Transformer Engine's layers: fused casts
+        gain = fp8_speedup(model, b * seq_len, *_roofline_args(plan, gpu), te, plan.gradient_accumulation_steps)
+        executed_dense *= (1 - share) + share / gain
     seconds = executed_dense / (peak * eff)
     if routed:
         seconds += (routed_passes + recompute) * routed / _expert_rate(model, plan, seq_len, gpu, host, peak)
