@@ -64,7 +64,9 @@ def former_traffic(model, plan, seq_len: int) -> float:
 def traffic_mode():
     """A ``TorchDispatchMode`` adding each op's input and output bytes to ``.traffic`` (views and metadata ops and
     :data:`PRICED_APART_OPS`: nothing; :data:`COMPUTE_OPS`: to ``.compute_bytes``; the inputs of
-    :data:`GATHERED_INPUTS`: nothing, their output counts the rows read), per op name in ``.by_op``."""
+    :data:`GATHERED_INPUTS`: nothing, their output counts the rows read), per op name in ``.by_op``; ``.kernels``
+    counts the ops that launch a kernel (every op with a tensor output but the views and :data:`NO_KERNEL_OPS`),
+    ``.compute_kernels`` those of :data:`COMPUTE_OPS`."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -75,14 +77,18 @@ def traffic_mode():
             self.traffic = 0
             self.compute_bytes = 0
             self.by_op: dict[str, int] = {}
+            self.kernels = self.compute_kernels = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             name = func.overloadpacket.__name__
-            if func.is_view or name in NO_KERNEL_OPS or name in PRICED_APART_OPS:
+            if func.is_view or name in NO_KERNEL_OPS:
                 return out
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             if not outputs:  # a metadata query (device, size, is_contiguous...): no kernel
+                return out
+            self.kernels += 1
+            if name in PRICED_APART_OPS:
                 return out
             gathered = GATHERED_INPUTS.get(name, ())
             inputs = [a for i, a in enumerate(args) if i not in gathered]
@@ -90,6 +96,7 @@ def traffic_mode():
             nbytes = sum(t.numel() * t.element_size() for t in tensors)
             if name in COMPUTE_OPS:
                 self.compute_bytes += nbytes
+                self.compute_kernels += 1
             else:
                 self.traffic += nbytes
                 self.by_op[name] = self.by_op.get(name, 0) + nbytes
@@ -121,7 +128,7 @@ def counted_traffic(model, plan, seq_len: int, raw: dict | None = None):
         with mode:
             with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
                 loss = net(**batch).loss
-            mode.forward_traffic = mode.traffic
+            mode.forward_traffic, mode.forward_kernels = mode.traffic, mode.kernels
             loss.backward()
     return mode
 

@@ -22,10 +22,11 @@ from probes.model import ModelProfile
 from advisor.core.vocabulary import Family, Task
 
 
-def gemm_shapes(model: ModelProfile, tokens: int) -> list[tuple[float, int, int, int]]:
+def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[tuple[float, int, int, int]]:
     """(m, k, n, how many) of the forward matmuls of one micro-batch of ``tokens`` rows (the backward's two GEMMs a
     layer have the same three sizes); a MoE block's routed experts each see tokens·k/E rows (its capacity factor
-    pads them), of a width ffn_size / (k + shared experts)."""
+    pads them), of a width ffn_size / (k + shared experts); ``experts=False`` leaves the routed experts out (the
+    dense layers' roofline: :mod:`advisor.engine.experts` prices the routed experts' GEMMs apart)."""
     h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
     kv = model.num_key_value_heads * model.head_dim
     blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
@@ -39,8 +40,9 @@ def gemm_shapes(model: ModelProfile, tokens: int) -> list[tuple[float, int, int,
         k = max(model.experts_per_token, 1)
         width = max(f // (k + model.shared_experts), 1)
         rows = tokens * k * (model.capacity_factor or 1.0) / model.num_experts
-        experts = model.num_experts * model.moe_layers
-        shapes += [(rows, h, width, up * experts), (rows, width, h, experts)]
+        if experts:
+            count = model.num_experts * model.moe_layers
+            shapes += [(rows, h, width, up * count), (rows, width, h, count)]
         if model.shared_experts:
             shapes += [(tokens, h, width * model.shared_experts, up * model.moe_layers),
                        (tokens, width * model.shared_experts, h, model.moe_layers)]
@@ -77,7 +79,7 @@ def _fill(rows: float, cols: int, sms: int | None) -> float:
 
 
 def roofline_share(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None,
-                   width: float = 2.0) -> float:
+                   width: float = 2.0, experts: bool = True) -> float:
     """The fraction of the peak the step's matmuls reach together, at most ``top``: Σ FLOPs / peak over
     Σ (FLOPs / (peak · top · fill) + bytes / usable bandwidth), as a multiple of the peak. Each layer runs three
     GEMMs of equal FLOPs (the forward's, ∂x's and ∂W's), whose outputs are tokens x d_out, tokens x d_in and
@@ -89,10 +91,12 @@ def roofline_share(model: ModelProfile, tokens: int, top: float, ridge: float, s
         ridge: the GPU's peak FLOP/s over its usable bandwidth (bytes/s × ``speed.BANDWIDTH_SHARE``), FLOP/B.
         sms: the GPU's streaming multiprocessors (:data:`SMS`; None: every GEMM fills them).
         width: bytes an element of the operands (2: 16-bit).
+        experts: with the routed experts' shapes (False: the dense layers alone, as the speed model prices them).
     Returns:
         a share of the peak in (0, top].
     """
-    return _share(tuple(gemm_shapes(model, tokens)), top, ridge, sms, width)
+    return _share(tuple(gemm_shapes(model, tokens, experts)), top, ridge, sms, width)
+
 
 
 @lru_cache(maxsize=4096)
@@ -108,3 +112,62 @@ def _share(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: f
     if not flops:
         return top
     return flops / (compute + moved * ridge)
+
+
+#: Bytes one dynamic fp8 cast moves per element cast: its absolute maximum read (2 B of 16-bit), then the scaled
+#: cast reading it again and writing one byte (torchao ``float8/float8_scaling_utils.py``
+#: ``hp_tensor_to_float8_dynamic``: ``tensor_to_scale`` (amax) then ``hp_tensor_and_scale_to_float8``; Transformer
+#: Engine "Using FP8 with Transformer Engine", delayed / current scaling,
+#: https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/examples/fp8_primer.html). Counted, not fitted.
+FP8_CAST_BYTES = 5.0
+
+
+#: Transformer Engine's casts (Megatron / NeMo): the input's cast is fused into the kernel that produces it
+#: (``LayerNormLinear`` / ``LayerNormMLP`` write the norm's and the activation's output in fp8), the output gradient's
+#: cast and transpose are one kernel reading 2 B and writing 1 + 1 B, with the scale from the amax history (delayed
+#: scaling: no separate amax pass), and the weights are cast once per optimizer step and cached across its
+#: micro-batches (``is_first_microbatch``; Transformer Engine PyTorch API, ``te.Linear.forward``,
+#: https://docs.nvidia.com/deeplearning/transformer-engine/user-guide/api/pytorch.html; FP8 primer above). Bytes per
+#: element of the gradient's and of the weights' casts; counted, not fitted.
+TE_GRAD_CAST_BYTES, TE_WEIGHT_CAST_BYTES = 4.0, 3.0
+
+
+def fp8_speedup(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None,
+                fused_casts: bool = False, micro_batches: int = 1) -> float:
+    """How much faster the blocks' linear layers run in fp8 than in 16-bit (LM head and routed experts excluded: they
+    stay 16-bit), from the roofline of their shapes at each precision.
+
+    fp8 tensor cores run at twice the 16-bit rate (Hopper whitepaper; Ada's fourth-generation tensor cores), so a
+    GEMM's compute halves while its 1-byte operands halve the bytes its inputs move (the output stays 16-bit). Each
+    layer also casts, per micro-batch (torchao ``float8/float8_linear.py`` ``matmul_with_hp_or_float8_args``: the
+    forward casts the input and the weight; the backward casts the output's gradient and casts the saved 16-bit input
+    and weight again for the two backward GEMMs): 2·m·k + 2·k·n + m·n elements at :data:`FP8_CAST_BYTES` each; under
+    Transformer Engine (``fused_casts``) only the output's gradient (m·n at :data:`TE_GRAD_CAST_BYTES`) and the
+    weights once per step (2·k·n / ``micro_batches`` at :data:`TE_WEIGHT_CAST_BYTES`). Small GEMMs (short
+    micro-batches, narrow layers) gain little: their casts and bytes weigh as much as the halved compute.
+
+    Args:
+        tokens: rows of one micro-batch; top, ridge, sms: as :func:`roofline_share` (the 16-bit ridge point, FLOP/B).
+        fused_casts: Transformer Engine's fused casts and cached weights (Megatron-style code), else torchao's.
+        micro_batches: micro-batches per optimizer step (the cached weights' casts are shared by them).
+    Returns:
+        the 16-bit time over the fp8 time (> 0; 1 when the model has no such layers).
+    """
+    shapes = tuple(s for s in gemm_shapes(model, tokens, experts=False) if s[2] != model.vocab_size or s[3] != 1)
+    return _fp8_ratio(shapes, top, ridge, sms, fused_casts, max(micro_batches, 1))
+
+
+@lru_cache(maxsize=4096)
+def _fp8_ratio(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None,
+               fused_casts: bool, micro_batches: int) -> float:
+    """:func:`fp8_speedup` of the given shapes (cached)."""
+    sixteen = eight = 0.0
+    for m, k, n, c in shapes:  # a layer's three GEMMs (the forward's, ∂x's, ∂W's), in units of 1 / the 16-bit peak
+        compute = 2.0 * m * k * n * c / top * (1 / _fill(m, n, sms) + 1 / _fill(m, k, sms) + 1 / _fill(k, n, sms))
+        sixteen += compute + 3 * 2.0 * (m * k + k * n + m * n) * c * ridge
+        if fused_casts:
+            casts = (TE_GRAD_CAST_BYTES * m * n + TE_WEIGHT_CAST_BYTES * 2 * k * n / micro_batches) * c
+        else:
+            casts = FP8_CAST_BYTES * (2 * m * k + 2 * k * n + m * n) * c
+        eight += compute / 2 + 3 * ((m * k + k * n) + 2.0 * m * n) * c * ridge + casts * ridge
+    return sixteen / eight if eight else 1.0

@@ -25,22 +25,23 @@ import math
 from pydantic import BaseModel, Field
 
 from advisor.engine.checkpointing import recompute_shares
-from advisor.engine.gemm import SMS, roofline_share
+from advisor.engine.gemm import SMS, fp8_speedup, roofline_share
 from advisor.engine.local_calibration import LocalCalibration
 from advisor.engine.memory import MemoryEstimate
 from advisor.engine.traffic import elementwise_traffic_bytes
 from advisor.engine.states import local_parameters
 from probes.hardware import GPUInfo, HostInfo, PeakTflops
 from probes.model import ModelProfile
-from probes.adapters import adapter_parameters, adapts_experts, quantized_parameters
+from probes.adapters import adapter_parameters, adapts_experts
 from advisor.engine.experts import (expert_gemm_efficiency, experts_in_fp32, loop_launch_seconds,
                                     merged_expert_traffic_bytes)
-from advisor.core.kernels import Attention
+from advisor.core.kernels import Attention, Framework
 from advisor.core.vocabulary import OPTIMIZER_SPECS, PARALLELISM_SPECS, Family, Method, Offload, Precision, Task, WeightsDtype
 from advisor.core.plan import Plan
 
-from advisor.engine.communication import (DEQUANT_BYTES_PER_PARAM, activation_offload_seconds, communication_seconds,
-                                          model_parallel_seconds, offload_seconds)
+from advisor.engine.communication import (activation_offload_seconds, communication_seconds, model_parallel_seconds,
+                                          offload_seconds)
+from advisor.engine.overheads import dequant_seconds, launch_floor_seconds
 
 #: Generic peak rates (TFLOP/s) and bandwidth (GB/s) by compute-capability major, for GPUs
 #: missing from the catalog: conservative values of that generation's data-center parts.
@@ -155,8 +156,16 @@ def _efficiency(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, seq_len: i
     return _efficiency_rows(plan, model, gpu, plan.micro_batch_size * seq_len)
 
 
-def _efficiency_rows(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, tokens: int) -> float:
-    """:func:`_efficiency` of a GEMM of ``tokens`` rows (a routed expert's: :mod:`advisor.engine.experts`)."""
+def _roofline_args(plan: Plan, gpu: GPUInfo) -> tuple[float, float, int | None]:
+    """(top, ridge point in FLOP/B, SMs) of the GEMM roofline (:mod:`advisor.engine.gemm`) on ``gpu``."""
+    peak, bandwidth = device_rates(plan, gpu, None)
+    top = TENSOR16_TOP if gpu.cc >= (8, 0) else TENSOR16_TOP_VOLTA
+    return top, peak / (bandwidth * BANDWIDTH_SHARE), SMS.get(gpu.catalog_id or "")
+
+
+def _efficiency_rows(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, tokens: float) -> float:
+    """:func:`_efficiency` of the dense layers' GEMMs over ``tokens`` rows (also a routed expert's curve:
+    :mod:`advisor.engine.experts`)."""
     h = model.hidden_size
     if gpu is None:
         # fitted to advisor validate on a 2-core Xeon (benchmarks/results/validate_cpu.md): fp32 trials of
@@ -165,13 +174,12 @@ def _efficiency_rows(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, token
     tensor16 = (plan.precision != Precision.FP32) and gpu.tensor_cores
     tf32 = plan.precision == Precision.FP32 and plan.tf32 and gpu.tf32
     if tensor16:  # a roofline over the step's GEMM shapes at this GPU's ridge point (advisor.engine.gemm)
-        peak, bandwidth = device_rates(plan, gpu, None)
-        eff = roofline_share(model, tokens, TENSOR16_TOP if gpu.cc >= (8, 0) else TENSOR16_TOP_VOLTA,
-                             peak / (bandwidth * BANDWIDTH_SHARE), SMS.get(gpu.catalog_id or ""))
+        top, ridge, sms = _roofline_args(plan, gpu)
+        eff = roofline_share(model, round(tokens), top, ridge, sms, experts=False)
     else:
         top, half = (0.55, 0.75e6 / h) if tf32 else (0.75, 256.0)
         eff = top * tokens / (tokens + half) * h / (h + 256)
-    if (tensor16 or tf32) and (tokens % 8 or h % 8):
+    if (tensor16 or tf32) and (round(tokens) % 8 or h % 8):
         eff *= 0.85  # misaligned GEMM dimensions fall off the tensor-core fast path
     return eff
 
@@ -185,13 +193,6 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
     if plan.precision == Precision.FP16:
         traffic += 8.0  # GradScaler: unscale and inf-check every gradient
     return traffic + 4.0  # zero_grad / accumulation buffer
-
-
-#: Achieved fp8 over bf16 matmul rate for the blocks' linear layers, dynamic scaling and casts included: fp8 tensor
-#: cores run at twice the bf16 rate (Hopper whitepaper), torchao's float8 microbenchmarks reach 1.3-1.8x on large
-#: GEMMs with its casts (https://github.com/pytorch/ao/tree/main/torchao/float8#performance). Checked, not fitted,
-#: against torchao's end-to-end figures: 1.25x on Llama 3 8B over 8 H100s, up to 1.5x at 405B.
-FP8_GEMM_SPEEDUP = 1.5
 
 
 #: The share of the datasheet memory bandwidth that memory-bound work (elementwise traffic, 4-bit dequantization,
@@ -220,7 +221,7 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
     Linear layers: 2·N·T forward, twice that backward (frozen LoRA layers: activations' gradients only, plus the
     adapters' 6·A·T, Hu et al. sec. 4.2; routed experts under LoRA on them: their merged weight's gradient too,
     :mod:`advisor.engine.experts`); fp8 runs the blocks' linear layers (not the LM head, nor the routed experts' 3-D
-    weights, which are not ``nn.Linear``) at :data:`FP8_GEMM_SPEEDUP`. The routed experts' GEMMs run as the installed
+    weights, which are not ``nn.Linear``) at :func:`advisor.engine.gemm.fp8_speedup`'s gain for their shapes. The routed experts' GEMMs run as the installed
     transformers runs them (grouped or a per-expert loop, in the weights' dtype):
     :func:`advisor.engine.experts.expert_gemm_efficiency`. Attention: forward + backward = 3x its forward at its
     kernel's efficiency. Checkpointing recomputes one forward, or its policy's share of it (:func:`recompute_shares`)."""
@@ -239,10 +240,12 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
     recompute, attention_recompute = recompute_shares(model, plan)
     executed_dense = model_linear - routed_passes * routed + recompute * dense
     eff = _efficiency(plan, model, gpu, seq_len)
-    if plan.fp8:
+    if plan.fp8 and gpu is not None and gpu.tensor_cores:  # fp8's gain by GEMM shape (advisor.engine.gemm)
         head = 2.0 * model.vocab_size * model.hidden_size * b * seq_len if Task.of(model.task).language_modeling else 0
         share = max(dense - head, 0.0) / dense if dense else 0.0
-        executed_dense *= (1 - share) + share / FP8_GEMM_SPEEDUP
+        te = Framework.of(plan.framework) is Framework.MEGATRON  # Transformer Engine's layers: fused casts
+        gain = fp8_speedup(model, b * seq_len, *_roofline_args(plan, gpu), te, plan.gradient_accumulation_steps)
+        executed_dense *= (1 - share) + share / gain
     seconds = executed_dense / (peak * eff)
     if routed:
         seconds += (routed_passes + recompute) * routed / _expert_rate(model, plan, seq_len, gpu, host, peak)
@@ -257,7 +260,7 @@ def _expert_rate(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | N
     runs = plan.model_copy(update={"precision": Precision.FP32.value}) if experts_in_fp32(plan) else plan
     rate = device_rates(runs, gpu, host)[0] if runs is not plan else peak
     return rate * expert_gemm_efficiency(model, plan, gpu, seq_len,
-                                         lambda rows: _efficiency_rows(runs, model, gpu, round(rows)))
+                                         lambda rows: _efficiency_rows(runs, model, gpu, rows))
 
 
 def padded_row_len(mean_sample_len: int, seq_len: int, micro_batch: int) -> float:
@@ -312,13 +315,13 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     method = Method.of(plan.method)
     trained = adapter_parameters(model, plan.lora_rank, plan.lora_targets) if method.spec.adapters \
         else model.num_parameters
-    if method.spec.quantized_base:
-        passes = 3 if plan.gradient_checkpointing else 2
-        compute += passes * quantized_parameters(model) / (tp * pp) * DEQUANT_BYTES_PER_PARAM / (bandwidth * BANDWIDTH_SHARE)
+    compute += dequant_seconds(model, plan, bandwidth * BANDWIDTH_SHARE)  # QLoRA's 4-bit base (engine/overheads.py)
     # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
     act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp * cp)
     mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
     micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
+    if gpu is not None:  # the GPU waits on the CPU's launches when its kernels are shorter (engine/overheads.py)
+        micro_time = max(micro_time, launch_floor_seconds(model, plan))
     micro_time += activation_offload_seconds(memory.activations_offloaded_bytes / pp, compute,
                                              recompute_shares(model, plan)[0], gpu)
     k = plan.gradient_accumulation_steps
