@@ -182,14 +182,17 @@ EXTRA_CONFIGS: list[Path] = []
 
 
 def model_ref(case: dict) -> str:
-    """What ``estimate`` gets as the model: a config folder of ours, else the (aliased) Hub id (or its file in
-    :data:`EXTRA_CONFIGS` when the shipped catalog lacks it).
+    """What ``estimate`` gets as the model: a config folder of ours (:data:`UNNAMED_MODELS`, or the case's
+    ``model.config``), else the (aliased) Hub id (or its file in :data:`EXTRA_CONFIGS` when the shipped catalog lacks
+    it).
 
     Raises:
         Skip: the case names no model we have a config for.
     """
     if case["id"] in UNNAMED_MODELS:
         return str(CONFIGS_DIR / UNNAMED_MODELS[case["id"]])
+    if case["model"].get("config"):  # a model without a Hub id whose case names its config folder
+        return str(CONFIGS_DIR / case["model"]["config"])
     hub_id = case["model"]["id"]
     if not hub_id:
         raise Skip("no model id and no config for it")
@@ -362,6 +365,9 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     accumulation = _accumulation(case, opts, gpus)
     if accumulation:
         opts["gradient_accumulation_steps"] = accumulation
+    elif w.get("global_batch_size") and not w.get("micro_batch_size"):  # estimate's micro-batch, accumulated to it
+        opts["global_batch_size"] = w["global_batch_size"]
+        notes.append("micro-batch not stated: advisor's default, accumulated to the stated global batch")
     opts.update(stack_options(case))
     opts.update(_checkpointing_policy(p.get("gradient_checkpointing")))
     return opts
@@ -506,7 +512,8 @@ def estimate_case(case: dict, notes: list[str]):
 
 def run_case(case: dict) -> Result:
     """Price one case and compare it; a case that cannot be priced comes back with ``skipped`` set."""
-    r = Result(id=case["id"], source=case["_file"], model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"], "?"),
+    r = Result(id=case["id"], source=case["_file"],
+               model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"]) or case["model"].get("config") or "?",
                gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}",
                revision=case["stack"].get("revision"))
     notes: list[str] = []
