@@ -359,7 +359,8 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         if p.get("lora_targets") not in values(LoraTargets):
             raise Skip(f"LoRA targets outside advisor's {' / '.join(values(LoraTargets))} (see the case's notes)")
         opts["lora_targets"] = p["lora_targets"]
-    if opts.get("parallelism", "").startswith("zero") and gpus == _model_split(opts):
+    if opts.get("parallelism", "").startswith("zero") and gpus == _model_split(opts) and opts.get(
+            "offload", "none") == "none":  # ZeRO-Offload on one rank still moves the optimizer to the CPU
         opts["parallelism"] = "none"  # a distributed optimizer over one data-parallel rank shards nothing
         notes.append("one data-parallel rank: the distributed optimizer shards nothing (advisor: none)")
     accumulation = _accumulation(case, opts, gpus)
