@@ -9,7 +9,7 @@ compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbyt
 reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
 ``estimate``'s own default, or to the source's framework's where it has one (QLoRA through PEFT: checkpointing on,
 :func:`_peft_kbit_recipe`), and named in the case's "why it may differ" column; nothing is invented. A case
-advisor cannot express (no catalog GPU, context parallelism, LoRA on the MLP only, a plan the rules refuse)
+advisor cannot express (no catalog GPU, LoRA on the MLP only or on q, k, v alone, a plan the rules refuse)
 is listed as skipped with its reason.
 
 Models: a Hub id in the shipped catalog (``probes/configs``) is used by id; every other model has its
@@ -182,14 +182,17 @@ EXTRA_CONFIGS: list[Path] = []
 
 
 def model_ref(case: dict) -> str:
-    """What ``estimate`` gets as the model: a config folder of ours, else the (aliased) Hub id (or its file in
-    :data:`EXTRA_CONFIGS` when the shipped catalog lacks it).
+    """What ``estimate`` gets as the model: a config folder of ours (:data:`UNNAMED_MODELS`, or the case's
+    ``model.config``), else the (aliased) Hub id (or its file in :data:`EXTRA_CONFIGS` when the shipped catalog lacks
+    it).
 
     Raises:
         Skip: the case names no model we have a config for.
     """
     if case["id"] in UNNAMED_MODELS:
         return str(CONFIGS_DIR / UNNAMED_MODELS[case["id"]])
+    if case["model"].get("config"):  # a model without a Hub id whose case names its config folder
+        return str(CONFIGS_DIR / case["model"]["config"])
     hub_id = case["model"]["id"]
     if not hub_id:
         raise Skip("no model id and no config for it")
@@ -255,26 +258,22 @@ def _optimizer(name: str | None) -> str | None:
 
 
 def _parallelism(name: str | None) -> dict:
-    """``parallelism``, ``tensor_parallel``, ``pipeline_parallel`` and ``virtual_pipeline`` for the sources' names
-    (``BASE+tpN+ppN+vpN``, vp: the interleaved schedule's chunks a stage; a name of ``tpN+ppN`` alone leaves the
-    data-parallel strategy to advisor); ``fsdp2`` is a full shard on FSDP2 (advisor's default ``fsdp_version``), the
-    other FSDP names are FSDP1's strategies (their sources' code: Answer.AI's fsdp_qlora, accelerate's default
-    through the Trainer, Lightning Fabric's FSDPStrategy), ``fsdp_version`` 1.
-
-    Raises:
-        Skip: context parallelism, which advisor cannot express.
-    """
+    """``parallelism``, ``tensor_parallel``, ``pipeline_parallel``, ``virtual_pipeline``, ``context_parallel`` and
+    ``expert_parallel`` for the sources' names (``BASE+tpN+ppN+vpN+cpN+epN``, vp: the interleaved schedule's chunks a
+    stage, cp: each sequence split over N GPUs, ep: the routed experts split over N GPUs; a name of ``tpN+ppN`` alone
+    leaves the data-parallel strategy to advisor); ``fsdp2`` is a full shard on FSDP2 (advisor's default
+    ``fsdp_version``), the other FSDP names are FSDP1's strategies (their sources' code: Answer.AI's fsdp_qlora,
+    accelerate's default through the Trainer, Lightning Fabric's FSDPStrategy), ``fsdp_version`` 1."""
     if name is None:
         return {}
     text = name.lower()
     if text.startswith("none"):
         return {"parallelism": "none"}
-    if "+cp" in text or text.startswith("cp"):
-        raise Skip(f"context parallelism ({name}) is not expressible in advisor's plan")
     base, *extra = text.split("+")
-    if base.startswith(("tp", "pp")):
+    if base.startswith(("tp", "pp", "cp", "ep")):
         base, extra = "", [base, *extra]
-    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline"}
+    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline",
+               "cp": "context_parallel", "ep": "expert_parallel"}
     out = {degrees[e[:2]]: int(e[2:]) for e in extra if e[:2] in degrees and int(e[2:]) > 1}
     if base == "fsdp2":
         out["parallelism"] = Parallelism.FSDP_FULL_SHARD.value
@@ -310,14 +309,21 @@ def _peft_kbit_recipe(case: dict) -> bool:
     return case["plan"].get("method") == Method.QLORA and "PEFT" in framework
 
 
+def _model_split(plan_opts: dict) -> int:
+    """The GPUs one data-parallel replica spans: tensor × pipeline × context parallel (expert parallel splits the
+    experts inside the data-parallel group, Megatron-Core's layout, and spans no GPUs of its own)."""
+    return plan_opts.get("tensor_parallel", 1) * plan_opts.get("pipeline_parallel", 1) * plan_opts.get(
+        "context_parallel", 1)
+
+
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
     """Gradient accumulation as stated, else global / (micro × data-parallel GPUs) when whole (the data-parallel
-    GPUs: all of them over tensor × pipeline parallel)."""
+    GPUs: all of them over tensor × pipeline × context parallel)."""
     w = case["workload"]
     if w.get("gradient_accumulation_steps"):
         return w["gradient_accumulation_steps"]
     micro, total = w.get("micro_batch_size"), w.get("global_batch_size")
-    replicas = max(gpus // (plan_opts.get("tensor_parallel", 1) * plan_opts.get("pipeline_parallel", 1)), 1)
+    replicas = max(gpus // _model_split(plan_opts), 1)
     if micro and total and total % (micro * replicas) == 0:
         return total // (micro * replicas)
     return None
@@ -353,13 +359,16 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         if p.get("lora_targets") not in values(LoraTargets):
             raise Skip(f"LoRA targets outside advisor's {' / '.join(values(LoraTargets))} (see the case's notes)")
         opts["lora_targets"] = p["lora_targets"]
-    if opts.get("parallelism", "").startswith("zero") and gpus == opts.get("tensor_parallel", 1) * opts.get(
-            "pipeline_parallel", 1):
+    if opts.get("parallelism", "").startswith("zero") and gpus == _model_split(opts) and opts.get(
+            "offload", "none") == "none":  # ZeRO-Offload on one rank still moves the optimizer to the CPU
         opts["parallelism"] = "none"  # a distributed optimizer over one data-parallel rank shards nothing
         notes.append("one data-parallel rank: the distributed optimizer shards nothing (advisor: none)")
     accumulation = _accumulation(case, opts, gpus)
     if accumulation:
         opts["gradient_accumulation_steps"] = accumulation
+    elif w.get("global_batch_size") and not w.get("micro_batch_size"):  # estimate's micro-batch, accumulated to it
+        opts["global_batch_size"] = w["global_batch_size"]
+        notes.append("micro-batch not stated: advisor's default, accumulated to the stated global batch")
     opts.update(stack_options(case))
     opts.update(_checkpointing_policy(p.get("gradient_checkpointing")))
     return opts
@@ -504,7 +513,8 @@ def estimate_case(case: dict, notes: list[str]):
 
 def run_case(case: dict) -> Result:
     """Price one case and compare it; a case that cannot be priced comes back with ``skipped`` set."""
-    r = Result(id=case["id"], source=case["_file"], model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"], "?"),
+    r = Result(id=case["id"], source=case["_file"],
+               model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"]) or case["model"].get("config") or "?",
                gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}",
                revision=case["stack"].get("revision"))
     notes: list[str] = []

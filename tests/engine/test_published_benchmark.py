@@ -109,3 +109,34 @@ def test_a_gpu_the_catalog_lacks_is_priced_with_the_figures_its_source_states() 
     assert faster.speed.step_time_s < est.speed.step_time_s  # 3.35 TB/s
     result = run_case(case)
     assert result.fits_published is True and result.fits_predicted is not None
+
+
+def test_model_parallel_names_map_to_the_plans_degrees() -> None:
+    """``BASE+tpN+ppN+vpN+cpN+epN``: every degree a source states reaches the plan; context parallel takes GPUs from the
+    data-parallel replicas (the accumulation that makes the global batch), expert parallel does not."""
+    from benchmarks.published import _accumulation, _parallelism
+
+    opts = _parallelism("zero-1+tp4+pp8+vp5+cp2+ep16")
+    assert opts == {"parallelism": "zero-1", "tensor_parallel": 4, "pipeline_parallel": 8, "virtual_pipeline": 5,
+                    "context_parallel": 2, "expert_parallel": 16}
+    case = {"workload": {"micro_batch_size": 1, "global_batch_size": 256}}
+    assert _accumulation(case, opts, 128) == 128  # 128 GPUs / (4 x 8 x 2) = 2 replicas
+    assert _parallelism("ep8") == {"expert_parallel": 8}
+
+
+def test_a_paper_case_names_its_config_and_its_global_batch_without_a_micro_batch() -> None:
+    """The Megatron-LM paper's Table 1 states the batch but not the micro-batch: estimate gets the global batch and its
+    own micro-batch; the model is the case's config folder. ZeRO-Offload on one GPU keeps its sharding (it offloads)."""
+    from benchmarks.published import CONFIGS_DIR, model_ref, plan_options
+
+    cases = {c["id"]: c for c in load_cases("megatron-lm-paper-t1-gpt-1p7b*") + load_cases("deepspeed-zero-offload*")}
+    paper = cases["megatron-lm-paper-t1-gpt-1p7b-tp1-pp1-32xa100"]
+    assert model_ref(paper) == str(CONFIGS_DIR / "megatron-lm-paper--gpt-1p7b")
+    notes: list[str] = []
+    opts = plan_options(paper, 32, notes)
+    assert opts["global_batch_size"] == 512 and "micro_batch_size" not in opts
+    assert any("micro-batch not stated" in n for n in notes)
+    result = run_case(paper)
+    assert not result.skipped and "× 16" in result.plan  # micro-batch 1, accumulated 16 x over 32 replicas = 512
+    offload = plan_options(cases["deepspeed-zero-offload-tutorial-gpt2-10b-zero2-offload-1xv100-fits"], 1, [])
+    assert (offload["parallelism"], offload["offload"]) == ("zero-2", "optimizer")
