@@ -13,9 +13,10 @@ bandwidth, so collectives' efficiency by message size follows from the call coun
 Call counts follow the code that runs: DDP all-reduces its gradient buckets (``bucket_cap_mb`` 25 MiB, PyTorch
 ``DistributedDataParallel`` docs); FSDP gathers and reduce-scatters one wrapped unit at a time, advisor wraps each
 transformer block (accelerate's ``TRANSFORMER_BASED_WRAP``); DeepSpeed ZeRO reduces in buckets of
-``reduce_bucket_size`` and ZeRO-3 fetches parameters per module in its pre-forward and pre-backward hooks, which is
-counted here as one call per block (a lower bound: DeepSpeed fetches each parameterized submodule;
-``deepspeed/runtime/zero/partitioned_param_coordinator.py``, ``fetch_sub_module``).
+``reduce_bucket_size`` and ZeRO-3 fetches parameters per module in its pre-forward and pre-backward hooks: one
+``all_gather_coalesced`` call per submodule that holds partitioned parameters, which are the linear layers (smaller
+ones persist below ``stage3_param_persistence_threshold``, 1e5 elements;
+``deepspeed/runtime/zero/partitioned_param_coordinator.py``, ``fetch_sub_module``): :func:`zero3_fetches`.
 """
 
 from __future__ import annotations
@@ -71,3 +72,29 @@ def blocks(model: ModelProfile) -> int:
 def bucket_calls(nbytes: float, bucket_bytes: float) -> int:
     """Calls a buffer of ``nbytes`` takes in buckets of ``bucket_bytes`` (at least one when there is anything)."""
     return math.ceil(nbytes / bucket_bytes) if nbytes > 0 else 0
+
+
+#: DeepSpeed ZeRO-3's ``stage3_max_reuse_distance`` default, parameter elements (1e9, DeepSpeed config docs,
+#: https://www.deepspeed.ai/docs/config-json/#zero-optimizations-for-fp16-training): a fetched parameter that will be
+#: used again within this many fetched elements is kept, not released.
+ZERO3_REUSE_ELEMENTS = 1e9
+
+
+def linears_per_block(model: ModelProfile) -> int:
+    """Linear layers of one transformer block: q, k, v, o and the MLP's (3 gated, 2 not); ZeRO-3's fetched
+    submodules of a block (:func:`zero3_fetches`)."""
+    return 4 + (3 if model.gated_mlp else 2)
+
+
+def zero3_gathers(block_elements: float, checkpointing: bool) -> int:
+    """Parameter all-gathers of each block per micro-batch under DeepSpeed ZeRO-3: the forward's and the backward's,
+    and under activation checkpointing the recomputed forward's too when the block holds more parameter elements
+    (``block_elements``, this rank's) than :data:`ZERO3_REUSE_ELEMENTS`: its parameters are then released between
+    the recomputation and the backward and fetched again; a smaller block's are kept for its backward."""
+    return 3 if checkpointing and block_elements > ZERO3_REUSE_ELEMENTS else 2
+
+
+def zero3_fetches(model: ModelProfile) -> int:
+    """``all_gather_coalesced`` calls of one parameter all-gather pass of the model under ZeRO-3: one per fetched
+    submodule (:func:`linears_per_block` of each block)."""
+    return blocks(model) * linears_per_block(model)

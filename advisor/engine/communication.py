@@ -5,7 +5,7 @@ pipeline parallel exchanges, and offloading to CPU RAM (states, parameters, acti
 from __future__ import annotations
 
 from advisor.engine.collectives import (DDP_BUCKET_BYTES, ZERO_BUCKET_ELEMENTS, blocks, bucket_calls,
-                                        ring_latency_seconds)
+                                        ring_latency_seconds, zero3_fetches, zero3_gathers)
 from advisor.engine.states import adapter_rank_sizes, local_parameters
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
@@ -51,16 +51,18 @@ def _exposed(collective_s: float, compute_s: float | None) -> float:
 
 
 def _sharded_seconds(parallelism: Parallelism, k: int, one_pass: float, grad_bytes: float, param_bytes: float,
-                     compute_s: float | None, call_s: float = 0.0, units: int = 1, buckets: int = 1) -> float:
+                     compute_s: float | None, call_s: float = 0.0, units: int = 1, buckets: int = 1,
+                     gathers: int = 2, fetches: int = 1) -> float:
     """Exposed seconds of a sharded strategy's collectives per step inside its group (see
     :func:`communication_seconds`); ``one_pass``: seconds per byte of one reduce-scatter or all-gather; ``call_s``:
     the fixed latency of one call (:func:`advisor.engine.collectives.ring_latency_seconds`), paid per wrapped unit
-    (``units``: FSDP's units, ZeRO-3's fetches) or per bucket (``buckets``: ZeRO-1 / 2)."""
+    (``units``: FSDP's), per fetched submodule (``fetches``: ZeRO-3's, each of its ``gathers`` passes a micro-batch)
+    or per bucket (``buckets``: ZeRO's gradient reduction)."""
     stage, fsdp = parallelism.stage, parallelism.fsdp
-    gathers = 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
-    per_unit = fsdp or stage >= 3
-    per_micro = gathers * (one_pass * param_bytes + units * call_s)
-    reduce = one_pass * grad_bytes + (units if per_unit else buckets) * call_s
+    zero3 = stage >= 3 and not fsdp
+    gathers = gathers if zero3 else 2 if stage >= 3 else 1 if fsdp else 0  # parameter all-gathers per micro-batch
+    per_micro = gathers * (one_pass * param_bytes + (fetches if zero3 else units) * call_s)
+    reduce = one_pass * grad_bytes + (units if fsdp else buckets) * call_s
     if fsdp:  # sync_each_batch: a reduce-scatter every micro-batch, beside its backward
         return k * _exposed(per_micro + reduce, compute_s)
     if stage == 1:  # reduce at the boundary, then all-gather the updated partitions: both exposed
@@ -88,7 +90,9 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
       (DeepSpeed maintainers, https://github.com/deepspeedai/DeepSpeed/issues/2252), overlapped with the backward
       (``overlap_comm``); the parameter all-gather after the step is not.
     - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward and reduce-scatters
-      the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped.
+      the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped; under
+      checkpointing a block larger than the reuse distance is gathered a third time for its recomputation
+      (:func:`advisor.engine.collectives.zero3_gathers`), and each gather is one call per fetched submodule.
     - FSDP: the emitted TrainingArguments set accelerate's ``sync_each_batch``
       (``accelerator_config.gradient_accumulation_kwargs``), so every micro-batch reduce-scatters its gradients and
       they stay sharded, as under ZeRO. The Trainer's default, ``no_sync`` on all but the last micro-batch (FSDP1
@@ -127,7 +131,8 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
         return _all_reduce_seconds(parallelism, one_pass, grad_bytes, ring, compute_s_per_micro)
     seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro,
                                ring_latency_seconds("all_gather", *ring), blocks(model),
-                               bucket_calls(elements, ZERO_BUCKET_ELEMENTS))
+                               bucket_calls(elements, ZERO_BUCKET_ELEMENTS),
+                               zero3_gathers(P / blocks(model), plan.gradient_checkpointing), zero3_fetches(model))
     # HYBRID_SHARD: the node's GPUs share its network, the node sends a whole all-reduce's worth per micro-batch
     return seconds + (k * _exposed(_between_nodes(model, grad_bytes, gpu, nvlink, nodes, inter_node_bytes_per_s),
                                    compute_s_per_micro) if hybrid else 0.0)

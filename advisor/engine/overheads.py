@@ -43,7 +43,9 @@ from __future__ import annotations
 from advisor.core.plan import Plan
 from advisor.core.vocabulary import Device, LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from advisor.engine.checkpointing import recompute_shares
+from advisor.engine.collectives import linears_per_block, zero3_gathers
 from advisor.engine.experts import LAUNCH_SECONDS
+from advisor.engine.states import local_parameters
 from probes.adapters import quantized_parameters
 from probes.model import ModelProfile
 
@@ -117,11 +119,6 @@ def _adapters_per_block(model: ModelProfile, plan: Plan) -> int:
     return 4 + ((3 if model.gated_mlp else 2) if targets is LoraTargets.ALL_LINEAR else 0)
 
 
-def _linears_per_block(model: ModelProfile) -> int:
-    """Linear layers of one block: q, k, v, o and the MLP's (3 gated, 2 not)."""
-    return 4 + (3 if model.gated_mlp else 2)
-
-
 def kernels_per_micro_batch(model: ModelProfile, plan: Plan) -> float:
     """Kernels one device launches per micro-batch (module docstring): its blocks' (pipeline parallel: its stage's),
     checkpointing's recomputed forward, QLoRA's dequantizations and the per-module ops of ZeRO-3 / FSDP, plus the
@@ -136,13 +133,14 @@ def kernels_per_micro_batch(model: ModelProfile, plan: Plan) -> float:
         key = "fp32" if plan.precision == Precision.FP32 else "autocast" if wide else "sixteen"
         forward, backward = KERNELS_PER_BLOCK[key]
         per_block = forward * (1 + recompute) + backward + KERNELS_PER_ADAPTER * adapters * (1 + recompute / 3)
-    linears = _linears_per_block(model)
+    linears = linears_per_block(model)
     if Method.of(plan.method).spec.quantized_base:
         per_block += linears * DEQUANT_KERNELS[plan.double_quant] * dequant_passes(plan)
     parallelism = Parallelism.of(plan.parallelism)
     passes = 3 if plan.gradient_checkpointing else 2  # the forward's gathers, the backward's (recompute's: again)
-    if parallelism.stage >= 3 and not parallelism.fsdp:
-        per_block += linears * ZERO3_OPS_PER_FETCH * passes
+    if parallelism.stage >= 3 and not parallelism.fsdp:  # a block's fetches: as many passes as its gathers
+        gathers = zero3_gathers(local_parameters(model, plan) / max(model.num_layers, 1), plan.gradient_checkpointing)
+        per_block += linears * ZERO3_OPS_PER_FETCH * gathers
     elif parallelism.fsdp and plan.shard_group_size > 1:
         per_block += FSDP_OPS_PER_COLLECTIVE * (passes + 1)  # the gathers and the gradients' reduce-scatter
     return blocks * per_block + KERNELS_PER_STEP

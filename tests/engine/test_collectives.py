@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from advisor.engine.collectives import bucket_calls, ring_latency_seconds
+from probes.model import profile_model
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ring_latency_follows_nccls_tuning_model_by_hand() -> None:
@@ -25,3 +30,31 @@ def test_buckets_round_up_and_nothing_sends_nothing() -> None:
     assert bucket_calls(25 * 2**20 + 1, 25 * 2**20) == 2
     assert bucket_calls(1, 25 * 2**20) == 1
     assert bucket_calls(0, 25 * 2**20) == 0
+
+
+def test_zero3_gathers_a_block_again_for_its_recomputation_only_past_the_reuse_distance() -> None:
+    """DeepSpeed keeps a parameter used again within stage3_max_reuse_distance (1e9 elements): a checkpointed block
+    of more is released after its recomputation and fetched again for its backward; each pass is one call per linear
+    layer (its fetched submodules)."""
+    from advisor.engine.collectives import linears_per_block, zero3_fetches, zero3_gathers
+    from advisor.engine.communication import communication_seconds
+    from probes.gpu_catalog import profile_from_catalog
+    from rules import Plan
+
+    assert zero3_gathers(1.8e9, True) == 3 and zero3_gathers(1.8e9, False) == 2 and zero3_gathers(2e8, True) == 2
+    small, large = profile_model("gpt2"), profile_model("meta-llama/Llama-3.1-70B")
+    assert linears_per_block(small) == 6 and linears_per_block(large) == 7
+    assert zero3_fetches(large) == 80 * 7
+    gpu = profile_from_catalog("a100-80gb", 1).gpus[0]
+
+    def seconds(model, ckpt: bool) -> float:
+        plan = Plan(device="cuda", precision="bf16", tf32=False, optimizer="adamw", gradient_checkpointing=ckpt,
+                    micro_batch_size=1,
+                    gradient_accumulation_steps=1, num_gpus=512, parallelism="zero-3")
+        return communication_seconds(model, plan, gpu, True, 64, compute_s_per_micro=0.0)
+
+    # 70B's blocks hold 0.86e9 elements each: kept between recomputation and backward, the same traffic
+    assert seconds(large, True) == pytest.approx(seconds(large, False))
+    # the Megatron-LM paper's 174.6B GPT: 1.8e9 a block, gathered three times a micro-batch with checkpointing
+    gpt = profile_model(str(ROOT / "benchmarks" / "published" / "configs" / "megatron-lm-paper--gpt-174p6b"))
+    assert seconds(gpt, True) / seconds(gpt, False) == pytest.approx(4 / 3, rel=0.02)
