@@ -82,17 +82,15 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     2·(n−1)/n for an all-reduce (ZeRO paper, https://arxiv.org/abs/1910.02054 sec. 7: DDP 2Ψ, ZeRO-3 3Ψ). With
     k micro-batches per step (S: gradient bytes, 16-bit under mixed precision; Ψ: 16-bit parameter bytes):
 
-    - DP / DDP: the Trainer runs every micro-batch but the last under ``no_sync`` (transformers ``Trainer``
-      ``_inner_training_loop``; DDP docs, ``no_sync``): one all-reduce per step, overlapped with the last backward.
-    - ZeRO-1 (DeepSpeed): gradients reduced at the accumulation boundary, after the backward, and the updated
-      parameter partitions all-gathered after the step: 2·(n−1)/n·S per step, not overlapped.
+    - DP / DDP: every micro-batch but the last under ``no_sync`` (transformers ``Trainer._inner_training_loop``; DDP
+      docs): one all-reduce per step, overlapped with the last backward. ZeRO-1 (DeepSpeed): gradients reduced at
+      the accumulation boundary and the updated partitions all-gathered after the step: 2·(n−1)/n·S, not overlapped.
     - ZeRO-2: DeepSpeed reduce-scatters the gradients after every micro-batch, the Trainer does not skip it
       (DeepSpeed maintainers, https://github.com/deepspeedai/DeepSpeed/issues/2252), overlapped with the backward
       (``overlap_comm``); the parameter all-gather after the step is not.
-    - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward and reduce-scatters
-      the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped; under
-      checkpointing a block larger than the reuse distance is gathered a third time for its recomputation
-      (:func:`advisor.engine.collectives.zero3_gathers`), and each gather is one call per fetched submodule.
+    - ZeRO-3: every micro-batch all-gathers the parameters in forward and again in backward (a third time, to
+      recompute a block past the reuse distance: :func:`advisor.engine.collectives.zero3_gathers`) and
+      reduce-scatters the gradients: 3·(n−1)/n per micro-batch (about 1.5·k all-reduces), prefetched / overlapped.
     - FSDP: the emitted TrainingArguments set accelerate's ``sync_each_batch``
       (``accelerator_config.gradient_accumulation_kwargs``), so every micro-batch reduce-scatters its gradients and
       they stay sharded, as under ZeRO. The Trainer's default, ``no_sync`` on all but the last micro-batch (FSDP1
@@ -106,9 +104,8 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
       micro-batch, and the node's g GPUs share the node's network (``inter_node_bytes_per_s`` is the node's:
       NICs × link speed), so the node sends 2·(m−1)/m·S per micro-batch, as much as a DDP ring across the nodes.
 
-    Every call pays NCCL's latency (:mod:`advisor.engine.collectives`). Overlappable parts hide behind compute as
-    :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's compute, None: long enough).
-    """
+    Every call pays NCCL's latency (:mod:`advisor.engine.collectives`); overlappable parts hide behind compute as
+    :func:`_exposed` says (``compute_s_per_micro``: one micro-batch's compute, None: long enough)."""
     n = plan.shard_group_size  # the replicas and their context-parallel ranks reduce the gradients together
     parallelism = Parallelism.of(plan.parallelism)
     if n <= 1 or parallelism == Parallelism.NONE:

@@ -134,8 +134,9 @@ def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
             root = 2 * v * h
             own -= 2 * (root + 2 * (P - root) / layers) - 2 * 2 * v * h
         assert a.memory.peak_bytes == pytest.approx(b.memory.peak_bytes - own, abs=2)
-        same = a.speed.communication_s == pytest.approx(b.speed.communication_s)
-        assert same if zero == "zero-3" else not same  # ZeRO-2's parameter all-gather after the step is exposed
+        # ZeRO-2's parameter all-gather after the step is exposed; ZeRO-3 calls NCCL once per fetched linear layer
+        # (7 a Llama block) and reduces in buckets, FSDP once per unit: the same bytes, more calls
+        assert b.speed.communication_s > a.speed.communication_s
 
 
 def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
@@ -312,16 +313,19 @@ def _nccl_us(steps_intra: int, steps_net: int = 0, intra: float = 3.4) -> float:
 def test_communication_under_accumulation_by_hand() -> None:
     """Hand-computed exposed seconds, compute long enough (half of each overlappable collective exposed).
     A100 SXM NVLink: 300 GB/s one direction; Llama-2-7B, 16-bit Ψ = 2·6,738,415,616 B; n = 8, k = 4; every call
-    pays NCCL's latency L (7 ring steps) per bucket of 5e8 elements (ZeRO-1/2: 14), block (FSDP / ZeRO-3: 32) or
-    DDP bucket of 25 MiB (the fp32 gradients: 1029 of them, 14 ring steps each)."""
+    pays NCCL's latency L (7 ring steps) per bucket of 5e8 elements (ZeRO-1/2 and ZeRO-3's reduce-scatter: 14), block
+    (FSDP: 32), fetched linear layer (ZeRO-3's all-gathers: 7 a block) or DDP bucket of 25 MiB (the fp32 gradients:
+    1029 of them, 14 ring steps each)."""
     llama = profile_model("meta-llama/Llama-2-7b-hf")
     S, bw, ring, L = 2 * llama.num_parameters, 300e9, 7 / 8, _nccl_us(7)
     k = dict(gradient_accumulation_steps=4, num_gpus=8)
     # ZeRO-2: 4 reduce-scatters (half exposed) + the parameter all-gather after the step
     assert _comm(llama, parallelism="zero-2", **k) == pytest.approx(4 * 0.5 * (ring * S / bw + 14 * L)
                                                                     + ring * S / bw + 14 * L)
-    # ZeRO-3: 4 × (2 all-gathers + 1 reduce-scatter), half exposed: 1.5·k all-reduces' worth before overlap
-    assert _comm(llama, parallelism="zero-3", **k) == pytest.approx(4 * (3 * ring * S / bw + 96 * L) * 0.5)
+    # ZeRO-3: 4 × (2 all-gathers + 1 reduce-scatter), half exposed: 1.5·k all-reduces' worth before overlap; a block
+    # holds 0.2e9 elements, under DeepSpeed's reuse distance: no third gather even with checkpointing
+    zero3_calls = 2 * 32 * 7 + 14
+    assert _comm(llama, parallelism="zero-3", **k) == pytest.approx(4 * (3 * ring * S / bw + zero3_calls * L) * 0.5)
     # FSDP FULL_SHARD with sync_each_batch (emitted): as ZeRO-3; SHARD_GRAD_OP: 4 × (1 all-gather + 1 reduce-scatter)
     assert _comm(llama, parallelism="fsdp-full-shard", **k) == pytest.approx(4 * (3 * ring * S / bw + 96 * L) * 0.5)
     assert _comm(llama, parallelism="fsdp-shard-grad-op", **k) == pytest.approx(4 * (2 * ring * S / bw + 64 * L)
@@ -329,7 +333,7 @@ def test_communication_under_accumulation_by_hand() -> None:
     # DDP: one fp32 all-reduce per step (no_sync), half exposed
     assert _comm(llama, parallelism="ddp", **k) == pytest.approx(0.5 * (2 * ring * 2 * S / bw + 1029 * _nccl_us(14)))
     # the collective hides at most behind the compute beside it: with 10 ms of compute per micro-batch
-    per_micro = 3 * ring * S / bw + 96 * L
+    per_micro = 3 * ring * S / bw + zero3_calls * L
     assert _comm(llama, compute=0.01, parallelism="zero-3", **k) == pytest.approx(4 * (per_micro - 0.01))
 
 
