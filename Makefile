@@ -33,6 +33,7 @@ run: setup
 
 lint: setup-dev
 	$(VENV)/bin/ruff check advisor probes rules tui benchmarks tests
+	$(VENV)/bin/ruff format --check --quiet advisor probes rules tui benchmarks tests
 	$(VENV)/bin/lint-imports
 
 test: setup-dev lint

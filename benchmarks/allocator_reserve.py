@@ -58,38 +58,60 @@ def rows() -> list[dict]:
         allocated, reading = int(both.group(1)), int(both.group(2)) * MIB
         est, _ = published.estimate_case(case, [])
         states = persistent_bytes(est.memory.components)
-        out.append(dict(id=case["id"], sharded=Parallelism.of(est.plan.parallelism).stage > 0,
-                        allocated=allocated, reading=reading, states=states,
-                        implied=implied_reserve(allocated, reading, states),
-                        implied_with_context=implied_reserve(allocated, reading, states, LAZY_CONTEXT_BYTES),
-                        modelled=device_bytes(allocated, est.plan, 0, states)))
+        out.append(
+            dict(
+                id=case["id"],
+                sharded=Parallelism.of(est.plan.parallelism).stage > 0,
+                allocated=allocated,
+                reading=reading,
+                states=states,
+                implied=implied_reserve(allocated, reading, states),
+                implied_with_context=implied_reserve(allocated, reading, states, LAZY_CONTEXT_BYTES),
+                modelled=device_bytes(allocated, est.plan, 0, states),
+            )
+        )
     return out
 
 
 def summary(table: list[dict]) -> list[str]:
     """``reserve <group>: n=N median M range LO-HI`` per group (one GPU, sharded, all)."""
     lines = []
-    for label, group in (("one GPU", [r for r in table if not r["sharded"]]),
-                         ("FSDP", [r for r in table if r["sharded"]]), ("all", table)):
+    for label, group in (
+        ("one GPU", [r for r in table if not r["sharded"]]),
+        ("FSDP", [r for r in table if r["sharded"]]),
+        ("all", table),
+    ):
         if group:
             implied = [r["implied"] for r in group]
-            lines.append(f"reserve {label}: n={len(group)} median {statistics.median(implied):.2f} "
-                         f"range {min(implied):.2f}-{max(implied):.2f} (advisor: {TRANSIENT_RESERVE})")
+            lines.append(
+                f"reserve {label}: n={len(group)} median {statistics.median(implied):.2f} "
+                f"range {min(implied):.2f}-{max(implied):.2f} (advisor: {TRANSIENT_RESERVE})"
+            )
     return lines
 
 
 def markdown(table: list[dict], lines: list[str]) -> str:
     gb = 1e9
-    out = [f"# The caching allocator's reserve, implied by published runs ({date.today().isoformat()})", "",
-           "`HF_HUB_OFFLINE=1 python benchmarks/allocator_reserve.py` (method: the script's docstring). GB = 10^9 B; "
-           "S: advisor's model states; implied: (reading - slack - S) / (allocated - S), the reading taken as "
-           "excluding the CUDA context (with it: the next column); modelled / reading: advisor's `device_bytes` "
-           "from the measured peak, over the reading.", "", "```", *lines, "```", "",
-           "| case | allocated | reading | S | implied | implied (reading holds the context) | modelled / reading |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        f"# The caching allocator's reserve, implied by published runs ({date.today().isoformat()})",
+        "",
+        "`HF_HUB_OFFLINE=1 python benchmarks/allocator_reserve.py` (method: the script's docstring). GB = 10^9 B; "
+        "S: advisor's model states; implied: (reading - slack - S) / (allocated - S), the reading taken as "
+        "excluding the CUDA context (with it: the next column); modelled / reading: advisor's `device_bytes` "
+        "from the measured peak, over the reading.",
+        "",
+        "```",
+        *lines,
+        "```",
+        "",
+        "| case | allocated | reading | S | implied | implied (reading holds the context) | modelled / reading |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in table:
-        out.append(f"| {r['id']} | {r['allocated'] / gb:.2f} | {r['reading'] / gb:.2f} | {r['states'] / gb:.2f} | "
-                   f"{r['implied']:.2f} | {r['implied_with_context']:.2f} | {r['modelled'] / r['reading']:.3f} |")
+        out.append(
+            f"| {r['id']} | {r['allocated'] / gb:.2f} | {r['reading'] / gb:.2f} | {r['states'] / gb:.2f} | "
+            f"{r['implied']:.2f} | {r['implied_with_context']:.2f} | {r['modelled'] / r['reading']:.3f} |"
+        )
     return "\n".join(out) + "\n"
 
 

@@ -72,12 +72,23 @@ def seq_len_for(profile) -> int:
 
 def plan_for(precision: str, ckpt: bool, optimizer: str, micro: int, **settings) -> Plan:
     """A one-GPU plan; ``settings``: other Plan fields (method, weights_dtype, lora_rank, lora_targets)."""
-    return Plan(device="cuda", precision=precision, tf32=False, optimizer=optimizer, gradient_checkpointing=ckpt,
-                micro_batch_size=micro, gradient_accumulation_steps=1, parallelism="none", num_gpus=1, **settings)
+    return Plan(
+        device="cuda",
+        precision=precision,
+        tf32=False,
+        optimizer=optimizer,
+        gradient_checkpointing=ckpt,
+        micro_batch_size=micro,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        **settings,
+    )
 
 
-def compare(model_id: str, precision: str, ckpt: bool, optimizer: str, micro: int,
-            **settings) -> tuple[int, int, float]:
+def compare(
+    model_id: str, precision: str, ckpt: bool, optimizer: str, micro: int, **settings
+) -> tuple[int, int, float]:
     """(analytic peak, simulated peak, seconds) in bytes; ``settings`` as :func:`plan_for`."""
     profile = profile_model(model_id)
     if Attention.SDPA not in profile.attention_kernels:  # transformers' code for the type runs eager only (Gemma 2)
@@ -89,8 +100,16 @@ def compare(model_id: str, precision: str, ckpt: bool, optimizer: str, micro: in
     return analytic, sim.peak_bytes, sim.wall_s
 
 
-def compare_method(model_id: str, method: str, weights: str, precision: str, targets: str | None, optimizer: str,
-                   ckpt: bool, micro: int) -> tuple[int, int, float]:
+def compare_method(
+    model_id: str,
+    method: str,
+    weights: str,
+    precision: str,
+    targets: str | None,
+    optimizer: str,
+    ckpt: bool,
+    micro: int,
+) -> tuple[int, int, float]:
     """:func:`compare` for a row of :data:`METHOD_GRID`."""
     settings = dict(method=method, weights_dtype=weights)
     if targets is not None:
@@ -111,25 +130,37 @@ def _method_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
     """(key cells, analytic bytes, simulated bytes, seconds) of every row of :data:`METHOD_GRID` for one model."""
     rows = []
     for method, weights, precision, targets, optimizer, ckpt, micro in METHOD_GRID:
-        analytic, simulated, wall = compare_method(model_id, method, weights, precision, targets, optimizer, ckpt,
-                                                   micro)
+        analytic, simulated, wall = compare_method(
+            model_id, method, weights, precision, targets, optimizer, ckpt, micro
+        )
         what = method if targets is None else f"{method} r={LORA_RANK} {targets}"
-        rows.append(([model_id, what, weights, precision, "on" if ckpt else "off", optimizer, str(micro)],
-                     analytic, simulated, wall))
+        rows.append(
+            (
+                [model_id, what, weights, precision, "on" if ckpt else "off", optimizer, str(micro)],
+                analytic,
+                simulated,
+                wall,
+            )
+        )
     return rows
 
 
 #: (weights dtype, checkpointing, micro-batch) of the step-in-backward grid, under bf16 with AdamW
-BACKWARD_GRID = [(w, ckpt, micro) for w in (WeightsDtype.FP32.value, WeightsDtype.BF16.value)
-                 for ckpt in (False, True) for micro in (1, 4)]
+BACKWARD_GRID = [
+    (w, ckpt, micro)
+    for w in (WeightsDtype.FP32.value, WeightsDtype.BF16.value)
+    for ckpt in (False, True)
+    for micro in (1, 4)
+]
 
 
 def _backward_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
     """(key cells, analytic bytes, simulated bytes, seconds) of every row of :data:`BACKWARD_GRID` for one model."""
     rows = []
     for weights, ckpt, micro in BACKWARD_GRID:
-        analytic, simulated, wall = compare(model_id, _BF16, ckpt, Optimizer.ADAMW.value, micro, weights_dtype=weights,
-                                            optimizer_in_backward=True)
+        analytic, simulated, wall = compare(
+            model_id, _BF16, ckpt, Optimizer.ADAMW.value, micro, weights_dtype=weights, optimizer_in_backward=True
+        )
         rows.append(([model_id, weights, "on" if ckpt else "off", str(micro)], analytic, simulated, wall))
     return rows
 
@@ -137,15 +168,28 @@ def _backward_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
 #: (LoRA targets, bitsandbytes before 0.43.2, checkpointing) of the QLoRA grid, at micro-batch 2. q and v adapters
 #: (``q-v``) are left out: over a 4-bit base they keep what q, k, v, o adapters keep (their calibrated columns agree,
 #: ``tests/engine/test_activation_classes.py``), and GPT-2's fused c_attn cannot take them
-QLORA_GRID = [(t.value, legacy, ckpt) for t in (LoraTargets.ALL_LINEAR, LoraTargets.ATTENTION)
-              for legacy in (False, True) for ckpt in (False, True)]
+QLORA_GRID = [
+    (t.value, legacy, ckpt)
+    for t in (LoraTargets.ALL_LINEAR, LoraTargets.ATTENTION)
+    for legacy in (False, True)
+    for ckpt in (False, True)
+]
 
 
 def compare_qlora(model_id: str, targets: str, legacy: bool, ckpt: bool, micro: int = 2) -> tuple[int, int, float]:
     """:func:`compare` for a row of :data:`QLORA_GRID`."""
-    return compare(model_id, _BF16, ckpt, Optimizer.ADAMW.value, micro, method=Method.QLORA.value,
-                   weights_dtype=WeightsDtype.BF16.value, lora_rank=LORA_RANK, lora_targets=targets,
-                   legacy_bitsandbytes=legacy)
+    return compare(
+        model_id,
+        _BF16,
+        ckpt,
+        Optimizer.ADAMW.value,
+        micro,
+        method=Method.QLORA.value,
+        weights_dtype=WeightsDtype.BF16.value,
+        lora_rank=LORA_RANK,
+        lora_targets=targets,
+        legacy_bitsandbytes=legacy,
+    )
 
 
 def _qlora_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
@@ -153,20 +197,34 @@ def _qlora_rows(model_id: str) -> list[tuple[list[str], int, int, float]]:
     rows = []
     for targets, legacy, ckpt in QLORA_GRID:
         analytic, simulated, wall = compare_qlora(model_id, targets, legacy, ckpt)
-        rows.append(([model_id, targets, "< 0.43.2" if legacy else ">= 0.43.2", "on" if ckpt else "off"],
-                     analytic, simulated, wall))
+        rows.append(
+            (
+                [model_id, targets, "< 0.43.2" if legacy else ">= 0.43.2", "on" if ckpt else "off"],
+                analytic,
+                simulated,
+                wall,
+            )
+        )
     return rows
 
 
 GRIDS = {  # name -> (results file, row maker, key columns)
-    "precision": ("analytic_vs_simulated.md", _precision_rows,
-                  "| model | precision | checkpointing | optimizer | micro-batch |"),
-    "methods": ("analytic_vs_simulated_methods.md", _method_rows,
-                "| model | method | weights | precision | checkpointing | optimizer | micro-batch |"),
-    "step-in-backward": ("analytic_vs_simulated_step_in_backward.md", _backward_rows,
-                         "| model | weights | checkpointing | micro-batch |"),
-    "qlora": ("analytic_vs_simulated_qlora.md", _qlora_rows,
-              "| model | LoRA targets | bitsandbytes | checkpointing |"),
+    "precision": (
+        "analytic_vs_simulated.md",
+        _precision_rows,
+        "| model | precision | checkpointing | optimizer | micro-batch |",
+    ),
+    "methods": (
+        "analytic_vs_simulated_methods.md",
+        _method_rows,
+        "| model | method | weights | precision | checkpointing | optimizer | micro-batch |",
+    ),
+    "step-in-backward": (
+        "analytic_vs_simulated_step_in_backward.md",
+        _backward_rows,
+        "| model | weights | checkpointing | micro-batch |",
+    ),
+    "qlora": ("analytic_vs_simulated_qlora.md", _qlora_rows, "| model | LoRA targets | bitsandbytes | checkpointing |"),
 }
 
 
@@ -183,9 +241,11 @@ def _versions() -> str:
     from probes.hardware import read_host
 
     host = read_host()
-    return (f"{host.cpu_model or platform.machine()}, {host.cpu_cores} cores; Python {platform.python_version()}, "
-            f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}"
-            + (f", bitsandbytes {version('bitsandbytes')}" if find_spec("bitsandbytes") else ""))
+    return (
+        f"{host.cpu_model or platform.machine()}, {host.cpu_cores} cores; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}"
+        + (f", bitsandbytes {version('bitsandbytes')}" if find_spec("bitsandbytes") else "")
+    )
 
 
 def _split_notes(text: str) -> tuple[str, str]:
@@ -199,14 +259,20 @@ def _summary(rows: list[str], keys: int) -> list[str]:
     groups: dict[tuple[str, ...], list[float]] = {}
     for line in rows:
         cells = [c.strip() for c in line.split("|")[1:-1]]
-        groups.setdefault(tuple(cells[1:keys - 1]), []).append(float(cells[keys + 2].rstrip("%")))
-    out = ["", "## Summary by plan kind (error = analytic / simulated − 1, %)", "",
-           "| method | weights | precision | checkpointing | optimizer | rows | median | range | within 10 % |",
-           "|---|---|---|---|---|---:|---:|---:|---:|"]
+        groups.setdefault(tuple(cells[1 : keys - 1]), []).append(float(cells[keys + 2].rstrip("%")))
+    out = [
+        "",
+        "## Summary by plan kind (error = analytic / simulated − 1, %)",
+        "",
+        "| method | weights | precision | checkpointing | optimizer | rows | median | range | within 10 % |",
+        "|---|---|---|---|---|---:|---:|---:|---:|",
+    ]
     for group, errors in groups.items():
         within = sum(abs(e) <= 10 for e in errors)
-        out.append(f"| {' | '.join(group)} | {len(errors)} | {statistics.median(errors):+.1f} | "
-                   f"{min(errors):+.1f} … {max(errors):+.1f} | {within}/{len(errors)} |")
+        out.append(
+            f"| {' | '.join(group)} | {len(errors)} | {statistics.median(errors):+.1f} | "
+            f"{min(errors):+.1f} … {max(errors):+.1f} | {within}/{len(errors)} |"
+        )
     return out
 
 
@@ -215,10 +281,14 @@ def main() -> None:
     parser.add_argument("--grid", choices=list(GRIDS), default="precision")
     parser.add_argument("--models", nargs="*", default=[m for m in catalog_ids() if not profile_model(m).num_experts])
     # mixtures of experts cannot be simulated (advisor/measure/simulate.py, known limitations)
-    parser.add_argument("--update", action="store_true",
-                        help="keep the rows of other models from the existing results file")
-    parser.add_argument("--reprice", action="store_true",
-                        help="price the existing file's rows again against its recorded simulated peaks")
+    parser.add_argument(
+        "--update", action="store_true", help="keep the rows of other models from the existing results file"
+    )
+    parser.add_argument(
+        "--reprice",
+        action="store_true",
+        help="price the existing file's rows again against its recorded simulated peaks",
+    )
     args = parser.parse_args()
     name, make_rows, key = GRIDS[args.grid]
     out = ROOT / "benchmarks" / "results" / name
@@ -226,30 +296,40 @@ def main() -> None:
     kept: list[str] = []
     table, notes = _split_notes(out.read_text()) if out.exists() else ("", "")
     if args.update:
-        kept = [line for line in table.splitlines()
-                if line.startswith("| ") and not line.startswith("| model")
-                and line.count("|") == key.count("|") + 4  # a result row (the summary's rows have fewer cells)
-                and line.split("|")[1].strip() not in args.models]
+        kept = [
+            line
+            for line in table.splitlines()
+            if line.startswith("| ")
+            and not line.startswith("| model")
+            and line.count("|") == key.count("|") + 4  # a result row (the summary's rows have fewer cells)
+            and line.split("|")[1].strip() not in args.models
+        ]
     rows, errors, start = list(kept), [], time.perf_counter()
     errors = [abs(float(line.split("|")[error_column].strip().rstrip("%")) / 100) for line in kept]
     for model_id in args.models:
-        for cells, analytic, simulated, wall in (_repriced(make_rows, model_id, table, key) if args.reprice
-                                                 else make_rows(model_id)):
+        for cells, analytic, simulated, wall in (
+            _repriced(make_rows, model_id, table, key) if args.reprice else make_rows(model_id)
+        ):
             err = analytic / simulated - 1
             errors.append(abs(err))
-            rows.append(f"| {' | '.join(cells)} | {simulated / GIB:.2f} | {analytic / GIB:.2f} | {err:+.1%} | "
-                        f"{wall:.1f} |")
+            rows.append(
+                f"| {' | '.join(cells)} | {simulated / GIB:.2f} | {analytic / GIB:.2f} | {err:+.1%} | {wall:.1f} |"
+            )
             print(rows[-1], flush=True)
     within = sum(e <= 0.10 for e in errors)
-    head = [f"# Analytic vs simulated peak ({date.today()}; {len(rows)} rows; "
-            f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''}"
-            f"{'; analytic repriced against the simulated peaks recorded before' if args.reprice else ''})", "",
-            f"Median |error| {statistics.median(errors):.2%}, worst {max(errors):.2%}; {within} of {len(errors)} rows "
-            "within the target (every row within 10 %).",
-            "Simulated: one real transformers training step, twice, on fake tensors (advisor/measure/simulate.py); "
-            f"{_versions()}.", "",
-            key + " simulated GiB | analytic GiB | error | sim s |",
-            "|---" * (key.count("|") - 1) + "|---:|---:|---:|---:|"]
+    head = [
+        f"# Analytic vs simulated peak ({date.today()}; {len(rows)} rows; "
+        f"{time.perf_counter() - start:.0f} s{' for the rows rerun' if kept else ''}"
+        f"{'; analytic repriced against the simulated peaks recorded before' if args.reprice else ''})",
+        "",
+        f"Median |error| {statistics.median(errors):.2%}, worst {max(errors):.2%}; {within} of {len(errors)} rows "
+        "within the target (every row within 10 %).",
+        "Simulated: one real transformers training step, twice, on fake tensors (advisor/measure/simulate.py); "
+        f"{_versions()}.",
+        "",
+        key + " simulated GiB | analytic GiB | error | sim s |",
+        "|---" * (key.count("|") - 1) + "|---:|---:|---:|---:|",
+    ]
     rows.sort(key=lambda line: line.split("|")[1].strip())
     summary = _summary(rows, key.count("|") - 1) if args.grid == "methods" else []
     out.write_text("\n".join(head + rows + summary) + "\n" + notes)

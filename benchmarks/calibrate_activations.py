@@ -72,8 +72,12 @@ FAMILIES = {
     "gemma": (str(PUBLISHED / "google--gemma-2b"), ["num_hidden_layers"], "intermediate_size", None),
     "phi": (str(PUBLISHED / "microsoft--phi-2"), ["num_hidden_layers"], "intermediate_size", None),
     "phi3": (str(PUBLISHED / "microsoft--Phi-3-mini-4k-instruct"), ["num_hidden_layers"], "intermediate_size", None),
-    "gpt_neox": (str(PUBLISHED / "stabilityai--stablelm-base-alpha-3b"), ["num_hidden_layers"], "intermediate_size",
-                 None),
+    "gpt_neox": (
+        str(PUBLISHED / "stabilityai--stablelm-base-alpha-3b"),
+        ["num_hidden_layers"],
+        "intermediate_size",
+        None,
+    ),
 }
 # Not calibrated (the structural formula prices them): gemma2, which transformers builds without SDPA (eager attention
 # only); falcon, whose steps this form fits badly (6-11 % forward residuals, 600 % checkpointed with fp32 weights).
@@ -84,11 +88,15 @@ CLASSIFICATION = {"gpt2", "bert", "roberta", "distilbert", "opt", "llama", "mist
 #: (precision, weights dtype, method, LoRA targets). LoRA and QLoRA columns are for the family's default task head;
 #: a classification head has LoRA's (:data:`CLASSIFIER_LORA_VARIANTS`).
 _FP32, _BF16, _W32, _W16 = Precision.FP32.value, Precision.BF16.value, WeightsDtype.FP32.value, WeightsDtype.BF16.value
-VARIANTS = [(_FP32, _W32, Method.FULL.value, None), (_BF16, _W32, Method.FULL.value, None),
-            (_BF16, _W16, Method.FULL.value, None)]
+VARIANTS = [
+    (_FP32, _W32, Method.FULL.value, None),
+    (_BF16, _W32, Method.FULL.value, None),
+    (_BF16, _W16, Method.FULL.value, None),
+]
 #: QLoRA: bitsandbytes' 4-bit base (advisor.measure.quantized_base), current and < 0.43.2 (5th item: legacy)
 LORA_VARIANTS = [(_BF16, _W16, Method.LORA.value, targets.value) for targets in LoraTargets] + [
-    (_BF16, _W16, Method.QLORA.value, targets.value, legacy) for legacy in (False, True) for targets in LoraTargets]
+    (_BF16, _W16, Method.QLORA.value, targets.value, legacy) for legacy in (False, True) for targets in LoraTargets
+]
 
 
 #: LoRA over a classification head (a reward model, a classifier): its own columns, since all-linear adapters keep
@@ -102,13 +110,25 @@ def _plan(variant: tuple, ckpt: bool, b: int) -> Plan:
     extra = {"lora_targets": targets} if targets else {}
     if legacy:
         extra["legacy_bitsandbytes"] = legacy[0]
-    return Plan(device="cuda", precision=precision, tf32=False, optimizer="sgd", gradient_checkpointing=ckpt,
-                micro_batch_size=b, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
-                weights_dtype=weights, method=method, **extra)
+    return Plan(
+        device="cuda",
+        precision=precision,
+        tf32=False,
+        optimizer="sgd",
+        gradient_checkpointing=ckpt,
+        micro_batch_size=b,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        weights_dtype=weights,
+        method=method,
+        **extra,
+    )
 
 
-def design_config(model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, layers: int, ffn_mult: int,
-                  vocab_extra: int) -> dict:
+def design_config(
+    model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, layers: int, ffn_mult: int, vocab_extra: int
+) -> dict:
     """The family's config.json dict at a design row's shape: ``layers`` blocks (each of ``layer_keys``), the FFN
     width times ``ffn_mult`` (``default_ffn(raw)`` where the config leaves it out), ``vocab_extra`` more rows."""
     raw = dict(load_config(model_id)[0])
@@ -122,8 +142,20 @@ def design_config(model_id: str, layer_keys: list[str], ffn_key: str, default_ff
     return raw
 
 
-def _run(model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, variant: tuple, ckpt: bool,
-         layers: int, ffn_mult: int, vocab_extra: int, b: int, seq: int = 256, task: str | None = None) -> dict:
+def _run(
+    model_id: str,
+    layer_keys: list[str],
+    ffn_key: str,
+    default_ffn,
+    variant: tuple,
+    ckpt: bool,
+    layers: int,
+    ffn_mult: int,
+    vocab_extra: int,
+    b: int,
+    seq: int = 256,
+    task: str | None = None,
+) -> dict:
     raw = design_config(model_id, layer_keys, ffn_key, default_ffn, layers, ffn_mult, vocab_extra)
     prof = profile_from_config(raw, model_id, task=task)
     plan = _plan(variant, ckpt, b)
@@ -135,13 +167,23 @@ def _run(model_id: str, layer_keys: list[str], ffn_key: str, default_ffn, varian
     # backward unless checkpointing dropped them; a constant per layer that the memory model prices as model states
     # (states.py: copies16), which the per-token coefficients must not absorb (they did: 1.2 h bytes a token in each
     # checkpointed all-linear LoRA layer at the design's 512 tokens, 0.004 at 128k)
-    copies = 2 * adapter_parameters(prof, plan.lora_rank, plan.lora_targets) if (
-        variant[0] != _FP32 and Method.of(variant[2]).spec.adapters) else 0
+    copies = (
+        2 * adapter_parameters(prof, plan.lora_rank, plan.lora_targets)
+        if (variant[0] != _FP32 and Method.of(variant[2]).spec.adapters)
+        else 0
+    )
     sb = seq * b
     nss = prof.num_attention_heads * seq * seq
-    return {"L": layers, "sbh": sb * prof.hidden_size, "sbf": sb * prof.ffn_size, "sbv": sb * prof.vocab_size,
-            "bnss": b * nss, "nss": nss, "F": result.phase_peaks["forward"] - weights - copies,
-            "B": result.phase_peaks["backward"] - weights - (0 if ckpt else copies)}
+    return {
+        "L": layers,
+        "sbh": sb * prof.hidden_size,
+        "sbf": sb * prof.ffn_size,
+        "sbv": sb * prof.vocab_size,
+        "bnss": b * nss,
+        "nss": nss,
+        "F": result.phase_peaks["forward"] - weights - copies,
+        "B": result.phase_peaks["backward"] - weights - (0 if ckpt else copies),
+    }
 
 
 def _fit(rows: list[dict], columns: list, target) -> list[float]:
@@ -167,8 +209,14 @@ def _transformers_runner(family: str, variant: tuple, task: str | None):
     return run, SMALL_VOCABULARY - raw["vocab_size"], pairs
 
 
-def calibrate(family: str, variant: tuple, task: str | None = None, run=None, extra_vocabulary: int = 512,
-              layer_differences: bool = False) -> dict:
+def calibrate(
+    family: str,
+    variant: tuple,
+    task: str | None = None,
+    run=None,
+    extra_vocabulary: int = 512,
+    layer_differences: bool = False,
+) -> dict:
     """The coefficients of one class of step (``variant``) for ``family``; ``run(ckpt, layers, ffn_multiple,
     extra_vocabulary, micro_batch, seq)`` simulates one design row (default: the transformers model's step,
     :func:`_run`; ``benchmarks/calibrate_litgpt.py`` gives LitGPT's). ``extra_vocabulary``: the vocabulary rows the
@@ -186,20 +234,42 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
         run, small_vocabulary, encoder_decoder = _transformers_runner(family, variant, task)
 
     # (layers, FFN multiple, extra vocabulary, micro-batch, seq)
-    plain = [run(False, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (2, 2, 0, 2, 256), (1, 1, v1, 2, 256),
-                                      (1, 1, 0, 4, 256), (2, 1, 0, 2, 512), (1, 1, 0, 4, 512), (2, 2, v1, 4, 128)]]
-    ckpt = [run(True, *d) for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (1, 1, v1, 2, 256), (1, 1, 0, 4, 512),
-                                    (2, 1, 0, 2, 512)]]
+    plain = [
+        run(False, *d)
+        for d in [
+            (1, 1, 0, 2, 256),
+            (2, 1, 0, 2, 256),
+            (2, 2, 0, 2, 256),
+            (1, 1, v1, 2, 256),
+            (1, 1, 0, 4, 256),
+            (2, 1, 0, 2, 512),
+            (1, 1, 0, 4, 512),
+            (2, 2, v1, 4, 128),
+        ]
+    ]
+    ckpt = [
+        run(True, *d)
+        for d in [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (1, 1, v1, 2, 256), (1, 1, 0, 4, 512), (2, 1, 0, 2, 512)]
+    ]
     start = [run(False, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
     ckpt_start = [run(True, *d) for d in [(1, 1, 0, 16, 256), (1, 1, v1, 16, 256), (1, 1, 0, 32, 128)]]
-    cols = [lambda r: r["L"] * r["sbh"], lambda r: r["L"] * r["sbf"], lambda r: r["L"] * r["bnss"],
-            lambda r: r["sbh"], lambda r: r["sbv"], lambda r: r["nss"]]
+    cols = [
+        lambda r: r["L"] * r["sbh"],
+        lambda r: r["L"] * r["sbf"],
+        lambda r: r["L"] * r["bnss"],
+        lambda r: r["sbh"],
+        lambda r: r["sbv"],
+        lambda r: r["nss"],
+    ]
     if layer_differences:
-        pairs = [(run(False, 4, *d), run(False, 2, *d)) for d in [(1, 0, 2, 256), (2, 0, 2, 256), (1, 0, 2, 512),
-                                                                   (1, 0, 4, 128)]]
+        pairs = [
+            (run(False, 4, *d), run(False, 2, *d))
+            for d in [(1, 0, 2, 256), (2, 0, 2, 256), (1, 0, 2, 512), (1, 0, 4, 128)]
+        ]
         per_layer = [{**r4, "F": (r4["F"] - r2["F"]) / 2} for r4, r2 in pairs]
-        (c_h, c_f, c_s), w_layer = _fit(per_layer, cols[3:4] + [lambda r: r["sbf"], lambda r: r["bnss"]],
-                                        lambda r: r["F"])
+        (c_h, c_f, c_s), w_layer = _fit(
+            per_layer, cols[3:4] + [lambda r: r["sbf"], lambda r: r["bnss"]], lambda r: r["F"]
+        )
         # the heads on (sbh, sbv) only: a head without attention has no s² term, and one fitted to the design's
         # sequences went negative (under-pricing) at longer ones; a constant per chunk lands in the sbv term
         e_s = ec_s = 0.0
@@ -209,8 +279,9 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
 
         (e_h, e_v), _ = _fit(plain, cols[3:5], lambda r: r["F"] - layers(r))
         # the worst residual of the whole forward (what the layers leave can be near 0)
-        w1 = max(w_layer, max(abs(layers(r) + e_h * r["sbh"] + e_v * r["sbv"] - r["F"]) / max(abs(r["F"]), 1)
-                              for r in plain))
+        w1 = max(
+            w_layer, max(abs(layers(r) + e_h * r["sbh"] + e_v * r["sbv"] - r["F"]) / max(abs(r["F"]), 1) for r in plain)
+        )
         (_k_shallow, ec_h, ec_v), w2 = _fit(ckpt, [cols[0], cols[3], cols[4]], lambda r: r["F"])
     else:
         (c_h, c_f, c_s, e_h, e_v, e_s), w1 = _fit(plain, cols, lambda r: r["F"])
@@ -226,11 +297,28 @@ def calibrate(family: str, variant: tuple, task: str | None = None, run=None, ex
         return r["L"] * k_h * r["sbh"] + max(layer, e_h * r["sbh"] + e_v * r["sbv"] + e_s * r["nss"])
 
     (gc_v, gc_h), w4 = _fit(ckpt_start, [lambda r: r["sbv"], lambda r: r["sbh"]], lambda r: r["B"] - ckpt_forward(r))
-    coef = {"layer_h": c_h, "layer_f": c_f, "layer_s": c_s, "head_h": e_h, "head_v": e_v, "head_s": e_s,
-            "ckpt_layer_h": k_h, "ckpt_head_h": ec_h, "ckpt_head_v": ec_v, "ckpt_head_s": ec_s,
-            "backward_v": g_v, "backward_h": g_h, "ckpt_backward_v": gc_v, "ckpt_backward_h": gc_h,
-            "fit_worst_relative_residual": {"forward": w1, "checkpointed_forward": w2, "backward_start": w3,
-                                            "checkpointed_backward_start": w4}}
+    coef = {
+        "layer_h": c_h,
+        "layer_f": c_f,
+        "layer_s": c_s,
+        "head_h": e_h,
+        "head_v": e_v,
+        "head_s": e_s,
+        "ckpt_layer_h": k_h,
+        "ckpt_head_h": ec_h,
+        "ckpt_head_v": ec_v,
+        "ckpt_head_s": ec_s,
+        "backward_v": g_v,
+        "backward_h": g_h,
+        "ckpt_backward_v": gc_v,
+        "ckpt_backward_h": gc_h,
+        "fit_worst_relative_residual": {
+            "forward": w1,
+            "checkpointed_forward": w2,
+            "backward_start": w3,
+            "checkpointed_backward_start": w4,
+        },
+    }
     return coef if small_vocabulary is None else with_block_backward(coef, run, small_vocabulary, encoder_decoder)
 
 
@@ -246,8 +334,10 @@ def with_block_backward(coef: dict, run, vocab_extra: int, encoder_decoder: bool
     block = _block_backward(run, vocab_extra, coef, encoder_decoder)
     if block["worst"] <= BLOCK_FIT_LIMIT:
         coef.update(ckpt_block_h=block["ckpt_block_h"], ckpt_block_f=block["ckpt_block_f"])
-    coef["fit_worst_relative_residual"] = {**coef["fit_worst_relative_residual"],
-                                           "checkpointed_block_backward": block["worst"]}
+    coef["fit_worst_relative_residual"] = {
+        **coef["fit_worst_relative_residual"],
+        "checkpointed_block_backward": block["worst"],
+    }
     return coef
 
 
@@ -267,17 +357,24 @@ def _block_backward(run, vocab_extra: int, c: dict, encoder_decoder: bool) -> di
 
         ΔBc − Δ(L·k_h·sbh + one layer) = d_h·Δsbh + d_f·Δsbf
     """
+
     def recomputed(r: dict) -> float:  # the kept inputs and one block, as advisor/engine/memory.py prices them
         layer = c["layer_h"] * r["sbh"] + c["layer_f"] * r["sbf"] + c["layer_s"] * r["bnss"]
-        return r["L"] * c["ckpt_layer_h"] * r["sbh"] + recomputed_block_bytes(c, r["sbh"], r["sbf"], layer,
-                                                                              encoder_decoder)
+        return r["L"] * c["ckpt_layer_h"] * r["sbh"] + recomputed_block_bytes(
+            c, r["sbh"], r["sbf"], layer, encoder_decoder
+        )
 
     rows = []
     for layers, ffn, seq in BLOCK_SHAPES:
         small, large = (run(True, layers, ffn, vocab_extra, b, seq) for b in (64, 128))
-        rows.append({"sbh": large["sbh"] - small["sbh"], "sbf": large["sbf"] - small["sbf"],
-                     "B": large["B"] - small["B"],
-                     "y": (large["B"] - recomputed(large)) - (small["B"] - recomputed(small))})
+        rows.append(
+            {
+                "sbh": large["sbh"] - small["sbh"],
+                "sbf": large["sbf"] - small["sbf"],
+                "B": large["B"] - small["B"],
+                "y": (large["B"] - recomputed(large)) - (small["B"] - recomputed(small)),
+            }
+        )
     (d_h, d_f), _ = _fit(rows, [lambda r: r["sbh"], lambda r: r["sbf"]], lambda r: r["y"])
     # the worst residual relative to the whole backward peak it prices (the increment alone can be near 0)
     worst = max(abs(d_h * r["sbh"] + d_f * r["sbf"] - r["y"]) / r["B"] for r in rows)
@@ -291,9 +388,15 @@ LITGPT_PREFIX = f"{Framework.LITGPT.value}:"  #: the columns calibrate_litgpt.py
 def _quantized_stack() -> dict:
     """The versions the QLoRA columns were simulated with (bitsandbytes' 4-bit base, peft's adapters)."""
     from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return {"qlora_columns": {"date": str(date.today()), "bitsandbytes": version("bitsandbytes"),
-                                  "peft": version("peft")}}
+        return {
+            "qlora_columns": {
+                "date": str(date.today()),
+                "bitsandbytes": version("bitsandbytes"),
+                "peft": version("peft"),
+            }
+        }
     except PackageNotFoundError:
         return {}
 
@@ -321,20 +424,30 @@ def main() -> None:
     # what this run does not make stays: LitGPT's columns (calibrate_litgpt.py), the families not named, and
     # their provenance
     table: dict = json.loads(out.read_text()) if out.exists() else {}
-    run = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
-           "python": platform.python_version()}
+    run = {
+        "date": str(date.today()),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
     if table.get("_meta") and (args or only or block_only):  # a partial refit: the others keep their provenance
         what = {"only": only} if only else {"only": BLOCK_ONLY_NOTE} if block_only else {}
         for family in chosen:
             table["_meta"].setdefault("refits", {})[family] = {**run, **what}
     else:
-        table["_meta"] = {**run, "method": __doc__.split("\n\n")[1].replace("\n", " "), **_quantized_stack(),
-                          **{k: v for k, v in table.get("_meta", {}).items() if k == "litgpt_columns"}}
+        table["_meta"] = {
+            **run,
+            "method": __doc__.split("\n\n")[1].replace("\n", " "),
+            **_quantized_stack(),
+            **{k: v for k, v in table.get("_meta", {}).items() if k == "litgpt_columns"},
+        }
     for family in chosen:
         model_id = FAMILIES[family][0]
         keep_all = only is not None or block_only
-        kept = {task: {k: v for k, v in columns.items() if keep_all or k.startswith(LITGPT_PREFIX)}
-                for task, columns in table.get(family, {}).items()}
+        kept = {
+            task: {k: v for k, v in columns.items() if keep_all or k.startswith(LITGPT_PREFIX)}
+            for task, columns in table.get(family, {}).items()
+        }
         table[family] = {}
         default = profile_from_config(load_config(model_id)[0], model_id).task
         for task in dict.fromkeys([default] + (["sequence-classification"] if family in CLASSIFICATION else [])):
@@ -345,8 +458,9 @@ def main() -> None:
                     continue
                 try:
                     if block_only and key in table[family][task]:
-                        coef = with_block_backward(table[family][task][key],
-                                                   *_transformers_runner(family, variant, task))
+                        coef = with_block_backward(
+                            table[family][task][key], *_transformers_runner(family, variant, task)
+                        )
                     else:
                         coef = calibrate(family, variant, task)
                 except (UsageError, ValueError) as exc:  # e.g. attention-only adapters of a model type without
@@ -354,9 +468,12 @@ def main() -> None:
                     print(f"{family:10s} {task:24s} {key}: skipped ({exc})", flush=True)
                     continue
                 table[family][task][key] = coef
-                print(f"{family:10s} {task:24s} {key:5s} " + " ".join(f"{k}={v:.2f}" for k, v in coef.items()
-                                                                   if isinstance(v, float))
-                      + f" residuals={coef['fit_worst_relative_residual']}", flush=True)
+                print(
+                    f"{family:10s} {task:24s} {key:5s} "
+                    + " ".join(f"{k}={v:.2f}" for k, v in coef.items() if isinstance(v, float))
+                    + f" residuals={coef['fit_worst_relative_residual']}",
+                    flush=True,
+                )
             if not table[family][task]:
                 del table[family][task]
         table[family].update(kept)  # the tasks this run did not calibrate (LitGPT's columns are causal-lm's)

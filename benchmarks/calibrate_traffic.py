@@ -49,15 +49,31 @@ from advisor.core.vocabulary import WeightsDtype  # noqa: E402
 #: (layers, FFN multiple of the model's, extra vocabulary rows, micro-batch, seq-len): 14 rows for 8 features per
 #: phase (the design ``benchmarks/eager_traffic.py --fit`` checked: fitted at 1-3 layers, it priced Llama-3.1-8B's
 #: 32 layers within 0.3-0.9 %)
-DESIGN = [(1, 1, 0, 2, 256), (2, 1, 0, 2, 256), (3, 1, 0, 2, 256), (2, 2, 0, 2, 256), (2, 1, 4096, 2, 256),
-          (2, 1, 0, 4, 256), (2, 1, 0, 2, 512), (3, 2, 4096, 1, 512), (1, 1, 0, 1, 128), (3, 1, 0, 4, 512),
-          (1, 2, 0, 4, 128), (3, 1, 4096, 2, 128), (2, 2, 0, 1, 1024), (1, 1, 4096, 4, 1024)]
+DESIGN = [
+    (1, 1, 0, 2, 256),
+    (2, 1, 0, 2, 256),
+    (3, 1, 0, 2, 256),
+    (2, 2, 0, 2, 256),
+    (2, 1, 4096, 2, 256),
+    (2, 1, 0, 4, 256),
+    (2, 1, 0, 2, 512),
+    (3, 2, 4096, 1, 512),
+    (1, 1, 0, 1, 128),
+    (3, 1, 0, 4, 512),
+    (1, 2, 0, 4, 128),
+    (3, 1, 4096, 2, 128),
+    (2, 2, 0, 1, 1024),
+    (1, 1, 4096, 4, 1024),
+]
 #: The classes of step fitted: the activation columns' (the QLoRA columns of bitsandbytes < 0.43.2 run the same ops
 #: as the current ones) and LoRA / QLoRA over fp32 weights under autocast (PEFT's default when the model loads without
 #: a torch_dtype, and advisor's fp16 plans on GPUs without bf16), which the memory model prices with full
 #: fine-tuning's mixed column but whose traffic differs (the frozen weights are cast, the adapters' inputs too)
-TRAFFIC_VARIANTS = (VARIANTS + [v for v in LORA_VARIANTS if len(v) == 4 or not v[4]]
-                    + [(v[0], WeightsDtype.FP32.value, *v[2:4]) for v in LORA_VARIANTS if len(v) == 4 or not v[4]])
+TRAFFIC_VARIANTS = (
+    VARIANTS
+    + [v for v in LORA_VARIANTS if len(v) == 4 or not v[4]]
+    + [(v[0], WeightsDtype.FP32.value, *v[2:4]) for v in LORA_VARIANTS if len(v) == 4 or not v[4]]
+)
 #: (layers, micro-batch, seq-len) of the eager-minus-SDPA differences
 EAGER_SHAPES = [(1, 2, 256), (2, 1, 512), (2, 2, 128)]
 
@@ -134,8 +150,11 @@ def reference_check(family: str, variant: tuple, coef: dict) -> dict:
     layer_forward = sum(c * v for c, v in zip(coef["forward"][:LAYER_FEATURES], x))
     counted = counted_traffic(prof, _plan(variant, False, 2), seq, raw).traffic
     checkpointed = counted_traffic(prof, _plan(variant, True, 2), seq, raw).traffic
-    return {"depth_error": fitted / counted - 1, "checkpointed_error": (fitted + layer_forward) / checkpointed - 1,
-            "former_ratio": counted / (3 * activation_traffic_bytes(prof, _plan(variant, False, 2), seq))}
+    return {
+        "depth_error": fitted / counted - 1,
+        "checkpointed_error": (fitted + layer_forward) / checkpointed - 1,
+        "former_ratio": counted / (3 * activation_traffic_bytes(prof, _plan(variant, False, 2), seq)),
+    }
 
 
 def main() -> None:
@@ -152,9 +171,14 @@ def main() -> None:
     if unknown:
         sys.exit(f"calibrate_traffic.py: unknown families {unknown}; known: {sorted(FAMILIES)}")
     table: dict = json.loads(out.read_text()) if out.exists() else {}
-    table["_meta"] = {"date": str(date.today()), "torch": torch.__version__, "transformers": transformers.__version__,
-                      "python": platform.python_version(), "features": list(FEATURES),
-                      "method": __doc__.split("\n\n")[1].replace("\n", " ")}
+    table["_meta"] = {
+        "date": str(date.today()),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "features": list(FEATURES),
+        "method": __doc__.split("\n\n")[1].replace("\n", " "),
+    }
     for family in chosen:
         table[family] = {}
         for variant in TRAFFIC_VARIANTS:
@@ -166,16 +190,21 @@ def main() -> None:
                 continue
             coef["reference"] = reference_check(family, variant, coef)
             table[family][key] = coef
-            print(f"{family:10s} {key:28s} forward {['%.1f' % c for c in coef['forward']]} backward "
-                  f"{['%.1f' % c for c in coef['backward']]} eager {coef['eager_forward']:.1f}/"
-                  f"{coef['eager_backward']:.1f} reference {coef['reference']} "
-                  f"residuals {coef['fit_worst_relative_residual']}", flush=True)
+            print(
+                f"{family:10s} {key:28s} forward {['%.1f' % c for c in coef['forward']]} backward "
+                f"{['%.1f' % c for c in coef['backward']]} eager {coef['eager_forward']:.1f}/"
+                f"{coef['eager_backward']:.1f} reference {coef['reference']} "
+                f"residuals {coef['fit_worst_relative_residual']}",
+                flush=True,
+            )
         out.write_text(json.dumps(table, indent=1) + "\n")  # after each family: a long run keeps what it made
     ratios = [c["reference"]["former_ratio"] for f, cols in table.items() if f != "_meta" for c in cols.values()]
     table["_meta"]["fallback_ratio"] = statistics.median(ratios)
     out.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"fallback ratio {table['_meta']['fallback_ratio']:.2f} over {len(ratios)} columns; wrote {out} in "
-          f"{time.perf_counter() - start:.0f} s")
+    print(
+        f"fallback ratio {table['_meta']['fallback_ratio']:.2f} over {len(ratios)} columns; wrote {out} in "
+        f"{time.perf_counter() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

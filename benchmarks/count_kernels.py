@@ -47,13 +47,17 @@ def main() -> None:
     parser.add_argument("--family", default="llama")
     parser.add_argument("--out", type=Path, help="write the table here too")
     args = parser.parse_args()
-    rows = ["| class of step | block forward | block backward | block matmuls | step outside the blocks |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| class of step | block forward | block backward | block matmuls | step outside the blocks |",
+        "|---|---|---|---|---|",
+    ]
     for variant in VARIANTS + [v for v in LORA_VARIANTS if len(v) == 4 or not v[4]]:
         one, two = counts(args.family, variant, 1), counts(args.family, variant, 2)
         name = " ".join(str(v) for v in variant if v)
-        rows.append(f"| {name} | {two[0] - one[0]} | {two[1] - one[1]} | {two[2] - one[2]} | "
-                    f"{2 * one[0] - two[0]} + {2 * one[1] - two[1]} |")
+        rows.append(
+            f"| {name} | {two[0] - one[0]} | {two[1] - one[1]} | {two[2] - one[2]} | "
+            f"{2 * one[0] - two[0]} + {2 * one[1] - two[1]} |"
+        )
     text = f"# Kernels per block of an eager step ({args.family}, fake tensors)\n\n" + "\n".join(rows) + "\n"
     print(text)
     if args.out:

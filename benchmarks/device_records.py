@@ -61,13 +61,20 @@ def trial_rows(report: ValidationReport) -> list[str]:
             rows.append(head + "|" * 14)
             continue
         reserved = f"{m.reserved_bytes / GIB:.3f}" if m.reserved_bytes else ""
-        used = (f"| {p.memory.device_bytes / GIB:.3f} | {m.device_bytes / GIB:.3f} "
-                f"| {_pct(_err(p.memory.device_bytes, m.device_bytes))} " if report.device.type == "cuda" else "| | | ")
+        used = (
+            f"| {p.memory.device_bytes / GIB:.3f} | {m.device_bytes / GIB:.3f} "
+            f"| {_pct(_err(p.memory.device_bytes, m.device_bytes))} "
+            if report.device.type == "cuda"
+            else "| | | "
+        )
         rows.append(
-            head + f"| {p.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {_pct(t.error.peak_bytes)} "
-            + used + f"| {reserved} "
+            head
+            + f"| {p.memory.peak_bytes / GIB:.3f} | {m.peak_bytes / GIB:.3f} | {_pct(t.error.peak_bytes)} "
+            + used
+            + f"| {reserved} "
             f"| {p.speed.step_time_s:.3f} | {m.step_time_s:.3f} | {_pct(t.error.step_time_s)} "
-            f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |")
+            f"| {m.step_time_spread_s / m.step_time_s:.0%} | {m.mfu:.1%} |"
+        )
     return rows
 
 
@@ -77,20 +84,31 @@ def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport
     title = f"{device.name} ({device.type})" if device else "(no trials yet)"
     trials = [t for _, r in reports for t in r.trials if t.measured is not None and t.measured.step_time_s]
     peak = [abs(t.error.peak_bytes) for t in trials if t.error and t.error.peak_bytes is not None]
-    used = [abs(_err(t.predicted.memory.device_bytes, t.measured.device_bytes)) for _, r in reports
-            if r.device.type == "cuda" for t in r.trials if t.measured is not None and t.measured.device_bytes]
+    used = [
+        abs(_err(t.predicted.memory.device_bytes, t.measured.device_bytes))
+        for _, r in reports
+        if r.device.type == "cuda"
+        for t in r.trials
+        if t.measured is not None and t.measured.device_bytes
+    ]
     step = [abs(t.error.step_time_s) for t in trials if t.error and t.error.step_time_s is not None]
     lines = [f"# advisor validate: measured against predicted on {title}", ""]
     for run in runs:
         rates = run.get("matmul_gflops") or {}
         packages = ", ".join(f"{k} {v}" for k, v in sorted(run.get("packages", {}).items()))
-        lines += [f"- {run['date']}: `{run['command']}`; torch {run['torch']}"
-                  f"{', CUDA ' + run['cuda'] if run.get('cuda') else ''}, transformers {run['transformers']}"
-                  f"{', ' + packages if packages else ''}; Python {run['python']}, {run['cpu_count']} CPU cores; "
-                  f"{run['steps']} timed steps per trial after the warm-up"
-                  + ("; matmul (1024 × 768) @ (768 × 3072): "
-                     + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items()) if rates else "") + "."
-                  + "".join(f" Began {u} and did not finish within the call." for u in run.get("unfinished", []))]
+        lines += [
+            f"- {run['date']}: `{run['command']}`; torch {run['torch']}"
+            f"{', CUDA ' + run['cuda'] if run.get('cuda') else ''}, transformers {run['transformers']}"
+            f"{', ' + packages if packages else ''}; Python {run['python']}, {run['cpu_count']} CPU cores; "
+            f"{run['steps']} timed steps per trial after the warm-up"
+            + (
+                "; matmul (1024 × 768) @ (768 × 3072): " + ", ".join(f"{k} {v:,.0f} GFLOP/s" for k, v in rates.items())
+                if rates
+                else ""
+            )
+            + "."
+            + "".join(f" Began {u} and did not finish within the call." for u in run.get("unfinished", []))
+        ]
     lines += [
         "",
         "Peak: live tensors (CUDA: `max_memory_allocated`; CPU: one warm-up step counted as the simulator counts). "
@@ -107,10 +125,14 @@ def render(runs: list[dict[str, Any]], reports: list[tuple[int, ValidationReport
     ]
     for label, errors in (("Peak", peak), ("Used", used), ("Step time", step)):
         if errors:
-            lines.append(f"{label}: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
-                         f"{len(errors)} trials.")
+            lines.append(
+                f"{label}: median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} over "
+                f"{len(errors)} trials."
+            )
     for _, r in reports:
         if r.comparison and r.comparison.speedup:
-            lines.append(f"- {r.model} --compare: {r.comparison.speedup:.2f}x the baseline's speed, "
-                         f"{r.comparison.memory_saved_bytes / GIB:.2f} GiB less peak memory; verdict {r.verdict}.")
+            lines.append(
+                f"- {r.model} --compare: {r.comparison.speedup:.2f}x the baseline's speed, "
+                f"{r.comparison.memory_saved_bytes / GIB:.2f} GiB less peak memory; verdict {r.verdict}."
+            )
     return "\n".join(lines) + "\n"

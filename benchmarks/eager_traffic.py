@@ -30,17 +30,41 @@ from benchmarks import published  # noqa: E402
 from advisor.core.kernels import LossKernel  # noqa: E402
 
 #: aten ops priced as matmuls or attention kernels (compute, not traffic)
-COMPUTE_OPS = ("mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_scaled_dot_product_flash_attention",
-               "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-               "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_backward",
-               "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
-               "_scaled_dot_product_flash_attention_for_cpu_backward")
+COMPUTE_OPS = (
+    "mm",
+    "addmm",
+    "bmm",
+    "baddbmm",
+    "_scaled_mm",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward",
+)
 
 
 #: aten ops that launch no memory-bound kernel besides the views (``func.is_view``): allocations, metadata, and
 #: ``_unsafe_view`` (a reshape without a view's aliasing annotation)
-NO_KERNEL_OPS = ("detach", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "alias",
-                 "lift_fresh", "_local_scalar_dense", "set_", "resize_", "_unsafe_view", "view", "t")
+NO_KERNEL_OPS = (
+    "detach",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "alias",
+    "lift_fresh",
+    "_local_scalar_dense",
+    "set_",
+    "resize_",
+    "_unsafe_view",
+    "view",
+    "t",
+)
 
 #: aten ops that read an input only at the rows their indices name, by the input's position: an embedding lookup
 #: reads the looked-up rows (its output's bytes), not the whole table; the loss reads the target tokens'
@@ -164,8 +188,9 @@ def published_rows(source: str) -> tuple[list[str], list[float], list[float]]:
         try:
             cells, ratio, _ = _traffic_cells(profile, plan, seq)
         except Exception as exc:  # noqa: BLE001 - what the simulator cannot run (a mixture of experts' grouped_mm)
-            print(f"{case['id']}: not counted ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
-                  file=sys.stderr)
+            print(
+                f"{case['id']}: not counted ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})", file=sys.stderr
+            )
             continue
         predicted = est.speed.tokens_per_s / plan.num_gpus
         traffic_ratios.append(ratio)
@@ -193,8 +218,11 @@ def device_rows(records: Path, lines: list[str]) -> dict[str, list[float]]:
         top = sorted(mode.by_op.items(), key=lambda kv: -kv[1])[:5]
         ratios["traffic"].append(ratio)
         ratios["step"].append(predicted / measured_s)
-        lines.append(f"| {model_id} | {described} | {cells} | {predicted:.3f} | {measured_s:.3f} | "
-                     + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top) + " |")
+        lines.append(
+            f"| {model_id} | {described} | {cells} | {predicted:.3f} | {measured_s:.3f} | "
+            + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in top)
+            + " |"
+        )
         print(lines[-1], file=sys.stderr)
     return ratios
 
@@ -207,38 +235,66 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", default=str(ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"))
     parser.add_argument("--out", help="also write the markdown here")
-    parser.add_argument("--published", nargs="*", default=[], metavar="SOURCE",
-                        help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)")
+    parser.add_argument(
+        "--published",
+        nargs="*",
+        default=[],
+        metavar="SOURCE",
+        help="also the runs of benchmarks/published/SOURCE.jsonl (e.g. hf-qlora)",
+    )
     args = parser.parse_args(argv)
 
     import importlib.metadata
     from datetime import date
 
-    versions = ", ".join(f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes"))
-    lines = [f"# Eager memory traffic: counted on fake tensors against the traffic model ({date.today()})", "",
-             f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
-             f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward, in GB: former "
-             "(the saved activations × (3 + r), the price before the count), counted at the run's own shape, and "
-             "modelled (`advisor.engine.traffic`, fitted on 1-3 layer designs by `benchmarks/calibrate_traffic.py`); "
-             "steps in seconds on the H100 the records come from. Compiled and Liger rows are left out (their fused "
-             "kernels are not eager's). A sharded plan (FSDP, ZeRO) is counted as the simulator's one-device step over "
-             "its fp32 weights under autocast, whose weight casts FSDP's 16-bit gathers do not make: its modelled "
-             "traffic (the 16-bit column) is lower than that count by design.", ""]
-    lines += ["| model | plan | former GB | counted GB | modelled GB | modelled / counted | predicted s | measured s | "
-              "top ops (GB) |", "|---|---|---|---|---|---|---|---|---|"]
+    versions = ", ".join(
+        f"{p} {importlib.metadata.version(p)}" for p in ("torch", "transformers", "peft", "bitsandbytes")
+    )
+    lines = [
+        f"# Eager memory traffic: counted on fake tensors against the traffic model ({date.today()})",
+        "",
+        f"`benchmarks/eager_traffic.py {' '.join(argv if argv is not None else sys.argv[1:])}` ({versions}; "
+        f"records {Path(args.records).name}). Traffic of one micro-batch, forward and backward, in GB: former "
+        "(the saved activations × (3 + r), the price before the count), counted at the run's own shape, and "
+        "modelled (`advisor.engine.traffic`, fitted on 1-3 layer designs by `benchmarks/calibrate_traffic.py`); "
+        "steps in seconds on the H100 the records come from. Compiled and Liger rows are left out (their fused "
+        "kernels are not eager's). A sharded plan (FSDP, ZeRO) is counted as the simulator's one-device step over "
+        "its fp32 weights under autocast, whose weight casts FSDP's 16-bit gathers do not make: its modelled "
+        "traffic (the 16-bit column) is lower than that count by design.",
+        "",
+    ]
+    lines += [
+        "| model | plan | former GB | counted GB | modelled GB | modelled / counted | predicted s | measured s | "
+        "top ops (GB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     ratios = device_rows(Path(args.records), lines)
     if ratios["step"]:
-        lines += ["", f"modelled / counted traffic: {_spread(ratios['traffic'])}",
-                  "", f"step time predicted / measured: {_spread(ratios['step'])}"]
+        lines += [
+            "",
+            f"modelled / counted traffic: {_spread(ratios['traffic'])}",
+            "",
+            f"step time predicted / measured: {_spread(ratios['step'])}",
+        ]
     for source in args.published:
         rows, traffic_r, rate_r = published_rows(source)
-        lines += ["", f"Published runs of `benchmarks/published/{source}.jsonl` (tokens/s per GPU, eager):", "",
-                  "| case | plan | former GB | counted GB | modelled GB | modelled / counted | predicted tokens/s | "
-                  "published |", "|---|---|---|---|---|---|---|---|", *rows]
+        lines += [
+            "",
+            f"Published runs of `benchmarks/published/{source}.jsonl` (tokens/s per GPU, eager):",
+            "",
+            "| case | plan | former GB | counted GB | modelled GB | modelled / counted | predicted tokens/s | "
+            "published |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
         if rate_r:
-            lines += ["", f"modelled / counted traffic: {_spread(traffic_r)}", "",
-                      f"tokens/s predicted / published: {_spread(rate_r)}, {sum(map(published.within, rate_r))} of "
-                      f"{len(rate_r)} within 1.25x"]
+            lines += [
+                "",
+                f"modelled / counted traffic: {_spread(traffic_r)}",
+                "",
+                f"tokens/s predicted / published: {_spread(rate_r)}, {sum(map(published.within, rate_r))} of "
+                f"{len(rate_r)} within 1.25x",
+            ]
     text = "\n".join(lines) + "\n"
     sys.stdout.write(text)
     if args.out:

@@ -29,8 +29,13 @@ import importlib
 #: norm, rotary function and gated MLP Liger replaces and whose classes follow Llama's layout (gate, up and down
 #: projections; ``apply_rotary_pos_emb``). Phi-3's fused gate_up projection is left to the activation-ratio estimate
 #: (advisor.engine.traffic).
-LIGER_FAMILIES = {"llama": ("llama", "Llama"), "mistral": ("mistral", "Mistral"), "qwen2": ("qwen2", "Qwen2"),
-                  "qwen3": ("qwen3", "Qwen3"), "gemma": ("gemma", "Gemma")}
+LIGER_FAMILIES = {
+    "llama": ("llama", "Llama"),
+    "mistral": ("mistral", "Mistral"),
+    "qwen2": ("qwen2", "Qwen2"),
+    "qwen3": ("qwen3", "Qwen3"),
+    "gemma": ("gemma", "Gemma"),
+}
 
 
 def _functions():

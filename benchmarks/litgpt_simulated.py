@@ -49,8 +49,14 @@ from published import run_case  # noqa: E402
 CASES = ROOT / "benchmarks" / "published" / "litgpt.jsonl"
 OUT = ROOT / "benchmarks" / "results" / "litgpt_simulated.md"
 #: the case notes' adapter names → LitGPT's LoRA flags
-FLAGS = {"query": "lora_query", "key": "lora_key", "value": "lora_value", "projection": "lora_projection",
-         "mlp": "lora_mlp", "head": "lora_head"}
+FLAGS = {
+    "query": "lora_query",
+    "key": "lora_key",
+    "value": "lora_value",
+    "projection": "lora_projection",
+    "mlp": "lora_mlp",
+    "head": "lora_head",
+}
 
 
 #: The functions of ``litgpt/utils.py`` this script needs: the two ``litgpt.config`` and ``litgpt.lora`` import, and
@@ -74,15 +80,26 @@ def import_litgpt(folder: Path):
     functions = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name in UTILS]
     utils = types.ModuleType("litgpt.utils")
     utils.__dict__.update(torch=torch, Dict=Dict, List=List, Mapping=Mapping, Union=Union)
-    exec(compile(ast.Module(body=functions, type_ignores=[]), str(folder / "litgpt" / "utils.py"), "exec"),
-         utils.__dict__)
+    exec(
+        compile(ast.Module(body=functions, type_ignores=[]), str(folder / "litgpt" / "utils.py"), "exec"),
+        utils.__dict__,
+    )
     sys.modules["litgpt.utils"] = utils
     return importlib.import_module("litgpt.lora")
 
 
-def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, legacy: bool = True,
-                checkpointing: bool = False, optimizer: str = "adamw",
-                trainable_all: bool = False) -> tuple[dict[str, int], int]:
+def litgpt_step(
+    lora,
+    config,
+    b: int,
+    s: int,
+    *,
+    quantize: str | None = None,
+    legacy: bool = True,
+    checkpointing: bool = False,
+    optimizer: str = "adamw",
+    trainable_all: bool = False,
+) -> tuple[dict[str, int], int]:
     """Two LitGPT fine-tuning steps of ``config`` (a ``litgpt.lora.Config``) at micro-batch ``b`` × ``s`` tokens on
     fake tensors: (the live-bytes peak per phase, the bytes live once the model is built), bytes.
 
@@ -120,8 +137,13 @@ def litgpt_step(lora, config, b: int, s: int, *, quantize: str | None = None, le
             model.max_seq_length = s  # rebuilds the RoPE cache on the fake device
             model.train()
             params = [p for p in model.parameters() if p.requires_grad]
-            step = (torch.optim.SGD(params, lr=1e-4) if optimizer == "sgd"
-                    else None if quantize else torch.optim.AdamW(params, lr=1e-4))
+            step = (
+                torch.optim.SGD(params, lr=1e-4)
+                if optimizer == "sgd"
+                else None
+                if quantize
+                else torch.optim.AdamW(params, lr=1e-4)
+            )
             built = tracker.current
             x = torch.randint(0, config.padded_vocab_size, (b, s))
             for _ in range(2):
@@ -148,10 +170,16 @@ def simulate_case(lora, case: dict) -> int:
     quantize = re.search(r"quantize (\S+?),", notes).group(1)
     flags = {flag: name in targets for name, flag in FLAGS.items()}
     # the config hub's dropout is 0.05 or 0.1: any p > 0 keeps the same tensors (output and mask)
-    config = lora.Config.from_name(case["model"]["id"], lora_r=case["plan"]["lora_rank"], lora_alpha=16,
-                                   lora_dropout=0.05, **flags)
-    peaks, _ = litgpt_step(lora, config, case["workload"]["micro_batch_size"], case["workload"]["seq_len"],
-                           quantize=None if quantize == "None" else quantize)
+    config = lora.Config.from_name(
+        case["model"]["id"], lora_r=case["plan"]["lora_rank"], lora_alpha=16, lora_dropout=0.05, **flags
+    )
+    peaks, _ = litgpt_step(
+        lora,
+        config,
+        case["workload"]["micro_batch_size"],
+        case["workload"]["seq_len"],
+        quantize=None if quantize == "None" else quantize,
+    )
     return max(peaks.values())
 
 
@@ -163,9 +191,14 @@ def _swap_linears(module, double_quant: bool) -> None:
     for name, child in list(module.named_children()):
         if type(child) is torch.nn.Linear:
             with torch.device("meta"):
-                new = bnb.nn.Linear4bit(child.in_features, child.out_features, child.bias is not None,
-                                        compute_dtype=torch.bfloat16, compress_statistics=double_quant,
-                                        quant_type="nf4")
+                new = bnb.nn.Linear4bit(
+                    child.in_features,
+                    child.out_features,
+                    child.bias is not None,
+                    compute_dtype=torch.bfloat16,
+                    compress_statistics=double_quant,
+                    quant_type="nf4",
+                )
             new.requires_grad_(False)
             setattr(module, name, new)
         else:
@@ -181,8 +214,12 @@ def main() -> None:
     rows, errors, analytic, start = [], {"lora": [], "qlora": []}, [], time.perf_counter()
     for line in CASES.read_text().splitlines():
         case = json.loads(line)
-        if (not fnmatch.fnmatch(case["id"], args.cases) or case["plan"]["method"] == "full"
-                or not case["measured"].get("memory_bytes") or not case["id"].startswith("litgpt-confighub")):
+        if (
+            not fnmatch.fnmatch(case["id"], args.cases)
+            or case["plan"]["method"] == "full"
+            or not case["measured"].get("memory_bytes")
+            or not case["id"].startswith("litgpt-confighub")
+        ):
             continue
         measured = case["measured"]["memory_bytes"]
         try:
@@ -198,31 +235,43 @@ def main() -> None:
         against = predicted / peak - 1 if predicted else None
         if against is not None:
             analytic.append(against)
-        rows.append(f"| {case['id']} | {measured / 1e9:.2f} | {peak / 1e9:.2f} | {err:+.1%} | "
-                    f"{predicted / 1e9 if predicted else float('nan'):.2f} | "
-                    f"{'' if against is None else f'{against:+.1%}'} | |")
+        rows.append(
+            f"| {case['id']} | {measured / 1e9:.2f} | {peak / 1e9:.2f} | {err:+.1%} | "
+            f"{predicted / 1e9 if predicted else float('nan'):.2f} | "
+            f"{'' if against is None else f'{against:+.1%}'} | |"
+        )
         print(rows[-1], flush=True)
-    summary = [f"{method}: n={len(e)} median {statistics.median(e):+.1%} range {min(e):+.1%} … {max(e):+.1%}"
-               for method, e in errors.items() if e]
+    summary = [
+        f"{method}: n={len(e)} median {statistics.median(e):+.1%} range {min(e):+.1%} … {max(e):+.1%}"
+        for method, e in errors.items()
+        if e
+    ]
     if analytic:
-        summary.append(f"advisor's analytic peak vs the simulated step: n={len(analytic)} median "
-                       f"{statistics.median(analytic):+.1%} range {min(analytic):+.1%} … {max(analytic):+.1%}")
+        summary.append(
+            f"advisor's analytic peak vs the simulated step: n={len(analytic)} median "
+            f"{statistics.median(analytic):+.1%} range {min(analytic):+.1%} … {max(analytic):+.1%}"
+        )
     print("\n".join(summary))
     if args.cases != "litgpt-confighub-*":
         return
     import bitsandbytes
     import torch
 
-    head = [f"# LitGPT 0.4.12's own step, simulated, vs LitGPT's published peak ({date.today()})", "",
-            f"`HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/litgpt_simulated.py --litgpt DIR` "
-            f"({time.perf_counter() - start:.0f} s; torch {torch.__version__}, bitsandbytes {bitsandbytes.__version__} "
-            "running the < 0.43.2 MatMul4Bit for QLoRA). Published: `max_memory_allocated` in decimal GB "
-            "(benchmarks/published/litgpt.jsonl); simulated: the same quantity. Error = simulated / published - 1. "
-            "advisor: `benchmarks/published.py`'s prediction for the case (`--framework litgpt`, the LitGPT columns "
-            "of `advisor/data/activations.json`), against the simulated step.", "",
-            *[f"- {line}" for line in summary], "",
-            "| case | published GB | simulated GB | error | advisor GB | advisor / simulated | note |",
-            "|---|---:|---:|---:|---:|---:|---|"]
+    head = [
+        f"# LitGPT 0.4.12's own step, simulated, vs LitGPT's published peak ({date.today()})",
+        "",
+        f"`HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/litgpt_simulated.py --litgpt DIR` "
+        f"({time.perf_counter() - start:.0f} s; torch {torch.__version__}, bitsandbytes {bitsandbytes.__version__} "
+        "running the < 0.43.2 MatMul4Bit for QLoRA). Published: `max_memory_allocated` in decimal GB "
+        "(benchmarks/published/litgpt.jsonl); simulated: the same quantity. Error = simulated / published - 1. "
+        "advisor: `benchmarks/published.py`'s prediction for the case (`--framework litgpt`, the LitGPT columns "
+        "of `advisor/data/activations.json`), against the simulated step.",
+        "",
+        *[f"- {line}" for line in summary],
+        "",
+        "| case | published GB | simulated GB | error | advisor GB | advisor / simulated | note |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
     OUT.write_text("\n".join(head + rows) + "\n")
     print(f"wrote {OUT}")
 

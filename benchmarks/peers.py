@@ -63,39 +63,74 @@ def accelerate_estimate(model_id: str, precision: str) -> tuple[float, float]:
         est.create_empty_model = create_empty_model
         dtype = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[precision]
         start = time.perf_counter()
-        data = est.gather_data(SimpleNamespace(model_name=tmp, library_name="transformers",
-                                               trust_remote_code=False, dtypes=[dtype]))
+        data = est.gather_data(
+            SimpleNamespace(model_name=tmp, library_name="transformers", trust_remote_code=False, dtypes=[dtype])
+        )
         seconds = time.perf_counter() - start
     return float(max(data[0][3].values())), seconds
 
 
-def advisor_cli_seconds(model_id: str, task: str | None, micro: int, seq: int, precision: str, ckpt: bool,
-                        optimizer: str) -> float:
-    cmd = [sys.executable, "-m", "advisor", "estimate", "--model", model_id, "--gpu", "a100-80gb",
-           "--micro-batch-size", str(micro), "--seq-len", str(seq), "--precision", precision,
-           "--optimizer", optimizer, "--json"] + (["--task", task] if task else []) + \
-          (["--gradient-checkpointing"] if ckpt else [])
+def advisor_cli_seconds(
+    model_id: str, task: str | None, micro: int, seq: int, precision: str, ckpt: bool, optimizer: str
+) -> float:
+    cmd = (
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "estimate",
+            "--model",
+            model_id,
+            "--gpu",
+            "a100-80gb",
+            "--micro-batch-size",
+            str(micro),
+            "--seq-len",
+            str(seq),
+            "--precision",
+            precision,
+            "--optimizer",
+            optimizer,
+            "--json",
+        ]
+        + (["--task", task] if task else [])
+        + (["--gradient-checkpointing"] if ckpt else [])
+    )
     start = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return time.perf_counter() - start
 
 
 def main() -> None:
-    lines = [f"# advisor vs accelerate estimate-memory, against a simulated step ({date.today()})", "",
-             "| configuration | simulated GiB | advisor GiB (error) | accelerate GiB (error) | advisor CLI s | "
-             "accelerate s (in-process, no Hub) |", "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# advisor vs accelerate estimate-memory, against a simulated step ({date.today()})",
+        "",
+        "| configuration | simulated GiB | advisor GiB (error) | accelerate GiB (error) | advisor CLI s | "
+        "accelerate s (in-process, no Hub) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for model_id, task, micro, seq, precision, ckpt, optimizer in CASES:
         profile = profile_model(model_id, task)
-        plan = Plan(device="cuda", precision=precision, tf32=False, optimizer=optimizer, gradient_checkpointing=ckpt,
-                    micro_batch_size=micro, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+        plan = Plan(
+            device="cuda",
+            precision=precision,
+            tf32=False,
+            optimizer=optimizer,
+            gradient_checkpointing=ckpt,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=1,
+            parallelism="none",
+            num_gpus=1,
+        )
         sim = simulate(profile, plan, seq).peak_bytes
         ours = estimate_memory(profile, plan, seq, 80 * GIB).peak_bytes
         theirs, their_s = accelerate_estimate(model_id, precision)
         cli_s = advisor_cli_seconds(model_id, task, micro, seq, precision, ckpt, optimizer)
-        name = (f"{model_id} {task or profile.task} {micro}x{seq} {precision}"
-                f"{' ckpt' if ckpt else ''} {optimizer}")
-        lines.append(f"| {name} | {sim / GIB:.2f} | {ours / GIB:.2f} ({ours / sim - 1:+.1%}) | "
-                     f"{theirs / GIB:.2f} ({theirs / sim - 1:+.1%}) | {cli_s:.2f} | {their_s:.2f} |")
+        name = f"{model_id} {task or profile.task} {micro}x{seq} {precision}{' ckpt' if ckpt else ''} {optimizer}"
+        lines.append(
+            f"| {name} | {sim / GIB:.2f} | {ours / GIB:.2f} ({ours / sim - 1:+.1%}) | "
+            f"{theirs / GIB:.2f} ({theirs / sim - 1:+.1%}) | {cli_s:.2f} | {their_s:.2f} |"
+        )
         print(lines[-1], flush=True)
     lines += ["", "accelerate's figure is for Adam whatever the optimizer, at batch size 1, without activations."]
     (ROOT / "benchmarks" / "results" / "peers.md").write_text("\n".join(lines) + "\n")

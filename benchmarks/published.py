@@ -75,9 +75,12 @@ GPUS: dict[str, tuple[str, str | None]] = {
     "V100-16GB": ("v100-16gb", "V100 form factor not stated: SXM2 entry"),
     "V100-32GB": ("v100-32gb", "V100 form factor not stated: SXM2 entry"),
     "V100-SXM3-32GB": ("v100-32gb", "V100 SXM3 (DGX-2) as the catalog's SXM2 32GB: same memory"),
-    "H100-96GB-HBM2e-500W": ("h100-sxm", "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 with "
-                             "the source's 96 GB and 2.4 TB/s; its bf16 peak, 'between SXM and NVL' by the source, "
-                             "taken as the SXM's (an upper bound)"),
+    "H100-96GB-HBM2e-500W": (
+        "h100-sxm",
+        "H100 96GB HBM2e at 500 W (Grand Teton) as the catalog's H100 SXM5 with "
+        "the source's 96 GB and 2.4 TB/s; its bf16 peak, 'between SXM and NVL' by the source, "
+        "taken as the SXM's (an upper bound)",
+    ),
     "H200": ("h200", "H200 form factor not stated (8 per host with NVLink): SXM entry"),
     "RTX 3090": ("rtx-3090", None),
     "A100-40GB": ("a100-40gb", "A100 40GB form factor not stated: SXM4 entry (same memory)"),
@@ -272,8 +275,13 @@ def _parallelism(name: str | None) -> dict:
     base, *extra = text.split("+")
     if base.startswith(("tp", "pp", "cp", "ep")):
         base, extra = "", [base, *extra]
-    degrees = {"tp": "tensor_parallel", "pp": "pipeline_parallel", "vp": "virtual_pipeline",
-               "cp": "context_parallel", "ep": "expert_parallel"}
+    degrees = {
+        "tp": "tensor_parallel",
+        "pp": "pipeline_parallel",
+        "vp": "virtual_pipeline",
+        "cp": "context_parallel",
+        "ep": "expert_parallel",
+    }
     out = {degrees[e[:2]]: int(e[2:]) for e in extra if e[:2] in degrees and int(e[2:]) > 1}
     if base == "fsdp2":
         out["parallelism"] = Parallelism.FSDP_FULL_SHARD.value
@@ -312,8 +320,11 @@ def _peft_kbit_recipe(case: dict) -> bool:
 def _model_split(plan_opts: dict) -> int:
     """The GPUs one data-parallel replica spans: tensor × pipeline × context parallel (expert parallel splits the
     experts inside the data-parallel group, Megatron-Core's layout, and spans no GPUs of its own)."""
-    return plan_opts.get("tensor_parallel", 1) * plan_opts.get("pipeline_parallel", 1) * plan_opts.get(
-        "context_parallel", 1)
+    return (
+        plan_opts.get("tensor_parallel", 1)
+        * plan_opts.get("pipeline_parallel", 1)
+        * plan_opts.get("context_parallel", 1)
+    )
 
 
 def _accumulation(case: dict, plan_opts: dict, gpus: int) -> int | None:
@@ -337,15 +348,20 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
     """
     p, w = case["plan"], case["workload"]
     opts: dict = {"method": p.get("method") or "full", **_parallelism(p.get("parallelism"))}
-    stated = {"precision": p.get("precision"), "optimizer": _optimizer(p.get("optimizer")),
-              "gradient_checkpointing": _checkpointing(p.get("gradient_checkpointing")), "seq_len": w.get("seq_len"),
-              "micro_batch_size": w.get("micro_batch_size"), "tf32": p.get("tf32"),
-              "offload": p.get("offload"), "lora_rank": p.get("lora_rank")}
+    stated = {
+        "precision": p.get("precision"),
+        "optimizer": _optimizer(p.get("optimizer")),
+        "gradient_checkpointing": _checkpointing(p.get("gradient_checkpointing")),
+        "seq_len": w.get("seq_len"),
+        "micro_batch_size": w.get("micro_batch_size"),
+        "tf32": p.get("tf32"),
+        "offload": p.get("offload"),
+        "lora_rank": p.get("lora_rank"),
+    }
     opts.update({k: v for k, v in stated.items() if v is not None})
     if stated["gradient_checkpointing"] is None and _peft_kbit_recipe(case):
         stated["gradient_checkpointing"] = opts["gradient_checkpointing"] = True
-        notes.append("checkpointing not stated: on, as PEFT's prepare_model_for_kbit_training turns it on by "
-                     "default")
+        notes.append("checkpointing not stated: on, as PEFT's prepare_model_for_kbit_training turns it on by default")
     unstated = [k for k in ("precision", "optimizer", "gradient_checkpointing", "seq_len") if stated[k] is None]
     if "parallelism" not in opts and gpus > 1:
         unstated.append("parallelism")
@@ -359,8 +375,11 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         if p.get("lora_targets") not in values(LoraTargets):
             raise Skip(f"LoRA targets outside advisor's {' / '.join(values(LoraTargets))} (see the case's notes)")
         opts["lora_targets"] = p["lora_targets"]
-    if opts.get("parallelism", "").startswith("zero") and gpus == _model_split(opts) and opts.get(
-            "offload", "none") == "none":  # ZeRO-Offload on one rank still moves the optimizer to the CPU
+    if (
+        opts.get("parallelism", "").startswith("zero")
+        and gpus == _model_split(opts)
+        and opts.get("offload", "none") == "none"
+    ):  # ZeRO-Offload on one rank still moves the optimizer to the CPU
         opts["parallelism"] = "none"  # a distributed optimizer over one data-parallel rank shards nothing
         notes.append("one data-parallel rank: the distributed optimizer shards nothing (advisor: none)")
     accumulation = _accumulation(case, opts, gpus)
@@ -375,9 +394,16 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
 
 
 #: The sources' attention names → advisor's values (``advisor.core.kernels.Attention``).
-ATTENTION = {"flash-attention": "flash-attention-2", "flash-attention-2": "flash-attention-2",
-             "flash_attention_2": "flash-attention-2", "fa2": "flash-attention-2", "flash-attention-3":
-             "flash-attention-3", "flash_attention_3": "flash-attention-3", "sdpa": "sdpa", "eager": "eager"}
+ATTENTION = {
+    "flash-attention": "flash-attention-2",
+    "flash-attention-2": "flash-attention-2",
+    "flash_attention_2": "flash-attention-2",
+    "fa2": "flash-attention-2",
+    "flash-attention-3": "flash-attention-3",
+    "flash_attention_3": "flash-attention-3",
+    "sdpa": "sdpa",
+    "eager": "eager",
+}
 
 
 #: The sources' frameworks whose layers are Megatron-style (``--framework megatron``): Megatron-Core with Transformer
@@ -407,7 +433,8 @@ def stack_options(case: dict) -> dict:
         opts["packing"] = True
     framework = s.get("framework") or ""
     if any(name in framework.lower() for name in ("litgpt", "lit-gpt")) or (
-            "lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework):
+        "lit_gpt_model" in case.get("notes", "") and "TinyLlama" not in framework
+    ):
         # LitGPT's own model code (lightning-thunder trains lit-gpt's model, but for one run)
         opts["framework"] = Framework.LITGPT.value
     elif any(name in framework for name in MEGATRON_STACKS):
@@ -513,10 +540,13 @@ def estimate_case(case: dict, notes: list[str]):
 
 def run_case(case: dict) -> Result:
     """Price one case and compare it; a case that cannot be priced comes back with ``skipped`` set."""
-    r = Result(id=case["id"], source=case["_file"],
-               model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"]) or case["model"].get("config") or "?",
-               gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}",
-               revision=case["stack"].get("revision"))
+    r = Result(
+        id=case["id"],
+        source=case["_file"],
+        model=case["model"]["id"] or UNNAMED_MODELS.get(case["id"]) or case["model"].get("config") or "?",
+        gpu=f"{case['hardware'].get('count') or '?'}× {case['hardware']['gpu']}",
+        revision=case["stack"].get("revision"),
+    )
     notes: list[str] = []
     try:
         est, profile = estimate_case(case, notes)
@@ -559,8 +589,10 @@ def _states_check(r: Result, est) -> list[str]:
     c = est.memory.components
     states = c.weights_bytes + c.gradients_bytes + c.optimizer_states_bytes
     if r.measured_bytes is not None and r.measured_bytes < states:
-        return [f"measured is below the stated plan's weights + gradients + optimizer states ({states / GB:.2f} GB): "
-                "setup likely misreported"]
+        return [
+            f"measured is below the stated plan's weights + gradients + optimizer states ({states / GB:.2f} GB): "
+            "setup likely misreported"
+        ]
     return []
 
 
@@ -595,36 +627,61 @@ def summary(results: list[Result]) -> dict[str, str]:
     errors = [r.memory_error for r in run if r.memory_error is not None]
     fits = [r for r in run if r.fits_published is not None]
     pairs = [x for *_, x in ratios(results)]
-    rates = [r.rate_predicted / r.rate_published for r in run if r.rate_published and r.per_gpu
-             and r.rate_unit == "tokens/s/GPU"]
+    rates = [
+        r.rate_predicted / r.rate_published
+        for r in run
+        if r.rate_published and r.per_gpu and r.rate_unit == "tokens/s/GPU"
+    ]
     memory_ratios = [1 + e for e in errors]
     lines = {
-        "memory": (f"memory: n={len(errors)} median |error| {statistics.median(map(abs, errors)):.1%} "
-                   f"worst {max(map(abs, errors)):.1%}") if errors else "memory: n=0",
+        "memory": (
+            f"memory: n={len(errors)} median |error| {statistics.median(map(abs, errors)):.1%} "
+            f"worst {max(map(abs, errors)):.1%}"
+        )
+        if errors
+        else "memory: n=0",
         "fit": f"fit: n={len(fits)} agree {sum(r.fits_published == r.fits_predicted for r in fits)}",
         # the same verdicts against the whole GPU: did it run out of memory, not would advisor plan it (its 10 %
         # planning margin makes a run at 90-100 % of the memory a "no fit")
-        "fit at capacity": (f"fit at capacity: n={len(fits)} agree "
-                            f"{sum(r.fits_published == r.fits_capacity for r in fits)}"),
-        "ratio": (f"ratio: n={len(pairs)} median {statistics.median(pairs):.2f}× "
-                  f"within-1.25x {sum(map(within, pairs))}") if pairs else "ratio: n=0",
-        "throughput": (f"throughput: n={len(rates)} median predicted/published {statistics.median(rates):.2f} "
-                       f"within-1.25x {sum(map(within, rates))}") if rates else "throughput: n=0",
-        "memory ratio": (f"memory ratio: n={len(memory_ratios)} median {statistics.median(memory_ratios):.2f} "
-                         f"p10 {_quantile(memory_ratios, 0.1):.2f} p90 {_quantile(memory_ratios, 0.9):.2f}")
-        if memory_ratios else "memory ratio: n=0",
+        "fit at capacity": (
+            f"fit at capacity: n={len(fits)} agree {sum(r.fits_published == r.fits_capacity for r in fits)}"
+        ),
+        "ratio": (
+            f"ratio: n={len(pairs)} median {statistics.median(pairs):.2f}× within-1.25x {sum(map(within, pairs))}"
+        )
+        if pairs
+        else "ratio: n=0",
+        "throughput": (
+            f"throughput: n={len(rates)} median predicted/published {statistics.median(rates):.2f} "
+            f"within-1.25x {sum(map(within, rates))}"
+        )
+        if rates
+        else "throughput: n=0",
+        "memory ratio": (
+            f"memory ratio: n={len(memory_ratios)} median {statistics.median(memory_ratios):.2f} "
+            f"p10 {_quantile(memory_ratios, 0.1):.2f} p90 {_quantile(memory_ratios, 0.9):.2f}"
+        )
+        if memory_ratios
+        else "memory ratio: n=0",
     }
     for method in values(Method):  # issue 12: the fine-tuning methods' memory on their own
         own = [r.memory_error for r in run if r.memory_error is not None and r.method == method]
         if own:
-            lines[f"memory {method}"] = (f"memory {method}: n={len(own)} median |error| "
-                                         f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}")
+            lines[f"memory {method}"] = (
+                f"memory {method}: n={len(own)} median |error| "
+                f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}"
+            )
     for stack, sources in (("LitGPT", LITGPT_SOURCES), ("other stacks", None)):  # the framework advisor does not model
-        own = [r.memory_error for r in run if r.memory_error is not None
-               and (r.source in sources if sources else r.source not in LITGPT_SOURCES)]
+        own = [
+            r.memory_error
+            for r in run
+            if r.memory_error is not None and (r.source in sources if sources else r.source not in LITGPT_SOURCES)
+        ]
         if own:
-            lines[f"memory {stack}"] = (f"memory {stack}: n={len(own)} median |error| "
-                                        f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}")
+            lines[f"memory {stack}"] = (
+                f"memory {stack}: n={len(own)} median |error| "
+                f"{statistics.median(map(abs, own)):.1%} worst {max(map(abs, own)):.1%}"
+            )
     return lines
 
 
@@ -639,13 +696,30 @@ def _gb(x: int | None) -> str:
 
 def _row(r: Result) -> str:
     measured = f"{_gb(r.measured_bytes)} ({r.memory_quantity})" if r.measured_bytes else ""
-    fit = "" if r.fits_published is None else (
-        f"{'fits' if r.fits_published else 'OOM'} / {'fits' if r.fits_predicted else 'no fit'}"
-        f"{'' if r.fits_published == r.fits_predicted else ' ✗'}")
+    fit = (
+        ""
+        if r.fits_published is None
+        else (
+            f"{'fits' if r.fits_published else 'OOM'} / {'fits' if r.fits_predicted else 'no fit'}"
+            f"{'' if r.fits_published == r.fits_predicted else ' ✗'}"
+        )
+    )
     rate = "" if r.rate_published is None else f"{r.rate_published:,.1f} / {r.rate_predicted:,.1f} {r.rate_unit}"
     error = "" if r.memory_error is None else f"{r.memory_error:+.1%}"
-    cells = [r.id, r.source, r.model, r.gpu, r.plan, measured, _gb(r.predicted_bytes), error, fit,
-             f"{_gb(r.device_bytes)} / {_gb(r.usable_bytes)}", rate, "; ".join(r.why)]
+    cells = [
+        r.id,
+        r.source,
+        r.model,
+        r.gpu,
+        r.plan,
+        measured,
+        _gb(r.predicted_bytes),
+        error,
+        fit,
+        f"{_gb(r.device_bytes)} / {_gb(r.usable_bytes)}",
+        rate,
+        "; ".join(r.why),
+    ]
     return "| " + " | ".join(c.replace("|", "/") for c in cells) + " |"
 
 
@@ -654,15 +728,31 @@ def markdown(results: list[Result], header: str, loso: list[str] = ()) -> str:
     the skipped cases and the speed ratios."""
     lines = summary(results)
     skipped = [r for r in results if r.skipped]
-    out = [header, "", "```", *lines.values(), "```", "", *loso, *([""] if loso else []),
-           f"{len(results)} cases: {len(results) - len(skipped)} run, {len(skipped)} skipped. Memory in GB (10^9 B); "
-           "error = predicted / measured - 1; fit = published / predicted (✗: disagree); device = advisor's "
-           "memory.device_bytes / usable bytes; rate = published / predicted.", "",
-           "| case | source | model | GPU | plan (advisor) | measured GB | predicted GB | error | fit "
-           "| device / usable GB | rate | why it may differ |", "|" + "---|" * 12]
+    out = [
+        header,
+        "",
+        "```",
+        *lines.values(),
+        "```",
+        "",
+        *loso,
+        *([""] if loso else []),
+        f"{len(results)} cases: {len(results) - len(skipped)} run, {len(skipped)} skipped. Memory in GB (10^9 B); "
+        "error = predicted / measured - 1; fit = published / predicted (✗: disagree); device = advisor's "
+        "memory.device_bytes / usable bytes; rate = published / predicted.",
+        "",
+        "| case | source | model | GPU | plan (advisor) | measured GB | predicted GB | error | fit "
+        "| device / usable GB | rate | why it may differ |",
+        "|" + "---|" * 12,
+    ]
     out += [_row(r) for r in results if not r.skipped]
-    out += ["", "## Speed ratios (two configurations of one source)", "",
-            "| case | against | predicted speed-up / published speed-up |", "|---|---|---:|"]
+    out += [
+        "",
+        "## Speed ratios (two configurations of one source)",
+        "",
+        "| case | against | predicted speed-up / published speed-up |",
+        "|---|---|---:|",
+    ]
     out += [f"| {a} | {b} | {x:.2f}× |" for a, b, x in ratios(results)]
     out += ["", "## Skipped", "", "| case | reason |", "|---|---|"]
     out += [f"| {r.id} | {r.skipped} |" for r in skipped]
@@ -671,10 +761,16 @@ def markdown(results: list[Result], header: str, loso: list[str] = ()) -> str:
 
 def _commit() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return head + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -685,10 +781,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print the results and summary as JSON")
     parser.add_argument("--cases", default="*", help="only the case ids matching this glob")
     parser.add_argument("--no-write", action="store_true", help=f"do not write {RESULTS.relative_to(ROOT)}")
-    parser.add_argument("--no-loso", action="store_true", help="skip the leave-one-source-out section (benchmarks/"
-                        "loso.py: about 25 more passes over the rated runs)")
-    parser.add_argument("--extra-configs", action="append", type=Path, default=[], metavar="DIR",
-                        help="configs (<id with / as -->.json) for Hub ids the shipped catalog lacks")
+    parser.add_argument(
+        "--no-loso",
+        action="store_true",
+        help="skip the leave-one-source-out section (benchmarks/loso.py: about 25 more passes over the rated runs)",
+    )
+    parser.add_argument(
+        "--extra-configs",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="DIR",
+        help="configs (<id with / as -->.json) for Hub ids the shipped catalog lacks",
+    )
     args = parser.parse_args(argv)
     EXTRA_CONFIGS[:] = args.extra_configs
     cases = load_cases(args.cases)
@@ -697,19 +802,26 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_loso:
         from benchmarks import loso  # imports this module
 
-        section = loso.markdown(loso.cross_validate(results, cases, loso.speed_fit.device_trials()),
-                                loso.allocator_check(cases))
+        section = loso.markdown(
+            loso.cross_validate(results, cases, loso.speed_fit.device_trials()), loso.allocator_check(cases)
+        )
     command = " ".join(["benchmarks/published.py", *(sys.argv[1:] if argv is None else argv)])
-    header = (f"# Published GPU training runs vs `advisor estimate` ({date.today()}, advisor {_commit()})\n\n"
-              f"`HF_HUB_OFFLINE=1 python {command}`"
-              ": every case of `benchmarks/published/*.jsonl` through `advisor.app.api.estimate` (how each is "
-              "mapped: the script's docstring).")
+    header = (
+        f"# Published GPU training runs vs `advisor estimate` ({date.today()}, advisor {_commit()})\n\n"
+        f"`HF_HUB_OFFLINE=1 python {command}`"
+        ": every case of `benchmarks/published/*.jsonl` through `advisor.app.api.estimate` (how each is "
+        "mapped: the script's docstring)."
+    )
     text = markdown(results, header, section)
     if not args.no_write:
         RESULTS.write_text(text, encoding="utf-8")
     if args.json:
-        print(json.dumps({"summary": summary(results), "ratios": ratios(results),
-                          "cases": [asdict(r) for r in results]}, indent=1))
+        print(
+            json.dumps(
+                {"summary": summary(results), "ratios": ratios(results), "cases": [asdict(r) for r in results]},
+                indent=1,
+            )
+        )
     else:
         print(text)
 

@@ -43,8 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from probes.cuda_stack import LAZY_CONTEXT_BYTES  # noqa: E402
-from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE,  # noqa: E402
-                                      TRANSIENT_RESERVE_CAP_BYTES, device_bytes)
+from advisor.engine.allocator import (
+    ALLOCATOR_SLACK_BYTES,
+    TRANSIENT_RESERVE,  # noqa: E402
+    TRANSIENT_RESERVE_CAP_BYTES,
+    device_bytes,
+)
 from advisor.engine.memory import persistent_bytes  # noqa: E402
 from advisor.measure.report_models import Trial  # noqa: E402
 from benchmarks.device_records import read_records  # noqa: E402
@@ -53,8 +57,9 @@ from rules import Plan  # noqa: E402
 MIB = 2**20
 
 
-def implied_reserve(reserved_bytes: int, allocated_bytes: int, states_bytes: int,
-                    slack_bytes: int = ALLOCATOR_SLACK_BYTES) -> float | None:
+def implied_reserve(
+    reserved_bytes: int, allocated_bytes: int, states_bytes: int, slack_bytes: int = ALLOCATOR_SLACK_BYTES
+) -> float | None:
     """The allocator's reserve on transient tensors one CUDA run implies: (reserved − slack − states) /
     (allocated − states), all bytes (:func:`advisor.engine.allocator.device_bytes` inverted); None when the peak holds
     no transient tensors beyond the states."""
@@ -64,8 +69,9 @@ def implied_reserve(reserved_bytes: int, allocated_bytes: int, states_bytes: int
     return (reserved_bytes - slack_bytes - min(states_bytes, allocated_bytes)) / transient
 
 
-def activation_factor(measured_peak_bytes: int, predicted_peak_bytes: int, predicted_activation_bytes: int
-                      ) -> float | None:
+def activation_factor(
+    measured_peak_bytes: int, predicted_peak_bytes: int, predicted_activation_bytes: int
+) -> float | None:
     """Measured over predicted activations, taking the prediction's other bytes (states, temporaries) as right:
     (measured peak − (predicted peak − predicted activations)) / predicted activations; None without activations."""
     if predicted_activation_bytes <= 0:
@@ -96,8 +102,9 @@ def modelled_reserved(trial: Trial) -> int:
 
 def clean_trials(reports) -> list[Trial]:
     """The trials that ran to the end with a finite loss and a measured step time."""
-    return [t for r in reports for t in r.trials
-            if t.status == "ok" and t.measured is not None and t.measured.step_time_s]
+    return [
+        t for r in reports for t in r.trials if t.status == "ok" and t.measured is not None and t.measured.step_time_s
+    ]
 
 
 def _known(values) -> list[float]:
@@ -106,8 +113,11 @@ def _known(values) -> list[float]:
 
 
 def _median(values: list[float]) -> str:
-    return f"{statistics.median(values):.3f} (n={len(values)}, range {min(values):.3f}-{max(values):.3f})" \
-        if values else "no trials"
+    return (
+        f"{statistics.median(values):.3f} (n={len(values)}, range {min(values):.3f}-{max(values):.3f})"
+        if values
+        else "no trials"
+    )
 
 
 def report(reports, device_type: str) -> str:
@@ -115,30 +125,46 @@ def report(reports, device_type: str) -> str:
     trials = clean_trials(reports)
     lines = [f"# What the device records imply ({device_type}, {len(trials)} clean trials)", ""]
     if device_type == "cuda":
-        reserve = _known(implied_reserve(t.measured.reserved_bytes, t.measured.peak_bytes,
-                                         persistent_bytes(t.predicted.memory.components))
-                         for t in trials if t.measured.reserved_bytes)
-        context = [(t.measured.device_bytes - t.measured.reserved_bytes) / MIB for t in trials
-                   if t.measured.reserved_bytes and t.measured.device_bytes]
+        reserve = _known(
+            implied_reserve(
+                t.measured.reserved_bytes, t.measured.peak_bytes, persistent_bytes(t.predicted.memory.components)
+            )
+            for t in trials
+            if t.measured.reserved_bytes
+        )
+        context = [
+            (t.measured.device_bytes - t.measured.reserved_bytes) / MIB
+            for t in trials
+            if t.measured.reserved_bytes and t.measured.device_bytes
+        ]
         extra = [(t.measured.reserved_bytes - t.measured.peak_bytes) / MIB for t in trials if t.measured.reserved_bytes]
-        errors = [100 * abs(modelled_reserved(t) / t.measured.reserved_bytes - 1) for t in trials
-                  if t.measured.reserved_bytes]
-        lines += [f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
-                  f"- reserved less allocated, MiB: {_median(extra)}; advisor's cap: "
-                  f"{TRANSIENT_RESERVE_CAP_BYTES / MIB:.0f} (none under FSDP / ZeRO-3)",
-                  "- advisor's reserve from the measured peak against max_memory_reserved, |error| %: "
-                  f"{_median(errors)}",
-                  f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {LAZY_CONTEXT_BYTES / MIB:.0f}",
-                  ""]
+        errors = [
+            100 * abs(modelled_reserved(t) / t.measured.reserved_bytes - 1) for t in trials if t.measured.reserved_bytes
+        ]
+        lines += [
+            f"- allocator reserve on transient tensors: {_median(reserve)}; advisor: {TRANSIENT_RESERVE}",
+            f"- reserved less allocated, MiB: {_median(extra)}; advisor's cap: "
+            f"{TRANSIENT_RESERVE_CAP_BYTES / MIB:.0f} (none under FSDP / ZeRO-3)",
+            f"- advisor's reserve from the measured peak against max_memory_reserved, |error| %: {_median(errors)}",
+            f"- CUDA context and workspaces, MiB: {_median(context)}; advisor: {LAZY_CONTEXT_BYTES / MIB:.0f}",
+            "",
+        ]
     groups: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:
         groups[stack_key(t)].append(t)
-    lines += ["| stack | trials | activations / peak (predicted) | activations measured / predicted "
-              "| step time predicted / measured |", "|---|---|---|---|---|"]
+    lines += [
+        "| stack | trials | activations / peak (predicted) | activations measured / predicted "
+        "| step time predicted / measured |",
+        "|---|---|---|---|---|",
+    ]
     for key, ts in sorted(groups.items()):
         share = [t.predicted.memory.components.activations_bytes / t.predicted.memory.peak_bytes for t in ts]
-        act = _known(activation_factor(t.measured.peak_bytes, t.predicted.memory.peak_bytes,
-                                       t.predicted.memory.components.activations_bytes) for t in ts)
+        act = _known(
+            activation_factor(
+                t.measured.peak_bytes, t.predicted.memory.peak_bytes, t.predicted.memory.components.activations_bytes
+            )
+            for t in ts
+        )
         speed = [t.predicted.speed.step_time_s / t.measured.step_time_s for t in ts]
         lines.append(f"| {key} | {len(ts)} | {statistics.median(share):.0%} | {_median(act)} | {_median(speed)} |")
     return "\n".join(lines) + "\n"
@@ -158,13 +184,19 @@ def store_report(records: list[dict]) -> str:
     for r in records:
         if (r.get("measured") or {}).get("step_time_s") and (r.get("predicted") or {}).get("step_time_s"):
             groups[((r.get("device") or {}).get("name") or "?", stack_key(_StoredTrial(r)))].append(r)
-    lines = [f"# What the local store implies ({sum(map(len, groups.values()))} runs)", "",
-             "| device | stack | runs | step time predicted / measured | peak measured / predicted |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# What the local store implies ({sum(map(len, groups.values()))} runs)",
+        "",
+        "| device | stack | runs | step time predicted / measured | peak measured / predicted |",
+        "|---|---|---|---|---|",
+    ]
     for (device, key), rs in sorted(groups.items()):
         speed = [r["predicted"]["step_time_s"] / r["measured"]["step_time_s"] for r in rs]
-        peak = [r["measured"]["peak_bytes"] / r["predicted"]["peak_bytes"] for r in rs
-                if r["measured"].get("peak_bytes") and r["predicted"].get("peak_bytes")]
+        peak = [
+            r["measured"]["peak_bytes"] / r["predicted"]["peak_bytes"]
+            for r in rs
+            if r["measured"].get("peak_bytes") and r["predicted"].get("peak_bytes")
+        ]
         lines.append(f"| {device} | {key} | {len(rs)} | {_median(speed)} | {_median(peak)} |")
     return "\n".join(lines) + "\n"
 
@@ -172,8 +204,13 @@ def store_report(records: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", nargs="*", help="validate_<device>.jsonl files")
-    parser.add_argument("--store", nargs="?", const="", metavar="RUNS.jsonl",
-                        help="read the local store of measured runs (or this export of it) instead")
+    parser.add_argument(
+        "--store",
+        nargs="?",
+        const="",
+        metavar="RUNS.jsonl",
+        help="read the local store of measured runs (or this export of it) instead",
+    )
     parser.add_argument("--out", help="write the markdown here (default: stdout)")
     args = parser.parse_args(argv)
     if args.store is not None:

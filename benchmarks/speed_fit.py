@@ -29,9 +29,19 @@ from advisor.core.vocabulary import Method  # noqa: E402
 
 RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
 #: the plan fields a trial's estimate is made with (the rest: advisor's defaults for the model and GPU)
-TRIAL_FIELDS = {"method", "precision", "weights_dtype", "micro_batch_size", "gradient_accumulation_steps",
-                "gradient_checkpointing", "attention", "loss_kernel", "activation_offloading", "optimizer",
-                "torch_compile"}
+TRIAL_FIELDS = {
+    "method",
+    "precision",
+    "weights_dtype",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "gradient_checkpointing",
+    "attention",
+    "loss_kernel",
+    "activation_offloading",
+    "optimizer",
+    "torch_compile",
+}
 
 
 def device_trials(records: Path = RECORDS) -> list[tuple[str, int, dict, float, str]]:
@@ -46,8 +56,10 @@ def device_trials(records: Path = RECORDS) -> list[tuple[str, int, dict, float, 
                 continue
             seen.add(key)
             fields = TRIAL_FIELDS | ({"lora_rank", "lora_targets"} if Method.of(plan.method).spec.adapters else set())
-            options = {**plan.model_dump(include=fields),
-                       "global_batch_size": plan.micro_batch_size * plan.gradient_accumulation_steps}
+            options = {
+                **plan.model_dump(include=fields),
+                "global_batch_size": plan.micro_batch_size * plan.gradient_accumulation_steps,
+            }
             trials.append((report.model, report.workload.seq_len, options, measured.step_time_s, plan.describe()))
     return trials
 
@@ -78,9 +90,12 @@ def _line(top: float, share: float, device: list, runs: list) -> str:
     sources: dict[str, list[float]] = {}
     for source, _, rate in runs:
         sources.setdefault(source, []).append(rate)
-    return (f"| {top} | {share} | {statistics.median(dev):.2f} ({min(dev):.2f}-{max(dev):.2f}) | "
-            f"{statistics.median(rates):.2f} | {sum(map(published.within, rates))} of {len(rates)} | "
-            + ", ".join(f"{s} {statistics.median(v):.2f} ({len(v)})" for s, v in sorted(sources.items())) + " |")
+    return (
+        f"| {top} | {share} | {statistics.median(dev):.2f} ({min(dev):.2f}-{max(dev):.2f}) | "
+        f"{statistics.median(rates):.2f} | {sum(map(published.within, rates))} of {len(rates)} | "
+        + ", ".join(f"{s} {statistics.median(v):.2f} ({len(v)})" for s, v in sorted(sources.items()))
+        + " |"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,13 +107,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     trials = device_trials()
     cases = [c for c in published.load_cases() if c["measured"].get("tokens_per_s_per_gpu")]
-    lines = [f"# The speed model's GEMM ceiling and bandwidth share, over a grid ({date.today()})", "",
-             f"`benchmarks/speed_fit.py {' '.join(argv if argv is not None else sys.argv[1:])}`: H100 trials of "
-             f"`{RECORDS.name}` (each distinct plan once: predicted / measured step time) and the published runs with "
-             "tokens/s per GPU (predicted / published). advisor uses "
-             f"TENSOR16_TOP {speed.TENSOR16_TOP}, BANDWIDTH_SHARE {speed.BANDWIDTH_SHARE}.", "",
-             "| GEMM ceiling | bandwidth share | H100 trials: median (range) | published: median | within 1.25x | "
-             "per source |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"# The speed model's GEMM ceiling and bandwidth share, over a grid ({date.today()})",
+        "",
+        f"`benchmarks/speed_fit.py {' '.join(argv if argv is not None else sys.argv[1:])}`: H100 trials of "
+        f"`{RECORDS.name}` (each distinct plan once: predicted / measured step time) and the published runs with "
+        "tokens/s per GPU (predicted / published). advisor uses "
+        f"TENSOR16_TOP {speed.TENSOR16_TOP}, BANDWIDTH_SHARE {speed.BANDWIDTH_SHARE}.",
+        "",
+        "| GEMM ceiling | bandwidth share | H100 trials: median (range) | published: median | within 1.25x | "
+        "per source |",
+        "|---|---|---|---|---|---|",
+    ]
     chosen = (speed.TENSOR16_TOP, speed.BANDWIDTH_SHARE)
     try:
         for top in map(float, args.top.split(",")):
@@ -111,8 +131,13 @@ def main(argv: list[str] | None = None) -> None:
         speed.TENSOR16_TOP, speed.BANDWIDTH_SHARE = chosen
     if args.verbose:  # every trial and run at advisor's constants
         device, runs = evaluate(trials, cases)
-        lines += ["", f"At advisor's constants ({chosen[0]}, {chosen[1]}):", "",
-                  "| trial or run | predicted / measured or published |", "|---|---|"]
+        lines += [
+            "",
+            f"At advisor's constants ({chosen[0]}, {chosen[1]}):",
+            "",
+            "| trial or run | predicted / measured or published |",
+            "|---|---|",
+        ]
         lines += [f"| {name} | {ratio:.2f} |" for name, ratio in device]
         lines += [f"| {source}: {case} | {ratio:.2f} |" for source, case, ratio in runs]
     text = "\n".join(lines) + "\n"

@@ -24,10 +24,22 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def per_step_seconds(steps: int) -> float:
     """Seconds one ``Tracker.step`` costs, the median of 5 runs of ``steps`` steps."""
-    plan = Plan(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none", num_gpus=0)
-    prediction = {"plan": plan.model_dump(mode="json"), "memory": {"peak_bytes": 2**30, "device_bytes": 2**30},
-                  "speed": {"step_time_s": 1e-3, "tokens_per_s": 64_000.0, "samples_per_s": 1000.0}}
+    plan = Plan(
+        device="cpu",
+        precision="fp32",
+        tf32=False,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=0,
+    )
+    prediction = {
+        "plan": plan.model_dump(mode="json"),
+        "memory": {"peak_bytes": 2**30, "device_bytes": 2**30},
+        "speed": {"step_time_s": 1e-3, "tokens_per_s": 64_000.0, "samples_per_s": 1000.0},
+    }
     runs = []
     for _ in range(5):
         tracker = Tracker(prediction, warmup_steps=2, measure_steps=steps - 2, store=False)
@@ -44,10 +56,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "tracker_overhead.md")
     args = parser.parse_args()
     cost = per_step_seconds(args.steps)
-    text = (f"# The training callback's cost per step\n\n{date.today()}, {platform.machine()}, "
-            f"Python {platform.python_version()}. `python benchmarks/tracker_overhead.py` makes this file.\n\n"
-            f"| per step | share of a 20 ms step | share of a 1 s step |\n|---|---|---|\n"
-            f"| {cost * 1e6:.1f} µs | {cost / 0.02 * 100:.3f} % | {cost * 100:.4f} % |\n")
+    text = (
+        f"# The training callback's cost per step\n\n{date.today()}, {platform.machine()}, "
+        f"Python {platform.python_version()}. `python benchmarks/tracker_overhead.py` makes this file.\n\n"
+        f"| per step | share of a 20 ms step | share of a 1 s step |\n|---|---|---|\n"
+        f"| {cost * 1e6:.1f} µs | {cost / 0.02 * 100:.3f} % | {cost * 100:.4f} % |\n"
+    )
     args.out.write_text(text, encoding="utf-8")
     print(text)
 

@@ -51,10 +51,19 @@ def rows() -> list[tuple[str, int, int, float]]:
     """(name, published MiB, predicted MiB, relative error) per row."""
     out = []
     for name, micro, accum, ckpt, precision, optimizer, published in ROWS:
-        est = estimate("bert-large-uncased", task="sequence-classification", gpu="v100-16gb", seq_len=512,
-                       attention="eager", cuda_version=CUDA_VERSION, precision=precision,
-                       optimizer=optimizer, micro_batch_size=micro, gradient_accumulation_steps=accum,
-                       gradient_checkpointing=ckpt)
+        est = estimate(
+            "bert-large-uncased",
+            task="sequence-classification",
+            gpu="v100-16gb",
+            seq_len=512,
+            attention="eager",
+            cuda_version=CUDA_VERSION,
+            precision=precision,
+            optimizer=optimizer,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=accum,
+            gradient_checkpointing=ckpt,
+        )
         predicted = est.memory.device_bytes / MIB
         out.append((name, published, predicted, predicted / published - 1))
     return out
@@ -63,11 +72,16 @@ def rows() -> list[tuple[str, int, int, float]]:
 def main() -> None:
     results = rows()
     errors = [abs(e) for *_, e in results]
-    lines = [f"# V100 16 GB, bert-large-uncased (sequence classification, seq 512): predicted device_bytes vs "
-             f"published NVML used ({date.today()})", "",
-             f"Median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} "
-             "(target: median <= 5 %, every row <= 10 %).", "",
-             "| configuration | published MiB | predicted MiB | error |", "|---|---:|---:|---:|"]
+    lines = [
+        f"# V100 16 GB, bert-large-uncased (sequence classification, seq 512): predicted device_bytes vs "
+        f"published NVML used ({date.today()})",
+        "",
+        f"Median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%} "
+        "(target: median <= 5 %, every row <= 10 %).",
+        "",
+        "| configuration | published MiB | predicted MiB | error |",
+        "|---|---:|---:|---:|",
+    ]
     lines += [f"| {n} | {p:,} | {q:,.0f} | {e:+.1%} |" for n, p, q, e in results]
     text = "\n".join(lines) + "\n"
     (ROOT / "benchmarks" / "results" / "v100_published.md").write_text(text)

@@ -64,7 +64,8 @@ class Row(NamedTuple):
     def text(self) -> str:
         """The row in one line: model, workload and settings."""
         return f"{self.model} seq {self.seq_len} batch {self.global_batch_size} {self.settings}" + (
-            " --compare" if self.compare else "")
+            " --compare" if self.compare else ""
+        )
 
 
 CPU_GRID = [
@@ -81,19 +82,35 @@ GPU_GRID = [Row("gpt2", None, None, {}, compare=True), Row("bert-large-uncased",
 #: models).
 #: The loss kernel and compile are pinned: left unset, validate fills them with its recommendation (Liger and compile
 #: where Liger is installed), and the first H100 run (2026-11-27) measured "eager" as eager + Liger + compile.
-_FIXED = {"method": "lora", "micro_batch_size": 2, "gradient_accumulation_steps": 4, "precision": "bf16",
-          "loss_kernel": "standard", "torch_compile": False}
-STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for stack in (
-    # eager keeps the s x s scores: 118 GiB predicted at micro-batch 2, so it runs 1 x 8 (67 GiB on an 80 GB H100)
-    {"attention": "eager", "micro_batch_size": 1, "gradient_accumulation_steps": 8}, {"attention": "sdpa"},
-    {"attention": "flash-attention-2"},
-    {"attention": "sdpa", "torch_compile": True}, {"attention": "sdpa", "loss_kernel": "liger"},
-    {"attention": "sdpa", "gradient_checkpointing": True},
-    {"attention": "sdpa", "torch_compile": True, "gradient_checkpointing": True},
-    {"attention": "sdpa", "method": "qlora"}, {"attention": "sdpa", "method": "qlora", "gradient_checkpointing": True},
-    {"attention": "sdpa", "gradient_checkpointing": True, "activation_offloading": True},  # TRL's OffloadActivations
-    {"attention": "sdpa", "loss_kernel": "liger-layers"},  # Liger's layers with the model's own loss
-)]
+_FIXED = {
+    "method": "lora",
+    "micro_batch_size": 2,
+    "gradient_accumulation_steps": 4,
+    "precision": "bf16",
+    "loss_kernel": "standard",
+    "torch_compile": False,
+}
+STACK_GRID = [
+    Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack})
+    for stack in (
+        # eager keeps the s x s scores: 118 GiB predicted at micro-batch 2, so it runs 1 x 8 (67 GiB on an 80 GB H100)
+        {"attention": "eager", "micro_batch_size": 1, "gradient_accumulation_steps": 8},
+        {"attention": "sdpa"},
+        {"attention": "flash-attention-2"},
+        {"attention": "sdpa", "torch_compile": True},
+        {"attention": "sdpa", "loss_kernel": "liger"},
+        {"attention": "sdpa", "gradient_checkpointing": True},
+        {"attention": "sdpa", "torch_compile": True, "gradient_checkpointing": True},
+        {"attention": "sdpa", "method": "qlora"},
+        {"attention": "sdpa", "method": "qlora", "gradient_checkpointing": True},
+        {
+            "attention": "sdpa",
+            "gradient_checkpointing": True,
+            "activation_offloading": True,
+        },  # TRL's OffloadActivations
+        {"attention": "sdpa", "loss_kernel": "liger-layers"},  # Liger's layers with the model's own loss
+    )
+]
 
 #: The edge of the GPU (``--edge``): plans pinned at the largest micro-batch whose predicted live-tensor peak, CUDA
 #: context and allocator slack stay within :data:`EDGE_SHARE` of the whole GPU. advisor's verdict (``memory.fits``:
@@ -106,9 +123,15 @@ STACK_GRID = [Row("meta-llama/Llama-3.1-8B", 2048, 8, {**_FIXED, **stack}) for s
 #: reserved of 79.2, while gpt2 at 62 ran out of memory: its live tensors were 13.5 % over the prediction at 31.
 EDGE_SHARE = 0.95
 #: precision: the GPU's default (bf16 from Ampere)
-EDGE_BASES = [Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),
-              Row("meta-llama/Llama-3.1-8B", 2048, None,
-                  {"method": "lora", "attention": "sdpa", "torch_compile": False, "loss_kernel": "standard"})]
+EDGE_BASES = [
+    Row("gpt2", 1024, None, {"torch_compile": False, "loss_kernel": "standard"}),
+    Row(
+        "meta-llama/Llama-3.1-8B",
+        2048,
+        None,
+        {"method": "lora", "attention": "sdpa", "torch_compile": False, "loss_kernel": "standard"},
+    ),
+]
 EDGE_MAX_MICRO_BATCH = 1024
 
 
@@ -121,8 +144,15 @@ def edge_rows(**where: Any) -> list[Row]:
     from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES
 
     def live_share(row: Row, micro: int) -> float:
-        est = api.estimate(row.model, seq_len=row.seq_len, global_batch_size=micro, **where, **row.settings,
-                           micro_batch_size=micro, gradient_accumulation_steps=1)
+        est = api.estimate(
+            row.model,
+            seq_len=row.seq_len,
+            global_batch_size=micro,
+            **where,
+            **row.settings,
+            micro_batch_size=micro,
+            gradient_accumulation_steps=1,
+        )
         m = est.memory
         return (m.peak_bytes + m.components.cuda_context_bytes + ALLOCATOR_SLACK_BYTES) / m.capacity_bytes
 
@@ -137,17 +167,23 @@ def edge_rows(**where: Any) -> list[Row]:
             print(f"edge row {base.model} left out: {str(exc).splitlines()[0]}", file=sys.stderr)
             continue
         if low:
-            rows.append(base._replace(global_batch_size=low, settings={**base.settings, "micro_batch_size": low,
-                                                                       "gradient_accumulation_steps": 1}))
+            rows.append(
+                base._replace(
+                    global_batch_size=low,
+                    settings={**base.settings, "micro_batch_size": low, "gradient_accumulation_steps": 1},
+                )
+            )
     return rows
 
 
 def packages_needed(settings: dict[str, Any]) -> list[str]:
     """The optional packages (import names) a row's settings need: its attention kernel's, loss kernel's and
     method's (:mod:`advisor.core.kernels`, :mod:`advisor.core.vocabulary`), and TRL for activation offloading."""
-    specs = (Attention.of(settings.get("attention", Attention.SDPA)).spec,
-             LossKernel.of(settings.get("loss_kernel", LossKernel.STANDARD)).spec,
-             Method.of(settings.get("method", Method.FULL)).spec)
+    specs = (
+        Attention.of(settings.get("attention", Attention.SDPA)).spec,
+        LossKernel.of(settings.get("loss_kernel", LossKernel.STANDARD)).spec,
+        Method.of(settings.get("method", Method.FULL)).spec,
+    )
     return [s.package for s in specs if s.package] + (["trl"] if settings.get("activation_offloading") else [])
 
 
@@ -195,11 +231,19 @@ def run_header(steps: int, argv: list[str]) -> dict[str, Any]:
 
     from probes.packages import installed_packages
 
-    return {"kind": "run", "date": date.today().isoformat(), "command": " ".join(["benchmarks/validate_device.py",
-                                                                                  *argv]),
-            "steps": steps, "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-            "packages": {k: v for k, v in installed_packages().items() if v}, "matmul_gflops": matmul_rates()}
+    return {
+        "kind": "run",
+        "date": date.today().isoformat(),
+        "command": " ".join(["benchmarks/validate_device.py", *argv]),
+        "steps": steps,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "packages": {k: v for k, v in installed_packages().items() if v},
+        "matmul_gflops": matmul_rates(),
+    }
 
 
 #: Seconds to build a row's model and start its trial, and what torch.compile adds to the warm-up (guesses for the
@@ -223,13 +267,15 @@ def print_grid(rows: list[Row], steps: int, installed: dict[str, str | None] | N
             continue
         price = api.estimate if "micro_batch_size" in row.settings else api.recommend  # a fixed plan, or advice
         try:
-            rec = price(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size, **where,
-                        **row.settings)
+            rec = price(
+                row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size, **where, **row.settings
+            )
         except Exception as exc:  # noqa: BLE001 - a row that does not plan is listed with why
             print(f"{head}: no plan ({exc})")
             continue
-        seconds = (BUILD_S + (COMPILE_S if rec.plan.torch_compile else 0.0)
-                   + (DEFAULT_WARMUP + steps) * rec.speed.step_time_s) * (2 if row.compare else 1)
+        seconds = (
+            BUILD_S + (COMPILE_S if rec.plan.torch_compile else 0.0) + (DEFAULT_WARMUP + steps) * rec.speed.step_time_s
+        ) * (2 if row.compare else 1)
         total += seconds
         print(f"{head}: {rec.plan.describe()}; {rec.memory.device_bytes / GIB:.1f} GiB; about {seconds:.0f} s")
     print(f"about {total:.0f} s in all, before corrections and larger-micro-batch trials")
@@ -240,20 +286,39 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="the first two rows only")
-    parser.add_argument("--stack", action="store_true", help="GPU only: also cross the software stack (STACK_GRID; "
-                                                             "rows whose package is missing are skipped)")
-    parser.add_argument("--edge", action="store_true", help="GPU only: also run EDGE_BASES at the edge of the GPU "
-                                                            "(edge_rows), after the other rows")
+    parser.add_argument(
+        "--stack",
+        action="store_true",
+        help="GPU only: also cross the software stack (STACK_GRID; rows whose package is missing are skipped)",
+    )
+    parser.add_argument(
+        "--edge",
+        action="store_true",
+        help="GPU only: also run EDGE_BASES at the edge of the GPU (edge_rows), after the other rows",
+    )
     parser.add_argument("--rows", help="comma-separated row indices of the grid (--list shows them)")
-    parser.add_argument("--list", action="store_true", help="print the grid's rows, each with advisor's predicted "
-                                                            "memory and seconds, and exit")
-    parser.add_argument("--gpu", help="with --list: list the GPU grid (--stack: its stack rows too, as if every "
-                                      "package were installed) for this catalog GPU, e.g. h100-sxm")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the grid's rows, each with advisor's predicted memory and seconds, and exit",
+    )
+    parser.add_argument(
+        "--gpu",
+        help="with --list: list the GPU grid (--stack: its stack rows too, as if every "
+        "package were installed) for this catalog GPU, e.g. h100-sxm",
+    )
     parser.add_argument("--budget-s", type=float, help="start no row after this many seconds")
-    parser.add_argument("--stack-first", action="store_true", help="run the stack and edge rows before GPU_GRID's "
-                        "--compare rows (about 150 s each on an H100), so a short lease measures the stack first")
-    parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"),
-                        help="where the records and the markdown go (default benchmarks/results)")
+    parser.add_argument(
+        "--stack-first",
+        action="store_true",
+        help="run the stack and edge rows before GPU_GRID's "
+        "--compare rows (about 150 s each on an H100), so a short lease measures the stack first",
+    )
+    parser.add_argument(
+        "--out-dir",
+        default=str(ROOT / "benchmarks" / "results"),
+        help="where the records and the markdown go (default benchmarks/results)",
+    )
     parser.add_argument("--render", nargs="+", metavar="RECORDS", help="only render these records' markdown")
     parser.add_argument("--out", help="with --render: the markdown's path (default: stdout)")
     args = parser.parse_args(argv)
@@ -301,9 +366,16 @@ def main(argv: list[str] | None = None) -> None:
             f.write(json.dumps({"kind": "start", "row": i, "row_text": row.text()}) + "\n")
         print(f"row {i}: {row.text()}", file=sys.stderr)
         with Progress() as progress:  # each trial's plan and steps on stderr, as advisor validate prints them
-            report = api.validate(row.model, seq_len=row.seq_len, global_batch_size=row.global_batch_size,
-                                  steps=args.steps, compare=row.compare, progress=progress,
-                                  max_seconds=MAX_TRIAL_SECONDS, **row.settings)  # the call's own limit bounds it
+            report = api.validate(
+                row.model,
+                seq_len=row.seq_len,
+                global_batch_size=row.global_batch_size,
+                steps=args.steps,
+                compare=row.compare,
+                progress=progress,
+                max_seconds=MAX_TRIAL_SECONDS,
+                **row.settings,
+            )  # the call's own limit bounds it
         with records.open("a") as f:
             f.write(json.dumps({"kind": "row", "row": i, "report": report.model_dump(mode="json")}) + "\n")
         markdown.write_text(render(*read_records([records])))

@@ -66,7 +66,9 @@ def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int,
     projections' doubled rank) for a block's routed experts (module docstring)."""
     h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
     kv = model.num_key_value_heads * model.head_dim
-    attention_blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
+    attention_blocks = model.encoder_layers + model.decoder_layers * (
+        2 if model.family == Family.ENCODER_DECODER else 1
+    )
     if targets == LoraTargets.QUERY_VALUE:
         return [(h, inner, attention_blocks, 1), (h, kv, attention_blocks, 1)]
     out = [(h, inner, attention_blocks, 1), (h, kv, 2 * attention_blocks, 1), (inner, h, attention_blocks, 1)]
@@ -74,8 +76,11 @@ def _projections(model: ModelProfile, targets: str) -> list[tuple[int, int, int,
         # the routers (h x E) and each MoE block's routed experts (shared experts' and dense blocks' MLPs: none)
         e, f, blocks = model.num_experts, expert_width(model), model.moe_layers
         gate_up = (2 if model.gated_mlp else 1) * f
-        out += [(h, e, blocks, 1), (h, gate_up, blocks, GATE_UP_RANK_FACTOR * e if model.gated_mlp else e),
-                (f, h, blocks, e)]
+        out += [
+            (h, e, blocks, 1),
+            (h, gate_up, blocks, GATE_UP_RANK_FACTOR * e if model.gated_mlp else e),
+            (f, h, blocks, e),
+        ]
     elif targets == LoraTargets.ALL_LINEAR:
         f = model.ffn_size
         out += [(h, f, (2 if model.gated_mlp else 1) * model.num_layers, 1), (f, h, model.num_layers, 1)]
@@ -103,15 +108,18 @@ def adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
 def adapter_parameters_in_matrices_of(model: ModelProfile, rank: int, targets: str, min_elements: int) -> int:
     """The part of :func:`adapter_parameters` held in adapter matrices (each ``lora_A`` of r·stacked x d_in, each
     ``lora_B`` of d_out x r·stacked elements) of at least ``min_elements`` elements. Returns: parameters (elements)."""
-    return sum(n * sum(e for e in (rank * stacked * d_in, rank * stacked * d_out) if e >= min_elements)
-               for d_in, d_out, n, stacked in _projections(model, targets))
+    return sum(
+        n * sum(e for e in (rank * stacked * d_in, rank * stacked * d_out) if e >= min_elements)
+        for d_in, d_out, n, stacked in _projections(model, targets)
+    )
 
 
 def expert_adapter_parameters(model: ModelProfile, rank: int, targets: str) -> int:
     """The part of :func:`adapter_parameters` on the routed experts (0 when ``targets`` do not reach them).
     Returns: parameters (elements)."""
-    return sum(rank * stacked * (d_in + d_out) * n for d_in, d_out, n, stacked in _projections(model, targets)
-               if stacked > 1)
+    return sum(
+        rank * stacked * (d_in + d_out) * n for d_in, d_out, n, stacked in _projections(model, targets) if stacked > 1
+    )
 
 
 def adapter_full_rank(model: ModelProfile, targets: str) -> int:

@@ -36,17 +36,20 @@ def gpt2(cfg: dict, task: TaskName, num_labels: int) -> Shape:
         groups = tied_head(groups, "wte.weight")
     groups += task_head(task, h, num_labels, seq_cls_bias=False)
     heads = cfg.get("n_head", 12)
-    return Shape(Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, inner, vocab, pos,
-                 False, True, groups)
+    return Shape(
+        Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, inner, vocab, pos, False, True, groups
+    )
 
 
 def _bert_like(cfg: dict, task: TaskName, num_labels: int, *, roberta: bool) -> Shape:
     h, n_layer = cfg.get("hidden_size", 768), cfg.get("num_hidden_layers", 12)
     ffn, vocab = cfg.get("intermediate_size", 3072), cfg.get("vocab_size", 30522)
     pos, types = cfg.get("max_position_embeddings", 512), cfg.get("type_vocab_size", 2)
-    groups = [ParamGroup("embeddings.word_embeddings.weight", (vocab, h)),
-              ParamGroup("embeddings.position_embeddings.weight", (pos, h)),
-              ParamGroup("embeddings.token_type_embeddings.weight", (types, h))]
+    groups = [
+        ParamGroup("embeddings.word_embeddings.weight", (vocab, h)),
+        ParamGroup("embeddings.position_embeddings.weight", (pos, h)),
+        ParamGroup("embeddings.token_type_embeddings.weight", (types, h)),
+    ]
     groups += norm("embeddings.LayerNorm", h)
     groups += linear("layer.attention.qkv", h, h, 3 * n_layer) + linear("layer.attention.output.dense", h, h, n_layer)
     groups += norm("layer.attention.output.LayerNorm", h, n_layer)
@@ -64,8 +67,9 @@ def _bert_like(cfg: dict, task: TaskName, num_labels: int, *, roberta: bool) -> 
     else:
         groups += task_head(task, h, num_labels, seq_cls_bias=True)
     heads = cfg.get("num_attention_heads", 12)
-    return Shape(Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
-                 False, True, groups)
+    return Shape(
+        Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos, False, True, groups
+    )
 
 
 def bert(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -79,8 +83,10 @@ def roberta(cfg: dict, task: TaskName, num_labels: int) -> Shape:
 def distilbert(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     h, n_layer = cfg.get("dim", 768), cfg.get("n_layers", 6)
     ffn, vocab, pos = cfg.get("hidden_dim", 3072), cfg.get("vocab_size", 30522), cfg.get("max_position_embeddings", 512)
-    groups = [ParamGroup("embeddings.word_embeddings.weight", (vocab, h)),
-              ParamGroup("embeddings.position_embeddings.weight", (pos, h))]
+    groups = [
+        ParamGroup("embeddings.word_embeddings.weight", (vocab, h)),
+        ParamGroup("embeddings.position_embeddings.weight", (pos, h)),
+    ]
     groups += norm("embeddings.LayerNorm", h)
     groups += linear("layer.attention.qkvo", h, h, 4 * n_layer) + norm("layer.sa_layer_norm", h, n_layer)
     groups += linear("layer.ffn.lin1", h, ffn, n_layer) + linear("layer.ffn.lin2", ffn, h, n_layer)
@@ -94,8 +100,9 @@ def distilbert(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     else:
         groups += task_head(task, h, num_labels, seq_cls_bias=True)
     heads = cfg.get("n_heads", 12)
-    return Shape(Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos,
-                 False, True, groups)
+    return Shape(
+        Family.ENCODER_ONLY, n_layer, n_layer, 0, h, heads, heads, h // heads, ffn, vocab, pos, False, True, groups
+    )
 
 
 def t5(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -130,8 +137,22 @@ def t5(cfg: dict, task: TaskName, num_labels: int) -> Shape:
         groups += linear("classification_head.dense", d, d) + linear("classification_head.out_proj", d, num_labels)
     elif task == Task.QUESTION_ANSWERING:
         groups += linear("qa_outputs", d, 2)
-    return Shape(Family.ENCODER_DECODER, enc + dec, enc, dec, d, heads, heads, d_kv, ffn, vocab,
-                 cfg.get("n_positions"), gated, tied, groups)
+    return Shape(
+        Family.ENCODER_DECODER,
+        enc + dec,
+        enc,
+        dec,
+        d,
+        heads,
+        heads,
+        d_kv,
+        ffn,
+        vocab,
+        cfg.get("n_positions"),
+        gated,
+        tied,
+        groups,
+    )
 
 
 def opt(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -152,27 +173,55 @@ def opt(cfg: dict, task: TaskName, num_labels: int) -> Shape:
         groups = tied_head(groups, "embed_tokens.weight")
     groups += task_head(task, wep, num_labels, seq_cls_bias=False)
     heads = cfg.get("num_attention_heads", 12)
-    return Shape(Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, ffn, vocab, pos,
-                 False, True, groups)
+    return Shape(
+        Family.DECODER_ONLY, n_layer, 0, n_layer, h, heads, heads, h // heads, ffn, vocab, pos, False, True, groups
+    )
 
 
 #: model_type → builder. Anything else falls back to transformers on the meta device.
 BUILDERS: dict[str, Callable[[dict, TaskName, int], Shape]] = {
-    "gpt2": gpt2, "bert": bert, "roberta": roberta, "distilbert": distilbert, "t5": t5,
-    "opt": opt, "llama": llama, "mistral": llama, "qwen2": qwen2, "mixtral": mixtral, "qwen2_moe": qwen2_moe,
-    "qwen3": qwen3, "qwen3_moe": qwen3_moe, "gemma": gemma, "gemma2": gemma2, "gemma3_text": gemma3_text, "phi3": phi3,
+    "gpt2": gpt2,
+    "bert": bert,
+    "roberta": roberta,
+    "distilbert": distilbert,
+    "t5": t5,
+    "opt": opt,
+    "llama": llama,
+    "mistral": llama,
+    "qwen2": qwen2,
+    "mixtral": mixtral,
+    "qwen2_moe": qwen2_moe,
+    "qwen3": qwen3,
+    "qwen3_moe": qwen3_moe,
+    "gemma": gemma,
+    "gemma2": gemma2,
+    "gemma3_text": gemma3_text,
+    "phi3": phi3,
 }
 
 #: Task heads of its family a closed-form type has no transformers class for (transformers 5.24's Auto mappings:
 #: no ``GemmaForQuestionAnswering``, ``Gemma2…``, ``Gemma3…``, ``Phi3ForQuestionAnswering``), so no plan for them.
-MISSING_TASKS: dict[str, frozenset[str]] = {t: frozenset({Task.QUESTION_ANSWERING.value})
-                                             for t in ("gemma", "gemma2", "gemma3_text", "phi3")}
+MISSING_TASKS: dict[str, frozenset[str]] = {
+    t: frozenset({Task.QUESTION_ANSWERING.value}) for t in ("gemma", "gemma2", "gemma3_text", "phi3")
+}
 
 #: model_type → family, for the closed-form builders.
 FAMILIES: dict[str, FamilyName] = {
-    "gpt2": Family.DECODER_ONLY, "opt": Family.DECODER_ONLY, "llama": Family.DECODER_ONLY, "mistral": Family.DECODER_ONLY,
-    "qwen2": Family.DECODER_ONLY, "mixtral": Family.DECODER_ONLY, "qwen2_moe": Family.DECODER_ONLY,
-    "qwen3": Family.DECODER_ONLY, "qwen3_moe": Family.DECODER_ONLY, "gemma": Family.DECODER_ONLY,
-    "gemma2": Family.DECODER_ONLY, "gemma3_text": Family.DECODER_ONLY, "phi3": Family.DECODER_ONLY,
-    "bert": Family.ENCODER_ONLY, "roberta": Family.ENCODER_ONLY, "distilbert": Family.ENCODER_ONLY, "t5": Family.ENCODER_DECODER,
+    "gpt2": Family.DECODER_ONLY,
+    "opt": Family.DECODER_ONLY,
+    "llama": Family.DECODER_ONLY,
+    "mistral": Family.DECODER_ONLY,
+    "qwen2": Family.DECODER_ONLY,
+    "mixtral": Family.DECODER_ONLY,
+    "qwen2_moe": Family.DECODER_ONLY,
+    "qwen3": Family.DECODER_ONLY,
+    "qwen3_moe": Family.DECODER_ONLY,
+    "gemma": Family.DECODER_ONLY,
+    "gemma2": Family.DECODER_ONLY,
+    "gemma3_text": Family.DECODER_ONLY,
+    "phi3": Family.DECODER_ONLY,
+    "bert": Family.ENCODER_ONLY,
+    "roberta": Family.ENCODER_ONLY,
+    "distilbert": Family.ENCODER_ONLY,
+    "t5": Family.ENCODER_DECODER,
 }

@@ -23,8 +23,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from advisor.core.errors import BadConfigError
 from advisor.core.text import shown
 
-_DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
-                "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+_DTYPE_NAMES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+}
 
 
 def checkpoint_dtype(config: dict) -> str:
@@ -46,12 +54,17 @@ class QuantizedCheckpoint(BaseModel):
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
-    method: str = Field(description="the config's quant_method (bitsandbytes, gptq, awq, fp8, compressed-tensors, "
-                                    "...), lower case")
-    bits: int | None = Field(None, description="bits a weight: 4 or 8 for bitsandbytes (load_in_4bit / load_in_8bit), "
-                                               "the config's 'bits' for others; None when it does not say")
-    double_quant: bool = Field(False, description="bitsandbytes 4-bit: the absmax constants quantized again "
-                                                  "(bnb_4bit_use_double_quant)")
+    method: str = Field(
+        description="the config's quant_method (bitsandbytes, gptq, awq, fp8, compressed-tensors, ...), lower case"
+    )
+    bits: int | None = Field(
+        None,
+        description="bits a weight: 4 or 8 for bitsandbytes (load_in_4bit / load_in_8bit), "
+        "the config's 'bits' for others; None when it does not say",
+    )
+    double_quant: bool = Field(
+        False, description="bitsandbytes 4-bit: the absmax constants quantized again (bnb_4bit_use_double_quant)"
+    )
 
     @property
     def bitsandbytes_4bit(self) -> bool:
@@ -80,8 +93,9 @@ def checkpoint_quantization(config: dict) -> QuantizedCheckpoint | None:
         bits = 4 if raw.get("load_in_4bit") is True else 8 if raw.get("load_in_8bit") is True else None
     else:
         bits = raw.get("bits") if isinstance(raw.get("bits"), int) and not isinstance(raw.get("bits"), bool) else None
-    return QuantizedCheckpoint(method=method, bits=bits,
-                               double_quant=bits == 4 and raw.get("bnb_4bit_use_double_quant") is True)
+    return QuantizedCheckpoint(
+        method=method, bits=bits, double_quant=bits == 4 and raw.get("bnb_4bit_use_double_quant") is True
+    )
 
 
 def planned_double_quant(quantization: QuantizedCheckpoint | None) -> bool:

@@ -23,21 +23,52 @@ from typing import Any
 
 from advisor.core.errors import BadConfigError
 from advisor.core.text import shown
-from advisor.core.limits import (MAX_EXPERTS, MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_JSON_VALUES, MAX_LAYERS, MAX_VOCAB,
-                                 MAX_WIDTH)
+from advisor.core.limits import (
+    MAX_EXPERTS,
+    MAX_JSON_BYTES,
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
+    MAX_LAYERS,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 
 #: config key → (least, most) for the counts the profile reads.
 _COUNTS: dict[str, tuple[int, int]] = {
     **{k: (1, MAX_LAYERS) for k in ("n_layer", "num_hidden_layers", "n_layers", "num_layers")},
     # a composite model may leave one stack empty
     **{k: (0, MAX_LAYERS) for k in ("num_decoder_layers", "encoder_layers", "decoder_layers")},
-    **{k: (1, MAX_WIDTH) for k in ("n_embd", "hidden_size", "dim", "d_model", "n_inner", "intermediate_size",
-                                   "hidden_dim", "d_ff", "ffn_dim", "word_embed_proj_dim", "head_dim", "d_kv",
-                                   "moe_intermediate_size", "n_head", "num_attention_heads", "n_heads", "num_heads",
-                                   "num_key_value_heads", "encoder_attention_heads", "decoder_attention_heads",
-                                   "encoder_ffn_dim", "decoder_ffn_dim")},
-    **{k: (1, MAX_VOCAB) for k in ("vocab_size", "n_positions", "max_position_embeddings",
-                                   "relative_attention_num_buckets")},
+    **{
+        k: (1, MAX_WIDTH)
+        for k in (
+            "n_embd",
+            "hidden_size",
+            "dim",
+            "d_model",
+            "n_inner",
+            "intermediate_size",
+            "hidden_dim",
+            "d_ff",
+            "ffn_dim",
+            "word_embed_proj_dim",
+            "head_dim",
+            "d_kv",
+            "moe_intermediate_size",
+            "n_head",
+            "num_attention_heads",
+            "n_heads",
+            "num_heads",
+            "num_key_value_heads",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+        )
+    },
+    **{
+        k: (1, MAX_VOCAB)
+        for k in ("vocab_size", "n_positions", "max_position_embeddings", "relative_attention_num_buckets")
+    },
     **{k: (0, MAX_VOCAB) for k in ("type_vocab_size",)},
     **{k: (0, MAX_WIDTH) for k in ("shared_expert_intermediate_size",)},
     **{k: (0, MAX_EXPERTS) for k in ("num_local_experts", "num_experts", "num_experts_per_tok")},
@@ -45,15 +76,31 @@ _COUNTS: dict[str, tuple[int, int]] = {
 }
 #: Keys transformers lets be null (the configuration class then derives them: n_inner = 4·n_embd, head_dim =
 #: hidden / heads, num_key_value_heads = heads, num_decoder_layers = num_layers, no position table, ...).
-_NULLABLE = {"n_inner", "num_key_value_heads", "head_dim", "num_decoder_layers", "word_embed_proj_dim",
-             "max_position_embeddings", "n_positions", "num_experts", "num_local_experts", "num_experts_per_tok",
-             "moe_intermediate_size", "shared_expert_intermediate_size"}
+_NULLABLE = {
+    "n_inner",
+    "num_key_value_heads",
+    "head_dim",
+    "num_decoder_layers",
+    "word_embed_proj_dim",
+    "max_position_embeddings",
+    "n_positions",
+    "num_experts",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+}
 #: Flags the profile reads (a string "yes" is not a flag; null reads as false, as transformers tests them:
 #: ``if config.tie_word_embeddings``).
 _FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "enable_bias", "do_layer_norm_before")
 #: (width, heads) pairs whose width must split into whole heads when the config gives no head_dim.
-_SPLITS = (("n_embd", "n_head"), ("hidden_size", "num_attention_heads"), ("dim", "n_heads"),
-           ("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads"))
+_SPLITS = (
+    ("n_embd", "n_head"),
+    ("hidden_size", "num_attention_heads"),
+    ("dim", "n_heads"),
+    ("d_model", "encoder_attention_heads"),
+    ("d_model", "decoder_attention_heads"),
+)
 #: Nested configurations of multimodal and composite models that hold a language model's sizes.
 _SUB_CONFIGS = ("text_config", "language_config", "llm_config", "encoder", "decoder")
 
@@ -144,8 +191,9 @@ def _check(config: dict, where: str, prefix: str) -> None:
         raise BadConfigError(f"'{where}': {prefix}{shown(dunder)} is not a config field (a name that starts with __)")
 
     architectures = config.get("architectures")
-    if architectures is not None and not (isinstance(architectures, list)
-                                          and all(isinstance(a, str) for a in architectures)):
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
         raise bad("architectures", "must be a list of class names")
     for key, (least, most) in _COUNTS.items():
         if key not in config or (config[key] is None and key in _NULLABLE):
@@ -162,14 +210,18 @@ def _check(config: dict, where: str, prefix: str) -> None:
     for width, heads in _SPLITS:
         h, n = config.get(width), config.get(heads)
         if isinstance(h, int) and isinstance(n, int) and n and not config.get("head_dim") and h % n:
-            raise BadConfigError(f"'{where}': {prefix}{width} {h} is not a multiple of {prefix}{heads} {n} "
-                                 "(transformers refuses it)")
+            raise BadConfigError(
+                f"'{where}': {prefix}{width} {h} is not a multiple of {prefix}{heads} {n} (transformers refuses it)"
+            )
     heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
     if isinstance(heads, int) and isinstance(kv, int) and kv and heads % kv:
-        raise BadConfigError(f"'{where}': {prefix}num_attention_heads {heads} is not a multiple of "
-                             f"{prefix}num_key_value_heads {kv} (grouped-query attention repeats each key/value head)")
+        raise BadConfigError(
+            f"'{where}': {prefix}num_attention_heads {heads} is not a multiple of "
+            f"{prefix}num_key_value_heads {kv} (grouped-query attention repeats each key/value head)"
+        )
     for experts_key in ("num_local_experts", "num_experts"):
         experts, k = config.get(experts_key), config.get("num_experts_per_tok")
         if isinstance(experts, int) and isinstance(k, int) and experts and k > experts:
-            raise BadConfigError(f"'{where}': {prefix}num_experts_per_tok {k} is more than {prefix}{experts_key} "
-                                 f"{experts}")
+            raise BadConfigError(
+                f"'{where}': {prefix}num_experts_per_tok {k} is more than {prefix}{experts_key} {experts}"
+            )

@@ -71,8 +71,12 @@ class ModuleLoading(NamedTuple):
     fix: str | None = None
 
 
-def lazy_loading(cuda_version: str | None, torch_version: str | None = None, env: str | None = None,
-                 driver_version: str | None = None) -> ModuleLoading:
+def lazy_loading(
+    cuda_version: str | None,
+    torch_version: str | None = None,
+    env: str | None = None,
+    driver_version: str | None = None,
+) -> ModuleLoading:
     """Whether CUDA loads modules lazily for a training process, why, and what would make it so.
 
     Args:
@@ -85,25 +89,43 @@ def lazy_loading(cuda_version: str | None, torch_version: str | None = None, env
     cuda, torch, driver = version_tuple(cuda_version), version_tuple(torch_version), version_tuple(driver_version)
     lazy_env = f"{MODULE_LOADING_ENV}=LAZY"
     if cuda is not None and cuda < LAZY_FROM_CUDA:
-        return ModuleLoading(False, f"CUDA {cuda_version} predates lazy module loading (CUDA 11.7)",
-                             "a torch built with CUDA 11.7 or newer (pip install -U torch) loads kernels lazily")
+        return ModuleLoading(
+            False,
+            f"CUDA {cuda_version} predates lazy module loading (CUDA 11.7)",
+            "a torch built with CUDA 11.7 or newer (pip install -U torch) loads kernels lazily",
+        )
     if driver is not None and driver[0] < LAZY_FROM_DRIVER:
-        return ModuleLoading(False, f"driver {driver_version} predates lazy module loading (R{LAZY_FROM_DRIVER})",
-                             f"a driver of R{LAZY_FROM_DRIVER} or newer loads kernels lazily")
+        return ModuleLoading(
+            False,
+            f"driver {driver_version} predates lazy module loading (R{LAZY_FROM_DRIVER})",
+            f"a driver of R{LAZY_FROM_DRIVER} or newer loads kernels lazily",
+        )
     said = (env or "").strip().upper()
     if said == "LAZY":
         return ModuleLoading(True, lazy_env)
     if said == "EAGER":
         return ModuleLoading(False, f"{MODULE_LOADING_ENV}={env} is set", f"unset it or export {lazy_env}")
     if said == "DEFAULT" and cuda is not None and cuda < LAZY_BY_DEFAULT_CUDA:
-        return ModuleLoading(False, f"{MODULE_LOADING_ENV}=DEFAULT is set and CUDA {cuda_version} loads eagerly by "
-                                    "default", f"export {lazy_env}")
-    if said != "DEFAULT" and torch is not None and torch < TORCH_SETS_LAZY and (cuda is None or cuda < LAZY_BY_DEFAULT_CUDA):
-        return ModuleLoading(False, f"torch {torch_version} does not set {lazy_env} (1.13 does) and CUDA "
-                                    f"{cuda_version or 'before 12.2'} loads eagerly by default",
-                             f"export {lazy_env}, or pip install -U torch")
-    return ModuleLoading(True, "lazy module loading" + (f" (CUDA {cuda_version})" if cuda_version
-                                                         else " (assumed: CUDA >= 11.7)"))
+        return ModuleLoading(
+            False,
+            f"{MODULE_LOADING_ENV}=DEFAULT is set and CUDA {cuda_version} loads eagerly by default",
+            f"export {lazy_env}",
+        )
+    if (
+        said != "DEFAULT"
+        and torch is not None
+        and torch < TORCH_SETS_LAZY
+        and (cuda is None or cuda < LAZY_BY_DEFAULT_CUDA)
+    ):
+        return ModuleLoading(
+            False,
+            f"torch {torch_version} does not set {lazy_env} (1.13 does) and CUDA "
+            f"{cuda_version or 'before 12.2'} loads eagerly by default",
+            f"export {lazy_env}, or pip install -U torch",
+        )
+    return ModuleLoading(
+        True, "lazy module loading" + (f" (CUDA {cuda_version})" if cuda_version else " (assumed: CUDA >= 11.7)")
+    )
 
 
 def default_context_bytes(lazy: bool) -> int:

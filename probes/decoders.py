@@ -68,9 +68,11 @@ def _routed_experts(h: int, width: int, experts: int, router_count: int) -> list
     """
     if router_count <= 0:
         return []
-    return [ParamGroup("layers.mlp.gate.weight", (experts, h), router_count, matmul=True),
-            ParamGroup("layers.mlp.experts.gate_up_proj", (experts, 2 * width, h), router_count, True, True),
-            ParamGroup("layers.mlp.experts.down_proj", (experts, h, width), router_count, True, True)]
+    return [
+        ParamGroup("layers.mlp.gate.weight", (experts, h), router_count, matmul=True),
+        ParamGroup("layers.mlp.experts.gate_up_proj", (experts, 2 * width, h), router_count, True, True),
+        ParamGroup("layers.mlp.experts.down_proj", (experts, h, width), router_count, True, True),
+    ]
 
 
 def _moe_blocks(cfg: dict, layers: int, experts: int) -> int:
@@ -80,8 +82,18 @@ def _moe_blocks(cfg: dict, layers: int, experts: int) -> int:
     return sum(1 for i in range(layers) if i not in dense_only and experts > 0 and (i + 1) % step == 0)
 
 
-def _decoder(cfg: dict, task: TaskName, num_labels: int, d: _Dims, blocks: list[ParamGroup], ffn: int,
-             tied_default: bool = False, block_norms: int = 2, positions: int | None = None, **moe) -> Shape:
+def _decoder(
+    cfg: dict,
+    task: TaskName,
+    num_labels: int,
+    d: _Dims,
+    blocks: list[ParamGroup],
+    ffn: int,
+    tied_default: bool = False,
+    block_norms: int = 2,
+    positions: int | None = None,
+    **moe,
+) -> Shape:
     """A Llama-layout decoder: embedding, ``blocks``, ``block_norms`` RMSNorms per block and a final one, the head
     (tied to the embedding as ``tie_word_embeddings`` says, else as the config class does: ``tied_default``;
     ``positions``: the config class's ``max_position_embeddings``)."""
@@ -93,30 +105,93 @@ def _decoder(cfg: dict, task: TaskName, num_labels: int, d: _Dims, blocks: list[
     elif task == Task.CAUSAL_LM:
         groups += linear("lm_head", d.h, d.vocab, bias=False)
     groups += task_head(task, d.h, num_labels, seq_cls_bias=False)
-    return Shape(Family.DECODER_ONLY, d.layers, 0, d.layers, d.h, d.heads, d.kv, d.hd, ffn, d.vocab,
-                 cfg.get("max_position_embeddings", positions), True, tied, groups, **moe)
+    return Shape(
+        Family.DECODER_ONLY,
+        d.layers,
+        0,
+        d.layers,
+        d.h,
+        d.heads,
+        d.kv,
+        d.hd,
+        ffn,
+        d.vocab,
+        cfg.get("max_position_embeddings", positions),
+        True,
+        tied,
+        groups,
+        **moe,
+    )
 
 
 #: Defaults of the config classes (transformers 5.23 ``LlamaConfig``, ``Qwen2Config``, ``MixtralConfig``,
 #: ``Qwen2MoeConfig``), used when a config.json leaves a size out.
 _LLAMA = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000}
-_QWEN2 = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-          "vocab_size": 151936}
-_MIXTRAL = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-            "vocab_size": 32000}
-_QWEN3 = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
-          "head_dim": 128, "vocab_size": 151936}  # Qwen3Config's head_dim is 128 whatever hidden / heads
-_QWEN3_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 4,
-              "vocab_size": 151936}
-_GEMMA = {"hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
-          "head_dim": 256, "vocab_size": 256000, "intermediate_size": 24576, "max_position_embeddings": 8192}
-_GEMMA2 = {"hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-           "head_dim": 256, "vocab_size": 256000, "intermediate_size": 9216, "max_position_embeddings": 8192}
+_QWEN2 = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 151936,
+}
+_MIXTRAL = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+}
+_QWEN3 = {
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "head_dim": 128,
+    "vocab_size": 151936,
+}  # Qwen3Config's head_dim is 128 whatever hidden / heads
+_QWEN3_MOE = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "vocab_size": 151936,
+}
+_GEMMA = {
+    "hidden_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "head_dim": 256,
+    "vocab_size": 256000,
+    "intermediate_size": 24576,
+    "max_position_embeddings": 8192,
+}
+_GEMMA2 = {
+    "hidden_size": 2304,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "vocab_size": 256000,
+    "intermediate_size": 9216,
+    "max_position_embeddings": 8192,
+}
 _GEMMA3_TEXT = {**_GEMMA2, "vocab_size": 262208, "max_position_embeddings": 131072}
-_PHI3 = {"hidden_size": 3072, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32064,
-         "intermediate_size": 8192, "max_position_embeddings": 4096}
-_QWEN2_MOE = {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
-              "vocab_size": 151936}
+_PHI3 = {
+    "hidden_size": 3072,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "vocab_size": 32064,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+}
+_QWEN2_MOE = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "vocab_size": 151936,
+}
 
 
 def llama(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -140,8 +215,18 @@ def mixtral(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     d, width = _dims(cfg, _MIXTRAL), cfg.get("intermediate_size", 14336)
     experts, k = cfg.get("num_local_experts", 8), cfg.get("num_experts_per_tok", 2)
     blocks = _attention(d, False, False) + _routed_experts(d.h, width, experts, d.layers)
-    return _decoder(cfg, task, num_labels, d, blocks, k * width, num_experts=experts, experts_per_token=k,
-                    moe_layers=d.layers, capacity_factor=capacity_factor(cfg))
+    return _decoder(
+        cfg,
+        task,
+        num_labels,
+        d,
+        blocks,
+        k * width,
+        num_experts=experts,
+        experts_per_token=k,
+        moe_layers=d.layers,
+        capacity_factor=capacity_factor(cfg),
+    )
 
 
 def qwen2_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -161,8 +246,19 @@ def qwen2_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     blocks += _routed_experts(d.h, width, experts, moe_layers)
     blocks += _swiglu("layers.mlp.shared_expert", d.h, shared, moe_layers)
     blocks += linear("layers.mlp.shared_expert_gate", d.h, 1, moe_layers, bias=False)
-    return _decoder(cfg, task, num_labels, d, blocks, k * width + shared, num_experts=experts, experts_per_token=k,
-                    shared_experts=1 if shared else 0, moe_layers=moe_layers, capacity_factor=capacity_factor(cfg))
+    return _decoder(
+        cfg,
+        task,
+        num_labels,
+        d,
+        blocks,
+        k * width + shared,
+        num_experts=experts,
+        experts_per_token=k,
+        shared_experts=1 if shared else 0,
+        moe_layers=moe_layers,
+        capacity_factor=capacity_factor(cfg),
+    )
 
 
 def qwen3(cfg: dict, task: TaskName, num_labels: int) -> Shape:
@@ -186,8 +282,18 @@ def qwen3_moe(cfg: dict, task: TaskName, num_labels: int) -> Shape:
     if not moe_layers:
         return _decoder(cfg, task, num_labels, d, blocks, dense_ffn)
     blocks += _routed_experts(d.h, width, experts, moe_layers)
-    return _decoder(cfg, task, num_labels, d, blocks, k * width, num_experts=experts, experts_per_token=k,
-                    moe_layers=moe_layers, capacity_factor=capacity_factor(cfg))
+    return _decoder(
+        cfg,
+        task,
+        num_labels,
+        d,
+        blocks,
+        k * width,
+        num_experts=experts,
+        experts_per_token=k,
+        moe_layers=moe_layers,
+        capacity_factor=capacity_factor(cfg),
+    )
 
 
 def _gemma(cfg: dict, task: TaskName, num_labels: int, defaults: dict, qk_norm: bool, block_norms: int) -> Shape:
@@ -196,8 +302,17 @@ def _gemma(cfg: dict, task: TaskName, num_labels: int, defaults: dict, qk_norm: 
     d, ffn = _dims(cfg, defaults), cfg.get("intermediate_size", defaults["intermediate_size"])
     bias = cfg.get("attention_bias", False)
     blocks = _attention(d, bias, bias) + (_qk_norms(d) if qk_norm else []) + _swiglu("layers.mlp", d.h, ffn, d.layers)
-    return _decoder(cfg, task, num_labels, d, blocks, ffn, tied_default=True, block_norms=block_norms,
-                    positions=defaults["max_position_embeddings"])
+    return _decoder(
+        cfg,
+        task,
+        num_labels,
+        d,
+        blocks,
+        ffn,
+        tied_default=True,
+        block_norms=block_norms,
+        positions=defaults["max_position_embeddings"],
+    )
 
 
 def gemma(cfg: dict, task: TaskName, num_labels: int) -> Shape:

@@ -21,7 +21,6 @@ from advisor.core.limits import MAX_GPUS_PER_NODE
 from advisor.core.units import GIB, MIB
 
 
-
 class CatalogGPU(BaseModel):
     """One catalog entry (see ``probes/data/gpus.json``)."""
 
@@ -30,25 +29,31 @@ class CatalogGPU(BaseModel):
     nvml_name_patterns: list[str] = Field(description="regular expressions matching NVML's device name")
     compute_capability: str
     memory_gib: float = Field(description="nominal capacity (the datasheet's), GiB")
-    memory_total_mib: int | None = Field(None, description="what the driver reports as total with the default "
-                                                           "settings, MiB (ECC on a datacenter card's GDDR keeps "
-                                                           "1/16); None: memory_gib")
+    memory_total_mib: int | None = Field(
+        None,
+        description="what the driver reports as total with the default "
+        "settings, MiB (ECC on a datacenter card's GDDR keeps "
+        "1/16); None: memory_gib",
+    )
     peak_tflops: PeakTflops
     memory_bandwidth_gbps: float
     nvlink_bandwidth_gbps: float | None
     nvlink_links: int
     nvlink_topology: Literal["nvswitch", "cube-mesh", "pairs", "none"] = Field(
         description="how NVLink joins a node's GPUs: NVSwitch (every pair), DGX-1's hybrid cube-mesh, a bridge "
-                    "between two cards, or not at all")
+        "between two cards, or not at all"
+    )
     topology_source: str = Field(description="where the topology is documented")
     peer_to_peer: bool = Field(True, description="PCIe peer-to-peer between the cards (False: through host memory)")
     pcie_generation: int
     tdp_w: float
     source_url: str
     note: str | None = None
-    host_memory_gib_per_gpu: float = Field(description="RAM of the catalog's typical server for this GPU over its "
-                                                        "GPUs, GiB: what offload is checked against without "
-                                                        "--host-memory")
+    host_memory_gib_per_gpu: float = Field(
+        description="RAM of the catalog's typical server for this GPU over its "
+        "GPUs, GiB: what offload is checked against without "
+        "--host-memory"
+    )
     host_memory_source: str = Field(description="the server the host RAM figure is from, with its URL")
 
     @property
@@ -76,14 +81,17 @@ def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
     key = name.strip().lower()
     if key not in entries:
         near = near_gpus(key)
-        raise UnknownGPUError(f"unknown GPU '{name}'; " + (f"did you mean {', '.join(near)}?" if near else
-                                                            f"known: {', '.join(entries)}"))
+        raise UnknownGPUError(
+            f"unknown GPU '{name}'; " + (f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(entries)}")
+        )
     count = 1
     if count_text:
         digits = count_text.strip()
         if not (digits.isascii() and digits.isdigit()) or not 1 <= int(digits) <= MAX_GPUS_PER_NODE:
-            raise UnknownGPUError(f"bad GPU count '{count_text}' in '{spec}': give a whole number from 1 to "
-                                  f"{MAX_GPUS_PER_NODE} (GPUs per node; --nodes for more)")
+            raise UnknownGPUError(
+                f"bad GPU count '{count_text}' in '{spec}': give a whole number from 1 to "
+                f"{MAX_GPUS_PER_NODE} (GPUs per node; --nodes for more)"
+            )
         count = int(digits)
     return entries[key], count
 
@@ -92,6 +100,7 @@ def near_gpus(name: str) -> list[str]:
     """Catalog ids that an unknown GPU name may have meant, in catalog order: those whose id or name contains it,
     letters and digits only and case aside ('h100' -> h100-sxm, h100-pcie; '4090' and 'RTX 4090' -> rtx-4090),
     else difflib's close matches of the id (none: an empty list)."""
+
     def plain(text: str) -> str:
         return "".join(c for c in text.lower() if c.isalnum())
 
@@ -152,16 +161,24 @@ def profile_from_catalog(spec: str, nodes: int = 1) -> HardwareProfile:
     per_link = entry.nvlink_links if entry.nvlink_topology != "cube-mesh" else max(entry.nvlink_links // 4, 1)
     links = [
         GPULink(a=i, b=j, nvlink_count=per_link if nvlinked(entry, i, j) else 0)
-        for i in range(count) for j in range(i + 1, count)
+        for i in range(count)
+        for j in range(i + 1, count)
     ]
     notes = [f"planned from the datasheet of {entry.name} ({entry.source_url}); no live readings"]
     if entry.note:
         notes.append(f"{entry.id}: {entry.note}")
     if count > 1:
         notes.append(f"{entry.id} links: {entry.nvlink_topology} ({entry.topology_source})")
-    return HardwareProfile(source="catalog", host=None, gpus=gpus, links=links, nodes=nodes, notes=notes,
-                           typical_host_memory_bytes=int(entry.host_memory_gib_per_gpu * count * GIB),
-                           typical_host_source=entry.host_memory_source)
+    return HardwareProfile(
+        source="catalog",
+        host=None,
+        gpus=gpus,
+        links=links,
+        nodes=nodes,
+        notes=notes,
+        typical_host_memory_bytes=int(entry.host_memory_gib_per_gpu * count * GIB),
+        typical_host_source=entry.host_memory_source,
+    )
 
 
 def match_catalog(nvml_name: str) -> CatalogGPU | None:

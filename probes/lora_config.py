@@ -48,7 +48,9 @@ from advisor.core.vocabulary import LoraTargets, Precision, Task, WeightsDtype
 
 LORA_ALPHA_PER_RANK = 2  #: lora_alpha = 2·r (module docstring)
 LORA_DROPOUT = 0.0  #: PEFT's default; the one the memory model prices (module docstring)
-ALL_LINEAR = "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND``)
+ALL_LINEAR = (
+    "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.constants.INCLUDE_LINEAR_LAYERS_SHORTHAND``)
+)
 
 #: The attention projections q, k, v and output of each model type, as PEFT's ``target_modules`` (a module
 #: matches when its name ends with ``.`` + an entry). Source: the attention classes of transformers'
@@ -61,9 +63,21 @@ ALL_LINEAR = "all-linear"  #: PEFT's ``target_modules`` shorthand (``peft.utils.
 #: ``v_lin``, ``out_lin``; T5Attention ``q``, ``k``, ``v``, ``o`` (self- and cross-attention); OPTAttention
 #: ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``. tests/app/test_emit.py checks each against the model built.
 ATTENTION_MODULES: dict[str, tuple[str, ...]] = {
-    **{t: ("q_proj", "k_proj", "v_proj", "o_proj")
-       for t in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                 "gemma3_text")},
+    **{
+        t: ("q_proj", "k_proj", "v_proj", "o_proj")
+        for t in (
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "gemma3_text",
+        )
+    },
     "phi3": ("qkv_proj", "o_proj"),
     "gpt2": ("c_attn", "attn.c_proj"),
     "bert": ("query", "key", "value", "attention.output.dense"),
@@ -85,8 +99,11 @@ GATE_UP_PATTERN = r".*\.gate_up_proj"
 
 #: PEFT's ``TaskType`` of each task head (``peft.TaskType``; a masked-LM head has none: a plain ``PeftModel``).
 PEFT_TASK_TYPES: dict[Task, str | None] = {
-    Task.CAUSAL_LM: "CAUSAL_LM", Task.SEQ2SEQ_LM: "SEQ_2_SEQ_LM", Task.SEQUENCE_CLASSIFICATION: "SEQ_CLS",
-    Task.QUESTION_ANSWERING: "QUESTION_ANS", Task.MASKED_LM: None,
+    Task.CAUSAL_LM: "CAUSAL_LM",
+    Task.SEQ2SEQ_LM: "SEQ_2_SEQ_LM",
+    Task.SEQUENCE_CLASSIFICATION: "SEQ_CLS",
+    Task.QUESTION_ANSWERING: "QUESTION_ANS",
+    Task.MASKED_LM: None,
 }
 
 #: Linear layers of a task head that PEFT's ``modules_to_save`` for the task (``SEQ_CLS``: "classifier", "score")
@@ -94,14 +111,20 @@ PEFT_TASK_TYPES: dict[Task, str | None] = {
 #: ("TypeError: modules_to_save cannot be applied to modules of type lora.Linear", peft 0.21): they are left out of the
 #: adapters (``LoraConfig.exclude_modules``, PEFT >= 0.14) and train whole, as PEFT's suffix match makes them.
 HEAD_LINEARS_TRAINED_WHOLE: dict[tuple[str, Task], list[str]] = {
-    ("distilbert", Task.SEQUENCE_CLASSIFICATION): ["pre_classifier"],
+    ("distilbert", Task.SEQUENCE_CLASSIFICATION): ["pre_classifier"]
 }
 
 #: torch dtype names (``getattr(torch, name)``; transformers and bitsandbytes take them as strings).
-COMPUTE_DTYPES: dict[Precision, str] = {Precision.BF16: "bfloat16", Precision.FP16: "float16",
-                                        Precision.FP32: "float32"}
-WEIGHT_DTYPES: dict[WeightsDtype, str] = {WeightsDtype.BF16: "bfloat16", WeightsDtype.FP32: "float32",
-                                          WeightsDtype.FP16: "float16"}
+COMPUTE_DTYPES: dict[Precision, str] = {
+    Precision.BF16: "bfloat16",
+    Precision.FP16: "float16",
+    Precision.FP32: "float32",
+}
+WEIGHT_DTYPES: dict[WeightsDtype, str] = {
+    WeightsDtype.BF16: "bfloat16",
+    WeightsDtype.FP32: "float32",
+    WeightsDtype.FP16: "float16",
+}
 
 
 def target_modules(model: ModelProfile, targets: str) -> str | list[str]:
@@ -117,12 +140,16 @@ def target_modules(model: ModelProfile, targets: str) -> str | list[str]:
         return ALL_LINEAR
     names = ATTENTION_MODULES.get(model.model_type)
     if names is None:
-        raise UsageError(f"advisor does not know the attention projections of {model.model_type} models: use "
-                         f"--lora-targets {LoraTargets.ALL_LINEAR}")
+        raise UsageError(
+            f"advisor does not know the attention projections of {model.model_type} models: use "
+            f"--lora-targets {LoraTargets.ALL_LINEAR}"
+        )
     if chosen is LoraTargets.QUERY_VALUE:
         if len(names) != 4:
-            raise UsageError(f"{model.model_type} computes q, k and v in one fused layer ({names[0]}), which PEFT "
-                             f"adapts whole: use --lora-targets {LoraTargets.ATTENTION}")
+            raise UsageError(
+                f"{model.model_type} computes q, k and v in one fused layer ({names[0]}), which PEFT "
+                f"adapts whole: use --lora-targets {LoraTargets.ATTENTION}"
+            )
         return [names[0], names[2]]
     return list(names)
 
@@ -135,8 +162,13 @@ def lora_config_kwargs(model: ModelProfile, rank: int, targets: str) -> dict[str
     Raises:
         UsageError: see :func:`target_modules`.
     """
-    kwargs: dict[str, Any] = {"r": rank, "lora_alpha": LORA_ALPHA_PER_RANK * rank, "lora_dropout": LORA_DROPOUT,
-                              "target_modules": target_modules(model, targets), "bias": "none"}
+    kwargs: dict[str, Any] = {
+        "r": rank,
+        "lora_alpha": LORA_ALPHA_PER_RANK * rank,
+        "lora_dropout": LORA_DROPOUT,
+        "target_modules": target_modules(model, targets),
+        "bias": "none",
+    }
     if model.model_type in CONV1D_MODEL_TYPES:
         kwargs["fan_in_fan_out"] = True
     if adapts_experts(model, targets):  # the routed experts and routers (module docstring)
@@ -158,8 +190,12 @@ def bnb_config_kwargs(precision: str, *, sharded_base: bool = False, double_quan
     :class:`~advisor.core.vocabulary.Precision` value); ``sharded_base`` (ZeRO-3 / FSDP shard the base) stores the 4-bit
     weights in the compute dtype."""
     compute = COMPUTE_DTYPES[Precision.of(precision)]
-    kwargs: dict[str, Any] = {"load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                              "bnb_4bit_use_double_quant": double_quant, "bnb_4bit_compute_dtype": compute}
+    kwargs: dict[str, Any] = {
+        "load_in_4bit": True,
+        "bnb_4bit_quant_type": "nf4",
+        "bnb_4bit_use_double_quant": double_quant,
+        "bnb_4bit_compute_dtype": compute,
+    }
     if sharded_base:
         kwargs["bnb_4bit_quant_storage"] = compute
     return kwargs

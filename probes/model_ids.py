@@ -23,12 +23,17 @@ def catalog_ids() -> list[str]:
 #: redirects to the new one: e.g. https://huggingface.co/openai-community/gpt2,
 #: https://huggingface.co/google-bert/bert-base-uncased, https://huggingface.co/FacebookAI/roberta-base): the same
 #: config.json, so the shipped file answers for both.
-RENAMED_IDS = {f"{org}/{name}".lower(): name for org, names in (
-    ("openai-community", ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")),
-    ("google-bert", ("bert-base-uncased", "bert-large-uncased")),
-    ("distilbert", ("distilbert-base-uncased",)),
-    ("FacebookAI", ("roberta-base",)),
-    ("google-t5", ("t5-small", "t5-base"))) for name in names}
+RENAMED_IDS = {
+    f"{org}/{name}".lower(): name
+    for org, names in (
+        ("openai-community", ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")),
+        ("google-bert", ("bert-base-uncased", "bert-large-uncased")),
+        ("distilbert", ("distilbert-base-uncased",)),
+        ("FacebookAI", ("roberta-base",)),
+        ("google-t5", ("t5-small", "t5-base")),
+    )
+    for name in names
+}
 
 
 def _cached_ids() -> list[str]:
@@ -40,8 +45,9 @@ def _cached_ids() -> list[str]:
     except OSError:
         return []
     prefix = "models" + constants.REPO_ID_SEPARATOR
-    return [f.name[len(prefix):].replace(constants.REPO_ID_SEPARATOR, "/") for f in folders
-            if f.name.startswith(prefix)]
+    return [
+        f.name[len(prefix) :].replace(constants.REPO_ID_SEPARATOR, "/") for f in folders if f.name.startswith(prefix)
+    ]
 
 
 def matching_ids(text: str, limit: int = 20) -> list[str]:
@@ -79,8 +85,10 @@ def near_matches(model: str, n: int = 5) -> list[str]:
     scores = []
     for candidate in known:
         a, b = model.lower(), candidate.lower()
-        ratio = max(difflib.SequenceMatcher(None, a, b).ratio(),
-                    difflib.SequenceMatcher(None, a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]).ratio())
+        ratio = max(
+            difflib.SequenceMatcher(None, a, b).ratio(),
+            difflib.SequenceMatcher(None, a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]).ratio(),
+        )
         if ratio >= 0.6:
             scores.append((-ratio, candidate))
     return [c for _, c in sorted(scores)[:n]]

@@ -53,7 +53,8 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GPUInfo:
     power = _opt(nvml.nvmlDeviceGetPowerManagementLimit, handle)
     default_power = _opt(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
     reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons"
+    )
     bits = _opt(reasons_fn, handle) or 0
     return GPUInfo(
         index=index,
@@ -72,8 +73,9 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GPUInfo:
         power_limit_w=power / 1000 if power else None,
         default_power_limit_w=default_power / 1000 if default_power else None,
         temperature_c=_opt(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
-        slowdown_temperature_c=_opt(nvml.nvmlDeviceGetTemperatureThreshold, handle,
-                                    nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
+        slowdown_temperature_c=_opt(
+            nvml.nvmlDeviceGetTemperatureThreshold, handle, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+        ),
         throttle_reasons=[label for bit, label in THROTTLE_REASONS.items() if bits & bit],
         peak_tflops=entry.peak_tflops if entry else None,
         memory_bandwidth_gbps=entry.memory_bandwidth_gbps if entry else None,
@@ -98,8 +100,10 @@ def _nvlink_peers(nvml: Any, handle: Any) -> list[str]:
 
 
 def _read_links(nvml: Any, handles: list[Any]) -> list[GPULink]:
-    bus_ids = [(_text(_opt(nvml.nvmlDeviceGetPciInfo, h).busId) or "").lower()
-               if _opt(nvml.nvmlDeviceGetPciInfo, h) else "" for h in handles]
+    bus_ids = [
+        (_text(_opt(nvml.nvmlDeviceGetPciInfo, h).busId) or "").lower() if _opt(nvml.nvmlDeviceGetPciInfo, h) else ""
+        for h in handles
+    ]
     peers = [_nvlink_peers(nvml, h) for h in handles]
     links = []
     for i in range(len(handles)):
@@ -127,13 +131,17 @@ def probe_local(nvml: Any = None) -> HardwareProfile:
         try:
             import pynvml as nvml  # nvidia-ml-py
         except ImportError:
-            return HardwareProfile(source="none", host=host,
-                                   notes=["nvidia-ml-py is not installed: no GPU could be probed"])
+            return HardwareProfile(
+                source="none", host=host, notes=["nvidia-ml-py is not installed: no GPU could be probed"]
+            )
     try:
         nvml.nvmlInit()
     except Exception as exc:
-        why = ("no NVIDIA driver found (NVML library not found)"
-               if type(exc).__name__ == "NVMLError_LibraryNotFound" else f"NVML failed: {exc}")
+        why = (
+            "no NVIDIA driver found (NVML library not found)"
+            if type(exc).__name__ == "NVMLError_LibraryNotFound"
+            else f"NVML failed: {exc}"
+        )
         return HardwareProfile(source="none", host=host, notes=[why])
     try:
         count = nvml.nvmlDeviceGetCount()
@@ -148,10 +156,13 @@ def probe_local(nvml: Any = None) -> HardwareProfile:
     if not gpus:
         notes.append("the NVIDIA driver is present but reports no GPU")
     if len({g.name for g in gpus}) > 1:
-        notes.append("mixed GPU models on one host: advisor plans for the first: "
-                     + ", ".join(sorted({g.name for g in gpus})))
+        notes.append(
+            "mixed GPU models on one host: advisor plans for the first: " + ", ".join(sorted({g.name for g in gpus}))
+        )
     for g in gpus:
         if g.catalog_id is None:
-            notes.append(f"GPU {g.index} '{g.name}' is not in the catalog: no datasheet peak rates, "
-                         "speed estimates use its compute capability only")
+            notes.append(
+                f"GPU {g.index} '{g.name}' is not in the catalog: no datasheet peak rates, "
+                "speed estimates use its compute capability only"
+            )
     return HardwareProfile(source="nvml" if gpus else "none", host=host, gpus=gpus, links=links, notes=notes)

@@ -133,18 +133,50 @@ class Rule:
         return None
 
     # helpers: rules build effects with these, so every effect carries the rule id
-    def forbid(self, setting: Setting, value: Any, reason: str, *, hard: bool = False,
-               package: str | None = None, pin: bool = False) -> Effect:
-        return Effect(kind="forbid", setting=setting, value=value, reason=reason, rule_id=self.id, hard=hard,
-                      package=package, pin=pin)
+    def forbid(
+        self,
+        setting: Setting,
+        value: Any,
+        reason: str,
+        *,
+        hard: bool = False,
+        package: str | None = None,
+        pin: bool = False,
+    ) -> Effect:
+        return Effect(
+            kind="forbid",
+            setting=setting,
+            value=value,
+            reason=reason,
+            rule_id=self.id,
+            hard=hard,
+            package=package,
+            pin=pin,
+        )
 
     def prefer(self, setting: Setting, value: Any, reason: str, *, when: dict[Setting, Any] | None = None) -> Effect:
         return Effect(kind="prefer", setting=setting, value=value, reason=reason, rule_id=self.id, when=when)
 
-    def fallback(self, setting: Setting, value: Any, reason: str, penalty: Penalty, *,
-                 when: dict[Setting, Any] | None = None, quality_risk: bool = False) -> Effect:
-        return Effect(kind="fallback", setting=setting, value=value, reason=reason, penalty=penalty,
-                      rule_id=self.id, when=when, quality_risk=quality_risk)
+    def fallback(
+        self,
+        setting: Setting,
+        value: Any,
+        reason: str,
+        penalty: Penalty,
+        *,
+        when: dict[Setting, Any] | None = None,
+        quality_risk: bool = False,
+    ) -> Effect:
+        return Effect(
+            kind="fallback",
+            setting=setting,
+            value=value,
+            reason=reason,
+            penalty=penalty,
+            rule_id=self.id,
+            when=when,
+            quality_risk=quality_risk,
+        )
 
     def set(self, setting: Setting, value: Any, reason: str) -> Effect:
         return Effect(kind="set", setting=setting, value=value, reason=reason, rule_id=self.id)
@@ -188,5 +220,6 @@ def register(cls: type[Rule]) -> type[Rule]:
 
 def info(rule: Rule) -> RuleInfo:
     """The metadata of a registered rule."""
-    return RuleInfo(id=rule.id, title=rule.title, topic=rule.topic, rationale=rule.rationale,
-                    sources=list(rule.sources))
+    return RuleInfo(
+        id=rule.id, title=rule.title, topic=rule.topic, rationale=rule.rationale, sources=list(rule.sources)
+    )

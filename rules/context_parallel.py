@@ -21,16 +21,18 @@ class ContextParallelForLongContext(Rule):
     title = "split each sequence over the GPUs of a node (context parallel) only when its activations do not fit"
     topic = "parallelism"
     sources = [S.RING_ATTENTION, S.TORCH_CONTEXT_PARALLEL, S.ACCELERATE_CONTEXT_PARALLEL, S.ACCELERATE_ND_PARALLEL]
-    rationale = ("Activations grow with the sequence: at 128k tokens one sample's no longer fits a GPU whatever the "
-                 "sharding of the weights. Context parallelism splits each sequence over c GPUs: every rank keeps its "
-                 "s/c tokens' activations and computes its queries against every key, while ring attention passes "
-                 "the keys and values around the ring, a block at a time, behind the attention compute (Liu et al. "
-                 "2023). Unlike tensor parallel it leaves the matmuls whole and exchanges only keys and values (a "
-                 "fraction of the hidden state under grouped-query attention), so it is the lighter split for long "
-                 "context. torch's context_parallel (torchtitan) and accelerate's ParallelismConfig(cp_size) run it "
-                 "with FSDP2 over the data-parallel x context-parallel ranks and SDPA's flash or efficient kernels, "
-                 "splitting the sequence in 2c chunks for load balance. A fallback: used only when no plan without "
-                 "it fits at a lower penalty.")
+    rationale = (
+        "Activations grow with the sequence: at 128k tokens one sample's no longer fits a GPU whatever the "
+        "sharding of the weights. Context parallelism splits each sequence over c GPUs: every rank keeps its "
+        "s/c tokens' activations and computes its queries against every key, while ring attention passes "
+        "the keys and values around the ring, a block at a time, behind the attention compute (Liu et al. "
+        "2023). Unlike tensor parallel it leaves the matmuls whole and exchanges only keys and values (a "
+        "fraction of the hidden state under grouped-query attention), so it is the lighter split for long "
+        "context. torch's context_parallel (torchtitan) and accelerate's ParallelismConfig(cp_size) run it "
+        "with FSDP2 over the data-parallel x context-parallel ranks and SDPA's flash or efficient kernels, "
+        "splitting the sequence in 2c chunks for load balance. A fallback: used only when no plan without "
+        "it fits at a lower penalty."
+    )
 
     def propose(self, facts: Facts) -> list[Effect]:
         hw, seq = facts.hardware, facts.workload.seq_len
@@ -44,14 +46,27 @@ class ContextParallelForLongContext(Rule):
             elif seq % (2 * c):
                 why = f"--seq-len {seq} does not split into {2 * c} equal chunks (context_parallel's load balance)"
             elif seq // c < MIN_TOKENS_PER_RANK:
-                effects.append(self.forbid(Setting.CONTEXT_PARALLEL, c, f"{seq // c} tokens a rank: context parallel "
-                                           f"is for long context (at least {MIN_TOKENS_PER_RANK} tokens a rank, so "
-                                           "the ring's exchange hides behind the attention)"))
+                effects.append(
+                    self.forbid(
+                        Setting.CONTEXT_PARALLEL,
+                        c,
+                        f"{seq // c} tokens a rank: context parallel "
+                        f"is for long context (at least {MIN_TOKENS_PER_RANK} tokens a rank, so "
+                        "the ring's exchange hides behind the attention)",
+                    )
+                )
                 continue
             else:
-                effects.append(self.fallback(Setting.CONTEXT_PARALLEL, c, f"splits each sequence over {c} GPUs, ring "
-                                             "attention exchanging keys and values every layer: only when a "
-                                             "sequence's activations do not fit", penalty=Penalty.MUCH_SLOWER))
+                effects.append(
+                    self.fallback(
+                        Setting.CONTEXT_PARALLEL,
+                        c,
+                        f"splits each sequence over {c} GPUs, ring "
+                        "attention exchanging keys and values every layer: only when a "
+                        "sequence's activations do not fit",
+                        penalty=Penalty.MUCH_SLOWER,
+                    )
+                )
                 continue
             effects.append(self.forbid(Setting.CONTEXT_PARALLEL, c, why, hard=True))
         return effects
@@ -75,6 +90,10 @@ class ContextParallelForLongContext(Rule):
         if why is not None:
             return self.forbid(Setting.CONTEXT_PARALLEL, c, why, hard=True)
         if plan.attention != Attention.SDPA:
-            return self.forbid(Setting.ATTENTION, plan.attention, "context parallel's ring attention runs SDPA's "
-                               "kernels (torch's context_parallel): --attention sdpa", hard=True)
+            return self.forbid(
+                Setting.ATTENTION,
+                plan.attention,
+                "context parallel's ring attention runs SDPA's kernels (torch's context_parallel): --attention sdpa",
+                hard=True,
+            )
         return None

@@ -19,7 +19,8 @@ class Facts(BaseModel):
     model: ModelProfile
     workload: Workload
     packages: dict[str, bool] = Field(
-        default_factory=dict, description="optional packages found on this machine (bitsandbytes, deepspeed)")
+        default_factory=dict, description="optional packages found on this machine (bitsandbytes, deepspeed)"
+    )
 
     @property
     def gpu(self) -> GPUInfo | None:

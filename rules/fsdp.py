@@ -15,23 +15,34 @@ class Fsdp2(Rule):
     title = "FSDP2 (fully_shard) rather than FSDP1: lower, deterministic reserved memory"
     topic = "parallelism"
     sources = [S.TORCHTITAN_FSDP2, S.ACCELERATE_FSDP1_VS_FSDP2]
-    rationale = ("FSDP1 (FullyShardedDataParallel) flattens each wrapped module into one FlatParameter and hands its "
-                 "all-gathered parameters to the compute stream with recordStream, which keeps every freed block from "
-                 "reuse until that stream passes it: the caching allocator reserves well beyond the live tensors. "
-                 "FSDP2 (fully_shard) shards each parameter as a DTensor and frees the gathered buffers "
-                 "deterministically, without recordStream: 'lower and deterministic GPU memory', 7 % lower peak "
-                 "memory than FSDP1 on Llama-7B on 8 H100s. advisor plans FSDP2 (--emit writes fsdp_config version "
-                 "2 on transformers 5) and prices FSDP1 when asked (--fsdp-version 1) with the uncapped reserve; the "
-                 "Trainer runs HYBRID_SHARD on FSDP1.")
+    rationale = (
+        "FSDP1 (FullyShardedDataParallel) flattens each wrapped module into one FlatParameter and hands its "
+        "all-gathered parameters to the compute stream with recordStream, which keeps every freed block from "
+        "reuse until that stream passes it: the caching allocator reserves well beyond the live tensors. "
+        "FSDP2 (fully_shard) shards each parameter as a DTensor and frees the gathered buffers "
+        "deterministically, without recordStream: 'lower and deterministic GPU memory', 7 % lower peak "
+        "memory than FSDP1 on Llama-7B on 8 H100s. advisor plans FSDP2 (--emit writes fsdp_config version "
+        "2 on transformers 5) and prices FSDP1 when asked (--fsdp-version 1) with the uncapped reserve; the "
+        "Trainer runs HYBRID_SHARD on FSDP1."
+    )
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         parallelism = Parallelism.of(plan.parallelism)
-        if (not parallelism.fsdp or plan.runs_fsdp2 or parallelism.spec.replicated_across_nodes
-                or Method.of(plan.method).spec.quantized_base):  # QLoRA runs FSDP1 on purpose: QloraOnFsdp1
+        if (
+            not parallelism.fsdp
+            or plan.runs_fsdp2
+            or parallelism.spec.replicated_across_nodes
+            or Method.of(plan.method).spec.quantized_base
+        ):  # QLoRA runs FSDP1 on purpose: QloraOnFsdp1
             return []
-        return [self.warn("FSDP1 (FullyShardedDataParallel): its all-gathers' recordStream keeps freed blocks "
-                          "cached, priced as an uncapped allocator reserve; FSDP2 (fsdp_config version 2 on "
-                          "transformers 5, --fsdp-version 2) holds less", setting=Setting.FSDP_VERSION)]
+        return [
+            self.warn(
+                "FSDP1 (FullyShardedDataParallel): its all-gathers' recordStream keeps freed blocks "
+                "cached, priced as an uncapped allocator reserve; FSDP2 (fsdp_config version 2 on "
+                "transformers 5, --fsdp-version 2) holds less",
+                setting=Setting.FSDP_VERSION,
+            )
+        ]
 
 
 @register
@@ -40,16 +51,23 @@ class QloraOnFsdp1(Rule):
     title = "QLoRA sharded with FSDP1, the measured FSDP + QLoRA recipe"
     topic = "method"
     sources = [S.FSDP_QLORA, S.ALIGNMENT_HANDBOOK_FSDP_QLORA, S.BNB_FSDP_QLORA]
-    rationale = ("FSDP + QLoRA was built and measured on FSDP1 (FullyShardedDataParallel): Answer.AI's fsdp_qlora "
-                 "(Llama-2 70B on two 24 GB GPUs), the alignment handbook's fsdp_qlora.yaml (no fsdp_version: 1, "
-                 "use_orig_params false, RAM-efficient loading), with bitsandbytes' 4-bit weights stored in the "
-                 "compute dtype so that FSDP can shard them. FSDP2 (fully_shard) over Params4bit DTensors has no such "
-                 "measured recipe and open correctness reports, so advisor plans, prices (FSDP1's uncapped allocator "
-                 "reserve) and emits a QLoRA plan's FSDP as FSDP1 (fsdp_version 1, fsdp_use_orig_params false).")
+    rationale = (
+        "FSDP + QLoRA was built and measured on FSDP1 (FullyShardedDataParallel): Answer.AI's fsdp_qlora "
+        "(Llama-2 70B on two 24 GB GPUs), the alignment handbook's fsdp_qlora.yaml (no fsdp_version: 1, "
+        "use_orig_params false, RAM-efficient loading), with bitsandbytes' 4-bit weights stored in the "
+        "compute dtype so that FSDP can shard them. FSDP2 (fully_shard) over Params4bit DTensors has no such "
+        "measured recipe and open correctness reports, so advisor plans, prices (FSDP1's uncapped allocator "
+        "reserve) and emits a QLoRA plan's FSDP as FSDP1 (fsdp_version 1, fsdp_use_orig_params false)."
+    )
 
     def check(self, facts: Facts, plan: Plan) -> list[Effect]:
         if not (Parallelism.of(plan.parallelism).fsdp and Method.of(plan.method).spec.quantized_base):
             return []
-        return [self.warn("QLoRA shards with FSDP1 (fsdp_version 1, use_orig_params false), as Answer.AI's fsdp_qlora "
-                          "and the alignment handbook's fsdp_qlora.yaml measured it; FSDP2 over 4-bit weights is "
-                          "unproven", setting=Setting.FSDP_VERSION)]
+        return [
+            self.warn(
+                "QLoRA shards with FSDP1 (fsdp_version 1, use_orig_params false), as Answer.AI's fsdp_qlora "
+                "and the alignment handbook's fsdp_qlora.yaml measured it; FSDP2 over 4-bit weights is "
+                "unproven",
+                setting=Setting.FSDP_VERSION,
+            )
+        ]

@@ -34,9 +34,14 @@ from typing import Iterator, Mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the environment the commands ran with as subprocesses (PYTHONPATH: for the few that still do)
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "COLUMNS": "160",
-       # never the user's store of measured runs (recording goldens outside pytest too): an empty folder
-       "ADVISOR_HOME": os.environ.get("ADVISOR_HOME") or tempfile.mkdtemp(prefix="advisor-home-")}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "PYTHONPATH": str(ROOT),
+    "COLUMNS": "160",
+    # never the user's store of measured runs (recording goldens outside pytest too): an empty folder
+    "ADVISOR_HOME": os.environ.get("ADVISOR_HOME") or tempfile.mkdtemp(prefix="advisor-home-"),
+}
 
 
 @contextlib.contextmanager
@@ -77,8 +82,13 @@ def _as_pipe_text(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def run_cli(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str] | None = None,
-            cwd: str | Path = ROOT, columns: int | None = None) -> tuple[int, str, str]:
+def run_cli(
+    argv: list[str] | tuple[str, ...],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path = ROOT,
+    columns: int | None = None,
+) -> tuple[int, str, str]:
     """``advisor ARGV`` in this interpreter: (exit code, stdout, stderr).
 
     ``env``: the whole environment of the call (default :data:`ENV`); ``columns`` sets ``COLUMNS`` in it."""
@@ -92,11 +102,20 @@ def run_cli(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str] | None 
     if columns is not None:
         env["COLUMNS"] = str(columns)
     out, err = io.StringIO(), io.StringIO()
-    with environment(env), working_directory(cwd), warnings.catch_warnings(), \
-            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (
+        environment(env),
+        working_directory(cwd),
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         warnings.resetwarnings()  # a fresh interpreter's filters (python -m advisor runs without -W options)
-        for action, category in (("ignore", DeprecationWarning), ("ignore", PendingDeprecationWarning),
-                                 ("ignore", ImportWarning), ("ignore", ResourceWarning)):
+        for action, category in (
+            ("ignore", DeprecationWarning),
+            ("ignore", PendingDeprecationWarning),
+            ("ignore", ImportWarning),
+            ("ignore", ResourceWarning),
+        ):
             warnings.simplefilter(action, category, append=True)
         warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
         warnings.showwarning = warnings._showwarning_orig  # noqa: SLF001 (writes to sys.stderr, the captured one)
@@ -113,8 +132,15 @@ def advisor(*args: str, env: Mapping[str, str] | None = None, cwd: str | Path = 
     return subprocess.CompletedProcess(["advisor", *args], code, out, err)
 
 
-def advisor_subprocess(*args: str, env: Mapping[str, str] | None = None, timeout: float = 120,
-                       cwd: str | Path = ROOT) -> subprocess.CompletedProcess:
+def advisor_subprocess(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 120, cwd: str | Path = ROOT
+) -> subprocess.CompletedProcess:
     """``python -m advisor ARGS`` in a new process: for the tests of the process itself (mark them ``subprocess``)."""
-    return subprocess.run([sys.executable, "-m", "advisor", *args], capture_output=True, text=True,
-                          env=dict(ENV if env is None else env), cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "advisor", *args],
+        capture_output=True,
+        text=True,
+        env=dict(ENV if env is None else env),
+        cwd=cwd,
+        timeout=timeout,
+    )

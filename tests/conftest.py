@@ -29,12 +29,23 @@ from rules import Facts, Workload  # noqa: E402
 GIB = 1024**3
 
 
-def cpu_host(cores: int = 8, ram_gib: int = 64, flags: list[str] | None = None,
-             packages: dict[str, str | None] | None = None, **stack: str) -> HostInfo:
+def cpu_host(
+    cores: int = 8,
+    ram_gib: int = 64,
+    flags: list[str] | None = None,
+    packages: dict[str, str | None] | None = None,
+    **stack: str,
+) -> HostInfo:
     """``packages``: installed versions by import name, as ``probes.packages.installed_packages`` reports them;
     ``stack``: torch_version, torch_cuda_version, cuda_module_loading as the probe reads them."""
-    return HostInfo(cpu_cores=cores, ram_bytes=ram_gib * GIB, cpu_flags=flags or ["avx2", "fma"], cpu_mhz=2500.0,
-                    packages=packages or {}, **stack)
+    return HostInfo(
+        cpu_cores=cores,
+        ram_bytes=ram_gib * GIB,
+        cpu_flags=flags or ["avx2", "fma"],
+        cpu_mhz=2500.0,
+        packages=packages or {},
+        **stack,
+    )
 
 
 def hardware(spec: str | dict) -> HardwareProfile:
@@ -48,8 +59,7 @@ def hardware(spec: str | dict) -> HardwareProfile:
     hw = profile_from_catalog(spec["gpu"], spec.get("nodes", 1))
     overrides = spec.get("gpu_overrides")
     if overrides is not None:  # {}: as probed (source nvml), unchanged
-        hw = hw.model_copy(update={"source": "nvml",
-                                   "gpus": [g.model_copy(update=overrides) for g in hw.gpus]})
+        hw = hw.model_copy(update={"source": "nvml", "gpus": [g.model_copy(update=overrides) for g in hw.gpus]})
     if "host" in spec:
         hw = hw.model_copy(update={"host": cpu_host(**spec["host"])})
     if spec.get("links") == "pcie":
@@ -57,19 +67,34 @@ def hardware(spec: str | dict) -> HardwareProfile:
     return hw.model_copy(update=spec["given"]) if spec.get("given") else hw
 
 
-def facts(hw: str | dict = "a100-80gb", model: str = "gpt2", task: str | None = None, seq_len: int = 512,
-          global_batch_size: int = 64, packages: dict | None = None, model_overrides: dict | None = None,
-          workload: dict | None = None, hardware_overrides: dict | None = None) -> Facts:
+def facts(
+    hw: str | dict = "a100-80gb",
+    model: str = "gpt2",
+    task: str | None = None,
+    seq_len: int = 512,
+    global_batch_size: int = 64,
+    packages: dict | None = None,
+    model_overrides: dict | None = None,
+    workload: dict | None = None,
+    hardware_overrides: dict | None = None,
+) -> Facts:
     profile = profile_model(model, task)
     if model_overrides:  # each value validated as its field's type (a quantization given as a dict, say)
-        profile = profile.model_copy(update={k: TypeAdapter(type(profile).model_fields[k].annotation).validate_python(v)
-                                             for k, v in model_overrides.items()})
+        profile = profile.model_copy(
+            update={
+                k: TypeAdapter(type(profile).model_fields[k].annotation).validate_python(v)
+                for k, v in model_overrides.items()
+            }
+        )
     hw_profile = hardware(hw)
     if hardware_overrides:
         hw_profile = hw_profile.model_copy(update=hardware_overrides)
-    return Facts(hardware=hw_profile, model=profile,
-                 workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size, **(workload or {})),
-                 packages=packages or {})
+    return Facts(
+        hardware=hw_profile,
+        model=profile,
+        workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size, **(workload or {})),
+        packages=packages or {},
+    )
 
 
 @pytest.fixture
@@ -117,6 +142,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     order: the two workers of ``pytest -n auto`` start on the long tests and end on short ones, instead of one worker
     running the wizard's and the trials' tests alone at the end (longest first evens out parallel work). A stable
     sort, so every worker collects the same order, as pytest-xdist requires."""
+
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 

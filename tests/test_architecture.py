@@ -24,8 +24,14 @@ ALLOWED = {
     "advisor.measure": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.measure"),
     "advisor.app": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.app"),
     # the training callback and context manager (issue 46): the store of runs, never the app (recommend never loads it)
-    "advisor.integrations": ("advisor.core", "probes", "rules", "advisor.engine", "advisor.measure",
-                             "advisor.integrations"),
+    "advisor.integrations": (
+        "advisor.core",
+        "probes",
+        "rules",
+        "advisor.engine",
+        "advisor.measure",
+        "advisor.integrations",
+    ),
     "advisor": ("advisor",),  # the package's lazy __init__ and __main__
     "tui": ("advisor.core", "probes", "rules", "advisor", "tui"),
 }
@@ -87,7 +93,8 @@ def test_imports_follow_the_layers(path: Path) -> None:
         target = _layer(imported)
         allowed = ALLOWED[layer] + (LAZY.get(layer, ()) if lazy else ())
         assert any(target == a or target.startswith(a + ".") for a in allowed), (
-            f"{module} ({layer}) imports {imported} ({target}){' inside a function' if lazy else ''}")
+            f"{module} ({layer}) imports {imported} ({target}){' inside a function' if lazy else ''}"
+        )
 
 
 def test_nothing_but_the_command_line_imports_the_wizard() -> None:
@@ -118,16 +125,20 @@ def _spelled_values(tree: ast.AST, spelled: set[str]) -> list[tuple[int, str]]:
     found: list[tuple[int, str]] = []
 
     def constants(node: ast.AST):
-        return [n for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                and n.value in spelled]
+        return [
+            n for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in spelled
+        ]
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             found += [(c.lineno, c.value) for part in [node.left, *node.comparators] for c in constants(part)]
         elif isinstance(node, ast.keyword) and node.arg in ("precision", "optimizer", "parallelism", "offload"):
             found += [(c.lineno, c.value) for c in constants(node.value)]
-        elif isinstance(node, ast.Dict) and node.keys and all(
-                isinstance(k, ast.Constant) and k.value in spelled for k in node.keys):
+        elif (
+            isinstance(node, ast.Dict)
+            and node.keys
+            and all(isinstance(k, ast.Constant) and k.value in spelled for k in node.keys)
+        ):
             found += [(k.lineno, k.value) for k in node.keys]
     return found
 

@@ -20,8 +20,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Button, Footer, Input, Static, TabbedContent
 
-from advisor.app.options import (WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions,
-                                 parse)
+from advisor.app.options import WIZARD_OUT_DIR, HardwareOptions, MethodOptions, StackOptions, WorkloadOptions, parse
 from advisor.engine.recommendation import Recommendation
 from advisor.core.dimensions import ADAPTER_SHAPE
 from advisor.core.errors import UsageError
@@ -29,10 +28,16 @@ from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 from advisor.core.vocabulary import Method
 from tui.confirm import Confirm
-from tui.messages import Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed, RecommendationReady, \
-    ValidationDone
-from tui.steps import (STEPS, ExportStep, HardwareStep, ModelStep, RecommendationStep, ValidateStep,
-                       WorkloadStep)
+from tui.messages import (
+    Exported,
+    HardwareProbed,
+    ModelFailed,
+    ModelResolved,
+    PlanningFailed,
+    RecommendationReady,
+    ValidationDone,
+)
+from tui.steps import STEPS, ExportStep, HardwareStep, ModelStep, RecommendationStep, ValidateStep, WorkloadStep
 from tui.steps.workload import AUTO_METHOD
 
 
@@ -54,8 +59,14 @@ class AdvisorApp(App):
         Binding("escape", "cancel", "Cancel / leave field", show=False),
     ]
 
-    def __init__(self, *, model: str | None = None, out_dir: str = WIZARD_OUT_DIR,
-                 hardware: HardwareProfile | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        out_dir: str = WIZARD_OUT_DIR,
+        hardware: HardwareProfile | None = None,
+        **options: Any,
+    ) -> None:
         """``options``: the hardware, workload and method options of ``advisor recommend`` (their defaults and
         bounds are declared once, in :mod:`advisor.app.options`).
 
@@ -63,10 +74,12 @@ class AdvisorApp(App):
             UsageError: an option the declarations do not know, or a value out of bounds.
         """
         super().__init__()
-        declared = {**parse(HardwareOptions, _pick(HardwareOptions, options)).model_dump(),
-                    **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump(),
-                    **parse(MethodOptions, _pick(MethodOptions, options)).model_dump(),
-                    **parse(StackOptions, _pick(StackOptions, options)).model_dump()}
+        declared = {
+            **parse(HardwareOptions, _pick(HardwareOptions, options)).model_dump(),
+            **parse(WorkloadOptions, _pick(WorkloadOptions, options)).model_dump(),
+            **parse(MethodOptions, _pick(MethodOptions, options)).model_dump(),
+            **parse(StackOptions, _pick(StackOptions, options)).model_dump(),
+        }
         unknown = set(options) - set(declared)
         if unknown:
             raise UsageError(f"unknown option '{sorted(unknown)[0]}'")
@@ -83,9 +96,14 @@ class AdvisorApp(App):
         with TabbedContent(initial=HardwareStep.STEP, id="wizard"):
             yield HardwareStep(gpu=o["gpu"], nodes=o["nodes"])
             yield ModelStep(model=o["model"])
-            yield WorkloadStep(seq_len=o["seq_len"], global_batch_size=o["global_batch_size"], task=o["task"],
-                               objective=o["objective"], method=o["method"],
-                               stack={k: o.get(k) for k in StackOptions.model_fields})
+            yield WorkloadStep(
+                seq_len=o["seq_len"],
+                global_batch_size=o["global_batch_size"],
+                task=o["task"],
+                objective=o["objective"],
+                method=o["method"],
+                stack={k: o.get(k) for k in StackOptions.model_fields},
+            )
             yield RecommendationStep()
             yield ValidateStep()
             yield ExportStep(out_dir=o["out_dir"])
@@ -148,8 +166,9 @@ class AdvisorApp(App):
         if pane.id == ValidateStep.STEP:
             first = next((b for b in pane.query(Button) if not b.disabled), None)
         else:
-            first = next((w for w in pane.screen.focus_chain
-                          if pane in w.ancestors and type(w) is not VerticalScroll), None)  # a RadioSet is one
+            first = next(
+                (w for w in pane.screen.focus_chain if pane in w.ancestors and type(w) is not VerticalScroll), None
+            )  # a RadioSet is one
         if first is not None:
             pane.screen.set_focus(first, scroll_visible=False)  # its own screen: a dialog above keeps the keys
 
@@ -183,16 +202,23 @@ class AdvisorApp(App):
         step.planning()
         self.step = RecommendationStep.STEP
         hardware = self.local_hardware if gpu is None and nodes == 1 else None
-        model = self.profile if self.profile is not None and self.profile.id == text and (
-            workload["task"] in (None, self.profile.task)) else text
-        network = {} if hardware is not None else dict(interconnect=self.options["interconnect"],
-                                                       inter_node_gbps=self.options["inter_node_gbps"])
+        model = (
+            self.profile
+            if self.profile is not None and self.profile.id == text and (workload["task"] in (None, self.profile.task))
+            else text
+        )
+        network = (
+            {}
+            if hardware is not None
+            else dict(interconnect=self.options["interconnect"], inter_node_gbps=self.options["inter_node_gbps"])
+        )
         adapters = self._adapter_shape(workload["method"])
         if self.options.get("mean_sample_len") is not None:
             adapters["mean_sample_len"] = self.options["mean_sample_len"]
         stack = self.query_one(WorkloadStep).stack_choice()  # the step's fields start from the stack options
-        step.plan(model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters, **stack},
-                  network=network)
+        step.plan(
+            model, gpu=gpu, nodes=nodes, hardware=hardware, workload={**workload, **adapters, **stack}, network=network
+        )
 
     def _adapter_shape(self, method: str) -> dict[str, Any]:
         """The adapters' shape given on the command line (``--lora-rank``, ``--lora-targets``), for a method that may
@@ -303,8 +329,9 @@ class AdvisorApp(App):
         self._go(-1)
 
 
-def trial_question(rec: Recommendation | None, here: HardwareProfile | None, model: str, workload: dict[str, Any],
-                   steps: int) -> str | None:
+def trial_question(
+    rec: Recommendation | None, here: HardwareProfile | None, model: str, workload: dict[str, Any], steps: int
+) -> str | None:
     """What to ask before a trial, or None: the recommendation shown is for other hardware (the trial validates
     this machine's own plan), or the trial is predicted to take longer than
     :data:`advisor.app.progress.LONG_TRIAL_S` (the command line warns of the same)."""
@@ -318,10 +345,16 @@ def trial_question(rec: Recommendation | None, here: HardwareProfile | None, mod
         return f"{hw.num_gpus} × {hw.gpu.name}" if hw.gpu else "no NVIDIA GPU (the CPU)"
 
     lines = []
-    if rec is not None and here is not None and rec.hardware.source == "catalog" and (
-            (rec.hardware.gpu and rec.hardware.gpu.name) != (here.gpu and here.gpu.name)):
-        lines.append(f"The recommendation is for {where(rec.hardware)}; this machine has {where(here)}. The trial "
-                     "validates the plan for this machine instead.")
+    if (
+        rec is not None
+        and here is not None
+        and rec.hardware.source == "catalog"
+        and ((rec.hardware.gpu and rec.hardware.gpu.name) != (here.gpu and here.gpu.name))
+    ):
+        lines.append(
+            f"The recommendation is for {where(rec.hardware)}; this machine has {where(here)}. The trial "
+            "validates the plan for this machine instead."
+        )
     try:
         local = api.recommend(model, hardware=here, **workload)
     except AdvisorError:
@@ -329,9 +362,11 @@ def trial_question(rec: Recommendation | None, here: HardwareProfile | None, mod
     if local is not None:
         total = local.speed.step_time_s * (steps + TrialOptions.model_fields["warmup"].default)
         if total > LONG_TRIAL_S:
-            lines.append(f"This machine's plan ({local.plan.describe()}) is predicted at "
-                         f"{local.speed.step_time_s:.3g} s per step: about {duration(total)} in all. Fewer timed "
-                         "steps here, or a shorter sequence or a smaller batch on step 3, make it shorter.")
+            lines.append(
+                f"This machine's plan ({local.plan.describe()}) is predicted at "
+                f"{local.speed.step_time_s:.3g} s per step: about {duration(total)} in all. Fewer timed "
+                "steps here, or a shorter sequence or a smaller batch on step 3, make it shorter."
+            )
     return "\n\n".join(lines + ["Start the trial?"]) if lines else None
 
 

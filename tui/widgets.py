@@ -17,9 +17,14 @@ from probes.hardware import HardwareProfile
 from probes.model import ModelProfile
 
 #: Memory components in bar order, with their colours.
-COMPONENTS = (("weights_bytes", "weights", "dodger_blue2"), ("gradients_bytes", "gradients", "green3"),
-              ("optimizer_states_bytes", "optimizer", "gold3"), ("activations_bytes", "activations", "orange_red1"),
-              ("temporary_bytes", "temporary", "magenta"), ("cuda_context_bytes", "context", "grey62"))
+COMPONENTS = (
+    ("weights_bytes", "weights", "dodger_blue2"),
+    ("gradients_bytes", "gradients", "green3"),
+    ("optimizer_states_bytes", "optimizer", "gold3"),
+    ("activations_bytes", "activations", "orange_red1"),
+    ("temporary_bytes", "temporary", "magenta"),
+    ("cuda_context_bytes", "context", "grey62"),
+)
 
 
 def plain(text: object) -> Text:
@@ -54,8 +59,11 @@ def memory_bar(memory: MemoryEstimate, width: int = 60) -> Group:
             legend.append(f"{label} {parts[key] / GIB:.2f}  ")
     words, colour = VERDICTS[memory.device_verdict if memory.host_bytes else memory.verdict]
     fits = Text(words, style=f"bold {colour}")
-    head = Text.assemble(f"Memory: {memory.device_bytes / GIB:.2f} GiB of {memory.usable_bytes / GIB:.2f} GiB usable "
-                         f"({memory.capacity_bytes / GIB:.1f} GiB, ▒ = safety margin) ", fits)
+    head = Text.assemble(
+        f"Memory: {memory.device_bytes / GIB:.2f} GiB of {memory.usable_bytes / GIB:.2f} GiB usable "
+        f"({memory.capacity_bytes / GIB:.1f} GiB, ▒ = safety margin) ",
+        fits,
+    )
     if not memory.host_bytes:
         return Group(head, bar, legend)
     usable = memory.host_usable_bytes  # an offload: the host's RAM has its own verdict, as in the memory table
@@ -80,9 +88,15 @@ def hardware_summary(hw: HardwareProfile) -> Table | Text:
     for col in ("#", "GPU", "memory", "cc", "bf16", "tf32", "temp"):
         t.add_column(col)
     for g in hw.gpus:
-        t.add_row(str(g.index), plain(g.name), f"{g.memory_total_bytes / GIB:.0f} GiB", g.compute_capability,
-                  "yes" if g.bf16 else "no", "yes" if g.tf32 else "no",
-                  f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—")
+        t.add_row(
+            str(g.index),
+            plain(g.name),
+            f"{g.memory_total_bytes / GIB:.0f} GiB",
+            g.compute_capability,
+            "yes" if g.bf16 else "no",
+            "yes" if g.tf32 else "no",
+            f"{g.temperature_c:.0f} °C" if g.temperature_c is not None else "—",
+        )
     return t
 
 
@@ -94,12 +108,21 @@ def profile_summary(p: ModelProfile) -> Table:
     t.add_row("model", plain(f"{p.id} ({p.model_type}, {p.family}, from {p.source})"))
     t.add_row("parameters", f"{p.num_parameters:,} ({p.parameter_count_method}) with the {p.task} head")
     if p.num_experts:
-        t.add_row("experts", f"{p.num_experts} routed, top-{p.experts_per_token}: {p.active_parameters:,} "
-                             f"parameters active per token")
-    t.add_row("shape", f"{p.num_layers} layers, hidden {p.hidden_size}, {p.num_attention_heads} heads, "
-                       f"vocab {p.vocab_size:,}")
-    t.add_row("dtype", plain(f"{p.checkpoint_dtype}" + (f", stored in {p.quantization.label}" if p.quantization else "")
-                             + f"; max positions {p.max_position_embeddings or 'unbounded'}"))
+        t.add_row(
+            "experts",
+            f"{p.num_experts} routed, top-{p.experts_per_token}: {p.active_parameters:,} parameters active per token",
+        )
+    t.add_row(
+        "shape", f"{p.num_layers} layers, hidden {p.hidden_size}, {p.num_attention_heads} heads, vocab {p.vocab_size:,}"
+    )
+    t.add_row(
+        "dtype",
+        plain(
+            f"{p.checkpoint_dtype}"
+            + (f", stored in {p.quantization.label}" if p.quantization else "")
+            + f"; max positions {p.max_position_embeddings or 'unbounded'}"
+        ),
+    )
     return t
 
 
@@ -124,8 +147,11 @@ def plan_line(rec: Recommendation) -> Text:
     """The chosen plan and its estimates in one line."""
     p, s = rec.plan, rec.speed
     where = f"{p.num_gpus} x {rec.hardware.gpu.name}" if rec.hardware.gpu else "the CPU"
-    return Text.assemble(("Plan: ", "bold"), f"{p.describe(data_parallel=False)}, {p.parallelism} on {where} — "
-                         f"est. {s.step_time_s:.3f} s/step, {s.tokens_per_s:,.0f} tokens/s, MFU {s.mfu:.0%}")
+    return Text.assemble(
+        ("Plan: ", "bold"),
+        f"{p.describe(data_parallel=False)}, {p.parallelism} on {where} — "
+        f"est. {s.step_time_s:.3f} s/step, {s.tokens_per_s:,.0f} tokens/s, MFU {s.mfu:.0%}",
+    )
 
 
 def plan_differences(plan, chosen) -> str:
@@ -140,8 +166,12 @@ def alternatives_table(rec: Recommendation) -> Table:
     for col in ("differs in", "memory", "tokens/s", "fallbacks"):
         t.add_column(col)
     for alt in rec.alternative_plans:
-        t.add_row(plan_differences(alt.plan, rec.plan), f"{alt.device_bytes / GIB:.1f} GiB",
-                  f"{alt.tokens_per_s:,.0f}", str(alt.fallback_penalty))
+        t.add_row(
+            plan_differences(alt.plan, rec.plan),
+            f"{alt.device_bytes / GIB:.1f} GiB",
+            f"{alt.tokens_per_s:,.0f}",
+            str(alt.fallback_penalty),
+        )
     return t
 
 

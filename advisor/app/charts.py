@@ -17,11 +17,13 @@ from advisor.engine.memory import MemoryEstimate
 #: The card bar's parts, bottom first: (letter, name, colour, the memory components it adds up). "other" is what the
 #: device holds beyond the four named ones (temporaries, the CUDA context, the caching allocator's reserve): the
 #: bar's parts add up to ``device_bytes``. The colours are the wizard's (``tui/widgets.py``).
-PARTS = (("W", "weights", "dodger_blue2", ("weights_bytes",)),
-         ("G", "gradients", "green3", ("gradients_bytes",)),
-         ("O", "optimizer states", "gold3", ("optimizer_states_bytes",)),
-         ("A", "activations", "orange_red1", ("activations_bytes",)),
-         ("+", "other", "grey62", ()))
+PARTS = (
+    ("W", "weights", "dodger_blue2", ("weights_bytes",)),
+    ("G", "gradients", "green3", ("gradients_bytes",)),
+    ("O", "optimizer states", "gold3", ("optimizer_states_bytes",)),
+    ("A", "activations", "orange_red1", ("activations_bytes",)),
+    ("+", "other", "grey62", ()),
+)
 
 
 def memory_parts(mem: MemoryEstimate) -> list[tuple[str, str, str, int]]:
@@ -44,7 +46,7 @@ def memory_bar(mem: MemoryEstimate, cells: int) -> tuple[Text, list[tuple[str, s
     exact = [cells * p[3] / scale for p in parts]
     counts = [int(x) for x in exact]
     spare = min(round(sum(exact)), cells) - sum(counts)
-    for i in sorted(range(len(parts)), key=lambda i: counts[i] - exact[i])[:max(spare, 0)]:
+    for i in sorted(range(len(parts)), key=lambda i: counts[i] - exact[i])[: max(spare, 0)]:
         counts[i] += 1
     bar, shown = Text(), []
     for (letter, _, colour, _), n, part in zip(parts, counts, parts):
@@ -59,6 +61,7 @@ def memory_bar(mem: MemoryEstimate, cells: int) -> tuple[Text, list[tuple[str, s
 def memory_key(parts: list[tuple[str, str, str, int]], width: int) -> Text:
     """The bar's key: each part's letter (in its colour) and name, with its GiB when the line has room at ``width``
     columns (after the card's 7-column indent), else the names alone (cut with an ellipsis on a narrower one)."""
+
     def key(figures: bool) -> Text:
         text = Text("       ", no_wrap=True, overflow="ellipsis")
         for i, (letter, name, colour, nbytes) in enumerate(parts):
@@ -77,11 +80,25 @@ def comparison_chart(c, width: int = 80) -> Group:
     nothing fits (or without a price) gets its words instead of a bar."""
     label = max((len(r.gpu) for r in c.rows), default=0)
     cells = max(10, min(width - label - 14, 60))
-    charts = [(f"time to train on {count(c.tokens)} tokens (shorter is faster)", "cyan",
-               lambda r: r.time_s, duration, "no plan fits")]
+    charts = [
+        (
+            f"time to train on {count(c.tokens)} tokens (shorter is faster)",
+            "cyan",
+            lambda r: r.time_s,
+            duration,
+            "no plan fits",
+        )
+    ]
     if any(r.cost_per_billion_tokens_usd is not None for r in c.rows):
-        charts.append(("US dollars per 1B tokens (shorter is cheaper)", "green",
-                       lambda r: r.cost_per_billion_tokens_usd, lambda usd: f"{usd:,.0f}", "no price"))
+        charts.append(
+            (
+                "US dollars per 1B tokens (shorter is cheaper)",
+                "green",
+                lambda r: r.cost_per_billion_tokens_usd,
+                lambda usd: f"{usd:,.0f}",
+                "no price",
+            )
+        )
     parts = []
     for title, colour, value, words, missing in charts:
         grid = Table.grid(padding=(0, 1))

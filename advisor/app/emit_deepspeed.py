@@ -16,8 +16,14 @@ from advisor.engine.states import zero_bucket_elements
 from advisor.core.vocabulary import Offload, Parallelism, Precision
 
 #: DeepSpeed's dynamic loss scaling defaults (config-json, "FP16 training options").
-DS_FP16 = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
-           "min_loss_scale": 1}
+DS_FP16 = {
+    "enabled": True,
+    "loss_scale": 0,
+    "initial_scale_power": 16,
+    "loss_scale_window": 1000,
+    "hysteresis": 2,
+    "min_loss_scale": 1,
+}
 
 
 def _offload_section(offload: Offload) -> dict[str, Any]:
@@ -40,8 +46,11 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
     if not Parallelism.of(rec.plan.parallelism).deepspeed:
         return None
     plan = rec.plan
-    zero: dict[str, Any] = {"stage": Parallelism.of(plan.parallelism).stage, "overlap_comm": True,
-                            "contiguous_gradients": True}
+    zero: dict[str, Any] = {
+        "stage": Parallelism.of(plan.parallelism).stage,
+        "overlap_comm": True,
+        "contiguous_gradients": True,
+    }
     bucket = zero_bucket_elements(rec.model)  # the bucket sizes the memory figure priced (engine.states)
     zero["reduce_bucket_size"] = bucket
     if zero["stage"] >= 3:
@@ -62,6 +71,8 @@ def deepspeed_config(rec: Recommendation) -> dict[str, Any] | None:
         "fp16": dict(DS_FP16) if plan.precision == Precision.FP16 else {"enabled": False},
     }
     if offload.optimizer:
-        config["optimizer"] = {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto",
-                                                           "weight_decay": "auto"}}
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        }
     return config

@@ -114,8 +114,10 @@ def python_string(text: str) -> str:
     """A double-quoted, ASCII-only Python string literal that evaluates to ``text``: JSON's escapes, and ``\\uXXXX`` /
     ``\\UXXXXXXXX`` for every other character. JSON alone writes a character past U+FFFF (an emoji in a folder's name)
     as a surrogate pair, which Python reads back as two lone surrogates (issue 44); an ASCII id is its JSON literal."""
-    return "".join(c if c.isascii() else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
-                   for c in json.dumps(text, ensure_ascii=False))
+    return "".join(
+        c if c.isascii() else f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+        for c in json.dumps(text, ensure_ascii=False)
+    )
 
 
 def train_script(rec: Recommendation) -> str:
@@ -124,7 +126,14 @@ def train_script(rec: Recommendation) -> str:
     decision = rec.settings.get("pad_to_multiple_of")
     pad = int(decision.value) if decision is not None and decision.value else None
     return _SCRIPT.format(
-        model_comment=python_string(rec.model.id)[1:-1].replace('"', "'"), model=python_string(rec.model.id),
-        seq_len=int(rec.workload.seq_len), packing=bool(rec.plan.packing), pad=repr(pad),
-        config=json.dumps(config_file(rec)), model_kwargs_file=json.dumps(MODEL_KWARGS_FILE),
-        model_kwargs=json.dumps(json.dumps(model_kwargs(rec))), lora_file=json.dumps(LORA_CONFIG_FILE), plan_file=json.dumps(PLAN_FILE))
+        model_comment=python_string(rec.model.id)[1:-1].replace('"', "'"),
+        model=python_string(rec.model.id),
+        seq_len=int(rec.workload.seq_len),
+        packing=bool(rec.plan.packing),
+        pad=repr(pad),
+        config=json.dumps(config_file(rec)),
+        model_kwargs_file=json.dumps(MODEL_KWARGS_FILE),
+        model_kwargs=json.dumps(json.dumps(model_kwargs(rec))),
+        lora_file=json.dumps(LORA_CONFIG_FILE),
+        plan_file=json.dumps(PLAN_FILE),
+    )

@@ -40,8 +40,13 @@ def sft_config(rec: Recommendation, training_args: dict[str, Any]) -> dict[str, 
     """
     plan = rec.plan
     args = {key: value for key, value in training_args.items() if key != "remove_unused_columns"}
-    args |= {"max_length": rec.workload.seq_len, "activation_offloading": plan.activation_offloading,
-             "packing": plan.packing, "padding_free": plan.packing, "model_init_kwargs": model_kwargs(rec)}
+    args |= {
+        "max_length": rec.workload.seq_len,
+        "activation_offloading": plan.activation_offloading,
+        "packing": plan.packing,
+        "padding_free": plan.packing,
+        "model_init_kwargs": model_kwargs(rec),
+    }
     if plan.packing:
         args["packing_strategy"] = PACKING_STRATEGY
     return args

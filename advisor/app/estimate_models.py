@@ -13,11 +13,14 @@ from advisor.engine.speed import SpeedEstimate
 from probes.model import ModelProfile
 from rules import Plan, Workload
 
+
 class SimulatedMemory(BaseModel):
     """A simulated training step (``--simulate``): exact live-tensor accounting on fake tensors."""
 
     peak_bytes: int = Field(description="peak bytes of live tensors in the simulated step (max_memory_allocated)")
-    device_bytes: int = Field(description="peak_bytes with the allocator reserve and CUDA context, as memory.device_bytes")
+    device_bytes: int = Field(
+        description="peak_bytes with the allocator reserve and CUDA context, as memory.device_bytes"
+    )
     peak_phase: str = Field(description="where the peak happened: forward, backward or optimizer")
     phase_peaks_bytes: dict[str, int] = Field(description="peak live bytes per phase")
     analytic_error: float = Field(description="memory.peak_bytes / peak_bytes - 1 (the analytic model's error)")
@@ -48,5 +51,8 @@ class Estimate(BaseModel):
     model: ModelProfile = Field(description="the model the plan trains")
     workload: Workload
     """sequence length and global batch size"""
-    warnings: list[RuleWarning] = Field(default_factory=list, description="what the rules say of this plan: their "
-                                    "warnings, and each value they would not choose here, with why")
+    warnings: list[RuleWarning] = Field(
+        default_factory=list,
+        description="what the rules say of this plan: their "
+        "warnings, and each value they would not choose here, with why",
+    )

@@ -63,8 +63,9 @@ def write_atomic(path: str | Path, text: str, *, executable: bool = False) -> Pa
     return write_set({Path(path): text}, executable={Path(path)} if executable else set())[0]
 
 
-def write_set(files: dict[Path, str], *, executable: set[Path] = frozenset(),
-              remove: set[Path] = frozenset()) -> list[Path]:
+def write_set(
+    files: dict[Path, str], *, executable: set[Path] = frozenset(), remove: set[Path] = frozenset()
+) -> list[Path]:
     """Write several files, and remove ``remove`` (files of an earlier set), all or nothing: every target checked,
     every text written and synced to a temporary file beside its target, and only then each target moved aside and
     its new file renamed into place (:func:`_swap_in`); any failure, a rename refused by the file system included
@@ -126,7 +127,9 @@ def _swap_in(temporary: dict[Path, str], remove: set[Path]) -> None:
     except BaseException as err:
         _roll_back(done)
         if isinstance(err, OSError):
-            raise OutputError(f"cannot replace {path}: {err.strerror or err} (no file of the set was changed)") from None
+            raise OutputError(
+                f"cannot replace {path}: {err.strerror or err} (no file of the set was changed)"
+            ) from None
         raise
     for _, aside, _ in done:
         if aside is not None:

@@ -51,25 +51,32 @@ def launch_script(rec: Recommendation) -> str:
         "# or TRAIN_SCRIPT=your_train.py ./launch.sh [its arguments]",
     ]
     if hw.nodes > 1:
-        lines.append("# On every node: NODE_RANK=<0.." + str(hw.nodes - 1) + "> MASTER_ADDR=<node 0's address> "
-                     "./launch.sh")
-    lines += ["set -euo pipefail",
-              'SCRIPT="$(realpath "${TRAIN_SCRIPT:-$(dirname "$0")/train.py}")"  # yours, or the emitted train.py',
-              'export ADVISOR_START_DIR="$PWD"  # the emitted train.py reads --data and writes output_dir from here',
-              'cd "$(dirname "$0")"  # the configs\' folder: training_args.json names the other files relative to it']
+        lines.append(
+            "# On every node: NODE_RANK=<0.." + str(hw.nodes - 1) + "> MASTER_ADDR=<node 0's address> ./launch.sh"
+        )
+    lines += [
+        "set -euo pipefail",
+        'SCRIPT="$(realpath "${TRAIN_SCRIPT:-$(dirname "$0")/train.py}")"  # yours, or the emitted train.py',
+        'export ADVISOR_START_DIR="$PWD"  # the emitted train.py reads --data and writes output_dir from here',
+        'cd "$(dirname "$0")"  # the configs\' folder: training_args.json names the other files relative to it',
+    ]
     host = hw.host
     if host is not None and host.cpu_cores:
         threads = max(host.cpu_cores // per_node, 1)
-        lines.append(f"export OMP_NUM_THREADS={_word(threads)}  # {int(host.cpu_cores)} cores / {per_node} process(es) "
-                     "per node")
+        lines.append(
+            f"export OMP_NUM_THREADS={_word(threads)}  # {int(host.cpu_cores)} cores / {per_node} process(es) per node"
+        )
     lines += [f"export {name}={shlex.quote(value)}" for name, value in plan_env(rec).items()]  # fp8: accelerate's
     script = '"$SCRIPT"'
     args = f'{shlex.quote(config_file(rec))} "$@"'
     if plan.num_gpus > 1 or hw.nodes > 1 or (plan.num_gpus and Parallelism.of(plan.parallelism).stage):
         parts = ["exec torchrun", f"--nnodes={_word(hw.nodes)}", f"--nproc-per-node={_word(per_node)}"]
         if hw.nodes > 1:
-            parts += ['--node-rank="${NODE_RANK:?set NODE_RANK}"', '--master-addr="${MASTER_ADDR:?set MASTER_ADDR}"',
-                      f'--master-port="${{MASTER_PORT:-{MASTER_PORT}}}"']
+            parts += [
+                '--node-rank="${NODE_RANK:?set NODE_RANK}"',
+                '--master-addr="${MASTER_ADDR:?set MASTER_ADDR}"',
+                f'--master-port="${{MASTER_PORT:-{MASTER_PORT}}}"',
+            ]
         else:
             parts.append("--standalone")
         lines.append(" ".join(parts) + f" {script} {args}")

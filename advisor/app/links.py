@@ -20,8 +20,10 @@ def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> d
     networks = [n for n in names if n in values(Network)]
     unknown = [n for n in names if n not in links + networks]
     if unknown:
-        raise UsageError(f"--interconnect {unknown[0]}: choose {' or '.join(Link)} (inside a node), "
-                         f"{' or '.join(Network)} (between nodes)")
+        raise UsageError(
+            f"--interconnect {unknown[0]}: choose {' or '.join(Link)} (inside a node), "
+            f"{' or '.join(Network)} (between nodes)"
+        )
     if len(set(links)) > 1 or len(set(networks)) > 1:
         raise UsageError(f"--interconnect {','.join(names)}: one link inside a node and one network between nodes")
     update: dict[str, Any] = {}
@@ -29,8 +31,15 @@ def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> d
         nvlink = links[0] == Link.NVLINK
         if nvlink and profile.gpu is not None and not profile.gpu.nvlink_bandwidth_gbps:
             raise UsageError(f"--interconnect nvlink: {profile.gpu.name} has no NVLink")
-        update["links"] = [GPULink(a=link.a, b=link.b, nvlink_count=(link.nvlink_count or 12) if nvlink else 0,
-                                   pcie_relation=None if nvlink else "PHB") for link in profile.links]
+        update["links"] = [
+            GPULink(
+                a=link.a,
+                b=link.b,
+                nvlink_count=(link.nvlink_count or 12) if nvlink else 0,
+                pcie_relation=None if nvlink else "PHB",
+            )
+            for link in profile.links
+        ]
     if networks:
         update["interconnect"] = networks[0]
         update["inter_node_gbit_s"] = Network(networks[0]).gbit_s

@@ -25,15 +25,19 @@ def _listed(folder: Path) -> set[str]:
     return {name for name in files if isinstance(name, str)} if isinstance(files, list) else set()
 
 
-def plan_folder(folder: Path, groups: dict[str, tuple[str, ...]], wanted: list[str],
-                written: list[str]) -> tuple[set[str], str]:
+def plan_folder(
+    folder: Path, groups: dict[str, tuple[str, ...]], wanted: list[str], written: list[str]
+) -> tuple[set[str], str]:
     """What an ``--emit`` of the targets ``wanted`` (their file names: ``groups``) that writes ``written`` does to
     ``folder``: the names of an earlier set to remove (listed in the manifest, of a target being written, not
     written now) and the new manifest's text (the files advisor's sets left there, this one's included)."""
     listed = _listed(folder)
     owned = {name for target in wanted for name in groups[target]}
     stale = {name for name in listed & owned if name not in written}
-    kept = {name for name in listed - stale if name in {n for names in groups.values() for n in names}
-            and (folder / name).is_file()}
+    kept = {
+        name
+        for name in listed - stale
+        if name in {n for names in groups.values() for n in names} and (folder / name).is_file()
+    }
     text = json.dumps({"written_by": "advisor recommend --emit", "files": sorted(kept | set(written))}, indent=2)
     return stale, text + "\n"

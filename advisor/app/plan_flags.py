@@ -38,8 +38,10 @@ def require_adapters_for(opts: BaseModel, method: str | None, from_scratch: bool
     if from_scratch:
         raise UsageError(f"{flag} shapes LoRA / QLoRA adapters, and pre-training (--from-scratch) trains every weight")
     if method is not None and not Method.of(method).spec.adapters:
-        raise UsageError(f"{flag} shapes LoRA / QLoRA adapters, and this plan trains every weight (--method "
-                         f"{method}): give --method lora or qlora, or leave {flag} out")
+        raise UsageError(
+            f"{flag} shapes LoRA / QLoRA adapters, and this plan trains every weight (--method "
+            f"{method}): give --method lora or qlora, or leave {flag} out"
+        )
 
 
 def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
@@ -54,18 +56,24 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
     g = facts.gpu
     s = {**ESTIMATE_DEFAULTS, "double_quant": planned_double_quant(facts.model.quantization), **settings}
     default = Attention.default(Device.CPU if g is None else Device.CUDA)
-    if ("attention" not in settings and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
-            and default not in facts.model.attention_kernels):
+    if (
+        "attention" not in settings
+        and s.get("framework", Framework.TRANSFORMERS) == Framework.TRANSFORMERS
+        and default not in facts.model.attention_kernels
+    ):
         s["attention"] = Attention.EAGER
     if "precision" not in settings:
-        s["precision"] = Precision.FP32 if g is None or not g.tensor_cores else (
-            Precision.BF16 if g.bf16 else Precision.FP16)
+        s["precision"] = (
+            Precision.FP32 if g is None or not g.tensor_cores else (Precision.BF16 if g.bf16 else Precision.FP16)
+        )
     tf32_here = bool(g is not None and g.tf32)
     s["tf32"] = tf32_here and s.get("tf32", True) is not False
     if "weights_dtype" not in settings:  # adapters' frozen base loads in the 16-bit compute dtype (torch_dtype)
         adapters = Method.of(s.get("method", Method.FULL)).spec.adapters
         sixteen = {Precision.BF16: WeightsDtype.BF16, Precision.FP16: WeightsDtype.FP16}
-        s["weights_dtype"] = sixteen.get(Precision.of(s["precision"]), WeightsDtype.FP32) if adapters else WeightsDtype.FP32
+        s["weights_dtype"] = (
+            sixteen.get(Precision.of(s["precision"]), WeightsDtype.FP32) if adapters else WeightsDtype.FP32
+        )
     if "legacy_bitsandbytes" not in settings:  # QLoRA on this machine: its bitsandbytes' backward
         s["legacy_bitsandbytes"] = installed_legacy_bitsandbytes(facts)
     gpus = facts.hardware.num_gpus
@@ -79,10 +87,17 @@ def estimate_plan(facts: Facts, settings: dict[str, Any]) -> Plan:
 
 
 #: The counts of a plan and their bounds (those of the options: :mod:`advisor.core.limits`).
-PLAN_BOUNDS = {"micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE), "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
-               "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES), "cpu_processes": (1, MAX_GPUS_PER_NODE),
-               "tensor_parallel": (1, MAX_GPUS_PER_NODE), "pipeline_parallel": (1, MAX_NODES), "lora_rank": (1, MAX_WIDTH),
-               "expert_parallel": (1, MAX_GPUS_PER_NODE * MAX_NODES), "virtual_pipeline": (1, MAX_LAYERS)}
+PLAN_BOUNDS = {
+    "micro_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
+    "gradient_accumulation_steps": (1, MAX_GLOBAL_BATCH_SIZE),
+    "num_gpus": (0, MAX_GPUS_PER_NODE * MAX_NODES),
+    "cpu_processes": (1, MAX_GPUS_PER_NODE),
+    "tensor_parallel": (1, MAX_GPUS_PER_NODE),
+    "pipeline_parallel": (1, MAX_NODES),
+    "lora_rank": (1, MAX_WIDTH),
+    "expert_parallel": (1, MAX_GPUS_PER_NODE * MAX_NODES),
+    "virtual_pipeline": (1, MAX_LAYERS),
+}
 
 
 def require_plan_counts(plan: Plan, where: str = "") -> None:
@@ -106,10 +121,12 @@ def require_bounded_batch(plan: Plan, where: str = "") -> None:
         UsageError: one line with the product (``where``: what the plan came from, e.g. ``--plan FILE: ``).
     """
     if plan.global_batch_size > MAX_GLOBAL_BATCH_SIZE:
-        raise UsageError(f"{where}micro-batch {plan.micro_batch_size:,} x accumulation "
-                         f"{plan.gradient_accumulation_steps:,} x data-parallel {plan.data_parallel_size:,} = a global "
-                         f"batch of {plan.global_batch_size:,} samples, more than the largest advisor takes "
-                         f"({MAX_GLOBAL_BATCH_SIZE:,})")
+        raise UsageError(
+            f"{where}micro-batch {plan.micro_batch_size:,} x accumulation "
+            f"{plan.gradient_accumulation_steps:,} x data-parallel {plan.data_parallel_size:,} = a global "
+            f"batch of {plan.global_batch_size:,} samples, more than the largest advisor takes "
+            f"({MAX_GLOBAL_BATCH_SIZE:,})"
+        )
 
 
 def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
@@ -124,7 +141,9 @@ def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[
     if gbs % replicas:
         raise UsageError(f"--global-batch-size {gbs} does not split over {replicas} data-parallel replicas")
     per = gbs // replicas
-    where = f"the global batch {gbs}" + (f" over {replicas} data-parallel replicas ({per} each)" if replicas > 1 else "")
+    where = f"the global batch {gbs}" + (
+        f" over {replicas} data-parallel replicas ({per} each)" if replicas > 1 else ""
+    )
     for given, derived in (BATCH, BATCH[::-1]):
         if given in overrides and derived not in overrides:
             if per % overrides[given]:
@@ -133,7 +152,9 @@ def split_batch(gbs: int, overrides: dict[str, Any], replicas: int = 1) -> dict[
     micro, steps = overrides.get("micro_batch_size"), overrides.get("gradient_accumulation_steps")
     if micro is not None and steps is not None and micro * steps != per:
         times = f" × {replicas} replicas" if replicas > 1 else ""
-        raise UsageError(f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps}{times} = "
-                         f"{micro * steps * replicas} samples, not the global batch {gbs}: give two of the three, or "
-                         "three that agree")
+        raise UsageError(
+            f"--micro-batch-size {micro} × --gradient-accumulation-steps {steps}{times} = "
+            f"{micro * steps * replicas} samples, not the global batch {gbs}: give two of the three, or "
+            "three that agree"
+        )
     return overrides

@@ -82,10 +82,13 @@ def read_plan(path: str):
     if workload is not None and not isinstance(workload, dict):  # was ignored: the trial ran at the default seq-len
         raise UsageError(f"--plan {path}: workload must be an object, got {type(workload).__name__}")
     seq_len = (workload or {}).get("seq_len")
-    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool)
-                                or not 1 <= seq_len <= MAX_SEQ_LEN):
-        raise UsageError(f"--plan {path}: workload.seq_len must be from 1 to {MAX_SEQ_LEN} (a whole number), "
-                         f"got {shown(json.dumps(seq_len))}")
+    if seq_len is not None and (
+        not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len <= MAX_SEQ_LEN
+    ):
+        raise UsageError(
+            f"--plan {path}: workload.seq_len must be from 1 to {MAX_SEQ_LEN} (a whole number), "
+            f"got {shown(json.dumps(seq_len))}"
+        )
     require_bounded_batch(plan, f"--plan {path}: ")
     model = data.get("model")  # recommend / estimate: the model profile; validate: its id
     model = model.get("id") if isinstance(model, dict) else model
@@ -117,9 +120,16 @@ class Progress:
 
         self.console = console(stderr=True)
         self.live = self.console.is_terminal
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
-                            disable=not self.live, transient=False)
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=not self.live,
+            transient=False,
+        )
         self.task = None
         self.index = 0
 
@@ -137,12 +147,17 @@ class Progress:
         if isinstance(event, TrialStarted):
             self.index = event.index
             about = event.predicted_step_time_s * event.total_steps
-            self.console.print(f"advisor: trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
-                               f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
-                               f"{event.total_steps} steps", highlight=False)
+            self.console.print(
+                f"advisor: trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
+                f"{event.predicted_step_time_s:.3g} s/step, about {about:.0f} s for "
+                f"{event.total_steps} steps",
+                highlight=False,
+            )
             if about > LONG_TRIAL_S and event.index == 1:
-                self.console.print("advisor: that is long for a trial: --steps, --seq-len or --global-batch-size "
-                                   "make it shorter", highlight=False)
+                self.console.print(
+                    "advisor: that is long for a trial: --steps, --seq-len or --global-batch-size make it shorter",
+                    highlight=False,
+                )
             self.task = self.bar.add_task(f"trial {event.index}", total=event.total_steps, info="building")
         elif isinstance(event, StepUpdate):
             info = event.describe()

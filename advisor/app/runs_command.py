@@ -35,13 +35,17 @@ def _read():
     try:
         runs = store.read()
     except OSError as err:
-        raise UsageError(f"cannot read the store of runs {shown(store.store_path(), MAX_LINE)}: "
-                         f"{err.strerror or err} (ADVISOR_HOME sets its folder)") from None
+        raise UsageError(
+            f"cannot read the store of runs {shown(store.store_path(), MAX_LINE)}: "
+            f"{err.strerror or err} (ADVISOR_HOME sets its folder)"
+        ) from None
     if runs.skipped:
         sys.stderr.write(f"advisor: skipped {runs.skipped} malformed line(s) of {shown(runs.path, MAX_LINE)}\n")
     if runs.older:
-        sys.stderr.write(f"advisor: read the newest {len(runs.records) + runs.skipped:,} line(s) of "
-                         f"{shown(runs.path, MAX_LINE)}; {runs.older:,} older line(s) left unread\n")
+        sys.stderr.write(
+            f"advisor: read the newest {len(runs.records) + runs.skipped:,} line(s) of "
+            f"{shown(runs.path, MAX_LINE)}; {runs.older:,} older line(s) left unread\n"
+        )
     return runs
 
 
@@ -70,19 +74,28 @@ def _table(records: list[dict[str, Any]]):
     more = max(len(records) - TABLE_ROWS, 0)
     title = f"measured runs ({len(records):,}" + (f", the newest {TABLE_ROWS} shown: --json lists all" if more else "")
     records = records[more:]
-    t = Table(title=f"{title}; predicted / measured)", title_justify="left",
-              caption="peak: max_memory_allocated on a GPU; on the CPU a trial's counted live tensors, a callback's "
-                      "model states", caption_justify="left")
+    t = Table(
+        title=f"{title}; predicted / measured)",
+        title_justify="left",
+        caption="peak: max_memory_allocated on a GPU; on the CPU a trial's counted live tensors, a callback's "
+        "model states",
+        caption_justify="left",
+    )
     for col in ("date", "source", "device", "model", "plan", "step s", "tokens/s", "peak GiB"):
         t.add_column(col)
     for r in records:
         p, m = r.get("predicted") or {}, r.get("measured") or {}
         tokens = m.get("tokens_per_s")
-        t.add_row(shown(str(r.get("date", "—"))[:16]), shown(r.get("source", "—")), shown((r.get("device") or {}).get("name", "—")),
-                  shown((r.get("model") or {}).get("id", "—")), shown(_plan_words(r.get("plan") or {})),
-                  f"{_seconds(p.get('step_time_s'))} / {_seconds(m.get('step_time_s'))}",
-                  f"{tokens:,.0f}" if isinstance(tokens, (int, float)) else "—",
-                  f"{_gib(p.get('peak_bytes'))} / {_gib(m.get('peak_bytes', m.get('states_bytes')))}")
+        t.add_row(
+            shown(str(r.get("date", "—"))[:16]),
+            shown(r.get("source", "—")),
+            shown((r.get("device") or {}).get("name", "—")),
+            shown((r.get("model") or {}).get("id", "—")),
+            shown(_plan_words(r.get("plan") or {})),
+            f"{_seconds(p.get('step_time_s'))} / {_seconds(m.get('step_time_s'))}",
+            f"{tokens:,.0f}" if isinstance(tokens, (int, float)) else "—",
+            f"{_gib(p.get('peak_bytes'))} / {_gib(m.get('peak_bytes', m.get('states_bytes')))}",
+        )
     return t
 
 
@@ -93,8 +106,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(records, indent=2) + "\n")
         return ExitCode.OK
     if not records:
-        sys.stderr.write(f"advisor: no measured runs yet in {shown(_store().store_path(), MAX_LINE)} (advisor "
-                         "validate and advisor.integrations add them)\n")
+        sys.stderr.write(
+            f"advisor: no measured runs yet in {shown(_store().store_path(), MAX_LINE)} (advisor "
+            "validate and advisor.integrations add them)\n"
+        )
         return ExitCode.OK
     from advisor.app.progress import console
 
@@ -113,25 +128,51 @@ def published(record: dict[str, Any], index: int) -> dict[str, Any]:
     peak = m.get("peak_bytes")
     return {
         "id": f"local-{record.get('source', 'run')}-{str(record.get('date', ''))[:10]}-{index}",
-        "source": {"kind": "local", "title": f"advisor {record.get('source', 'run')} on this machine", "url": None,
-                   "where": "advisor runs export", "commit": None, "quote": None},
-        "hardware": {"gpu": device.get("name"), "count": plan.get("num_gpus") or None, "nodes": 1, "interconnect": None},
+        "source": {
+            "kind": "local",
+            "title": f"advisor {record.get('source', 'run')} on this machine",
+            "url": None,
+            "where": "advisor runs export",
+            "commit": None,
+            "quote": None,
+        },
+        "hardware": {
+            "gpu": device.get("name"),
+            "count": plan.get("num_gpus") or None,
+            "nodes": 1,
+            "interconnect": None,
+        },
         "model": {"id": model.get("id"), "params": None, "task": model.get("task")},
-        "workload": {"seq_len": record.get("seq_len"), "micro_batch_size": plan.get("micro_batch_size"),
-                     "gradient_accumulation_steps": plan.get("gradient_accumulation_steps"),
-                     "global_batch_size": plan.get("global_batch_size")},
+        "workload": {
+            "seq_len": record.get("seq_len"),
+            "micro_batch_size": plan.get("micro_batch_size"),
+            "gradient_accumulation_steps": plan.get("gradient_accumulation_steps"),
+            "global_batch_size": plan.get("global_batch_size"),
+        },
         "plan": dict(plan),  # advisor's Plan: every field of the published format's plan, and the rest of the plan
-        "stack": {"framework": plan.get("framework"), "attention": plan.get("attention"),
-                  "fused_loss": plan.get("loss_kernel"), "packing": plan.get("packing"),
-                  "compile": plan.get("torch_compile"), "fp8": plan.get("fp8"), "cuda": device.get("cuda"),
-                  "torch": libraries.get("torch")},
-        "measured": {"memory_bytes": peak, "memory_quantity": "max_memory_allocated" if peak is not None else None,
-                     "memory_as_written": None, "oom": False, "samples_per_s": m.get("samples_per_s"),
-                     "tokens_per_s_per_gpu": tokens / gpus if isinstance(tokens, (int, float)) else None,
-                     "throughput_as_written": None, "mfu": m.get("mfu")},
+        "stack": {
+            "framework": plan.get("framework"),
+            "attention": plan.get("attention"),
+            "fused_loss": plan.get("loss_kernel"),
+            "packing": plan.get("packing"),
+            "compile": plan.get("torch_compile"),
+            "fp8": plan.get("fp8"),
+            "cuda": device.get("cuda"),
+            "torch": libraries.get("torch"),
+        },
+        "measured": {
+            "memory_bytes": peak,
+            "memory_quantity": "max_memory_allocated" if peak is not None else None,
+            "memory_as_written": None,
+            "oom": False,
+            "samples_per_s": m.get("samples_per_s"),
+            "tokens_per_s_per_gpu": tokens / gpus if isinstance(tokens, (int, float)) else None,
+            "throughput_as_written": None,
+            "mfu": m.get("mfu"),
+        },
         "notes": f"measured by advisor ({record.get('source')}, {record.get('date')}); driver "
-                 f"{device.get('driver')}; libraries {libraries}; predicted {record.get('predicted')}; "
-                 f"{record.get('notes', '')}".strip(),
+        f"{device.get('driver')}; libraries {libraries}; predicted {record.get('predicted')}; "
+        f"{record.get('notes', '')}".strip(),
     }
 
 
@@ -164,20 +205,23 @@ def cmd_clear(args: argparse.Namespace) -> int:
     try:
         held = _store().clear()
     except OSError as err:
-        raise OutputError(f"cannot clear the store of runs {shown(_store().store_path(), MAX_LINE)}: "
-                          f"{err.strerror or err}") from None
+        raise OutputError(
+            f"cannot clear the store of runs {shown(_store().store_path(), MAX_LINE)}: {err.strerror or err}"
+        ) from None
     sys.stderr.write(f"advisor: cleared {held} run(s) from {shown(_store().store_path(), MAX_LINE)}\n")
     return ExitCode.OK
 
 
 def add_parser(sub, epilog: str) -> None:
     """``advisor runs [--json] | export --out DIR | clear``."""
-    p = sub.add_parser("runs", help="the local store of measured runs (validate trials, the training callback)",
-                       epilog=epilog)
+    p = sub.add_parser(
+        "runs", help="the local store of measured runs (validate trials, the training callback)", epilog=epilog
+    )
     p.add_argument("--json", action="store_true", help="print the records as JSON (default: off)")
     p.set_defaults(func=cmd_runs)
-    actions = p.add_subparsers(dest="runs_action", metavar="ACTION", parser_class=type(p),
-                               help="export or clear (default: list the runs)")
+    actions = p.add_subparsers(
+        dest="runs_action", metavar="ACTION", parser_class=type(p), help="export or clear (default: list the runs)"
+    )
     e = actions.add_parser("export", help="write the runs in the format of benchmarks/published/", epilog=epilog)
     e.add_argument("--out", required=True, metavar="DIR", help=f"folder to write {EXPORT_FILE} in")
     e.set_defaults(func=cmd_export)

@@ -10,8 +10,18 @@ from decimal import Decimal
 from advisor.core.limits import MAX_SIZE_BYTES
 from advisor.core.units import GIB, KIB, MIB
 
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": KIB, "mib": MIB,
-               "gib": GIB, "tib": 1024 * GIB}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": KIB,
+    "mib": MIB,
+    "gib": GIB,
+    "tib": 1024 * GIB,
+}
 
 
 def size(text: str) -> int:

@@ -27,18 +27,30 @@ SUFFIXES = (".svg", ".html")
 #: Each kind of :data:`advisor.measure.timeline.KINDS`, in its order (bottom of the stack first): its name on the
 #: picture, its colour (the card's and the wizard's palette: rich's dodger_blue2, green3,
 #: gold3, orange_red1, magenta) and what it holds.
-STYLE = {"weights": ("weights", "#1c86ee", "parameters and buffers"),
-         "gradients": ("gradients", "#00cd00", "the parameters' accumulated .grad"),
-         "optimizer_states": ("optimizer states", "#cdad00", "the optimizer's state tensors"),
-         "activations": ("activations", "#ff4500", "tensors a forward pass keeps for backward (autocast's 16-bit weight "
-                                                   "copies, the logits), the batch"),
-         "temporaries": ("temporaries", "#d040d0", "what a pass frees again: activation gradients, recomputed "
-                                                   "activations, casts, the step's buffers")}
+STYLE = {
+    "weights": ("weights", "#1c86ee", "parameters and buffers"),
+    "gradients": ("gradients", "#00cd00", "the parameters' accumulated .grad"),
+    "optimizer_states": ("optimizer states", "#cdad00", "the optimizer's state tensors"),
+    "activations": (
+        "activations",
+        "#ff4500",
+        "tensors a forward pass keeps for backward (autocast's 16-bit weight copies, the logits), the batch",
+    ),
+    "temporaries": (
+        "temporaries",
+        "#d040d0",
+        "what a pass frees again: activation gradients, recomputed activations, casts, the step's buffers",
+    ),
+}
 #: The kinds in drawing order (the measure layer is imported only inside functions: it is off the fast path).
 KINDS = tuple(STYLE)
 #: The phase bands' fills (light, behind the areas) and labels.
-PHASES = {"build": ("#eeeeee", "build"), "forward": ("#e8f0ff", "fwd"), "backward": ("#fff0e6", "bwd"),
-          "optimizer": ("#eaf7ea", "opt")}
+PHASES = {
+    "build": ("#eeeeee", "build"),
+    "forward": ("#e8f0ff", "fwd"),
+    "backward": ("#fff0e6", "bwd"),
+    "optimizer": ("#eaf7ea", "opt"),
+}
 WIDTH, HEIGHT = 960, 480  #: the picture's size, pixels
 LEFT, RIGHT, TOP, BOTTOM = 80, 930, 72, 380  #: the plot area's edges, pixels
 COLUMNS = 600  #: at most this many moments drawn (each the event with the most live bytes of its run of events)
@@ -134,7 +146,7 @@ def _series(dw, kind: str, columns: list, stride: int, events: int, x, y, below:
         upper += [left, y(base + column.by_kind[kind]), right, y(base + column.by_kind[kind])]
         lower += [right, y(base), left, y(base)]
     for i in range(len(lower) - 2, -1, -2):  # back along the lower edge, right to left
-        upper += lower[i:i + 2]
+        upper += lower[i : i + 2]
     group = dw.Group(id=f"series-{kind}", data_kind=kind)
     area = dw.Lines(*upper, close=True, fill=colour, fill_opacity=0.85, stroke="none")
     most = max(column.by_kind[kind] for column in columns)
@@ -154,8 +166,9 @@ def _axes(d, dw, ticks: list[float], unit: tuple[int, str], events: int, x, y) -
     for share in (0, 0.25, 0.5, 0.75, 1):
         event = round(events * share)
         d.append(dw.Text(f"{event:,}", 11, x(event), BOTTOM + 16, text_anchor="middle"))
-    d.append(dw.Text("allocations and frees, in order (time →)", 12, (LEFT + RIGHT) / 2, BOTTOM + 34,
-                     text_anchor="middle"))
+    d.append(
+        dw.Text("allocations and frees, in order (time →)", 12, (LEFT + RIGHT) / 2, BOTTOM + 34, text_anchor="middle")
+    )
 
 
 def _peak_marker(dw, peak, unit: tuple[int, str], x, y):
@@ -168,8 +181,16 @@ def _peak_marker(dw, peak, unit: tuple[int, str], x, y):
     group.append(dot)
     anchor = "end" if px > (LEFT + RIGHT) / 2 else "start"
     label = f"peak {size(peak.total, unit)} · {peak.op} ({peak.phase})"
-    group.append(dw.Text(label, 12, px + (-8 if anchor == "end" else 8), max(py - 8, TOP + 28),
-                         text_anchor=anchor, font_weight="bold"))
+    group.append(
+        dw.Text(
+            label,
+            12,
+            px + (-8 if anchor == "end" else 8),
+            max(py - 8, TOP + 28),
+            text_anchor=anchor,
+            font_weight="bold",
+        )
+    )
     return group
 
 
@@ -199,20 +220,25 @@ def timeline_html(svg: str, title: str, subtitle: str, timeline) -> str:
     for kind in KINDS:
         name, colour, holds = STYLE[kind]
         most = max(column.by_kind[kind] for column in columns)
-        rows.append(f'<tr data-kind="{kind}"><td><span class="swatch" style="background:{colour}"></span></td>'
-                    f"<td>{name}</td><td>{size(peak.by_kind[kind], unit)}</td><td>{size(most, unit)}</td>"
-                    f"<td>{html.escape(holds)}</td></tr>")
+        rows.append(
+            f'<tr data-kind="{kind}"><td><span class="swatch" style="background:{colour}"></span></td>'
+            f"<td>{name}</td><td>{size(peak.by_kind[kind], unit)}</td><td>{size(most, unit)}</td>"
+            f"<td>{html.escape(holds)}</td></tr>"
+        )
     inline = svg.split("?>", 1)[1].lstrip() if svg.startswith("<?xml") else svg
-    return ("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n"
-            f"<meta charset=\"utf-8\"/>\n<title>{html.escape(title)}</title>\n<style>"
-            "body{font-family:sans-serif;margin:1.5em}td,th{padding:2px 10px;text-align:left}"
-            ".swatch{display:inline-block;width:14px;height:14px}</style>\n</head>\n<body>\n"
-            f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(subtitle).replace(chr(10), '<br/>')}</p>\n{inline}\n"
-            "<table>\n<tr><th></th><th>kind</th><th>at the peak</th><th>at most</th><th>what it holds</th></tr>\n"
-            + "\n".join(rows) + "\n</table>\n<p>Hover an area, a phase band or the peak for its figures. The peak "
-            "is what <code>torch.cuda.max_memory_allocated()</code> would report for this step; the caching "
-            "allocator's reserve and the CUDA context come on top (<code>advisor estimate</code>'s device "
-            "figure).</p>\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html xmlns="http://www.w3.org/1999/xhtml" lang="en">\n<head>\n'
+        f'<meta charset="utf-8"/>\n<title>{html.escape(title)}</title>\n<style>'
+        "body{font-family:sans-serif;margin:1.5em}td,th{padding:2px 10px;text-align:left}"
+        ".swatch{display:inline-block;width:14px;height:14px}</style>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n<p>{html.escape(subtitle).replace(chr(10), '<br/>')}</p>\n{inline}\n"
+        "<table>\n<tr><th></th><th>kind</th><th>at the peak</th><th>at most</th><th>what it holds</th></tr>\n"
+        + "\n".join(rows)
+        + "\n</table>\n<p>Hover an area, a phase band or the peak for its figures. The peak "
+        "is what <code>torch.cuda.max_memory_allocated()</code> would report for this step; the caching "
+        "allocator's reserve and the CUDA context come on top (<code>advisor estimate</code>'s device "
+        "figure).</p>\n</body>\n</html>\n"
+    )
 
 
 def write_timeline(estimate, path: str | Path) -> Path:
@@ -229,8 +255,10 @@ def write_timeline(estimate, path: str | Path) -> Path:
     path = check_timeline_path(str(path))
     plan = estimate.plan
     title = f"{shown(estimate.model.id)}: memory of the simulated training step"
-    subtitle = (f"{plan.describe()}, seq-len {estimate.workload.seq_len}\nlive tensor bytes by kind over "
-                f"{len(simulated.timeline.events):,} allocations and frees: two optimizer steps on fake tensors")
+    subtitle = (
+        f"{plan.describe()}, seq-len {estimate.workload.seq_len}\nlive tensor bytes by kind over "
+        f"{len(simulated.timeline.events):,} allocations and frees: two optimizer steps on fake tensors"
+    )
     svg = timeline_svg(simulated.timeline, title, subtitle)
     text = timeline_html(svg, title, subtitle, simulated.timeline) if path.suffix.lower() == ".html" else svg
     return write_atomic(path, text)

@@ -71,8 +71,9 @@ class NoFitError(AdvisorError):
 
     exit_code = ExitCode.NO_FIT
 
-    def __init__(self, message: str, *, summary: str | None = None, suggestions: list[str] | None = None,
-                 closest: object = None) -> None:
+    def __init__(
+        self, message: str, *, summary: str | None = None, suggestions: list[str] | None = None, closest: object = None
+    ) -> None:
         super().__init__(message)
         self.summary = summary or message
         self.suggestions = suggestions or []

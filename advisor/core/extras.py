@@ -35,5 +35,7 @@ def require(extra: str, purpose: str) -> None:
     """
     absent = missing(extra)
     if absent:
-        raise MissingExtraError(f"{purpose} needs {' and '.join(absent)} (advisor's '{extra}' extra, not in the base "
-                                f"install): pip install -e '.[{extra}]' in advisor's folder")
+        raise MissingExtraError(
+            f"{purpose} needs {' and '.join(absent)} (advisor's '{extra}' extra, not in the base "
+            f"install): pip install -e '.[{extra}]' in advisor's folder"
+        )

@@ -60,10 +60,12 @@ class Attention(Vocabulary):
 
 _FA2_EFFICIENCY = ((8, 0.58), (9, 0.34))
 ATTENTION_SPECS: dict[Attention, AttentionSpec] = {
-    Attention.FLASH_ATTENTION_3: AttentionSpec("flash_attention_3", "flash_attn_interface", (9, 0), 9, True,
-                                               varlen=True, efficiency=((9, 0.50),)),
-    Attention.FLASH_ATTENTION_2: AttentionSpec("flash_attention_2", "flash_attn", (8, 0), half_only=True,
-                                               varlen=True, efficiency=_FA2_EFFICIENCY),
+    Attention.FLASH_ATTENTION_3: AttentionSpec(
+        "flash_attention_3", "flash_attn_interface", (9, 0), 9, True, varlen=True, efficiency=((9, 0.50),)
+    ),
+    Attention.FLASH_ATTENTION_2: AttentionSpec(
+        "flash_attention_2", "flash_attn", (8, 0), half_only=True, varlen=True, efficiency=_FA2_EFFICIENCY
+    ),
     Attention.SDPA: AttentionSpec("sdpa", efficiency=_FA2_EFFICIENCY + ((7, 0.30),)),
     Attention.EAGER: AttentionSpec("eager", keeps_scores=True),
 }
@@ -83,8 +85,9 @@ NO_SDPA_ATTENTION_TYPES = frozenset({"gemma2"})
 def closed_form_attention(model_type: str) -> list[str]:
     """The attention implementations (:func:`supported_attention`) of a closed-form model type's transformers class:
     SDPA but for :data:`NO_SDPA_ATTENTION_TYPES`, FlashAttention but for :data:`NO_FLASH_ATTENTION_TYPES`."""
-    return supported_attention(sdpa=model_type not in NO_SDPA_ATTENTION_TYPES,
-                               flash=model_type not in NO_FLASH_ATTENTION_TYPES)
+    return supported_attention(
+        sdpa=model_type not in NO_SDPA_ATTENTION_TYPES, flash=model_type not in NO_FLASH_ATTENTION_TYPES
+    )
 
 
 def supported_attention(sdpa: bool, flash: bool) -> list[str]:
@@ -95,8 +98,11 @@ def supported_attention(sdpa: bool, flash: bool) -> list[str]:
     inference": the architectures with FlashAttention-2 and with SDPA,
     https://huggingface.co/docs/transformers/v4.49.0/perf_infer_gpu_one)."""
     flash_kernels = (Attention.FLASH_ATTENTION_3, Attention.FLASH_ATTENTION_2)
-    return [a.value for a in Attention if a == Attention.EAGER or (a == Attention.SDPA and sdpa)
-            or (a in flash_kernels and flash)]
+    return [
+        a.value
+        for a in Attention
+        if a == Attention.EAGER or (a == Attention.SDPA and sdpa) or (a in flash_kernels and flash)
+    ]
 
 
 @dataclass(frozen=True)
@@ -142,9 +148,13 @@ LOSS_KERNEL_SPECS: dict[LossKernel, LossKernelSpec] = {
     LossKernel.STANDARD: LossKernelSpec(10.0, 8.0),
     LossKernel.CHUNKED: LossKernelSpec(2.0, 4.0),
     LossKernel.LIGER: LossKernelSpec(0.0, 0.0, grad_logits=False, package="liger_kernel", fused_layers=True),
-    LossKernel.LIGER_LAYERS: LossKernelSpec(10.0, 8.0, package="liger_kernel", fused_layers=True,
-                                            liger_config=(("fused_linear_cross_entropy", False),
-                                                          ("cross_entropy", False))),
+    LossKernel.LIGER_LAYERS: LossKernelSpec(
+        10.0,
+        8.0,
+        package="liger_kernel",
+        fused_layers=True,
+        liger_config=(("fused_linear_cross_entropy", False), ("cross_entropy", False)),
+    ),
 }
 
 
@@ -194,9 +204,11 @@ class Framework(Vocabulary):
         return FRAMEWORK_LABELS[self]
 
 
-FRAMEWORK_LABELS = {Framework.TRANSFORMERS: "transformers' model with PEFT's adapters and the Trainer's loop",
-                    Framework.LITGPT: "LitGPT's own model code and loops",
-                    Framework.MEGATRON: "Megatron-style fused layers and optimizer (Megatron-Core, NeMo)"}
+FRAMEWORK_LABELS = {
+    Framework.TRANSFORMERS: "transformers' model with PEFT's adapters and the Trainer's loop",
+    Framework.LITGPT: "LitGPT's own model code and loops",
+    Framework.MEGATRON: "Megatron-style fused layers and optimizer (Megatron-Core, NeMo)",
+}
 
 
 #: The loss kernels that leave the loss to the model (transformers' ``loss_function`` in its ``forward``): the standard
@@ -232,8 +244,24 @@ def loss_kept(loss_kernel: str, torch_compile: bool, framework: str) -> LossKern
 
 #: Model types Liger-Kernel patches (``liger_kernel.transformers.monkey_patch``, MODEL_TYPE_TO_APPLY_LIGER_FN:
 #: https://github.com/linkedin/Liger-Kernel/blob/main/src/liger_kernel/transformers/monkey_patch.py).
-LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2", "gemma3", "qwen2", "qwen2_moe",
-                               "qwen3", "qwen3_moe", "phi3", "granite", "olmo2", "mllama"})
+LIGER_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "phi3",
+        "granite",
+        "olmo2",
+        "mllama",
+    }
+)
 
 #: Model types whose transformers code runs the tanh GELU in Python by default (``activation_function`` /
 #: ``hidden_act`` "gelu_new": ``transformers/activations.py`` ``NewGELUActivation``, 0.5·x·(1 + tanh(√(2/π)·(x +
@@ -244,9 +272,17 @@ LIGER_MODEL_TYPES = frozenset({"llama", "mistral", "mixtral", "gemma", "gemma2",
 PYTHON_GELU_MODEL_TYPES = frozenset({"gpt2", "gpt_neo", "gptj", "codegen", "phi"})
 
 #: Optional packages the probes report (import name → distribution name): what makes a plan value runnable here.
-STACK_PACKAGES = {"flash_attn": "flash-attn", "flash_attn_interface": "flash-attn-3",
-                  "liger_kernel": "liger-kernel", "transformer_engine": "transformer-engine", "torchao": "torchao",
-                  "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "peft": "peft", "trl": "trl"}
+STACK_PACKAGES = {
+    "flash_attn": "flash-attn",
+    "flash_attn_interface": "flash-attn-3",
+    "liger_kernel": "liger-kernel",
+    "transformer_engine": "transformer-engine",
+    "torchao": "torchao",
+    "bitsandbytes": "bitsandbytes",
+    "deepspeed": "deepspeed",
+    "peft": "peft",
+    "trl": "trl",
+}
 #: How to install a package that pip cannot (FlashAttention-3 is built from the flash-attention repository's hopper/
 #: folder: https://github.com/Dao-AILab/flash-attention#flashattention-3-beta-release).
 INSTALL = {"flash_attn_interface": "build flash-attention's hopper/ folder (python setup.py install)"}

@@ -30,7 +30,8 @@ def shown(value: object, limit: int = MAX_SHOWN) -> str:
     text = str(value)
     cut = len(text) > limit
     if cut:
-        text = text[:limit - 3]
-    out = "".join(char if char.isprintable() and char != "\\" else "\\\\" if char == "\\" else _escaped(char)
-                  for char in text)
+        text = text[: limit - 3]
+    out = "".join(
+        char if char.isprintable() and char != "\\" else "\\\\" if char == "\\" else _escaped(char) for char in text
+    )
     return out + "..." if cut else out

@@ -79,8 +79,9 @@ def device_bytes(peak_bytes: int, plan: Plan, context_bytes: int = LAZY_CONTEXT_
     return peak_bytes + reserve + ALLOCATOR_SLACK_BYTES + context_bytes
 
 
-def device_floor_bytes(model: ModelProfile, plan: Plan, nodes: int = 1,
-                       cuda_context_bytes: int = LAZY_CONTEXT_BYTES) -> int:
+def device_floor_bytes(
+    model: ModelProfile, plan: Plan, nodes: int = 1, cuda_context_bytes: int = LAZY_CONTEXT_BYTES
+) -> int:
     """A lower bound of :func:`advisor.engine.memory.estimate_memory`'s ``device_bytes`` for ``plan`` at any
     micro-batch, accumulation, checkpointing or stack (what the model states do not read,
     :data:`advisor.core.dimensions.NOT_STATES`), bytes: the weights and optimizer

@@ -65,8 +65,9 @@ def _transformers_keys(plan: Plan) -> list[str]:
     # q and v adapters without their own columns: the q, k, v, o ones, which keep at most what the k and o adapters
     # add (their inputs: 4·h bytes a token per layer under LoRA without checkpointing, nothing under QLoRA or
     # checkpointing, on the simulated Llama step)
-    targets = [plan.lora_targets] + ([LoraTargets.ATTENTION.value] if plan.lora_targets == LoraTargets.QUERY_VALUE
-                                     else [])
+    targets = [plan.lora_targets] + (
+        [LoraTargets.ATTENTION.value] if plan.lora_targets == LoraTargets.QUERY_VALUE else []
+    )
     if spec.quantized_base and plan.legacy_bitsandbytes:
         # without its column: full fine-tuning's, which keeps every linear layer's input too
         return [f"{base}+{plan.method}-{t}{LEGACY_BNB_SUFFIX}" for t in targets] + [base, MIXED_COLUMN]

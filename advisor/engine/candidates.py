@@ -137,33 +137,42 @@ class Pricing:
         key = self._judged_key(values)
         hit = self.judged.get(key)
         if hit is None:
-            fallbacks = [e for e in self.fallbacks
-                         if e.matches(values[e.setting]) and (not e.when or e.applies(values))]
-            prefs = sum(1 for e in self.preferences
-                        if e.matches(values[e.setting]) and (not e.when or e.applies(values)))
+            fallbacks = [
+                e for e in self.fallbacks if e.matches(values[e.setting]) and (not e.when or e.applies(values))
+            ]
+            prefs = sum(
+                1 for e in self.preferences if e.matches(values[e.setting]) and (not e.when or e.applies(values))
+            )
             hit = self.judged[key] = (fallbacks, prefs)
         return hit
 
     @classmethod
     def of(cls, facts: Facts, effects: list[Effect]) -> Pricing:
-        return cls(capacity_bytes=capacity_bytes(facts), host_capacity_bytes=facts.hardware.host_memory,
-                   cuda_context_bytes=facts.hardware.context_bytes,
-                   nvlink=facts.hardware.nvlink_ring,
-                   inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
-                   fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
-                   preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields))
+        return cls(
+            capacity_bytes=capacity_bytes(facts),
+            host_capacity_bytes=facts.hardware.host_memory,
+            cuda_context_bytes=facts.hardware.context_bytes,
+            nvlink=facts.hardware.nvlink_ring,
+            inter_node_bytes_per_s=facts.hardware.inter_node_bytes_per_s,
+            fallbacks=tuple(e for e in effects if e.kind == "fallback" and e.setting in Plan.model_fields),
+            preferences=tuple(e for e in effects if e.kind == "prefer" and e.setting in Plan.model_fields),
+        )
 
 
-def with_bands(memory: MemoryEstimate, speed: SpeedEstimate, plan: Plan, cc_major: int | None
-               ) -> tuple[MemoryEstimate, SpeedEstimate]:
+def with_bands(
+    memory: MemoryEstimate, speed: SpeedEstimate, plan: Plan, cc_major: int | None
+) -> tuple[MemoryEstimate, SpeedEstimate]:
     """The estimates with their bands set (``MemoryEstimate.band``, ``SpeedEstimate.step_time_band``:
     :func:`advisor.engine.bands.band` of the plan's class on a GPU of compute capability ``cc_major``)."""
-    return (memory.model_copy(update={"band": band("memory", plan, cc_major)}),
-            speed.model_copy(update={"step_time_band": band("step_time", plan, cc_major)}))
+    return (
+        memory.model_copy(update={"band": band("memory", plan, cc_major)}),
+        speed.model_copy(update={"step_time_band": band("step_time", plan, cc_major)}),
+    )
 
 
-def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
-             ) -> Candidate:
+def evaluate(
+    facts: Facts, plan: Plan, effects: list[Effect] | None = None, pricing: Pricing | None = None
+) -> Candidate:
     """Memory, speed, penalty and preferences of one plan (``pricing``: :class:`Pricing` of the facts and
     effects, when the caller prices many plans)."""
     if pricing is None:
@@ -176,8 +185,14 @@ def evaluate(facts: Facts, plan: Plan, effects: list[Effect] | None = None, pric
         memory, speed = _price(facts, plan, pricing)
     fallbacks, prefs = pricing.judge(plan)
     fallbacks = list(fallbacks)
-    candidate = Candidate(plan=plan, memory=memory, price_speed=speed, penalty=sum(e.penalty for e in fallbacks),
-                          preferences=prefs, fallbacks=fallbacks)
+    candidate = Candidate(
+        plan=plan,
+        memory=memory,
+        price_speed=speed,
+        penalty=sum(e.penalty for e in fallbacks),
+        preferences=prefs,
+        fallbacks=fallbacks,
+    )
     if twin is None:
         pricing.priced[key] = candidate
     return candidate
@@ -201,14 +216,29 @@ def _price(facts: Facts, plan: Plan, pricing: Pricing) -> tuple[MemoryEstimate, 
     """The plan's memory estimate, and how to price its speed (when first read)."""
     margin = safety_margin(plan.device)
     hw = facts.hardware
-    memory = estimate_memory(facts.model, plan, facts.workload.seq_len, pricing.capacity_bytes, margin, nodes=hw.nodes,
-                             host_capacity_bytes=pricing.host_capacity_bytes,
-                             cuda_context_bytes=pricing.cuda_context_bytes)
+    memory = estimate_memory(
+        facts.model,
+        plan,
+        facts.workload.seq_len,
+        pricing.capacity_bytes,
+        margin,
+        nodes=hw.nodes,
+        host_capacity_bytes=pricing.host_capacity_bytes,
+        cuda_context_bytes=pricing.cuda_context_bytes,
+    )
 
     def speed() -> SpeedEstimate:
-        return estimate_speed(facts.model, plan, facts.workload.seq_len, memory, facts.gpu, hw.host,
-                              nvlink=pricing.nvlink, nodes=hw.nodes,
-                              inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
-                              mean_sample_len=facts.workload.mean_sample_len)
+        return estimate_speed(
+            facts.model,
+            plan,
+            facts.workload.seq_len,
+            memory,
+            facts.gpu,
+            hw.host,
+            nvlink=pricing.nvlink,
+            nodes=hw.nodes,
+            inter_node_bytes_per_s=pricing.inter_node_bytes_per_s,
+            mean_sample_len=facts.workload.mean_sample_len,
+        )
 
     return memory, speed

@@ -101,8 +101,9 @@ def _sources(rule_ids: list[str]) -> list[SourceRef]:
     return list(seen.values())
 
 
-def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: Candidate
-                       ) -> tuple[str, PackageGain | None]:
+def _stack_alternative(
+    setting: str, value: Any, result: PlanningResult, best: Candidate
+) -> tuple[str, PackageGain | None]:
     """Why a stack value was not taken, with what it would change: for a better value the rules held back (not
     installed, not asked for) the best plan with it (of the chosen plan's tensor / pipeline / context split: a search
     of every split is the costliest part of an explanation on many GPUs); for another, the chosen plan priced with it
@@ -117,9 +118,12 @@ def _stack_alternative(setting: str, value: Any, result: PlanningResult, best: C
     figures, gain = None, None
     if forbids and domain.index(value) < domain.index(getattr(best.plan, setting)):
         p = best.plan  # like with like: the chosen plan's tensor / pipeline / context split
-        other = search(facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
-                       best_only=True, weighed=result.weighed,
-                       split=(p.tensor_parallel, p.pipeline_parallel, p.context_parallel))
+        other = search(
+            facts.model_copy(update={"workload": facts.workload.model_copy(update={setting: value})}),
+            best_only=True,
+            weighed=result.weighed,
+            split=(p.tensor_parallel, p.pipeline_parallel, p.context_parallel),
+        )
         if other.best is not None:
             figures = f"{_change(other.best, best)}, best plan {other.best.plan.describe()}"
             gain = _gain(setting, value, forbids, other.best, best)
@@ -148,16 +152,23 @@ def _gain(setting: str, value: Any, forbids: list, alt: Candidate, best: Candida
     if len(packages) != 1 or None in packages or speedup < GAIN_THRESHOLD:
         return None
     package = packages.pop()
-    return PackageGain(setting=setting, value=value, package=STACK_PACKAGES[package],
-                       install=INSTALL.get(package, f"pip install {STACK_PACKAGES[package]}"), plan=alt.plan,
-                       device_bytes=alt.memory.device_bytes, tokens_per_s=alt.speed.tokens_per_s, speedup=speedup)
+    return PackageGain(
+        setting=setting,
+        value=value,
+        package=STACK_PACKAGES[package],
+        install=INSTALL.get(package, f"pip install {STACK_PACKAGES[package]}"),
+        plan=alt.plan,
+        device_bytes=alt.memory.device_bytes,
+        tokens_per_s=alt.speed.tokens_per_s,
+        speedup=speedup,
+    )
 
 
 def _change(alt: Candidate, best: Candidate) -> str:
     """What another plan changes against the chosen one: memory per device and tokens/s, in words."""
     gib = (alt.memory.device_bytes - best.memory.device_bytes) / GIB
     pace = alt.speed.tokens_per_s / best.speed.tokens_per_s - 1
-    words = (f"{abs(gib):.1f} GiB {'more' if gib > 0 else 'less'}" if abs(gib) >= 0.05 else "the same memory")
+    words = f"{abs(gib):.1f} GiB {'more' if gib > 0 else 'less'}" if abs(gib) >= 0.05 else "the same memory"
     words += f", {abs(pace) * 100:.0f} % {'faster' if pace > 0 else 'slower'}" if abs(pace) >= 0.005 else ", as fast"
     return words + ("" if alt.fits else " (does not fit)")
 
@@ -177,5 +188,10 @@ def decide_stack(setting: str, result: PlanningResult, best: Candidate) -> tuple
             reason, gain = _stack_alternative(setting, v, result, best)
             alternatives.append(AlternativeValue(value=v, reason=reason))
             gains += [gain] if gain is not None else []
-    return SettingDecision(value=value, rule_ids=rule_ids, rationale="; ".join(dict.fromkeys(reasons)),
-                           sources=_sources(rule_ids), alternatives=alternatives), gains
+    return SettingDecision(
+        value=value,
+        rule_ids=rule_ids,
+        rationale="; ".join(dict.fromkeys(reasons)),
+        sources=_sources(rule_ids),
+        alternatives=alternatives,
+    ), gains

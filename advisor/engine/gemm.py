@@ -30,8 +30,11 @@ def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[
     h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
     kv = model.num_key_value_heads * model.head_dim
     blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
-    shapes: list[tuple[float, int, int, int]] = [(tokens, h, inner, blocks), (tokens, h, kv, 2 * blocks),
-                                                 (tokens, inner, h, blocks)]
+    shapes: list[tuple[float, int, int, int]] = [
+        (tokens, h, inner, blocks),
+        (tokens, h, kv, 2 * blocks),
+        (tokens, inner, h, blocks),
+    ]
     f, up = model.ffn_size, 2 if model.gated_mlp else 1
     dense = model.num_layers - model.moe_layers
     if dense:
@@ -44,8 +47,10 @@ def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[
             count = model.num_experts * model.moe_layers
             shapes += [(rows, h, width, up * count), (rows, width, h, count)]
         if model.shared_experts:
-            shapes += [(tokens, h, width * model.shared_experts, up * model.moe_layers),
-                       (tokens, width * model.shared_experts, h, model.moe_layers)]
+            shapes += [
+                (tokens, h, width * model.shared_experts, up * model.moe_layers),
+                (tokens, width * model.shared_experts, h, model.moe_layers),
+            ]
     if Task.of(model.task).language_modeling:
         shapes.append((tokens, h, model.vocab_size, 1))
     return shapes
@@ -59,9 +64,24 @@ def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[
 #: https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf, Hopper
 #: https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper: the shipped products' SM counts). A GPU
 #: missing here (the A10G, whose SM count NVIDIA does not publish) is priced without the fill below.
-SMS = {"v100-16gb": 80, "v100-32gb": 80, "t4": 40, "titan-rtx": 72, "rtx-3090": 82, "rtx-4090": 128,
-       "rtx-a6000": 84, "l4": 58, "l40s": 142, "a100-40gb": 108, "a100-80gb": 108, "a100-40gb-pcie": 108,
-       "a100-80gb-pcie": 108, "h100-sxm": 132, "h100-pcie": 114, "h200": 132}
+SMS = {
+    "v100-16gb": 80,
+    "v100-32gb": 80,
+    "t4": 40,
+    "titan-rtx": 72,
+    "rtx-3090": 82,
+    "rtx-4090": 128,
+    "rtx-a6000": 84,
+    "l4": 58,
+    "l40s": 142,
+    "a100-40gb": 108,
+    "a100-80gb": 108,
+    "a100-40gb-pcie": 108,
+    "a100-80gb-pcie": 108,
+    "h100-sxm": 132,
+    "h100-pcie": 114,
+    "h200": 132,
+}
 #: The output tile of one thread block of a cuBLAS / CUTLASS tensor-core GEMM, elements (128 x 128: the guide's
 #: "Dimension Quantization Effects" section works with 256 x 128 and 128 x 128 tiles).
 TILE = 128
@@ -78,8 +98,15 @@ def _fill(rows: float, cols: int, sms: int | None) -> float:
     return min(tiles / sms, 1.0)
 
 
-def roofline_share(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None,
-                   width: float = 2.0, experts: bool = True) -> float:
+def roofline_share(
+    model: ModelProfile,
+    tokens: int,
+    top: float,
+    ridge: float,
+    sms: int | None = None,
+    width: float = 2.0,
+    experts: bool = True,
+) -> float:
     """The fraction of the peak the step's matmuls reach together, at most ``top``: Σ FLOPs / peak over
     Σ (FLOPs / (peak · top · fill) + bytes / usable bandwidth), as a multiple of the peak. Each layer runs three
     GEMMs of equal FLOPs (the forward's, ∂x's and ∂W's), whose outputs are tokens x d_out, tokens x d_in and
@@ -98,10 +125,10 @@ def roofline_share(model: ModelProfile, tokens: int, top: float, ridge: float, s
     return _share(tuple(gemm_shapes(model, tokens, experts)), top, ridge, sms, width)
 
 
-
 @lru_cache(maxsize=4096)
-def _share(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None,
-           width: float) -> float:
+def _share(
+    shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None, width: float
+) -> float:
     """:func:`roofline_share` of the given shapes (cached: the search prices many plans of one model)."""
     flops = compute = moved = 0.0
     for m, k, n, c in shapes:
@@ -132,8 +159,15 @@ FP8_CAST_BYTES = 5.0
 TE_GRAD_CAST_BYTES, TE_WEIGHT_CAST_BYTES = 4.0, 3.0
 
 
-def fp8_speedup(model: ModelProfile, tokens: int, top: float, ridge: float, sms: int | None = None,
-                fused_casts: bool = False, micro_batches: int = 1) -> float:
+def fp8_speedup(
+    model: ModelProfile,
+    tokens: int,
+    top: float,
+    ridge: float,
+    sms: int | None = None,
+    fused_casts: bool = False,
+    micro_batches: int = 1,
+) -> float:
     """How much faster the blocks' linear layers run in fp8 than in 16-bit (LM head and routed experts excluded: they
     stay 16-bit), from the roofline of their shapes at each precision.
 
@@ -158,8 +192,14 @@ def fp8_speedup(model: ModelProfile, tokens: int, top: float, ridge: float, sms:
 
 
 @lru_cache(maxsize=4096)
-def _fp8_ratio(shapes: tuple[tuple[float, int, int, int], ...], top: float, ridge: float, sms: int | None,
-               fused_casts: bool, micro_batches: int) -> float:
+def _fp8_ratio(
+    shapes: tuple[tuple[float, int, int, int], ...],
+    top: float,
+    ridge: float,
+    sms: int | None,
+    fused_casts: bool,
+    micro_batches: int,
+) -> float:
     """:func:`fp8_speedup` of the given shapes (cached)."""
     sixteen = eight = 0.0
     for m, k, n, c in shapes:  # a layer's three GEMMs (the forward's, ∂x's, ∂W's), in units of 1 / the 16-bit peak

@@ -48,8 +48,9 @@ def paid(effects: list[Effect]) -> Callable[[dict[str, Any]], tuple[int, int]]:
     return charge
 
 
-def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing,
-            speed: bool) -> Iterator[tuple]:
+def groups_in_order(
+    layouts: list[tuple[Plan, list[int], int]], allowed: dict[str, list[Any]], pricing: Pricing, speed: bool
+) -> Iterator[tuple]:
     """Each layout's groups (:data:`CROSSED` combinations) as ``(penalty, rank, risky fallbacks, layout, combination,
     micro-batches, per-replica batch)``, in the order of (penalty, rank) (``rank``: the group's place in layout x
     combination order), made as they are read: a search that stops at a penalty never makes the costlier ones.
@@ -76,7 +77,14 @@ def groups_in_order(layouts: list[tuple[Plan, list[int], int]], allowed: dict[st
     def of(index: int, layout: Plan, micros: list[int], per_replica: int) -> Iterator[tuple]:
         penalty, risky = layout_own(layout.__dict__)
         for add, i, add_risky, combo in share(layout.__dict__):
-            yield (penalty + add, index * len(combos) + i, (risky + add_risky) if speed else 0, layout, combo, micros,
-                   per_replica)
+            yield (
+                penalty + add,
+                index * len(combos) + i,
+                (risky + add_risky) if speed else 0,
+                layout,
+                combo,
+                micros,
+                per_replica,
+            )
 
     return heapq.merge(*(of(i, *entry) for i, entry in enumerate(layouts)), key=lambda g: g[:2])

@@ -53,8 +53,7 @@ def _refusing_rules() -> list[Rule]:
     return [rule for rule in REGISTRY.values() if type(rule).refuse is not Rule.refuse]
 
 
-def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None, *, layout_only: bool = False
-            ) -> Effect | None:
+def refusal(facts: Facts, plan: Plan, rules: list[Rule] | None = None, *, layout_only: bool = False) -> Effect | None:
     """The first rule's hard ``forbid`` of a combination of the plan's settings, or None (``layout_only``: not a
     refusal of a stack setting's value, which :func:`with_stack` settles for each layout after it)."""
     for rule in rules if rules is not None else _refusing_rules():
@@ -92,8 +91,9 @@ def require_legal(facts: Facts, plan: Plan) -> None:
     raise UsageError(f"{_shown(effect.setting, effect.value)}: {effect.reason} [{effect.rule_id}]")
 
 
-def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
-               ) -> Plan | None:
+def with_stack(
+    facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing: list[Rule] | None = None
+) -> Plan | None:
     """``plan`` with each stack setting (:data:`advisor.core.plan.STACK_SETTINGS`, in that order) at the first value the
     rules allow that no rule refuses for its layout, or None when a setting has none.
 
@@ -104,8 +104,14 @@ def with_stack(facts: Facts, plan: Plan, allowed: dict[str, list[Any]], refusing
     rules = refusing if refusing is not None else _refusing_rules()
     values, chosen = dict(plan.__dict__), {}
     for setting in STACK_SETTINGS:
-        key = (id(facts.model), id(facts.hardware), tuple(values.values()), setting, tuple(allowed[setting]),
-               tuple(map(id, rules)))
+        key = (
+            id(facts.model),
+            id(facts.hardware),
+            tuple(values.values()),
+            setting,
+            tuple(allowed[setting]),
+            tuple(map(id, rules)),
+        )
         hit = _STACK.get(key)
         if hit is None or hit[0] is not facts.model or hit[1] is not facts.hardware:
             if len(_STACK) >= _STACK_ENTRIES:
@@ -126,8 +132,9 @@ _STACK: dict[tuple, tuple] = {}
 _STACK_ENTRIES = 65536
 
 
-def _first_runnable(facts: Facts, plan: Plan, setting: str, allowed: dict[str, list[Any]], rules: list[Rule]
-                    ) -> tuple[Any] | None:
+def _first_runnable(
+    facts: Facts, plan: Plan, setting: str, allowed: dict[str, list[Any]], rules: list[Rule]
+) -> tuple[Any] | None:
     """``(value,)``: the first of ``allowed[setting]`` no rule refuses for ``plan`` with it, or None."""
     for value in allowed[setting]:
         candidate = plan.model_copy(update={setting: value})
@@ -169,15 +176,35 @@ def no_layout_error(facts: Facts, effects: list[Effect]) -> UsageError:
         method.update(lora_rank=facts.workload.lora_rank, lora_targets=facts.workload.lora_targets)
     asked = ", ".join(_shown(k, v) for k, v in {**method, **pins}.items() if k != "lora_rank") or "these settings"
     gpu = facts.gpu
-    precision = (Precision.BF16 if gpu is not None and gpu.bf16 else
-                 Precision.FP16 if gpu is not None and gpu.tensor_cores else Precision.FP32)
-    plan = Plan(device=Device.CPU if gpu is None else Device.CUDA, precision=precision, tf32=False,
-                optimizer=Optimizer.ADAMW, gradient_checkpointing=False, micro_batch_size=1,
-                gradient_accumulation_steps=1, parallelism=Parallelism.NONE, num_gpus=facts.hardware.num_gpus,
-                **method, **pins)
+    precision = (
+        Precision.BF16
+        if gpu is not None and gpu.bf16
+        else Precision.FP16
+        if gpu is not None and gpu.tensor_cores
+        else Precision.FP32
+    )
+    plan = Plan(
+        device=Device.CPU if gpu is None else Device.CUDA,
+        precision=precision,
+        tf32=False,
+        optimizer=Optimizer.ADAMW,
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism=Parallelism.NONE,
+        num_gpus=facts.hardware.num_gpus,
+        **method,
+        **pins,
+    )
     asked_values = {**pins, "method": plan.method}  # the method asked for, else the plainest plan's (full)
-    refused = refusal(facts, plan) or next((e for e in effects if e.kind == "forbid" and e.hard
-                                            and e.setting in asked_values and e.matches(asked_values[e.setting])), None)
+    refused = refusal(facts, plan) or next(
+        (
+            e
+            for e in effects
+            if e.kind == "forbid" and e.hard and e.setting in asked_values and e.matches(asked_values[e.setting])
+        ),
+        None,
+    )
     why = f": {refused.reason} [{refused.rule_id}]" if refused is not None else ""
     return UsageError(f"no plan can run with {asked} here{why}")
 
@@ -203,5 +230,8 @@ def capability_forbids(consumer: Consumer, domain: dict[str, list[Any]]) -> list
     """Hard forbids of the searched values ``consumer`` cannot run (the table of dimensions' refusals): a search for a
     plan it must run as priced (``validate``'s trial) leaves them out."""
     fields = {n: f.default for n, f in Plan.model_fields.items() if not f.is_required()}
-    return [Effect(kind="forbid", setting=name, value=v, hard=True, rule_id=f"capability.{consumer}", reason=reason)
-            for name, values in domain.items() for v, reason in refused_values(consumer, name, values, fields)]
+    return [
+        Effect(kind="forbid", setting=name, value=v, hard=True, rule_id=f"capability.{consumer}", reason=reason)
+        for name, values in domain.items()
+        for v, reason in refused_values(consumer, name, values, fields)
+    ]

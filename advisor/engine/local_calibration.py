@@ -28,8 +28,10 @@ class LocalCalibration(BaseModel):
     """How the runs measured on this machine corrected the speed."""
 
     runs: int = Field(description="the runs measured here on this GPU model and class of step that the ratio rests on")
-    step_time_ratio: float = Field(description="the median of their measured / predicted step times, bounded to "
-                                               "[0.5, 2]: the factor applied to step_time_s")
+    step_time_ratio: float = Field(
+        description="the median of their measured / predicted step times, bounded to "
+        "[0.5, 2]: the factor applied to step_time_s"
+    )
     speed_factor: float = Field(description="1 / step_time_ratio: the factor applied to samples/s, tokens/s and MFU")
     bounded: bool = Field(description="the median lay outside [0.5, 2] and was cut to the bound")
     step_class: str = Field(description="the class of step the runs share: method/sharding/attention")
@@ -37,8 +39,9 @@ class LocalCalibration(BaseModel):
 
     def describe(self) -> str:
         """``calibrated on 6 runs on this machine: speed ×0.91``."""
-        return (f"calibrated on {self.runs} runs on this machine: speed ×{self.speed_factor:.2f}"
-                + (" (bounded)" if self.bounded else ""))
+        return f"calibrated on {self.runs} runs on this machine: speed ×{self.speed_factor:.2f}" + (
+            " (bounded)" if self.bounded else ""
+        )
 
 
 def step_class(plan: Plan | dict[str, Any]) -> str | None:
@@ -72,6 +75,7 @@ def run_ratio(record: dict[str, Any]) -> float | None:
 def same_device(a: Any, b: str) -> bool:
     """Whether two device names are one model, spelt as NVML, torch or the catalog spell it ('NVIDIA A100-SXM4-80GB',
     'NVIDIA A100 SXM4 80GB'): the same letters and digits, case aside."""
+
     def key(name: str) -> str:
         return "".join(c for c in name.lower() if c.isalnum())
 
@@ -82,16 +86,30 @@ def calibration(records: list[dict[str, Any]], plan: Plan, device: str) -> Local
     """The correction for ``plan`` on ``device`` (a GPU's name, or the CPU model: :func:`same_device`) from the
     store's records: None below :data:`MIN_RUNS` comparable runs."""
     wanted = step_class(plan)
-    ratios = [r for r in (run_ratio(rec) for rec in records
-                          if isinstance(rec.get("device"), dict) and same_device(rec["device"].get("name"), device)
-                          and isinstance(rec.get("plan"), dict) and step_class(rec["plan"]) == wanted)
-              if r is not None]
+    ratios = [
+        r
+        for r in (
+            run_ratio(rec)
+            for rec in records
+            if isinstance(rec.get("device"), dict)
+            and same_device(rec["device"].get("name"), device)
+            and isinstance(rec.get("plan"), dict)
+            and step_class(rec["plan"]) == wanted
+        )
+        if r is not None
+    ]
     if wanted is None or len(ratios) < MIN_RUNS:
         return None
     median = statistics.median(ratios)
     ratio = min(max(median, BOUNDS[0]), BOUNDS[1])
-    return LocalCalibration(runs=len(ratios), step_time_ratio=ratio, speed_factor=1 / ratio,
-                            bounded=ratio != median, step_class=wanted, device=device)
+    return LocalCalibration(
+        runs=len(ratios),
+        step_time_ratio=ratio,
+        speed_factor=1 / ratio,
+        bounded=ratio != median,
+        step_class=wanted,
+        device=device,
+    )
 
 
 def calibrated(speed: BaseModel, correction: LocalCalibration | None) -> BaseModel:
@@ -100,6 +118,12 @@ def calibrated(speed: BaseModel, correction: LocalCalibration | None) -> BaseMod
     if correction is None:
         return speed
     r = correction.step_time_ratio
-    return speed.model_copy(update={"step_time_s": speed.step_time_s * r, "samples_per_s": speed.samples_per_s / r,
-                                    "tokens_per_s": speed.tokens_per_s / r, "mfu": speed.mfu / r,
-                                    "local_calibration": correction})
+    return speed.model_copy(
+        update={
+            "step_time_s": speed.step_time_s * r,
+            "samples_per_s": speed.samples_per_s / r,
+            "tokens_per_s": speed.tokens_per_s / r,
+            "mfu": speed.mfu / r,
+            "local_calibration": correction,
+        }
+    )

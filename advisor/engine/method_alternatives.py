@@ -25,8 +25,11 @@ def method_alternatives(result: PlanningResult, best: Candidate) -> list[Alterna
     the forbid that says so and, for comparison, what the other method would do (from one unpinned search)."""
     value = best.plan.method
     if result.facts.workload.method is None:
-        return [AlternativeValue(value=m, reason=_method_alternative(m, result, best))
-                for m in result.domains[Setting.METHOD] if m != value]
+        return [
+            AlternativeValue(value=m, reason=_method_alternative(m, result, best))
+            for m in result.domains[Setting.METHOD]
+            if m != value
+        ]
     unpinned = _pinned_search(result, None, best_only=True)  # its facts and effects only
     out = []
     for m in result.domains[Setting.METHOD]:
@@ -52,19 +55,25 @@ def _method_alternative(method: str, result: PlanningResult, best: Candidate) ->
         return str(no_layout_error(other.facts, other.effects))
     if other.best is None:
         closest = min(other.candidates, key=lambda c: c.memory.device_bytes)
-        return (f"does not fit: its smallest plan needs {closest.memory.device_bytes / GIB:.1f} GiB of "
-                f"{closest.memory.usable_bytes / GIB:.1f} GiB usable")
+        return (
+            f"does not fit: its smallest plan needs {closest.memory.device_bytes / GIB:.1f} GiB of "
+            f"{closest.memory.usable_bytes / GIB:.1f} GiB usable"
+        )
     alt = other.best
     ratio = alt.speed.tokens_per_s / best.speed.tokens_per_s
     pace = f"{ratio:.2f}x the tokens/s" if ratio < 0.995 or ratio > 1.005 else "as fast"
-    parts = [f"best plan {alt.plan.describe()}: {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. "
-             f"{alt.speed.tokens_per_s:,.0f} tokens/s ({pace})"]
+    parts = [
+        f"best plan {alt.plan.describe()}: {alt.memory.device_bytes / GIB:.1f} GiB per GPU, est. "
+        f"{alt.speed.tokens_per_s:,.0f} tokens/s ({pace})"
+    ]
     if alt.plan.offload != Offload.NONE:
         on_gpu = [c for c in other.candidates if c.plan.offload == Offload.NONE]
         if on_gpu:
             smallest = min(on_gpu, key=lambda c: c.memory.device_bytes)
-            parts.append(f"without offload it needs {smallest.memory.device_bytes / GIB:.1f} GiB of "
-                         f"{smallest.memory.usable_bytes / GIB:.1f} GiB usable")
+            parts.append(
+                f"without offload it needs {smallest.memory.device_bytes / GIB:.1f} GiB of "
+                f"{smallest.memory.usable_bytes / GIB:.1f} GiB usable"
+            )
     own = [e for e in alt.fallbacks if e.setting == Setting.METHOD]
     if own:
         parts.append(f"{own[0].reason} [{own[0].rule_id}]")

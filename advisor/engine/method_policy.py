@@ -48,8 +48,13 @@ def weigh_method(result: Any, research: Callable[[list[Effect]], Any]) -> Any:
     alt = other.best
     if alt is None or alt.plan.method == Method.FULL:
         return result
-    chosen = rule.weigh(risks, (best.speed.tokens_per_s, best.memory.device_bytes),
-                        (alt.speed.tokens_per_s, alt.memory.device_bytes), alt.plan.method, memory)
+    chosen = rule.weigh(
+        risks,
+        (best.speed.tokens_per_s, best.memory.device_bytes),
+        (alt.speed.tokens_per_s, alt.memory.device_bytes),
+        alt.plan.method,
+        memory,
+    )
     if not chosen:
         return result
     other.effects = chosen + [e for e in other.effects if e is not weighing]

@@ -152,4 +152,3 @@ def launch_floor_seconds(model: ModelProfile, plan: Plan) -> float:
     if plan.device != Device.CUDA:
         return 0.0
     return kernels_per_micro_batch(model, plan) * LAUNCH_SECONDS
-

@@ -74,14 +74,18 @@ def evicted_bytes(device_bytes: int, paged_bytes: int, capacity_bytes: int) -> i
     return min(max(device_bytes - capacity_bytes, 0), paged_bytes)
 
 
-def paged_verdict(device_bytes: int, paged_bytes: int, usable_bytes: int, capacity_bytes: int,
-                  on_host: bool = True) -> Verdict:
+def paged_verdict(
+    device_bytes: int, paged_bytes: int, usable_bytes: int, capacity_bytes: int, on_host: bool = True
+) -> Verdict:
     """:func:`~advisor.engine.bands.verdict_of` of ``device_bytes`` (paged states counted as resident), except that a
     plan which does not fit only because of its ``paged_bytes`` is tight: the driver evicts their pages to CPU RAM
     and the step runs, slower (:func:`paging_seconds`)."""
     verdict = verdict_of(device_bytes, usable_bytes, capacity_bytes, on_host)
-    if verdict is Verdict.NO_FIT and paged_bytes and verdict_of(device_bytes - paged_bytes, usable_bytes,
-                                                                capacity_bytes, on_host) is not Verdict.NO_FIT:
+    if (
+        verdict is Verdict.NO_FIT
+        and paged_bytes
+        and verdict_of(device_bytes - paged_bytes, usable_bytes, capacity_bytes, on_host) is not Verdict.NO_FIT
+    ):
         return Verdict.TIGHT
     return verdict
 

@@ -41,8 +41,9 @@ def norm_bytes(model: ModelProfile, plan: Plan) -> int:
     return r if plan.framework == Framework.MEGATRON or not model.gated_mlp else 4 + r
 
 
-def layer_activation_bytes(model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False,
-                           eager_attention: bool = False) -> int:
+def layer_activation_bytes(
+    model: ModelProfile, plan: Plan, seq_len: int, *, cross_attention: bool = False, eager_attention: bool = False
+) -> int:
     """Bytes one transformer block saves for backward at micro-batch ``plan.micro_batch_size``.
 
     The residual stream and the norms' inputs take :func:`residual_bytes` (fp32 under autocast over fp32 weights,
@@ -161,5 +162,8 @@ def recomputed_block_bytes(c: dict, sbh: float, sbf: float, full_layer: float, e
     blocks) and about half of the other tensors. Checkpointing recomputes one block at a time."""
     if not encoder_decoder:
         return full_layer
-    return (0.55 * c["layer_h"] * sbh + 0.5 * c["layer_f"] * sbf
-            + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf))
+    return (
+        0.55 * c["layer_h"] * sbh
+        + 0.5 * c["layer_f"] * sbf
+        + (2 / 3) * (full_layer - c["layer_h"] * sbh - c["layer_f"] * sbf)
+    )

@@ -87,8 +87,10 @@ def _adapters(facts: Facts) -> list[str]:
         workload = w.model_copy(update={"method": method.value})
         best = planner.search(facts.model_copy(update={"workload": workload}), best_only=True).best
         if best is not None:
-            found.append(f"--method {method}: {best.memory.device_bytes / GIB:.1f} GiB per GPU "
-                         f"(trains r={best.plan.lora_rank} adapters, not every weight)")
+            found.append(
+                f"--method {method}: {best.memory.device_bytes / GIB:.1f} GiB per GPU "
+                f"(trains r={best.plan.lora_rank} adapters, not every weight)"
+            )
     return found
 
 
@@ -133,12 +135,14 @@ def on_a_gpu(result: planner.PlanningResult) -> list[str]:
     found = _fits_with(facts, CPU_COMPARED_GPU)
     if found is None:
         return [f"{here}; one {CPU_COMPARED_GPU} cannot hold it either; {compare}"]
-    return [f"{here}; on --gpu {CPU_COMPARED_GPU}: {found.speed.tokens_per_s:,.0f} tokens/s "
-            f"({found.speed.tokens_per_s / best.speed.tokens_per_s:,.0f}x); {compare}"]
+    return [
+        f"{here}; on --gpu {CPU_COMPARED_GPU}: {found.speed.tokens_per_s:,.0f} tokens/s "
+        f"({found.speed.tokens_per_s / best.speed.tokens_per_s:,.0f}x); {compare}"
+    ]
 
 
 def faster_hardware(result: planner.PlanningResult) -> list[str]:
-    """"Slow, consider X" for a plan that fits: when it offloads (every step crosses PCIe) or pays fallbacks up to
+    """ "Slow, consider X" for a plan that fits: when it offloads (every step crosses PCIe) or pays fallbacks up to
     a risky one (tensor parallel, Adafactor, adapters), the same number of catalog GPUs of the largest kind, if
     they run the workload at least :data:`FASTER_FACTOR` x faster. One search, so only for such plans; a plan on
     the CPU: :func:`on_a_gpu`."""
@@ -155,13 +159,23 @@ def faster_hardware(result: planner.PlanningResult) -> list[str]:
     found = _fits_with(facts, f"{other}:{count}", facts.hardware.nodes)
     if found is None or found.speed.tokens_per_s < FASTER_FACTOR * best.speed.tokens_per_s:
         return []
-    why = "offloads to the CPU" if offload else "falls back on " + ", ".join(dict.fromkeys(
-        f"{e.setting}={e.value if not isinstance(e.value, list) else getattr(best.plan, e.setting)}"
-        for e in best.fallbacks))
-    return [f"slow: this plan {why} (est. {best.speed.tokens_per_s:,.0f} tokens/s); consider --gpu {other}:{count}"
-            + (f" --nodes {facts.hardware.nodes}" if facts.hardware.nodes > 1 else "")
-            + f": {found.plan.describe()}, est. {found.speed.tokens_per_s:,.0f} tokens/s "
-              f"({found.speed.tokens_per_s / best.speed.tokens_per_s:.1f}x)"]
+    why = (
+        "offloads to the CPU"
+        if offload
+        else "falls back on "
+        + ", ".join(
+            dict.fromkeys(
+                f"{e.setting}={e.value if not isinstance(e.value, list) else getattr(best.plan, e.setting)}"
+                for e in best.fallbacks
+            )
+        )
+    )
+    return [
+        f"slow: this plan {why} (est. {best.speed.tokens_per_s:,.0f} tokens/s); consider --gpu {other}:{count}"
+        + (f" --nodes {facts.hardware.nodes}" if facts.hardware.nodes > 1 else "")
+        + f": {found.plan.describe()}, est. {found.speed.tokens_per_s:,.0f} tokens/s "
+        f"({found.speed.tokens_per_s / best.speed.tokens_per_s:.1f}x)"
+    ]
 
 
 def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
@@ -170,8 +184,10 @@ def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
     facts = result.facts
     if nothing_fits(facts):  # the search priced nothing (planner.search): the context alone passes the memory
         usable = facts.gpu.memory_total_bytes * (1 - safety_margin(Device.CUDA))
-        summary = (f"no plan fits {facts.model.id} on {facts.gpu.name}: the CUDA context alone takes "
-                   f"{facts.hardware.context_bytes / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable")
+        summary = (
+            f"no plan fits {facts.model.id} on {facts.gpu.name}: the CUDA context alone takes "
+            f"{facts.hardware.context_bytes / GIB:.1f} GiB of {usable / GIB:.1f} GiB usable"
+        )
         ideas = suggestions(facts)
         return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas)
     if not result.candidates:
@@ -179,10 +195,14 @@ def no_fit_error(result: planner.PlanningResult) -> NoFitError | UsageError:
     closest = min(result.candidates, key=lambda c: c.memory.device_bytes)
     ideas = suggestions(facts)
     where = facts.gpu.name if facts.gpu else "the CPU's RAM"
-    summary = (f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
-               f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
-               "usable")
+    summary = (
+        f"no plan fits {facts.model.id} at seq-len {facts.workload.seq_len} on {where}: the smallest "
+        f"needs {closest.memory.device_bytes / GIB:.1f} GiB of {closest.memory.usable_bytes / GIB:.1f} GiB "
+        "usable"
+    )
     if closest.memory.verdict == Verdict.TIGHT:  # within the model's error of the capacity: it may run
-        summary += (f" (tight: {closest.memory.device_bytes / closest.memory.capacity_bytes:.0%} of the "
-                    f"{closest.memory.capacity_bytes / GIB:.1f} GiB capacity, it may run: validate it first)")
+        summary += (
+            f" (tight: {closest.memory.device_bytes / closest.memory.capacity_bytes:.0%} of the "
+            f"{closest.memory.capacity_bytes / GIB:.1f} GiB capacity, it may run: validate it first)"
+        )
     return NoFitError(f"{summary}; would fit: {'; '.join(ideas)}", summary=summary, suggestions=ideas, closest=closest)

@@ -65,9 +65,16 @@ def traffic_features(model: ModelProfile, micro_batch: int, seq_len: int) -> lis
     sb, nss = seq_len * micro_batch, model.num_attention_heads * seq_len * seq_len
     per_block = quantized_parameters(model) / max(layers, 1)
     lm = Task.of(model.task).language_modeling
-    return [layers * sb * model.hidden_size, layers * sb * model.ffn_size, layers * per_block,
-            layers * micro_batch * nss, sb * model.hidden_size, sb * model.vocab_size if lm else 0.0,
-            model.vocab_size * model.hidden_size, nss]
+    return [
+        layers * sb * model.hidden_size,
+        layers * sb * model.ffn_size,
+        layers * per_block,
+        layers * micro_batch * nss,
+        sb * model.hidden_size,
+        sb * model.vocab_size if lm else 0.0,
+        model.vocab_size * model.hidden_size,
+        nss,
+    ]
 
 
 def recompute_share(model: ModelProfile, plan: Plan) -> float:
@@ -164,8 +171,12 @@ def elementwise_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> 
         base = plan.model_copy(update=_UNFUSED)
         counted = eager_traffic_bytes(model, base, seq_len)
     if counted is None:
-        counted = activation_traffic_bytes(model, base, seq_len) * (3.0 + recompute_shares(model, plan)[0]) \
-            * fallback_ratio()
-    traffic = counted * activation_traffic_bytes(model, plan, seq_len) / max(activation_traffic_bytes(model, base,
-                                                                                                   seq_len), 1)
+        counted = (
+            activation_traffic_bytes(model, base, seq_len) * (3.0 + recompute_shares(model, plan)[0]) * fallback_ratio()
+        )
+    traffic = (
+        counted
+        * activation_traffic_bytes(model, plan, seq_len)
+        / max(activation_traffic_bytes(model, base, seq_len), 1)
+    )
     return traffic * (COMPILE_ELEMENTWISE_TRAFFIC if plan.torch_compile else 1.0)

@@ -39,9 +39,14 @@ class AdvisorCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if state.is_world_process_zero:
             name = getattr(getattr(model, "config", None), "name_or_path", None)
-            self.tracker = Tracker(self.prediction, pin_memory=bool(args.dataloader_pin_memory),
-                                   model_id=name or None, model=model, optimizer=optimizer,
-                                   **self.options)
+            self.tracker = Tracker(
+                self.prediction,
+                pin_memory=bool(args.dataloader_pin_memory),
+                model_id=name or None,
+                model=model,
+                optimizer=optimizer,
+                **self.options,
+            )
         self._tokens_seen = state.num_input_tokens_seen or 0
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -49,11 +49,15 @@ class Prediction:
         runs measured here (``calibration_ratio``: the step-time ratio the JSON's figures include), so that the
         runs' ratios are never compounded."""
         r = self.calibration_ratio
-        return {"peak_bytes": self.peak_bytes, "device_bytes": self.device_bytes,
-                "step_time_s": self.step_time_s / r if self.step_time_s else None,
-                "tokens_per_s": self.tokens_per_s * r if self.tokens_per_s else None,
-                "samples_per_s": self.samples_per_s * r if self.samples_per_s else None,
-                "memory_band": self.memory_band, "calibration_ratio": r}
+        return {
+            "peak_bytes": self.peak_bytes,
+            "device_bytes": self.device_bytes,
+            "step_time_s": self.step_time_s / r if self.step_time_s else None,
+            "tokens_per_s": self.tokens_per_s * r if self.tokens_per_s else None,
+            "samples_per_s": self.samples_per_s * r if self.samples_per_s else None,
+            "memory_band": self.memory_band,
+            "calibration_ratio": r,
+        }
 
 
 def from_json(data: dict[str, Any], source: str = "") -> Prediction:
@@ -63,8 +67,10 @@ def from_json(data: dict[str, Any], source: str = "") -> Prediction:
     Raises:
         UsageError: the object lacks a plan, a memory or a speed object."""
     if not isinstance(data, dict) or not all(isinstance(data.get(k), dict) for k in ("plan", "memory", "speed")):
-        raise UsageError(f"{source or 'the plan'}: not an advisor recommend / estimate JSON (it needs plan, memory "
-                         "and speed objects)")
+        raise UsageError(
+            f"{source or 'the plan'}: not an advisor recommend / estimate JSON (it needs plan, memory "
+            "and speed objects)"
+        )
     memory = {k: _figure(v) for k, v in data["memory"].items()}
     speed = {k: _figure(v) for k, v in data["speed"].items()}
     model = data.get("model") if isinstance(data.get("model"), dict) else {}
@@ -73,11 +79,20 @@ def from_json(data: dict[str, Any], source: str = "") -> Prediction:
     if seq_len is None and speed.get("samples_per_s") and speed.get("tokens_per_s"):
         seq_len = round(speed["tokens_per_s"] / speed["samples_per_s"])
     text = {k: v if isinstance(v, str) else None for k, v in model.items()}
-    return Prediction(plan=data["plan"], peak_bytes=memory.get("peak_bytes"), device_bytes=memory.get("device_bytes"),
-                      memory_band=memory.get("band") or DEFAULT_MEMORY_BAND, step_time_s=speed.get("step_time_s"),
-                      tokens_per_s=speed.get("tokens_per_s"), samples_per_s=speed.get("samples_per_s"),
-                      model_id=text.get("id"), task=text.get("task"), seq_len=int(seq_len) if seq_len else None,
-                      source=source, calibration_ratio=_ratio(data["speed"].get("local_calibration")))
+    return Prediction(
+        plan=data["plan"],
+        peak_bytes=memory.get("peak_bytes"),
+        device_bytes=memory.get("device_bytes"),
+        memory_band=memory.get("band") or DEFAULT_MEMORY_BAND,
+        step_time_s=speed.get("step_time_s"),
+        tokens_per_s=speed.get("tokens_per_s"),
+        samples_per_s=speed.get("samples_per_s"),
+        model_id=text.get("id"),
+        task=text.get("task"),
+        seq_len=int(seq_len) if seq_len else None,
+        source=source,
+        calibration_ratio=_ratio(data["speed"].get("local_calibration")),
+    )
 
 
 def _figure(value: Any) -> Any:
@@ -105,8 +120,10 @@ def load(plan: str | Path | dict[str, Any] | Prediction) -> Prediction:
     if isinstance(plan, dict):
         return from_json(plan, "the plan")
     if not isinstance(plan, (str, os.PathLike)) or not str(plan):
-        raise UsageError(f"the plan must be a path (an advisor JSON file or a folder with {PLAN_FILE}), a dict or a "
-                         f"Prediction, got {shown(repr(plan), 80)}")
+        raise UsageError(
+            f"the plan must be a path (an advisor JSON file or a folder with {PLAN_FILE}), a dict or a "
+            f"Prediction, got {shown(repr(plan), 80)}"
+        )
     path = Path(plan)
     if path.is_dir():
         path = path / PLAN_FILE

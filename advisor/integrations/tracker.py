@@ -85,9 +85,11 @@ def check_options(**options: Any) -> None:
         if name not in OPTIONS:
             raise UsageError(f"advisor.integrations: unknown option {shown(name, 40)} (options: {', '.join(OPTIONS)})")
         if name in ("warmup_steps", "measure_steps") and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UsageError(f"advisor.integrations: {name} must be a whole number of steps >= 1, got "
-                             f"{shown(repr(value), 40)}")
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise UsageError(
+                f"advisor.integrations: {name} must be a whole number of steps >= 1, got {shown(repr(value), 40)}"
+            )
         if name == "store" and not isinstance(value, bool):
             raise UsageError(f"advisor.integrations: store must be True or False, got {shown(repr(value), 40)}")
 
@@ -107,9 +109,18 @@ class Tracker:
             or below 1 (:func:`check_options`).
     """
 
-    def __init__(self, plan: Any, *, warmup_steps: int = 2, measure_steps: int = 10, store: bool = True,
-                 pin_memory: bool | None = None, model_id: str | None = None, model: Any = None,
-                 optimizer: Any = None) -> None:
+    def __init__(
+        self,
+        plan: Any,
+        *,
+        warmup_steps: int = 2,
+        measure_steps: int = 10,
+        store: bool = True,
+        pin_memory: bool | None = None,
+        model_id: str | None = None,
+        model: Any = None,
+        optimizer: Any = None,
+    ) -> None:
         check_options(warmup_steps=warmup_steps, measure_steps=measure_steps, store=store)
         self.prediction: Prediction = load(plan)
         self.warmup_steps, self.measure_steps, self.store = warmup_steps, measure_steps, store
@@ -134,7 +145,9 @@ class Tracker:
 
     def _on_cuda(self) -> bool:
         torch = _torch()
-        return bool(self.prediction.plan.get("device") == Device.CUDA.value and torch is not None and torch.cuda.is_available())
+        return bool(
+            self.prediction.plan.get("device") == Device.CUDA.value and torch is not None and torch.cuda.is_available()
+        )
 
     def step_begin(self) -> None:
         """A step's batch is ready: the time since the last step ended was spent waiting for it (and logging)."""
@@ -154,8 +167,11 @@ class Tracker:
             self._sync()
             self._graphs_start = _graphs()
         elif self.steps > self.warmup_steps:
-            end = time.perf_counter() if not self._cuda or self.steps < self.warmup_steps + self.measure_steps \
+            end = (
+                time.perf_counter()
+                if not self._cuda or self.steps < self.warmup_steps + self.measure_steps
                 else self._sync()
+            )
             self._times.append(end - self._last_end)
             self._waits.append(self._begin - self._last_end if self._begin and self._begin >= self._last_end else 0.0)
             if tokens is not None:
@@ -186,9 +202,14 @@ class Tracker:
         torch = _torch()
         if self._cuda:
             total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-            return {"peak_bytes": int(torch.cuda.max_memory_allocated()),
-                    "reserved_bytes": int(torch.cuda.max_memory_reserved()), "capacity_bytes": int(total)}
-        growth = self._rss_peak - self._rss_start if self._rss_peak is not None and self._rss_start is not None else None
+            return {
+                "peak_bytes": int(torch.cuda.max_memory_allocated()),
+                "reserved_bytes": int(torch.cuda.max_memory_reserved()),
+                "capacity_bytes": int(total),
+            }
+        growth = (
+            self._rss_peak - self._rss_start if self._rss_peak is not None and self._rss_start is not None else None
+        )
         return {"rss_bytes": self._rss_peak, "rss_growth_bytes": growth, "states_bytes": self._states_bytes}
 
     def _compared_memory(self, memory: dict[str, Any]) -> int | None:
@@ -224,14 +245,21 @@ class Tracker:
         if not self._memory_warned and measured is not None and limit is not None and measured > limit:
             self._memory_warned = True
             what = "max_memory_allocated" if self._cuda else "the model states alone"
-            self._warn(f"memory above the prediction: {what} {measured / GIB:.3f} GiB at step {self.steps}, predicted "
-                       f"peak {predicted / GIB:.3f} GiB ± {self.prediction.memory_band:.0%}: the plan may not fit as "
-                       "priced (a longer sequence, a larger batch, another stack than planned?)")
+            self._warn(
+                f"memory above the prediction: {what} {measured / GIB:.3f} GiB at step {self.steps}, predicted "
+                f"peak {predicted / GIB:.3f} GiB ± {self.prediction.memory_band:.0%}: the plan may not fit as "
+                "priced (a longer sequence, a larger batch, another stack than planned?)"
+            )
         capacity = memory.get("capacity_bytes")
-        if capacity and memory.get("reserved_bytes", 0) > OOM_SHARE * capacity and "out of memory" not in " ".join(
-                self.warnings):
-            self._warn(f"heading for out of memory: {memory['reserved_bytes'] / GIB:.1f} GiB reserved of "
-                       f"{capacity / GIB:.1f} GiB at step {self.steps}")
+        if (
+            capacity
+            and memory.get("reserved_bytes", 0) > OOM_SHARE * capacity
+            and "out of memory" not in " ".join(self.warnings)
+        ):
+            self._warn(
+                f"heading for out of memory: {memory['reserved_bytes'] / GIB:.1f} GiB reserved of "
+                f"{capacity / GIB:.1f} GiB at step {self.steps}"
+            )
 
     def _warn(self, message: str) -> None:
         self.warnings.append(message)
@@ -241,16 +269,28 @@ class Tracker:
         """What the window measured: median step time (seconds), tokens/s, the wait share, recompiles, memory."""
         step = statistics.median(self._times)
         total = sum(self._times)
-        tokens = statistics.median(self._tokens) if len(self._tokens) == len(self._times) else \
-            self.prediction.tokens_per_step
+        tokens = (
+            statistics.median(self._tokens)
+            if len(self._tokens) == len(self._times)
+            else self.prediction.tokens_per_step
+        )
         graphs = _graphs()
         recompiles = graphs - self._graphs_start if graphs is not None and self._graphs_start is not None else None
-        samples = self.prediction.samples_per_s * self.prediction.step_time_s \
-            if self.prediction.samples_per_s and self.prediction.step_time_s else None
-        return {"step_time_s": step, "tokens_per_s": tokens / step if tokens else None,
-                "samples_per_s": samples / step if samples else None, "steps": len(self._times),
-                "data_wait_share": sum(self._waits) / total if total > 0 else 0.0, "recompiles": recompiles,
-                "tokens_per_step": tokens, **self._memory()}
+        samples = (
+            self.prediction.samples_per_s * self.prediction.step_time_s
+            if self.prediction.samples_per_s and self.prediction.step_time_s
+            else None
+        )
+        return {
+            "step_time_s": step,
+            "tokens_per_s": tokens / step if tokens else None,
+            "samples_per_s": samples / step if samples else None,
+            "steps": len(self._times),
+            "data_wait_share": sum(self._waits) / total if total > 0 else 0.0,
+            "recompiles": recompiles,
+            "tokens_per_step": tokens,
+            **self._memory(),
+        }
 
     def _finish(self) -> None:
         measured = self._measured()
@@ -258,10 +298,15 @@ class Tracker:
         LOG.info("%s", self.summary)
         self._check_speed(measured)
         self.record = run_store.record(
-            source=run_store.SOURCE_CALLBACK, device=self._device(),
+            source=run_store.SOURCE_CALLBACK,
+            device=self._device(),
             model={"id": self.prediction.model_id or self.model_id, "task": self.prediction.task},
-            plan=self.prediction.plan, seq_len=self.prediction.seq_len, predicted=self.prediction.figures(),
-            measured=measured, notes="; ".join(self.warnings))
+            plan=self.prediction.plan,
+            seq_len=self.prediction.seq_len,
+            predicted=self.prediction.figures(),
+            measured=measured,
+            notes="; ".join(self.warnings),
+        )
         if self.store:
             try:
                 run_store.append(self.record)
@@ -272,12 +317,16 @@ class Tracker:
         torch = _torch()
         if self._cuda:
             index = torch.cuda.current_device()
-            return {"type": Device.CUDA.value, "name": torch.cuda.get_device_name(index), "count": self.prediction.plan.get(
-                "num_gpus") or 1, "driver": None, "cuda": torch.version.cuda}
+            return {
+                "type": Device.CUDA.value,
+                "name": torch.cuda.get_device_name(index),
+                "count": self.prediction.plan.get("num_gpus") or 1,
+                "driver": None,
+                "cuda": torch.version.cuda,
+            }
         from probes.hardware import read_host
 
-        return {"type": Device.CPU.value, "name": read_host().cpu_model or Device.CPU.value, "count": 1,
-                "driver": None}
+        return {"type": Device.CPU.value, "name": read_host().cpu_model or Device.CPU.value, "count": 1, "driver": None}
 
     def _line(self, m: dict[str, Any]) -> str:
         """Predicted against measured in one line."""
@@ -286,13 +335,17 @@ class Tracker:
         if p.step_time_s:
             parts.append(f"step {p.step_time_s:.3f} s vs {m['step_time_s']:.3f} s")
         if p.tokens_per_s and m["tokens_per_s"]:
-            parts.append(f"tokens/s {p.tokens_per_s:,.0f} vs {m['tokens_per_s']:,.0f} "
-                         f"({m['tokens_per_s'] / p.tokens_per_s:.2f}x)")
+            parts.append(
+                f"tokens/s {p.tokens_per_s:,.0f} vs {m['tokens_per_s']:,.0f} "
+                f"({m['tokens_per_s'] / p.tokens_per_s:.2f}x)"
+            )
         measured = self._compared_memory(m)
         if p.peak_bytes and measured is not None:
             what = "peak memory" if self._cuda else "peak memory (CPU: model states, a lower bound)"
-            parts.append(f"{what} {p.peak_bytes / GIB:.3f} GiB vs {measured / GIB:.3f} GiB "
-                         f"({measured / p.peak_bytes - 1:+.0%}, band ±{p.memory_band:.0%})")
+            parts.append(
+                f"{what} {p.peak_bytes / GIB:.3f} GiB vs {measured / GIB:.3f} GiB "
+                f"({measured / p.peak_bytes - 1:+.0%}, band ±{p.memory_band:.0%})"
+            )
         return " ".join(parts[:1]) + " " + ", ".join(parts[1:])
 
     def _check_speed(self, m: dict[str, Any]) -> None:
@@ -308,11 +361,15 @@ class Tracker:
             return
         causes = []
         if m["data_wait_share"] > WAIT_SHARE:
-            causes.append(f"the data loader: {m['data_wait_share']:.0%} of the time waits for batches (more "
-                          "dataloader workers, pre-tokenised data)")
+            causes.append(
+                f"the data loader: {m['data_wait_share']:.0%} of the time waits for batches (more "
+                "dataloader workers, pre-tokenised data)"
+            )
         if m["recompiles"]:
-            causes.append(f"torch.compile recompiled {m['recompiles']} graph(s) after warm-up (changing shapes: pad "
-                          "to fixed lengths)")
+            causes.append(
+                f"torch.compile recompiled {m['recompiles']} graph(s) after warm-up (changing shapes: pad "
+                "to fixed lengths)"
+            )
         if self._cuda and self.pin_memory is False:
             causes.append("a host-to-device copy of each batch from pageable memory (dataloader_pin_memory)")
         cause = "; ".join(causes) or "no cause visible from the loop (kernels or links slower than priced)"

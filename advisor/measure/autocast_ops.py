@@ -29,15 +29,61 @@ from collections.abc import Iterator
 
 #: The reference's "CUDA Ops that can autocast to float32" (torch 2.x), by the Python name of the torch function,
 #: ``torch.Tensor`` method or ``torch.nn.functional`` function; in-place variants are not eligible.
-CUDA_FLOAT32_OPS = frozenset({
-    "__pow__", "__rdiv__", "__rpow__", "__rtruediv__", "acos", "asin", "binary_cross_entropy_with_logits", "cosh",
-    "cosine_embedding_loss", "cdist", "cosine_similarity", "cross_entropy", "cumprod", "cumsum", "dist", "erfinv",
-    "exp", "expm1", "group_norm", "hinge_embedding_loss", "kl_div", "l1_loss", "layer_norm", "log", "log_softmax",
-    "log10", "log1p", "log2", "margin_ranking_loss", "mse_loss", "multilabel_margin_loss", "multi_margin_loss",
-    "nll_loss", "norm", "normalize", "pdist", "poisson_nll_loss", "pow", "prod", "reciprocal", "rsqrt", "sinh",
-    "smooth_l1_loss", "soft_margin_loss", "softmax", "softmin", "softplus", "sum", "renorm", "tan",
-    "triplet_margin_loss",
-})
+CUDA_FLOAT32_OPS = frozenset(
+    {
+        "__pow__",
+        "__rdiv__",
+        "__rpow__",
+        "__rtruediv__",
+        "acos",
+        "asin",
+        "binary_cross_entropy_with_logits",
+        "cosh",
+        "cosine_embedding_loss",
+        "cdist",
+        "cosine_similarity",
+        "cross_entropy",
+        "cumprod",
+        "cumsum",
+        "dist",
+        "erfinv",
+        "exp",
+        "expm1",
+        "group_norm",
+        "hinge_embedding_loss",
+        "kl_div",
+        "l1_loss",
+        "layer_norm",
+        "log",
+        "log_softmax",
+        "log10",
+        "log1p",
+        "log2",
+        "margin_ranking_loss",
+        "mse_loss",
+        "multilabel_margin_loss",
+        "multi_margin_loss",
+        "nll_loss",
+        "norm",
+        "normalize",
+        "pdist",
+        "poisson_nll_loss",
+        "pow",
+        "prod",
+        "reciprocal",
+        "rsqrt",
+        "sinh",
+        "smooth_l1_loss",
+        "soft_margin_loss",
+        "softmax",
+        "softmin",
+        "softplus",
+        "sum",
+        "renorm",
+        "tan",
+        "triplet_margin_loss",
+    }
+)
 
 
 @contextlib.contextmanager
@@ -61,10 +107,15 @@ def cuda_autocast_float32(enabled: bool) -> Iterator[None]:
                 args = tuple(up(a) for a in args)
                 kwargs = {k: up(v) for k, v in kwargs.items()}
             return original(*args, **kwargs)
+
         return float32_under_autocast
 
-    saved = [(owner, name, getattr(owner, name)) for owner in (torch, torch.Tensor, torch.nn.functional)
-             for name in CUDA_FLOAT32_OPS if hasattr(owner, name)]
+    saved = [
+        (owner, name, getattr(owner, name))
+        for owner in (torch, torch.Tensor, torch.nn.functional)
+        for name in CUDA_FLOAT32_OPS
+        if hasattr(owner, name)
+    ]
     try:
         for owner, name, original in saved:
             setattr(owner, name, wrap(original))

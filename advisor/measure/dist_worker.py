@@ -75,14 +75,16 @@ class Distributed:
         """DDP, or FSDP2 on each transformer block and the root."""
         torch = self.torch
         if self.kind == Parallelism.DDP:
-            return torch.nn.parallel.DistributedDataParallel(
-                net, device_ids=[self.local_rank] if self.cuda else None)
+            return torch.nn.parallel.DistributedDataParallel(net, device_ids=[self.local_rank] if self.cuda else None)
         from torch.distributed.fsdp import fully_shard
 
         reshard = reshards(self.kind)
         for module in net.modules():
-            if isinstance(module, torch.nn.ModuleList) and len(module) > 1 and \
-                    len({type(block) for block in module}) == 1:
+            if (
+                isinstance(module, torch.nn.ModuleList)
+                and len(module) > 1
+                and len({type(block) for block in module}) == 1
+            ):
                 for block in module:
                     fully_shard(block, reshard_after_forward=reshard)
         fully_shard(net, reshard_after_forward=reshard)
@@ -156,8 +158,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         outcome = run_spec(spec, on_step=on_step, stop=threading.Event(), dist=dist)
-        result = RankOutcome(rank=dist.rank, world_size=dist.world_size,
-                             **outcome.model_dump(exclude={"ranks", "sync_share"}), sync_share=dist.sync_share)
+        result = RankOutcome(
+            rank=dist.rank,
+            world_size=dist.world_size,
+            **outcome.model_dump(exclude={"ranks", "sync_share"}),
+            sync_share=dist.sync_share,
+        )
         (folder / f"rank{dist.rank}.json").write_text(result.model_dump_json())
         _emit(RankDoneEvent(rank=dist.rank, status=outcome.status))
     finally:

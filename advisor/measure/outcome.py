@@ -59,8 +59,10 @@ class StepUpdate(BaseModel):
     def describe(self) -> str:
         """One line for progress displays: step n/N, its time, the peak so far (when counted), the loss."""
         peak = f", peak {self.peak_bytes / GIB:.2f} GiB" if self.peak_bytes else ""
-        return (f"{'warm-up' if self.warmup else 'step'} {self.step}/{self.total}: {self.step_time_s:.3f} s{peak}, "
-                f"loss {self.loss:.3f}")
+        return (
+            f"{'warm-up' if self.warmup else 'step'} {self.step}/{self.total}: {self.step_time_s:.3f} s{peak}, "
+            f"loss {self.loss:.3f}"
+        )
 
 
 class _Figures(BaseModel):

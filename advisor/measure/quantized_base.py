@@ -95,13 +95,24 @@ def random_quantized(auto, config, plan: Plan, device, dtype_kwargs: dict):
                 continue
             if is_4bit(module) and name == "weight":
                 matrix = torch.empty(param.shape, dtype=dtype, device=device)  # as a checkpoint in that dtype
-                real = bnb.nn.Params4bit(matrix.normal_(0.0, std), requires_grad=False, quant_type=param.quant_type,
-                                         compress_statistics=param.compress_statistics, blocksize=param.blocksize,
-                                         quant_storage=param.quant_storage, module=module).to(device)
+                real = bnb.nn.Params4bit(
+                    matrix.normal_(0.0, std),
+                    requires_grad=False,
+                    quant_type=param.quant_type,
+                    compress_statistics=param.compress_statistics,
+                    blocksize=param.blocksize,
+                    quant_storage=param.quant_storage,
+                    module=module,
+                ).to(device)
             else:
                 value = torch.empty(param.shape, dtype=dtype if is_4bit(module) else param.dtype, device=device)
-                value = value.zero_() if name == "bias" else value.fill_(1.0) if value.dim() == 1 \
+                value = (
+                    value.zero_()
+                    if name == "bias"
+                    else value.fill_(1.0)
+                    if value.dim() == 1
                     else value.normal_(0.0, std)
+                )
                 # a loaded bias of a 4-bit layer is a fresh trainable parameter (the skeleton's is frozen)
                 real = torch.nn.Parameter(value, requires_grad=param.requires_grad or is_4bit(module))
             made[id(param)] = module._parameters[name] = real
@@ -147,9 +158,13 @@ def quantized_weight(module):
     meta = module.weight
     storage = getattr(meta, "quant_storage", torch.uint8)
     matrix = torch.empty(module.out_features, module.in_features, dtype=module.compute_dtype or torch.bfloat16)
-    packed, state = bnbf.quantize_4bit(matrix, blocksize=getattr(meta, "blocksize", 64),
-                                       compress_statistics=meta.compress_statistics, quant_type=meta.quant_type,
-                                       quant_storage=storage)
+    packed, state = bnbf.quantize_4bit(
+        matrix,
+        blocksize=getattr(meta, "blocksize", 64),
+        compress_statistics=meta.compress_statistics,
+        quant_type=meta.quant_type,
+        quant_storage=storage,
+    )
     weight = torch.nn.Parameter(packed, requires_grad=False)
     weight.quant_state = state  # where Linear4bit.forward reads it (bitsandbytes' fix_4bit_weight_quant_state...)
     return weight

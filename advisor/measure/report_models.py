@@ -19,8 +19,9 @@ from advisor.measure.outcome import TrialStatus
 from advisor.core.vocabulary import Device, literal
 from rules import Plan, Workload
 
-TrialRole = Literal["plan", "smaller-micro-batch", "checkpointing", "bf16", "no-compile", "larger-micro-batch",
-                    "baseline"]
+TrialRole = Literal[
+    "plan", "smaller-micro-batch", "checkpointing", "bf16", "no-compile", "larger-micro-batch", "baseline"
+]
 Verdict = Literal["confirmed", "corrected", "failed", "incomplete"]
 
 
@@ -45,26 +46,38 @@ class RankMeasured(BaseModel):
 class Measured(BaseModel):
     """What a trial measured."""
 
-    peak_bytes: int = Field(description="most bytes held by live tensors: torch.cuda.max_memory_allocated() on "
-                                        "CUDA; on the CPU, counted over one untimed step as the simulator counts")
-    device_bytes: int = Field(description="memory in use: NVML's figure for this process on CUDA (else "
-                                          "max_memory_reserved); the process's peak RSS on the CPU, bytes")
+    peak_bytes: int = Field(
+        description="most bytes held by live tensors: torch.cuda.max_memory_allocated() on "
+        "CUDA; on the CPU, counted over one untimed step as the simulator counts"
+    )
+    device_bytes: int = Field(
+        description="memory in use: NVML's figure for this process on CUDA (else "
+        "max_memory_reserved); the process's peak RSS on the CPU, bytes"
+    )
     reserved_bytes: int | None = Field(None, description="torch.cuda.max_memory_reserved(), bytes (CUDA only)")
     step_time_s: float | None = Field(None, description="median seconds per optimizer step over the timed steps")
     step_time_spread_s: float | None = Field(
-        None, description="spread of the timed step times: 90th minus 10th percentile, seconds")
+        None, description="spread of the timed step times: 90th minus 10th percentile, seconds"
+    )
     samples_per_s: float | None = Field(None, description="global batch / median step time")
     tokens_per_s: float | None = Field(None, description="samples/s × sequence length")
-    mfu: float | None = Field(None, description="model FLOP/s (6·N·T + attention, no recomputation) / the "
-                                                "device's peak FLOP/s at the plan's precision")
+    mfu: float | None = Field(
+        None,
+        description="model FLOP/s (6·N·T + attention, no recomputation) / the "
+        "device's peak FLOP/s at the plan's precision",
+    )
     losses: list[float] = Field(description="loss of every finished step, warm-up included")
     losses_finite: bool = Field(description="every loss is finite")
     timed_steps: int = Field(description="timed steps finished")
     warmup_s: float = Field(description="seconds of the warm-up steps (compilation, allocator warm-up)")
-    ranks: list[RankMeasured] | None = Field(None, description="distributed trials: every rank's figures "
-                                                               "(peak_bytes above is the largest)")
-    sync_share: float | None = Field(None, description="distributed trials: the gradient synchronisation's "
-                                                       "share of a micro-batch's forward + backward (0..1)")
+    ranks: list[RankMeasured] | None = Field(
+        None, description="distributed trials: every rank's figures (peak_bytes above is the largest)"
+    )
+    sync_share: float | None = Field(
+        None,
+        description="distributed trials: the gradient synchronisation's "
+        "share of a micro-batch's forward + backward (0..1)",
+    )
 
 
 class Predicted(BaseModel):
@@ -90,8 +103,9 @@ class Trial(BaseModel):
 
     model_config = ConfigDict(use_attribute_docstrings=True)
 
-    role: TrialRole = Field(description="'plan' (the plan under test), a correction, 'larger-micro-batch', "
-                                        "or 'baseline' (--compare)")
+    role: TrialRole = Field(
+        description="'plan' (the plan under test), a correction, 'larger-micro-batch', or 'baseline' (--compare)"
+    )
     reason: str = Field(description="why this trial ran")
     plan: Plan
     """the plan this trial ran"""
@@ -156,9 +170,11 @@ class ValidationReport(BaseModel):
     warmup_steps: int = Field(description="untimed steps before them")
     trials: list[Trial]
     """every trial in order: the plan, corrections, a larger micro-batch, the baseline"""
-    verdict: Verdict = Field(description="confirmed: the plan ran as predicted to fit; corrected: a changed plan "
-                                         "is better or the only one that ran; failed: no trial ran; incomplete: "
-                                         "stopped (Ctrl-C) before a plan was confirmed")
+    verdict: Verdict = Field(
+        description="confirmed: the plan ran as predicted to fit; corrected: a changed plan "
+        "is better or the only one that ran; failed: no trial ran; incomplete: "
+        "stopped (Ctrl-C) before a plan was confirmed"
+    )
     confirmed_plan: Plan | None = Field(None, description="the fastest plan that ran cleanly")
     comparison: Comparison | None = Field(None, description="present with --compare")
     warnings: list[str] = Field(default_factory=list)

@@ -120,13 +120,24 @@ class Runs:
     records: list[dict[str, Any]] = field(default_factory=list)
     skipped: int = 0
     path: Path | None = None
-    older: int = 0  #: older lines left unparsed, past :data:`MAX_RECORDS` (those before the last MAX_READ_BYTES uncounted)
+    older: int = (
+        0  #: older lines left unparsed, past :data:`MAX_RECORDS` (those before the last MAX_READ_BYTES uncounted)
+    )
 
 
 #: The type of each field of a record (:func:`record`); a line whose field has another type is not a record.
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "date": str, "source": str, "notes": str, "seq_len": int, "device": dict, "libraries": dict, "model": dict,
-    "plan": dict, "predicted": dict, "measured": dict}
+    "date": str,
+    "source": str,
+    "notes": str,
+    "seq_len": int,
+    "device": dict,
+    "libraries": dict,
+    "model": dict,
+    "plan": dict,
+    "predicted": dict,
+    "measured": dict,
+}
 
 
 def _not_a_number(name: str) -> float:
@@ -189,17 +200,36 @@ def clear(path: Path | None = None) -> int:
     return held
 
 
-def record(*, source: str, device: dict[str, Any], model: dict[str, Any], plan: dict[str, Any], seq_len: int,
-           predicted: dict[str, Any], measured: dict[str, Any], notes: str = "") -> dict[str, Any]:
+def record(
+    *,
+    source: str,
+    device: dict[str, Any],
+    model: dict[str, Any],
+    plan: dict[str, Any],
+    seq_len: int,
+    predicted: dict[str, Any],
+    measured: dict[str, Any],
+    notes: str = "",
+) -> dict[str, Any]:
     """A store record (see the module docstring).
 
     ``device``: ``type`` (cuda / cpu), ``name`` (the GPU's name, or the CPU model), ``count``, ``driver``;
     ``model``: ``id``, ``task``; ``plan``: :class:`advisor.core.plan.Plan` as a dict; ``predicted`` and ``measured``:
     ``peak_bytes``, ``reserved_bytes``, ``device_bytes``, ``step_time_s`` (seconds per optimizer step),
     ``tokens_per_s`` (all devices), ``samples_per_s``, ``mfu`` where known (None otherwise)."""
-    return {"version": RECORD_VERSION, "date": now(), "source": source, "device": device,
-            "libraries": library_versions(), "model": model, "plan": plan, "seq_len": seq_len,
-            "predicted": predicted, "measured": measured, "notes": notes}
+    return {
+        "version": RECORD_VERSION,
+        "date": now(),
+        "source": source,
+        "device": device,
+        "libraries": library_versions(),
+        "model": model,
+        "plan": plan,
+        "seq_len": seq_len,
+        "predicted": predicted,
+        "measured": measured,
+        "notes": notes,
+    }
 
 
 _FIGURES = ("peak_bytes", "reserved_bytes", "device_bytes", "step_time_s", "tokens_per_s", "samples_per_s", "mfu")
@@ -220,9 +250,18 @@ def validation_records(report: Any, device: dict[str, Any]) -> list[dict[str, An
         if measured is None or measured.step_time_s is None:
             continue
         predicted = {**figures(trial.predicted.memory), **figures(trial.predicted.speed)}
-        out.append(record(source=SOURCE_VALIDATE, device=device, model={"id": report.model, "task": report.task},
-                          plan=trial.plan.model_dump(mode="json"), seq_len=report.workload.seq_len,
-                          predicted=predicted, measured=figures(measured), notes=f"validate trial: {trial.role}"))
+        out.append(
+            record(
+                source=SOURCE_VALIDATE,
+                device=device,
+                model={"id": report.model, "task": report.task},
+                plan=trial.plan.model_dump(mode="json"),
+                seq_len=report.workload.seq_len,
+                predicted=predicted,
+                measured=figures(measured),
+                notes=f"validate trial: {trial.role}",
+            )
+        )
     return out
 
 

@@ -23,14 +23,24 @@ from rules import Plan
 #: Config keys of attention-probability dropout.
 ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_probs_dropout_prob", "attention_dropout")
 #: Weight files ``from_pretrained`` reads from a local folder.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 #: How a missing-package error names an optimizer (default: its spec's summary).
 _MISSING_PACKAGE_NAMES = {Optimizer.ADAMW_8BIT: "8-bit Adam"}
 
 
-def hf_config(model: ModelProfile, plan: Plan, raw: dict | None = None, *, zero_attention_dropout: bool = False,
-              simulated: bool = False):
+def hf_config(
+    model: ModelProfile,
+    plan: Plan,
+    raw: dict | None = None,
+    *,
+    zero_attention_dropout: bool = False,
+    simulated: bool = False,
+):
     """The ``transformers`` config of ``model`` for ``plan``'s device.
 
     Attention: the plan's kernel (``attn_implementation``; eager on the CPU, what the memory model assumes there);
@@ -82,8 +92,9 @@ def _dtype_kwargs(weights_dtype: str | None) -> dict[str, Any]:
     return {key: getattr(torch, WEIGHT_DTYPES[WeightsDtype.of(weights_dtype)])}
 
 
-def build_model(model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None,
-                init_device=None):
+def build_model(
+    model: ModelProfile, config, *, weights: Path | None = None, weights_dtype: str | None = None, init_device=None
+):
     """The task-head model: random weights from ``config``, or ``weights`` (a local folder; never downloads), held
     in ``weights_dtype`` (a :class:`~advisor.core.vocabulary.WeightsDtype` value: 'bf16' is the plan's pure-bf16 model,
     what ``from_pretrained(dtype=torch.bfloat16)`` loads; None or 'fp32': fp32).
@@ -124,8 +135,7 @@ def apply_adapters(net, model: ModelProfile, plan: Plan):
 
     with warnings.catch_warnings():  # PEFT's notes (e.g. GPT-2's Conv1D fan_in_fan_out) are not advisor's
         warnings.simplefilter("ignore")
-        return peft.get_peft_model(net, peft.LoraConfig(**lora_config_kwargs(model, plan.lora_rank,
-                                                                                plan.lora_targets)))
+        return peft.get_peft_model(net, peft.LoraConfig(**lora_config_kwargs(model, plan.lora_rank, plan.lora_targets)))
 
 
 def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights: Path | None = None):
@@ -153,10 +163,16 @@ def build_quantized(model: ModelProfile, config, plan: Plan, device, *, weights:
     dtype = _dtype_kwargs(plan.weights_dtype)
     if weights is None:
         return random_quantized(auto, config, plan, device, dtype)
-    return auto.from_pretrained(str(weights), config=config, local_files_only=True,
-                                device_map={"": device.index or 0 if device.type == Device.CUDA else device.type},
-                                quantization_config=transformers.BitsAndBytesConfig(
-                                    **bnb_config_kwargs(plan.precision, double_quant=plan.double_quant)), **dtype)
+    return auto.from_pretrained(
+        str(weights),
+        config=config,
+        local_files_only=True,
+        device_map={"": device.index or 0 if device.type == Device.CUDA else device.type},
+        quantization_config=transformers.BitsAndBytesConfig(
+            **bnb_config_kwargs(plan.precision, double_quant=plan.double_quant)
+        ),
+        **dtype,
+    )
 
 
 def enable_checkpointing(net) -> None:
@@ -199,8 +215,13 @@ def make_optimizer(params, plan: Plan, *, fused_ok: bool = True, dtensors: bool 
     kwargs = {} if stand_in else dict(spec.factory_kwargs)
     implementation = optimizer.implementation(plan.device)
     if stand_in:  # torch's AdamW: fused on CUDA; torchao's: its own kernels
-        implementation = "fused" if factory.startswith("torch.") and plan.device == Device.CUDA else \
-            "foreach" if factory.startswith("torch.") else spec.dtensor_implementation
+        implementation = (
+            "fused"
+            if factory.startswith("torch.") and plan.device == Device.CUDA
+            else "foreach"
+            if factory.startswith("torch.")
+            else spec.dtensor_implementation
+        )
     if implementation == "fused" and not fused_ok:
         implementation = "foreach"
     if implementation in ("fused", "foreach"):  # torch.optim's single-kernel / multi-tensor paths
@@ -225,8 +246,10 @@ def label_kwargs(model: ModelProfile, config, batch: int, seq_len: int, generato
         return {"labels": torch.randint(0, model.vocab_size, (batch, seq_len), **kw)}
     if model.task == Task.SEQUENCE_CLASSIFICATION:
         return {"labels": torch.randint(0, config.num_labels, (batch,), **kw)}
-    return {"start_positions": torch.randint(0, seq_len, (batch,), **kw),
-            "end_positions": torch.randint(0, seq_len, (batch,), **kw)}
+    return {
+        "start_positions": torch.randint(0, seq_len, (batch,), **kw),
+        "end_positions": torch.randint(0, seq_len, (batch,), **kw),
+    }
 
 
 def synthetic_batch(model: ModelProfile, config, batch: int, seq_len: int, generator=None) -> dict[str, Any]:

@@ -96,8 +96,9 @@ class TrialMemory:
         self.phase_peaks = {k: v for k, v in tracker.phase_peaks.items() if k != "build"}
         self.live_peak = max(self.phase_peaks.values(), default=0)
         if self.limit and self.live_peak > self.limit:
-            raise TrialOutOfMemory(f"live tensors peaked at {self.live_peak / GIB:.3f} GiB, over the "
-                                   f"{self.limit / GIB:.3f} GiB limit")
+            raise TrialOutOfMemory(
+                f"live tensors peaked at {self.live_peak / GIB:.3f} GiB, over the {self.limit / GIB:.3f} GiB limit"
+            )
 
     def finish(self, outcome: TrialOutcome) -> None:
         """Put the trial's peaks and the device's figures in ``outcome`` (bytes), lift the limit and free

@@ -31,8 +31,10 @@ def test_the_parts_add_up_to_the_device_s_use(memory) -> None:
     assert [p[0] for p in parts] == [p[0] for p in PARTS]
     assert sum(p[3] for p in parts) == memory.device_bytes
     assert parts[0][3] == c.weights_bytes and parts[3][3] == c.activations_bytes
-    assert parts[4][3] == memory.device_bytes - c.weights_bytes - c.gradients_bytes - c.optimizer_states_bytes \
-        - c.activations_bytes  # temporaries, the CUDA context and the allocator's reserve
+    assert (
+        parts[4][3]
+        == memory.device_bytes - c.weights_bytes - c.gradients_bytes - c.optimizer_states_bytes - c.activations_bytes
+    )  # temporaries, the CUDA context and the allocator's reserve
 
 
 def test_each_part_starts_with_its_letter_and_takes_its_share(memory) -> None:
@@ -42,8 +44,8 @@ def test_each_part_starts_with_its_letter_and_takes_its_share(memory) -> None:
     assert len(text) == cells and [p[0] for p in shown] == list("WGOA+")
     filled = text.rstrip("░")
     assert len(filled) == round(cells * memory.device_bytes / memory.capacity_bytes)
-    segments = [text[text.index(p[0]):] for p in shown]
-    for part, segment, after in zip(shown, segments, [*segments[1:], text[len(filled):]]):
+    segments = [text[text.index(p[0]) :] for p in shown]
+    for part, segment, after in zip(shown, segments, [*segments[1:], text[len(filled) :]]):
         width = len(segment) - len(after)  # from its letter to the next part's
         assert abs(width - cells * part[3] / memory.capacity_bytes) <= 1, (part, width)
     styles = {str(span.style) for span in bar.spans}
@@ -65,13 +67,26 @@ def test_a_plan_over_the_capacity_fills_the_bar_with_its_parts(memory) -> None:
 
 
 def _row(gpu: str, time_s: float | None, usd: float | None = None) -> CompareRow:
-    return CompareRow(gpu=gpu, gpu_name=gpu, num_gpus=1, fits=time_s is not None, device_bytes=1, usable_bytes=2,
-                      time_s=time_s, cost_per_billion_tokens_usd=usd)
+    return CompareRow(
+        gpu=gpu,
+        gpu_name=gpu,
+        num_gpus=1,
+        fits=time_s is not None,
+        device_bytes=1,
+        usable_bytes=2,
+        time_s=time_s,
+        cost_per_billion_tokens_usd=usd,
+    )
 
 
 def test_compare_draws_time_and_cost_as_bars_in_the_table_s_order() -> None:
-    c = Comparison(model="m", workload=Workload(seq_len=1024, global_batch_size=64), tokens=10**9, sort="time",
-                   rows=[_row("h100-sxm", 3600.0, 40.0), _row("l4", 4 * 3600.0), _row("t4", None)])
+    c = Comparison(
+        model="m",
+        workload=Workload(seq_len=1024, global_batch_size=64),
+        tokens=10**9,
+        sort="time",
+        rows=[_row("h100-sxm", 3600.0, 40.0), _row("l4", 4 * 3600.0), _row("t4", None)],
+    )
     lines = plain(comparison_chart(c, 80)).splitlines()
     assert lines[:2] == ["", "time to train on 1B tokens (shorter is faster)"]
     h100, l4, t4 = lines[2:5]

@@ -38,24 +38,41 @@ def test_recommend_json_follows_the_contract() -> None:
     assert data["schema_version"] == SCHEMA_VERSION
     for key in ("hardware", "model", "workload", "settings", "memory", "speed", "warnings"):
         assert key in data
-    for name in ("precision", "tf32", "micro_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
-                 "optimizer", "parallelism", "num_gpus", "dataloader_num_workers", "dataloader_pin_memory",
-                 "torch_compile"):
+    for name in (
+        "precision",
+        "tf32",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "gradient_checkpointing",
+        "optimizer",
+        "parallelism",
+        "num_gpus",
+        "dataloader_num_workers",
+        "dataloader_pin_memory",
+        "torch_compile",
+    ):
         setting = data["settings"][name]
         assert {"value", "rule_ids", "rationale", "sources", "alternatives"} <= set(setting), name
     assert rec.settings["precision"].value == "fp16" and rec.settings["tf32"].value is False
     for key in ("peak_bytes", "device_bytes", "capacity_bytes", "fits"):
         assert key in data["memory"]
-    for key in ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "activations_bytes",
-                "temporary_bytes", "cuda_context_bytes"):
+    for key in (
+        "weights_bytes",
+        "gradients_bytes",
+        "optimizer_states_bytes",
+        "activations_bytes",
+        "temporary_bytes",
+        "cuda_context_bytes",
+    ):
         assert key in data["memory"]["components"]
     for key in ("step_time_s", "samples_per_s", "tokens_per_s", "flops_per_step", "mfu"):
         assert key in data["speed"]
 
 
 def test_llama_on_a100_80gb() -> None:
-    out = advisor("recommend", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--seq-len", "2048",
-                  "--json")
+    out = advisor(
+        "recommend", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--seq-len", "2048", "--json"
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)["plan"]
     assert plan["precision"] == "bf16" and plan["tf32"] is True
@@ -80,6 +97,7 @@ def test_estimate_probe_profile_rules_schema() -> None:
 def test_estimate_s_global_batch_sets_the_accumulation_over_the_data_parallel_gpus() -> None:
     """``--global-batch-size`` with a micro-batch sets the accumulation (64 / (4 × 4 GPUs) = 4), with an accumulation
     alone the micro-batch; three that disagree, or a batch the GPUs cannot split, are one line and exit 2."""
+
     def plan(*args: str) -> dict:
         out = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb:4", *args, "--json")
         assert out.returncode == 0, out.stderr
@@ -92,10 +110,14 @@ def test_estimate_s_global_batch_sets_the_accumulation_over_the_data_parallel_gp
     p = plan("--global-batch-size", "64")
     assert (p["micro_batch_size"], p["gradient_accumulation_steps"]) == (1, 16)
     assert plan("--micro-batch-size", "4")["gradient_accumulation_steps"] == 1  # no global batch: as given
-    for args, words in ((("--global-batch-size", "32", "--micro-batch-size", "4", "--gradient-accumulation-steps",
-                          "4"), "= 64 samples, not the global batch 32"),
-                        (("--global-batch-size", "6"), "does not split over 4 data-parallel replicas"),
-                        (("--global-batch-size", "64", "--micro-batch-size", "3"), "does not divide the global batch")):
+    for args, words in (
+        (
+            ("--global-batch-size", "32", "--micro-batch-size", "4", "--gradient-accumulation-steps", "4"),
+            "= 64 samples, not the global batch 32",
+        ),
+        (("--global-batch-size", "6"), "does not split over 4 data-parallel replicas"),
+        (("--global-batch-size", "64", "--micro-batch-size", "3"), "does not divide the global batch"),
+    ):
         out = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb:4", *args)
         assert out.returncode == ExitCode.USAGE and words in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
@@ -104,9 +126,27 @@ def test_estimate_s_global_batch_sets_the_accumulation_over_the_data_parallel_gp
 def test_estimate_calls_a_plan_within_capacity_but_not_the_margin_tight() -> None:
     """LitGPT's Llama-2-7B LoRA on an A10G trained at 19.77 GB max_memory_allocated (litgpt config_hub README,
     ``benchmarks/published/litgpt.jsonl``): within the GPU, beyond the 10 % margin."""
-    args = ("estimate", "--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a10g", "--method", "lora", "--lora-rank",
-            "32", "--lora-targets", "q-v", "--weights-dtype", "bf16", "--micro-batch-size", "2", "--seq-len", "512",
-            "--framework", "litgpt")
+    args = (
+        "estimate",
+        "--model",
+        "meta-llama/Llama-2-7b-hf",
+        "--gpu",
+        "a10g",
+        "--method",
+        "lora",
+        "--lora-rank",
+        "32",
+        "--lora-targets",
+        "q-v",
+        "--weights-dtype",
+        "bf16",
+        "--micro-batch-size",
+        "2",
+        "--seq-len",
+        "512",
+        "--framework",
+        "litgpt",
+    )
     memory = json.loads(advisor(*args, "--json").stdout)["memory"]
     assert memory["usable_bytes"] < memory["device_bytes"] <= memory["capacity_bytes"]
     assert (memory["fits"], memory["fits_capacity"], memory["verdict"]) == (False, True, "tight")
@@ -126,18 +166,25 @@ def test_profile_of_a_mixture_of_experts() -> None:
     assert "8 routed, top-2" in table.stdout and "12,879,925,248" in table.stdout
 
 
-@pytest.mark.parametrize("args, code, needle", [
-    (["recommend", "--model", "acme/nope"], ExitCode.MODEL_NOT_FOUND, "acme/nope"),
-    (["recommend", "--model", "gpt2", "--gpu", "b300"], ExitCode.USAGE, "known: v100-16gb"),
-    (["recommend", "--model", "gpt2", "--gpu", "h100"], ExitCode.USAGE, "did you mean h100-sxm, h100-pcie?"),
-    (["recommend", "--model", "gpt2", "--seq-len", "0"], ExitCode.USAGE, "--seq-len"),
-    (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
-    (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),
-    (["recommend", "--model", "gpt2", "--seq-len", "abc"], ExitCode.USAGE, "whole number"),
-    pytest.param(["recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384"],
-                 ExitCode.NO_FIT, "would fit", marks=pytest.mark.slow),
-    (["frobnicate"], ExitCode.USAGE, "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["recommend", "--model", "acme/nope"], ExitCode.MODEL_NOT_FOUND, "acme/nope"),
+        (["recommend", "--model", "gpt2", "--gpu", "b300"], ExitCode.USAGE, "known: v100-16gb"),
+        (["recommend", "--model", "gpt2", "--gpu", "h100"], ExitCode.USAGE, "did you mean h100-sxm, h100-pcie?"),
+        (["recommend", "--model", "gpt2", "--seq-len", "0"], ExitCode.USAGE, "--seq-len"),
+        (["recommend", "--model", "gpt2", "--seq-len", "4096"], ExitCode.USAGE, "1024 positions"),
+        (["recommend", "--model", "gpt2", "--global-batch-size", "-4"], ExitCode.USAGE, "global-batch-size"),
+        (["recommend", "--model", "gpt2", "--seq-len", "abc"], ExitCode.USAGE, "whole number"),
+        pytest.param(
+            ["recommend", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "t4", "--seq-len", "16384"],
+            ExitCode.NO_FIT,
+            "would fit",
+            marks=pytest.mark.slow,
+        ),
+        (["frobnicate"], ExitCode.USAGE, "invalid choice"),
+    ],
+)
 def test_bad_input_is_one_line_and_a_documented_code(args, code, needle) -> None:
     out = advisor(*args)
     assert out.returncode == code, out.stderr
@@ -146,8 +193,9 @@ def test_bad_input_is_one_line_and_a_documented_code(args, code, needle) -> None
     assert "Traceback" not in out.stderr and out.stdout == ""
 
 
-@pytest.mark.parametrize("content, code", [("{ nope", ExitCode.BAD_CONFIG),
-                                           ('{"name": "a web app"}', ExitCode.BAD_CONFIG)])
+@pytest.mark.parametrize(
+    "content, code", [("{ nope", ExitCode.BAD_CONFIG), ('{"name": "a web app"}', ExitCode.BAD_CONFIG)]
+)
 def test_bad_config_files(tmp_path, content, code) -> None:
     path = tmp_path / "config.json"
     path.write_text(content)
@@ -177,13 +225,31 @@ print("HEAVY:" + ",".join(heavy))
 
 @pytest.mark.subprocess
 def test_fast_path_imports_no_torch_transformers_textual() -> None:
-    argvs = repr([["recommend", "--model", "gpt2", "--json"], ["recommend", "--model", "gpt2"],
-                  ["estimate", "--model", "gpt2", "--gpu", "t4"], ["profile", "--model", "bert-base-uncased"],
-                  ["profile", "--model", "mistralai/Mixtral-8x7B-v0.1"], ["profile", "--model", "Qwen/Qwen1.5-MoE-A2.7B"],
-                  ["probe"], ["probe", "--gpu", "a100-80gb:8"], ["recommend", "--model", "gpt2", "--explain"],
-                  ["compare", "--model", "gpt2", "--gpu", "t4", "--gpu", "h100-sxm:2"]])[1:-1] + ","
-    out = subprocess.run([sys.executable, "-c", FAST_PATH.format(argvs=argvs)], capture_output=True, text=True,
-                         env=ENV, cwd=ROOT, timeout=120)
+    argvs = (
+        repr(
+            [
+                ["recommend", "--model", "gpt2", "--json"],
+                ["recommend", "--model", "gpt2"],
+                ["estimate", "--model", "gpt2", "--gpu", "t4"],
+                ["profile", "--model", "bert-base-uncased"],
+                ["profile", "--model", "mistralai/Mixtral-8x7B-v0.1"],
+                ["profile", "--model", "Qwen/Qwen1.5-MoE-A2.7B"],
+                ["probe"],
+                ["probe", "--gpu", "a100-80gb:8"],
+                ["recommend", "--model", "gpt2", "--explain"],
+                ["compare", "--model", "gpt2", "--gpu", "t4", "--gpu", "h100-sxm:2"],
+            ]
+        )[1:-1]
+        + ","
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", FAST_PATH.format(argvs=argvs)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
 
@@ -195,8 +261,10 @@ def test_estimate_says_what_the_rules_say_of_the_plan() -> None:
     from advisor.app.api import estimate
 
     t4 = estimate("gpt2", gpu="t4", precision="bf16")
-    assert any(w.rule_id == "precision.no-bf16-before-ampere" and w.message.startswith("--precision bf16: ")
-               for w in t4.warnings), t4.warnings
+    assert any(
+        w.rule_id == "precision.no-bf16-before-ampere" and w.message.startswith("--precision bf16: ")
+        for w in t4.warnings
+    ), t4.warnings
     dp = estimate("gpt2", gpu="a100-80gb:4", parallelism="dp")
     assert any(w.message.startswith("--parallelism dp: nn.DataParallel") for w in dp.warnings)
     tp = estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", tensor_parallel=8)

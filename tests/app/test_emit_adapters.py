@@ -14,8 +14,15 @@ pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or 
 import yaml
 
 from advisor.app.api import estimate, recommend
-from advisor.app.emit import (LORA_CONFIG_FILE, MODEL_KWARGS_FILE, NVME_PATH, accelerate_config, deepspeed_config,
-                              render, training_args)
+from advisor.app.emit import (
+    LORA_CONFIG_FILE,
+    MODEL_KWARGS_FILE,
+    NVME_PATH,
+    accelerate_config,
+    deepspeed_config,
+    render,
+    training_args,
+)
 from advisor.app.emit_model import model_kwargs
 from advisor.engine.recommendation import Recommendation
 from probes.adapters import adapter_parameters
@@ -30,14 +37,18 @@ LLAMA = "meta-llama/Llama-2-7b-hf"
 CASES = {  # name -> recommend() arguments
     "lora (auto) on rtx-4090": dict(model=LLAMA, gpu="rtx-4090"),
     "qlora on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.QLORA.value),
-    "lora attention r=8 on a100-80gb": dict(model=LLAMA, gpu="a100-80gb", method=Method.LORA.value, lora_rank=8,
-                                            lora_targets=LoraTargets.ATTENTION.value),
-    "full, ZeRO-2 CPU offload on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.FULL.value,
-                                                 host_memory_bytes=256 * 2**30),
-    "full, ZeRO-Infinity NVMe on rtx-4090": dict(model=LLAMA, gpu="rtx-4090", method=Method.FULL.value,
-                                                 host_memory_bytes=64 * 2**30),
-    "gpt2 lora attention on t4 (fp16)": dict(model="gpt2", gpu="t4", method=Method.LORA.value,
-                                             lora_targets=LoraTargets.ATTENTION.value),
+    "lora attention r=8 on a100-80gb": dict(
+        model=LLAMA, gpu="a100-80gb", method=Method.LORA.value, lora_rank=8, lora_targets=LoraTargets.ATTENTION.value
+    ),
+    "full, ZeRO-2 CPU offload on rtx-4090": dict(
+        model=LLAMA, gpu="rtx-4090", method=Method.FULL.value, host_memory_bytes=256 * 2**30
+    ),
+    "full, ZeRO-Infinity NVMe on rtx-4090": dict(
+        model=LLAMA, gpu="rtx-4090", method=Method.FULL.value, host_memory_bytes=64 * 2**30
+    ),
+    "gpt2 lora attention on t4 (fp16)": dict(
+        model="gpt2", gpu="t4", method=Method.LORA.value, lora_targets=LoraTargets.ATTENTION.value
+    ),
 }
 
 
@@ -69,8 +80,12 @@ def test_lora_config_builds_peft_loraconfig_with_the_plans_adapters(name, tmp_pa
     assert set(kwargs) <= fields, set(kwargs) - fields  # a misspelt key would be a TypeError, but say which
     config = peft.LoraConfig(**kwargs)
     plan = rec.plan
-    assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (plan.lora_rank, 2 * plan.lora_rank,
-                                                                               0.0, "none")
+    assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (
+        plan.lora_rank,
+        2 * plan.lora_rank,
+        0.0,
+        "none",
+    )
     assert config.task_type == peft.TaskType.CAUSAL_LM
     if plan.lora_targets == LoraTargets.ALL_LINEAR:
         assert config.target_modules == "all-linear"
@@ -90,18 +105,48 @@ def _tiny(model_type: str) -> dict:
     if model_type == "gpt2":
         return dict(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100, architectures=["GPT2LMHeadModel"])
     if model_type == "distilbert":
-        return dict(dim=64, hidden_dim=128, n_layers=2, n_heads=4, vocab_size=100, architectures=["DistilBertForMaskedLM"])
+        return dict(
+            dim=64, hidden_dim=128, n_layers=2, n_heads=4, vocab_size=100, architectures=["DistilBertForMaskedLM"]
+        )
     if model_type == "t5":
-        return dict(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_decoder_layers=2, num_heads=4, vocab_size=100,
-                    architectures=["T5ForConditionalGeneration"])
+        return dict(
+            d_model=64,
+            d_ff=128,
+            d_kv=16,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            vocab_size=100,
+            architectures=["T5ForConditionalGeneration"],
+        )
     if model_type == "opt":
-        return dict(hidden_size=64, ffn_dim=128, num_hidden_layers=2, num_attention_heads=4, vocab_size=100,
-                    word_embed_proj_dim=64, max_position_embeddings=128, architectures=["OPTForCausalLM"])
+        return dict(
+            hidden_size=64,
+            ffn_dim=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=100,
+            word_embed_proj_dim=64,
+            max_position_embeddings=128,
+            architectures=["OPTForCausalLM"],
+        )
     arch = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM"}.get(model_type, "ForCausalLM")
-    cfg = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=100, max_position_embeddings=130, head_dim=16,
-               moe_intermediate_size=32, shared_expert_intermediate_size=32, num_local_experts=2, num_experts=2,
-               num_experts_per_tok=1, pad_token_id=0)
+    cfg = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+        max_position_embeddings=130,
+        head_dim=16,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=32,
+        num_local_experts=2,
+        num_experts=2,
+        num_experts_per_tok=1,
+        pad_token_id=0,
+    )
     if arch == "ForCausalLM":
         arch = transformers.AutoConfig.for_model(model_type).__class__.__name__.replace("Config", "ForCausalLM")
     return {**cfg, "architectures": [arch]}
@@ -117,8 +162,17 @@ def _peft_model(model_type: str, targets: str, tmp_path, task: str | None = None
     from advisor.measure.trainable import build_model, hf_config
     from rules import Plan
 
-    plan = Plan(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none", num_gpus=0)
+    plan = Plan(
+        device="cpu",
+        precision="fp32",
+        tf32=False,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=0,
+    )
     net = build_model(profile, hf_config(profile, plan, json.loads(path.read_text())))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -166,7 +220,8 @@ def test_query_value_adapters_are_peft_defaults_and_the_ones_advisor_counts(mode
     heads = sum(p.numel() for n, p in wrapped.named_parameters() if p.requires_grad and "lora_" not in n)
     assert trainable - heads == adapter_parameters(profile, 4, LoraTargets.QUERY_VALUE.value)
     assert adapter_parameters(profile, 4, LoraTargets.QUERY_VALUE.value) < adapter_parameters(
-        profile, 4, LoraTargets.ATTENTION.value)
+        profile, 4, LoraTargets.ATTENTION.value
+    )
 
 
 def test_query_value_adapters_on_a_fused_qkv_layer_are_one_clear_error(tmp_path) -> None:
@@ -273,8 +328,10 @@ def _deepspeed_config(cfg: dict, world_size: int):
 
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
-            mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=world_size):
+    with (
+        mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0),
+        mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=world_size),
+    ):
         return DeepSpeedConfig(cfg)
 
 
@@ -347,8 +404,16 @@ def test_every_hf_file_follows_the_method(tmp_path) -> None:
     """Change the method, rank, targets and weights, and every file that carries them follows."""
     rec = _rec("lora attention r=8 on a100-80gb")
     before = render(rec, ["all"])
-    after = render(_with(rec, method=Method.QLORA.value, lora_rank=32, lora_targets=LoraTargets.ALL_LINEAR.value,
-                         weights_dtype=WeightsDtype.FP32.value), ["all"])
+    after = render(
+        _with(
+            rec,
+            method=Method.QLORA.value,
+            lora_rank=32,
+            lora_targets=LoraTargets.ALL_LINEAR.value,
+            weights_dtype=WeightsDtype.FP32.value,
+        ),
+        ["all"],
+    )
     lora_before, lora_after = json.loads(before[LORA_CONFIG_FILE]), json.loads(after[LORA_CONFIG_FILE])
     assert (lora_before["r"], lora_after["r"], lora_after["lora_alpha"]) == (8, 32, 64)
     assert lora_after["target_modules"] == "all-linear" != lora_before["target_modules"]
@@ -377,4 +442,6 @@ print("HEAVY:" + ",".join(m for m in ("torch", "transformers", "peft", "bitsandb
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "HEAVY:"
-    assert (tmp_path / LORA_CONFIG_FILE).exists() and "quantization_config" in (tmp_path / MODEL_KWARGS_FILE).read_text()
+    assert (tmp_path / LORA_CONFIG_FILE).exists() and "quantization_config" in (
+        tmp_path / MODEL_KWARGS_FILE
+    ).read_text()

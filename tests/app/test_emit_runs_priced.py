@@ -38,8 +38,10 @@ GRID = {
     "gpt2 DDP": ("gpt2", dict(gpu="a100-80gb:8")),
     "70B FSDP2 8-bit AdamW": ("meta-llama/Llama-3.1-70B", dict(gpu="h100-sxm:8", seq_len=4096)),
     "8B fp8": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm:8", seq_len=4096, fp8=True)),
-    "70B QLoRA activation offloading": ("meta-llama/Llama-3.1-70B", dict(gpu="rtx-a6000", seq_len=2048,
-                                                                         global_batch_size=16)),
+    "70B QLoRA activation offloading": (
+        "meta-llama/Llama-3.1-70B",
+        dict(gpu="rtx-a6000", seq_len=2048, global_batch_size=16),
+    ),
     "Qwen3-14B FSDP activation offloading": ("Qwen/Qwen3-14B", dict(gpu="l40s:4", seq_len=8192, global_batch_size=32)),
     "70B QLoRA FSDP": ("meta-llama/Llama-3.1-70B", dict(gpu="rtx-4090:4", method="qlora", seq_len=2048)),
     "7B on 4 nodes": ("meta-llama/Llama-2-7b-hf", dict(gpu="a100-40gb:2", nodes=4)),
@@ -47,10 +49,15 @@ GRID = {
     "Mistral QLoRA T4": ("mistralai/Mistral-7B-v0.1", dict(gpu="t4", seq_len=2048)),
     "70B ZeRO-3 NVMe T4": ("meta-llama/Llama-3.1-70B", dict(gpu="t4")),
     "8B Liger layers": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm", seq_len=2048, loss_kernel="liger-layers")),
-    "8B packing": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm", seq_len=8192, packing=True,
-                                                  attention="flash-attention-2")),
+    "8B packing": (
+        "meta-llama/Llama-3.1-8B",
+        dict(gpu="h100-sxm", seq_len=8192, packing=True, attention="flash-attention-2"),
+    ),
     "8B chunked loss": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm", seq_len=8192, loss_kernel="chunked")),
-    "8B 128k context parallel": ("meta-llama/Llama-3.1-8B", dict(gpu="h100-sxm:8", seq_len=131072, global_batch_size=8)),
+    "8B 128k context parallel": (
+        "meta-llama/Llama-3.1-8B",
+        dict(gpu="h100-sxm:8", seq_len=131072, global_batch_size=8),
+    ),
 }
 
 _RECS: dict = {}
@@ -70,12 +77,15 @@ def _as_planned(rec):
     import transformers.training_args as ta
 
     gpu = rec.hardware.gpu
-    with mock.patch.object(ta, "is_torch_bf16_gpu_available", return_value=bool(gpu and gpu.bf16)), \
-            mock.patch.object(ta, "is_torch_tf32_available", return_value=bool(gpu and gpu.tf32)), \
-            mock.patch.object(ta, "enable_tf32"), \
-            mock.patch.object(transformers.TrainingArguments, "world_size",
-                              new=property(lambda self: rec.plan.data_parallel_size)), \
-            mock.patch.dict(os.environ, plan_env(rec)):
+    with (
+        mock.patch.object(ta, "is_torch_bf16_gpu_available", return_value=bool(gpu and gpu.bf16)),
+        mock.patch.object(ta, "is_torch_tf32_available", return_value=bool(gpu and gpu.tf32)),
+        mock.patch.object(ta, "enable_tf32"),
+        mock.patch.object(
+            transformers.TrainingArguments, "world_size", new=property(lambda self: rec.plan.data_parallel_size)
+        ),
+        mock.patch.dict(os.environ, plan_env(rec)),
+    ):
         yield
 
 
@@ -89,15 +99,18 @@ def _parse(cls, path: Path, rec):
 def _check_trainer(args, rec) -> None:
     """What TrainingArguments (or SFTConfig) turned on is what the plan was priced with."""
     plan = rec.plan
-    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (plan.micro_batch_size,
-                                                                                    plan.gradient_accumulation_steps)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (
+        plan.micro_batch_size,
+        plan.gradient_accumulation_steps,
+    )
     if plan.fp8:  # accelerate's fp8 (its torchao backend), under bf16 autocast
         assert args.mixed_precision == "fp8" and not args.bf16 and not args.fp16
     else:
         assert args.mixed_precision == (plan.precision if plan.precision != "fp32" else "no")
     fsdp_config = args.fsdp_config or {}
-    assert plan.gradient_checkpointing == bool(args.activation_checkpointing
-                                               or fsdp_config.get("activation_checkpointing"))
+    assert plan.gradient_checkpointing == bool(
+        args.activation_checkpointing or fsdp_config.get("activation_checkpointing")
+    )
     assert args.torch_compile == plan.torch_compile
     assert bool(args.use_liger_kernel) == LossKernel.of(plan.loss_kernel).spec.fused_layers
     from transformers.training_args import OptimizerNames
@@ -137,8 +150,15 @@ def _check_accelerate(path: Path, rec) -> None:
         assert cfg.fp8_config == {"backend": "AO"}
     parallelism = Parallelism.of(plan.parallelism)
     kind = str(cfg.distributed_type).split(".")[-1]
-    assert kind == ("DEEPSPEED" if parallelism.deepspeed else "FSDP" if parallelism.fsdp else
-                    "MULTI_GPU" if plan.num_gpus > 1 else "NO")
+    assert kind == (
+        "DEEPSPEED"
+        if parallelism.deepspeed
+        else "FSDP"
+        if parallelism.fsdp
+        else "MULTI_GPU"
+        if plan.num_gpus > 1
+        else "NO"
+    )
     if parallelism.fsdp:
         assert cfg.fsdp_config["fsdp_version"] == (2 if plan.runs_fsdp2 else 1)
         assert cfg.fsdp_config["fsdp_cpu_ram_efficient_loading"] is not plan.fp8  # accelerate refuses both with AO
@@ -169,8 +189,10 @@ def _check_deepspeed(path: Path, rec) -> None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
     plan = rec.plan
-    with mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0), \
-            mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus):
+    with (
+        mock.patch.object(deepspeed.runtime.config.dist, "get_rank", return_value=0),
+        mock.patch.object(deepspeed.runtime.config.dist, "get_world_size", return_value=plan.num_gpus),
+    ):
         ds = DeepSpeedConfig(json.loads(path.read_text()))
     assert ds.train_batch_size == plan.global_batch_size
     assert ds.zero_optimization_stage == Parallelism.of(plan.parallelism).stage
@@ -249,9 +271,15 @@ def _check_slurm(path: Path, rec) -> None:
     _check_script(path)
     text, plan, nodes = path.read_text(), rec.plan, rec.hardware.nodes
     per_node = plan.num_gpus // nodes
-    for words in (f"#SBATCH --nodes={nodes}", "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={per_node}",
-                  f"srun torchrun --nnodes={nodes} --nproc-per-node={per_node}", "--rdzv-backend=c10d",
-                  '--rdzv-endpoint="$head_node:29500"', f'"$SCRIPT" {config_file(rec)} "$@"'):
+    for words in (
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={per_node}",
+        f"srun torchrun --nnodes={nodes} --nproc-per-node={per_node}",
+        "--rdzv-backend=c10d",
+        '--rdzv-endpoint="$head_node:29500"',
+        f'"$SCRIPT" {config_file(rec)} "$@"',
+    ):
         assert words in text, words
     for variable, value in plan_env(rec).items():
         assert f"export {variable}={value}" in text
@@ -282,7 +310,7 @@ def test_a_run_of_n_tokens_is_max_steps(name, tmp_path, monkeypatch) -> None:
     rec = _rec(name)
     emit(rec, ["hf", "trl"], tmp_path, tokens=10**9)
     monkeypatch.chdir(tmp_path)
-    steps = -(-10**9 // tokens_per_step(rec))
+    steps = -(-(10**9) // tokens_per_step(rec))
     assert steps * tokens_per_step(rec) >= 10**9 > (steps - 1) * tokens_per_step(rec)
     _check_schedule(_parse(transformers.TrainingArguments, tmp_path / TRAINING_ARGS_FILE, rec), rec, steps)
     trl = pytest.importorskip("trl")

@@ -25,8 +25,9 @@ def _tiny_model(folder: Path) -> None:
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(TEXT, trainers.WordLevelTrainer(special_tokens=["[UNK]", "[PAD]", "[EOS]"]))
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                            eos_token="[EOS]").save_pretrained(folder)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]"
+    ).save_pretrained(folder)
     config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=256, n_positions=128, bos_token_id=2, eos_token_id=2)
     GPT2LMHeadModel(config).save_pretrained(folder)
 
@@ -39,12 +40,32 @@ def test_the_emitted_train_py_trains_through_launch_sh(tmp_path: Path) -> None:
     (tmp_path / "data.txt").write_text("\n".join(TEXT))
     home = tmp_path / "home"
     env = {**ENV, "ADVISOR_HOME": str(home), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{ENV.get('PATH', '')}"}
-    res = advisor("recommend", "--model", str(tmp_path / "tiny"), "--seq-len", "32", "--global-batch-size", "4",
-                  "--emit", "hf", "--emit", "torchrun", "--out", str(tmp_path / "cfg"), env=env)
+    res = advisor(
+        "recommend",
+        "--model",
+        str(tmp_path / "tiny"),
+        "--seq-len",
+        "32",
+        "--global-batch-size",
+        "4",
+        "--emit",
+        "hf",
+        "--emit",
+        "torchrun",
+        "--out",
+        str(tmp_path / "cfg"),
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "cfg" / "train.py").is_file() and (tmp_path / "cfg" / "plan.json").is_file()
-    run = subprocess.run([str(tmp_path / "cfg" / "launch.sh"), "--data", "data.txt", "--max-steps", "3"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [str(tmp_path / "cfg" / "launch.sh"), "--data", "data.txt", "--max-steps", "3"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert (tmp_path / "output" / "checkpoint-3").is_dir()  # output_dir relative to where the run started
     records = [json.loads(line) for line in (home / "runs.jsonl").read_text().splitlines()]
@@ -60,11 +81,28 @@ def test_data_that_tokenizes_to_nothing_is_one_clear_line(tmp_path: Path) -> Non
     pytest.importorskip("transformers")
     _tiny_model(tmp_path / "tiny")
     (tmp_path / "blank.txt").write_text("\n\n   \n")
-    res = advisor("recommend", "--model", str(tmp_path / "tiny"), "--seq-len", "32", "--global-batch-size", "4",
-                  "--emit", "hf", "--out", str(tmp_path / "cfg"))
+    res = advisor(
+        "recommend",
+        "--model",
+        str(tmp_path / "tiny"),
+        "--seq-len",
+        "32",
+        "--global-batch-size",
+        "4",
+        "--emit",
+        "hf",
+        "--out",
+        str(tmp_path / "cfg"),
+    )
     assert res.returncode == 0, res.stderr
-    run = subprocess.run([sys.executable, str(tmp_path / "cfg" / "train.py"), "--data", "blank.txt", "--max-steps", "1"],
-                         cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(tmp_path / "cfg" / "train.py"), "--data", "blank.txt", "--max-steps", "1"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 1 and "tokenized to nothing" in run.stderr.strip().splitlines()[-1], run.stderr[-2000:]
 
 

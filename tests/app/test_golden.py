@@ -40,8 +40,9 @@ def run(line: str) -> dict:
 def run_emit(line: str) -> dict:
     """``advisor recommend LINE --emit all --out DIR``: the exit code and every written file."""
     with tempfile.TemporaryDirectory() as folder:
-        code, _stdout, _stderr = run_cli(["recommend", *shlex.split(line), "--emit", "all", "--out", folder,
-                                          "--json"], env=ENV, cwd=ROOT)
+        code, _stdout, _stderr = run_cli(
+            ["recommend", *shlex.split(line), "--emit", "all", "--out", folder, "--json"], env=ENV, cwd=ROOT
+        )
         files = {p.name: p.read_text(encoding="utf-8") for p in sorted(Path(folder).iterdir())}
     return {"exit": code, "files": files}
 
@@ -51,9 +52,11 @@ def _recorded() -> dict:
 
 
 #: the commands that take over about 2 s on 2 cores (measured, --durations): out of make test-fast
-SLOW = {"recommend --model gpt2 --gpu rtx-3090:2 --objective memory --json",
-        "recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu h100-sxm:8 --seq-len 2048 --json",
-        "recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu a100-80gb:8"}
+SLOW = {
+    "recommend --model gpt2 --gpu rtx-3090:2 --objective memory --json",
+    "recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu h100-sxm:8 --seq-len 2048 --json",
+    "recommend --model mistralai/Mixtral-8x7B-v0.1 --gpu a100-80gb:8",
+}
 
 
 def _params(name: str) -> list:
@@ -89,7 +92,9 @@ def test_the_command_in_its_own_process_prints_the_recorded_bytes(line: str) -> 
 
 
 if __name__ == "__main__" and "--record" in sys.argv:
-    data = {"commands": {line: run(line) for line in _lines("commands.txt")},
-            "emit": {line: run_emit(line) for line in _lines("emit_commands.txt")}}
+    data = {
+        "commands": {line: run(line) for line in _lines("commands.txt")},
+        "emit": {line: run_emit(line) for line in _lines("emit_commands.txt")},
+    }
     (GOLDEN / "outputs.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     print(f"recorded {len(data['commands'])} commands and {len(data['emit'])} emits")

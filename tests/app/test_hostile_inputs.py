@@ -77,26 +77,48 @@ def folder(tmp_path_factory) -> Path:
 # -- each defect of the issue, reproduced ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, code, words", [
-    (["probe", "--gpu", "a100-80gb:2000"], ExitCode.USAGE, "from 1 to 128"),
-    (["probe", "--gpu", "a100-80gb:100000"], ExitCode.USAGE, "GPUs per node"),
-    (["probe", "--gpu", "a100-80gb:²"], ExitCode.USAGE, "bad GPU count"),
-    (["recommend", "--model", "gpt2", "--global-batch-size", "1000000000000000"], ExitCode.USAGE, "<= 16777216"),
-    (["recommend", "--model", "gpt2", "--nodes", "100000"], ExitCode.USAGE, "--nodes must be <= 16384"),
-    (["recommend", "--model", "gpt2", "--gpu", "a100-80gb:2", "--nodes", "2", "--inter-node-gbps", "nan"],
-     ExitCode.USAGE, "--inter-node-gbps"),
-    (["recommend", "--model", "gpt2", "--gpu", "a100-80gb:2", "--nodes", "2", "--inter-node-gbps", "inf"],
-     ExitCode.USAGE, "finite"),
-    (["recommend", "--model", "gpt2", "--inter-node-gbps", "-inf"], ExitCode.USAGE, "finite"),
-    (["validate", "--model", "gpt2", "--memory-limit", "-5GiB"], ExitCode.USAGE, "more than 0 bytes"),
-    (["validate", "--model", "gpt2", "--max-trials", "0"], ExitCode.USAGE, "--max-trials must be > 0"),
-    (["validate", "--model", "gpt2", "--global-batch-size", "4", "--micro-batch-size", "3",
-      "--gradient-accumulation-steps", "5"], ExitCode.USAGE, "not the global batch 4"),
-    (["estimate", "--model", "gpt2", "--micro-batch-size", "99999999999"], ExitCode.USAGE, "<= 16777216"),
-    (["recommend", "--model", "a" * 5000], ExitCode.USAGE, "5000 characters"),
-    (["recommend", "--model", "org/" + "a" * 300], ExitCode.MODEL_NOT_FOUND, "cannot be looked up"),
-    (["recommend", "--model", "~nosuchuser-advisor/m"], ExitCode.MODEL_NOT_FOUND, "~nosuchuser-advisor/m"),
-])
+@pytest.mark.parametrize(
+    "argv, code, words",
+    [
+        (["probe", "--gpu", "a100-80gb:2000"], ExitCode.USAGE, "from 1 to 128"),
+        (["probe", "--gpu", "a100-80gb:100000"], ExitCode.USAGE, "GPUs per node"),
+        (["probe", "--gpu", "a100-80gb:²"], ExitCode.USAGE, "bad GPU count"),
+        (["recommend", "--model", "gpt2", "--global-batch-size", "1000000000000000"], ExitCode.USAGE, "<= 16777216"),
+        (["recommend", "--model", "gpt2", "--nodes", "100000"], ExitCode.USAGE, "--nodes must be <= 16384"),
+        (
+            ["recommend", "--model", "gpt2", "--gpu", "a100-80gb:2", "--nodes", "2", "--inter-node-gbps", "nan"],
+            ExitCode.USAGE,
+            "--inter-node-gbps",
+        ),
+        (
+            ["recommend", "--model", "gpt2", "--gpu", "a100-80gb:2", "--nodes", "2", "--inter-node-gbps", "inf"],
+            ExitCode.USAGE,
+            "finite",
+        ),
+        (["recommend", "--model", "gpt2", "--inter-node-gbps", "-inf"], ExitCode.USAGE, "finite"),
+        (["validate", "--model", "gpt2", "--memory-limit", "-5GiB"], ExitCode.USAGE, "more than 0 bytes"),
+        (["validate", "--model", "gpt2", "--max-trials", "0"], ExitCode.USAGE, "--max-trials must be > 0"),
+        (
+            [
+                "validate",
+                "--model",
+                "gpt2",
+                "--global-batch-size",
+                "4",
+                "--micro-batch-size",
+                "3",
+                "--gradient-accumulation-steps",
+                "5",
+            ],
+            ExitCode.USAGE,
+            "not the global batch 4",
+        ),
+        (["estimate", "--model", "gpt2", "--micro-batch-size", "99999999999"], ExitCode.USAGE, "<= 16777216"),
+        (["recommend", "--model", "a" * 5000], ExitCode.USAGE, "5000 characters"),
+        (["recommend", "--model", "org/" + "a" * 300], ExitCode.MODEL_NOT_FOUND, "cannot be looked up"),
+        (["recommend", "--model", "~nosuchuser-advisor/m"], ExitCode.MODEL_NOT_FOUND, "~nosuchuser-advisor/m"),
+    ],
+)
 def test_defects_are_one_line_and_a_documented_code(argv, code, words) -> None:
     got, _, err, seconds = cli(*argv)
     assert got == code, err
@@ -107,26 +129,36 @@ def test_defects_are_one_line_and_a_documented_code(argv, code, words) -> None:
 @pytest.mark.slow
 def test_the_largest_batch_on_the_largest_cluster_is_planned_in_bounded_time() -> None:
     """The divisor search and the multiple-of-8 rule cost the batch's divisors, not the batch (it took minutes)."""
-    code, _, err, seconds = cli("recommend", "--model", "gpt2", "--gpu", f"h100-sxm:{MAX_GPUS_PER_NODE}",
-                                "--global-batch-size", str(MAX_GLOBAL_BATCH_SIZE))
+    code, _, err, seconds = cli(
+        "recommend",
+        "--model",
+        "gpt2",
+        "--gpu",
+        f"h100-sxm:{MAX_GPUS_PER_NODE}",
+        "--global-batch-size",
+        str(MAX_GLOBAL_BATCH_SIZE),
+    )
     assert code == ExitCode.OK, err
     assert seconds < SLOW_S
 
 
-@pytest.mark.parametrize("fields, words", [
-    ({"n_layer": -5}, "n_layer must be from 1"),
-    ({"n_embd": 0}, "n_embd must be from 1"),
-    ({"n_embd": True}, "n_embd must be a whole number, got true"),
-    ({"n_embd": None}, "n_embd must be a whole number, got null"),
-    ({"n_embd": 64.0}, "n_embd must be a whole number"),
-    ({"n_embd": float("nan")}, "not a number"),
-    ({"n_embd": float("inf")}, "not a number"),
-    ({"vocab_size": -5}, "vocab_size must be from 1"),
-    ({"n_embd": 65, "n_head": 2}, "n_embd 65 is not a multiple of n_head 2"),
-    ({"n_layer": 10**6}, f"n_layer must be from 1 to {MAX_LAYERS}"),
-    ({"architectures": [None, 5]}, "architectures must be a list of class names"),
-    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"n_layer": -5}, "n_layer must be from 1"),
+        ({"n_embd": 0}, "n_embd must be from 1"),
+        ({"n_embd": True}, "n_embd must be a whole number, got true"),
+        ({"n_embd": None}, "n_embd must be a whole number, got null"),
+        ({"n_embd": 64.0}, "n_embd must be a whole number"),
+        ({"n_embd": float("nan")}, "not a number"),
+        ({"n_embd": float("inf")}, "not a number"),
+        ({"vocab_size": -5}, "vocab_size must be from 1"),
+        ({"n_embd": 65, "n_head": 2}, "n_embd 65 is not a multiple of n_head 2"),
+        ({"n_layer": 10**6}, f"n_layer must be from 1 to {MAX_LAYERS}"),
+        ({"architectures": [None, 5]}, "architectures must be a list of class names"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false"),
+    ],
+)
 def test_bad_configs_name_the_field_and_the_file(folder: Path, fields: dict, words: str) -> None:
     path = folder / "bad.json"
     path.write_text(json.dumps({**TINY, **fields}))
@@ -138,15 +170,27 @@ def test_bad_configs_name_the_field_and_the_file(folder: Path, fields: dict, wor
 
 def test_a_config_of_a_million_layers_is_refused_before_the_meta_device(folder: Path) -> None:
     path = folder / "neox.json"
-    path.write_text(json.dumps({"model_type": "gpt_neox", "num_hidden_layers": 10**6, "hidden_size": 64,
-                                "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "gpt_neox",
+                "num_hidden_layers": 10**6,
+                "hidden_size": 64,
+                "num_attention_heads": 2,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            }
+        )
+    )
     code, _, err, seconds = cli("profile", "--model", str(path))
     assert code == ExitCode.BAD_CONFIG and "num_hidden_layers" in err and seconds < 5
 
 
-@pytest.mark.parametrize("text", ['{"a":' * 100_000 + "1" + "}" * 100_000,
-                                  '{"model_type": "gpt2", "x": ' + "[" * 50 + "]" * 50 + "}"],
-                         ids=["deep-json", "deep-config"])
+@pytest.mark.parametrize(
+    "text",
+    ['{"a":' * 100_000 + "1" + "}" * 100_000, '{"model_type": "gpt2", "x": ' + "[" * 50 + "]" * 50 + "}"],
+    ids=["deep-json", "deep-config"],
+)
 def test_deep_nesting_is_a_bad_config_not_a_recursion_error(folder: Path, text: str) -> None:
     path = folder / "deep.json"
     path.write_text(text)
@@ -159,8 +203,18 @@ def test_a_config_transformers_rejects_is_a_bad_config(folder: Path) -> None:
     """transformers' own config validation (huggingface_hub's strict dataclasses raise their own error type, not a
     ValueError): MPT's attn_config.attn_pdrop typed as an int, given as 0.0."""
     path = folder / "mpt.json"
-    path.write_text(json.dumps({"model_type": "mpt", "d_model": 64, "n_heads": 2, "n_layers": 1, "vocab_size": 100,
-                                "attn_config": {"attn_pdrop": 0.0}}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "mpt",
+                "d_model": 64,
+                "n_heads": 2,
+                "n_layers": 1,
+                "vocab_size": 100,
+                "attn_config": {"attn_pdrop": 0.0},
+            }
+        )
+    )
     code, _, err, seconds = cli("profile", "--model", str(path))
     assert code == ExitCode.BAD_CONFIG and "transformers rejects this 'mpt' config" in err and "attn_pdrop" in err
     assert_clean(code, err, seconds)
@@ -168,8 +222,17 @@ def test_a_config_transformers_rejects_is_a_bad_config(folder: Path) -> None:
 
 def test_grouped_query_heads_must_divide() -> None:
     with pytest.raises(BadConfigError, match="num_attention_heads 8 is not a multiple of num_key_value_heads 3"):
-        profile_from_config({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 8,
-                             "num_key_value_heads": 3, "num_hidden_layers": 1, "vocab_size": 10}, "m")
+        profile_from_config(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 3,
+                "num_hidden_layers": 1,
+                "vocab_size": 10,
+            },
+            "m",
+        )
 
 
 def test_plan_files(folder: Path) -> None:
@@ -182,8 +245,11 @@ def test_plan_files(folder: Path) -> None:
     with pytest.raises(UsageError, match=r"plan\.micro_batch_size must be from 1"):
         read_plan(_write(folder / "p0.json", json.dumps(zero)))
     (folder / "latin1.json").write_bytes(b"\xff\xfe{")
-    for path, words in ((str(folder / "latin1.json"), "not UTF-8"), ("/dev/zero", "not a regular file"),
-                        (str(folder), "Is a directory")):
+    for path, words in (
+        (str(folder / "latin1.json"), "not UTF-8"),
+        ("/dev/zero", "not a regular file"),
+        (str(folder), "Is a directory"),
+    ):
         with pytest.raises(UsageError, match=words):
             read_plan(path)
 
@@ -219,9 +285,15 @@ def test_a_full_stdout_is_exit_7(folder: Path) -> None:
     import sys
 
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "advisor", "profile", "--model", "gpt2", "--json"], stdout=full,
-                              stderr=subprocess.PIPE, text=True, timeout=60, cwd=ROOT,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+        done = subprocess.run(
+            [sys.executable, "-m", "advisor", "profile", "--model", "gpt2", "--json"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+        )
     assert done.returncode == ExitCode.OUTPUT, done.stderr
     assert done.stderr.strip().splitlines() == ["advisor: error: cannot write the output: No space left on device"]
 
@@ -243,18 +315,48 @@ def test_every_exit_code_is_in_the_readme_table() -> None:
 
 # -- property-based: hostile inputs ----------------------------------------------------------------------------
 
-_HOSTILE_VALUES = st.one_of(st.integers(-10, 10), st.integers(10**6, 10**12), st.booleans(), st.none(),
-                            st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
-                            st.lists(st.integers(0, 3), max_size=2), st.dictionaries(st.text(max_size=2),
-                                                                                     st.integers(), max_size=1))
-_SIZE_KEYS = {"gpt2": ("n_embd", "n_layer", "n_head", "n_inner", "vocab_size", "n_positions"),
-              "bert": ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size",
-                       "max_position_embeddings", "type_vocab_size"),
-              "llama": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                        "intermediate_size", "vocab_size", "head_dim", "tie_word_embeddings"),
-              "t5": ("d_model", "d_kv", "num_heads", "d_ff", "num_layers", "num_decoder_layers", "vocab_size"),
-              "mixtral": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_local_experts",
-                          "num_experts_per_tok", "intermediate_size", "vocab_size")}
+_HOSTILE_VALUES = st.one_of(
+    st.integers(-10, 10),
+    st.integers(10**6, 10**12),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.lists(st.integers(0, 3), max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(), max_size=1),
+)
+_SIZE_KEYS = {
+    "gpt2": ("n_embd", "n_layer", "n_head", "n_inner", "vocab_size", "n_positions"),
+    "bert": (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "type_vocab_size",
+    ),
+    "llama": (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "intermediate_size",
+        "vocab_size",
+        "head_dim",
+        "tie_word_embeddings",
+    ),
+    "t5": ("d_model", "d_kv", "num_heads", "d_ff", "num_layers", "num_decoder_layers", "vocab_size"),
+    "mixtral": (
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_local_experts",
+        "num_experts_per_tok",
+        "intermediate_size",
+        "vocab_size",
+    ),
+}
 
 
 @st.composite
@@ -272,7 +374,9 @@ def hostile_configs(draw) -> dict:
 
 @FEW
 @given(config=hostile_configs())
-@example(config={"model_type": "llama", "tie_word_embeddings": None})  # a null flag reads as false (was a ValidationError)
+@example(
+    config={"model_type": "llama", "tie_word_embeddings": None}
+)  # a null flag reads as false (was a ValidationError)
 def test_any_config_is_a_profile_or_one_bad_config_line(folder: Path, config: dict) -> None:
     """Invariants 1, 2, 3, 5: a hostile config.json profiles or is exit 4 naming a field it has."""
     path = folder / "hostile.json"
@@ -298,22 +402,80 @@ def test_any_bytes_as_config_json_are_one_line(folder: Path, data: bytes) -> Non
     assert code in (ExitCode.OK, ExitCode.BAD_CONFIG)
 
 
-_NUMBERS = st.sampled_from(["0", "-1", "-5", "1", "2", "3", "8", "64", "nan", "inf", "-inf", "1e99", "²", "1.5",
-                            "99999999999999999999", "16777217", "", "abc", "-5GiB", "0x10"])
-_FLAGS = {"recommend": ["--seq-len", "--global-batch-size", "--nodes", "--inter-node-gbps", "--lora-rank",
-                        "--host-memory", "--gpu", "--method", "--objective", "--interconnect"],
-          "estimate": ["--seq-len", "--global-batch-size", "--micro-batch-size", "--gradient-accumulation-steps",
-                       "--tensor-parallel", "--pipeline-parallel", "--nodes", "--gpu", "--precision", "--optimizer",
-                       "--offload", "--parallelism"],
-          "probe": ["--gpu", "--nodes", "--interconnect", "--inter-node-gbps", "--host-memory"]}
+_NUMBERS = st.sampled_from(
+    [
+        "0",
+        "-1",
+        "-5",
+        "1",
+        "2",
+        "3",
+        "8",
+        "64",
+        "nan",
+        "inf",
+        "-inf",
+        "1e99",
+        "²",
+        "1.5",
+        "99999999999999999999",
+        "16777217",
+        "",
+        "abc",
+        "-5GiB",
+        "0x10",
+    ]
+)
+_FLAGS = {
+    "recommend": [
+        "--seq-len",
+        "--global-batch-size",
+        "--nodes",
+        "--inter-node-gbps",
+        "--lora-rank",
+        "--host-memory",
+        "--gpu",
+        "--method",
+        "--objective",
+        "--interconnect",
+    ],
+    "estimate": [
+        "--seq-len",
+        "--global-batch-size",
+        "--micro-batch-size",
+        "--gradient-accumulation-steps",
+        "--tensor-parallel",
+        "--pipeline-parallel",
+        "--nodes",
+        "--gpu",
+        "--precision",
+        "--optimizer",
+        "--offload",
+        "--parallelism",
+    ],
+    "probe": ["--gpu", "--nodes", "--interconnect", "--inter-node-gbps", "--host-memory"],
+}
 #: Values each flag takes (half the draws), so that the hostile ones meet plans that run, not only refusals.
-_VALID = {"--seq-len": ["16", "32", "64"], "--global-batch-size": ["1", "8", "64"], "--nodes": ["1", "2"],
-          "--inter-node-gbps": ["100", "400"], "--lora-rank": ["8"], "--host-memory": ["64GiB"],
-          "--method": ["auto", "lora", "full"], "--objective": ["speed", "memory"],
-          "--interconnect": ["pcie", "nvlink,infiniband"], "--micro-batch-size": ["1", "2"],
-          "--gradient-accumulation-steps": ["1", "4"], "--tensor-parallel": ["1", "2"], "--pipeline-parallel": ["1"],
-          "--precision": ["bf16", "fp32"], "--optimizer": ["adamw", "adafactor"], "--offload": ["none", "optimizer"],
-          "--parallelism": ["ddp", "zero-2", "none"], "--gpu": ["a100-80gb", "a100-80gb:8", "t4:2"]}
+_VALID = {
+    "--seq-len": ["16", "32", "64"],
+    "--global-batch-size": ["1", "8", "64"],
+    "--nodes": ["1", "2"],
+    "--inter-node-gbps": ["100", "400"],
+    "--lora-rank": ["8"],
+    "--host-memory": ["64GiB"],
+    "--method": ["auto", "lora", "full"],
+    "--objective": ["speed", "memory"],
+    "--interconnect": ["pcie", "nvlink,infiniband"],
+    "--micro-batch-size": ["1", "2"],
+    "--gradient-accumulation-steps": ["1", "4"],
+    "--tensor-parallel": ["1", "2"],
+    "--pipeline-parallel": ["1"],
+    "--precision": ["bf16", "fp32"],
+    "--optimizer": ["adamw", "adafactor"],
+    "--offload": ["none", "optimizer"],
+    "--parallelism": ["ddp", "zero-2", "none"],
+    "--gpu": ["a100-80gb", "a100-80gb:8", "t4:2"],
+}
 _GPUS = st.sampled_from(["a100-80gb", "a100-80gb:8", "t4:2", "h100-sxm:129", "nosuch", "a100-80gb:0", "a100-80gb:²"])
 
 
@@ -340,19 +502,45 @@ def test_any_flag_combination_is_a_documented_code(folder: Path, argv: list[str]
 
 
 _PLAN_FIELDS = st.dictionaries(
-    st.sampled_from(["device", "precision", "tf32", "optimizer", "gradient_checkpointing", "micro_batch_size",
-                     "gradient_accumulation_steps", "parallelism", "num_gpus", "tensor_parallel", "lora_rank",
-                     "method", "weights_dtype", "cpu_processes", "offload"]),
+    st.sampled_from(
+        [
+            "device",
+            "precision",
+            "tf32",
+            "optimizer",
+            "gradient_checkpointing",
+            "micro_batch_size",
+            "gradient_accumulation_steps",
+            "parallelism",
+            "num_gpus",
+            "tensor_parallel",
+            "lora_rank",
+            "method",
+            "weights_dtype",
+            "cpu_processes",
+            "offload",
+        ]
+    ),
     st.one_of(_HOSTILE_VALUES, st.sampled_from(["cpu", "cuda", "fp32", "bf16", "adamw", "none", "ddp", "full"])),
-    max_size=8)
+    max_size=8,
+)
 
 
 @FEW
 @given(fields=_PLAN_FIELDS, wrap=st.sampled_from(["plan", "confirmed_plan", "other", None]))
 def test_any_plan_file_is_a_plan_or_one_usage_line(folder: Path, fields: dict, wrap: str | None) -> None:
     """Invariant 6: a random ``--plan`` file (a valid plan with hostile fields over it)."""
-    base = {"device": "cpu", "precision": "fp32", "tf32": False, "optimizer": "adamw", "gradient_checkpointing": False,
-            "micro_batch_size": 1, "gradient_accumulation_steps": 1, "parallelism": "none", "num_gpus": 0}
+    base = {
+        "device": "cpu",
+        "precision": "fp32",
+        "tf32": False,
+        "optimizer": "adamw",
+        "gradient_checkpointing": False,
+        "micro_batch_size": 1,
+        "gradient_accumulation_steps": 1,
+        "parallelism": "none",
+        "num_gpus": 0,
+    }
     document = {wrap: {**base, **fields}} if wrap else [base]
     path = _write(folder / "fuzz-plan.json", json.dumps(document))
     try:
@@ -363,20 +551,52 @@ def test_any_plan_file_is_a_plan_or_one_usage_line(folder: Path, fields: dict, w
     assert plan.micro_batch_size >= 1 and plan.gradient_accumulation_steps >= 1 and plan.num_gpus >= 0
 
 
-_API_KEYS = {"recommend": ["gpu", "nodes", "seq_len", "global_batch_size", "inter_node_gbps", "interconnect",
-                           "objective", "method", "lora_rank", "task", "hardware", "host_memory_bytes", "from_scratch"],
-             "estimate": ["gpu", "seq_len", "micro_batch_size", "gradient_accumulation_steps", "precision", "optimizer",
-                          "parallelism", "offload", "tensor_parallel", "weights_dtype", "tf32", "method", "hardware"]}
+_API_KEYS = {
+    "recommend": [
+        "gpu",
+        "nodes",
+        "seq_len",
+        "global_batch_size",
+        "inter_node_gbps",
+        "interconnect",
+        "objective",
+        "method",
+        "lora_rank",
+        "task",
+        "hardware",
+        "host_memory_bytes",
+        "from_scratch",
+    ],
+    "estimate": [
+        "gpu",
+        "seq_len",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "precision",
+        "optimizer",
+        "parallelism",
+        "offload",
+        "tensor_parallel",
+        "weights_dtype",
+        "tf32",
+        "method",
+        "hardware",
+    ],
+}
 
 
 @FEW
-@given(data=st.data(), function=st.sampled_from(sorted(_API_KEYS)),
-       model=st.one_of(st.just("TINY"), st.none(), st.integers(), st.text(max_size=3)))
+@given(
+    data=st.data(),
+    function=st.sampled_from(sorted(_API_KEYS)),
+    model=st.one_of(st.just("TINY"), st.none(), st.integers(), st.text(max_size=3)),
+)
 def test_the_api_raises_only_advisor_errors(folder: Path, data, function: str, model) -> None:
     """Invariant 7: ``recommend`` and ``estimate`` with random keyword values of any type."""
     words = st.sampled_from(["bf16", "fp16", "zero-3", "ddp", "optimizer", "lora", "qlora", "all-linear"])
-    kwargs = data.draw(st.dictionaries(st.sampled_from(_API_KEYS[function]), st.one_of(_HOSTILE_VALUES, _GPUS, words),
-                                       max_size=4))
+    kwargs = data.draw(
+        st.dictionaries(st.sampled_from(_API_KEYS[function]), st.one_of(_HOSTILE_VALUES, _GPUS, words), max_size=4)
+    )
     model = str(folder / "tiny.json") if model == "TINY" else model
     try:
         getattr(api, function)(model, **kwargs)
@@ -391,12 +611,25 @@ def valid_configs(draw) -> dict:
     width = heads * draw(st.sampled_from([8, 16, 32]))
     layers, vocab = draw(st.integers(1, 4)), draw(st.integers(16, 512))
     if draw(st.booleans()):
-        return {"model_type": "gpt2", "n_embd": width, "n_head": heads, "n_layer": layers, "vocab_size": vocab,
-                "n_positions": 256}
+        return {
+            "model_type": "gpt2",
+            "n_embd": width,
+            "n_head": heads,
+            "n_layer": layers,
+            "vocab_size": vocab,
+            "n_positions": 256,
+        }
     kv = draw(st.sampled_from([k for k in (1, 2, 4) if heads % k == 0]))
-    return {"model_type": "llama", "hidden_size": width, "num_attention_heads": heads, "num_key_value_heads": kv,
-            "num_hidden_layers": layers, "intermediate_size": 2 * width, "vocab_size": vocab,
-            "max_position_embeddings": 256}
+    return {
+        "model_type": "llama",
+        "hidden_size": width,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "num_hidden_layers": layers,
+        "intermediate_size": 2 * width,
+        "vocab_size": vocab,
+        "max_position_embeddings": 256,
+    }
 
 
 @pytest.mark.slow
@@ -465,12 +698,13 @@ def test_emit_never_replaces_what_is_not_a_file(folder: Path, kind: str, target:
         os.mkfifo(path)
     elif kind == "file":
         path.write_text("old")
-    code, _, err, seconds = cli("recommend", "--model", "gpt2", "--gpu", "a100-80gb", "--emit", target,
-                                "--out", str(out))
+    code, _, err, seconds = cli(
+        "recommend", "--model", "gpt2", "--gpu", "a100-80gb", "--emit", target, "--out", str(out)
+    )
     assert_clean(code, err, seconds)
     if kind in ("dir", "fifo"):
         assert code == ExitCode.OUTPUT
-        assert (path.is_dir() if kind == "dir" else stat.S_ISFIFO(path.stat().st_mode))
+        assert path.is_dir() if kind == "dir" else stat.S_ISFIFO(path.stat().st_mode)
         assert [p.name for p in out.iterdir()] == [name]
     else:
         assert code == ExitCode.OK and path.read_text() != "old"
@@ -501,11 +735,18 @@ def test_a_hub_that_never_answers_costs_the_deadline_not_minutes(tmp_path: Path)
     import sys
 
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy")}
-    env.update(HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}", HF_HUB_CACHE=str(tmp_path),
-               PYTHONPATH=str(ROOT))
+    env.update(
+        HF_ENDPOINT=f"http://127.0.0.1:{server.getsockname()[1]}", HF_HUB_CACHE=str(tmp_path), PYTHONPATH=str(ROOT)
+    )
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "advisor", "profile", "--model", "gpt2", "--hub-timeout", "1",
-                           "--json"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "advisor", "profile", "--model", "gpt2", "--hub-timeout", "1", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert time.perf_counter() - start < 15  # start-up included; minutes before
     assert done.returncode == 0, done.stderr
     profile = json.loads(done.stdout)
@@ -530,10 +771,30 @@ def test_sigterm_stops_validate_like_ctrl_c(tmp_path: Path) -> None:
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     report = tmp_path / "partial.json"
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "32",
-                             "--steps", "10000", "--warmup", "1", "--output", str(report), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "validate",
+            "--model",
+            str(config),
+            "--seq-len",
+            "32",
+            "--steps",
+            "10000",
+            "--warmup",
+            "1",
+            "--output",
+            str(report),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stderr is not None
     for line in proc.stderr:  # wait for the first timed step
         if " step " in line:
@@ -579,10 +840,29 @@ def test_a_second_sigterm_ends_torchrun_and_its_ranks(tmp_path: Path) -> None:
     own_tmp.mkdir()
     trials = os.path.join(own_tmp, "advisor-trial-*")
     before = set(glob.glob(trials))
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "32",
-                             "--nproc", "2", "--steps", "10000", "--warmup", "1"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TMPDIR": str(own_tmp)})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "validate",
+            "--model",
+            str(config),
+            "--seq-len",
+            "32",
+            "--nproc",
+            "2",
+            "--steps",
+            "10000",
+            "--warmup",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), "TMPDIR": str(own_tmp)},
+    )
     assert proc.stderr is not None
     for line in proc.stderr:
         if " step " in line:

@@ -20,8 +20,9 @@ from advisor.core.text import MAX_LINE, shown
 from test_hostile_inputs import TINY, assert_clean, cli
 
 ROOT = Path(__file__).resolve().parents[2]
-FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                       HealthCheck.function_scoped_fixture])
+FEW = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 FORGED = "\x1b]0;owned\x07\x1b[2J\nadvisor: error: forged"
 
 
@@ -41,22 +42,36 @@ def _one_clean_line(stderr: str) -> None:
 @example(text="x" * 2**20)  # a 1 MiB model_type was echoed whole
 def test_a_files_strings_reach_the_terminal_escaped_and_cut(tmp_path_factory, text: str) -> None:
     folder = tmp_path_factory.mktemp("shown")
-    cases = {"model_type": {"model_type": text},
-             "quant_method": {**TINY, "quantization_config": {"quant_method": text, "bits": 4}}}
+    cases = {
+        "model_type": {"model_type": text},
+        "quant_method": {**TINY, "quantization_config": {"quant_method": text, "bits": 4}},
+    }
     for name, config in cases.items():
         (folder / name).mkdir()
         (folder / name / "config.json").write_text(json.dumps(config))
     (folder / "adapter").mkdir()
-    (folder / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": text,
-                                                                        "peft_type": "LORA", "r": 8}))
+    (folder / "adapter" / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": text, "peft_type": "LORA", "r": 8})
+    )
     for name in ("model_type", "adapter"):
         code, out, err, seconds = cli("profile", "--model", str(folder / name))
         assert_clean(code, err, seconds)
         if code != ExitCode.OK:  # a real model_type ("switch_transformers") profiles from its defaults
             _one_clean_line(err)
         assert "\x1b" not in out + err
-    code, out, err, seconds = cli("recommend", "--model", str(folder / "quant_method"), "--gpu", "a100-80gb",
-                                  "--method", "full", "--seq-len", "32", "--global-batch-size", "4")
+    code, out, err, seconds = cli(
+        "recommend",
+        "--model",
+        str(folder / "quant_method"),
+        "--gpu",
+        "a100-80gb",
+        "--method",
+        "full",
+        "--seq-len",
+        "32",
+        "--global-batch-size",
+        "4",
+    )
     assert "\x1b" not in out + err
     if code != ExitCode.OK:
         _one_clean_line(err)
@@ -96,9 +111,11 @@ def test_fifos_are_refused_not_waited_on(tmp_path: Path) -> None:
     os.mkfifo(adapter / "adapter_config.json")
     os.mkfifo(tmp_path / "plan.json")
     os.mkfifo(tmp_path / "config.json")
-    for argv, code in ((("profile", "--model", str(adapter)), ExitCode.MODEL_NOT_FOUND),
-                       (("recommend", "--model", str(adapter), "--gpu", "t4"), ExitCode.MODEL_NOT_FOUND),
-                       (("validate", "--model", "gpt2", "--plan", str(tmp_path / "plan.json")), ExitCode.USAGE)):
+    for argv, code in (
+        (("profile", "--model", str(adapter)), ExitCode.MODEL_NOT_FOUND),
+        (("recommend", "--model", str(adapter), "--gpu", "t4"), ExitCode.MODEL_NOT_FOUND),
+        (("validate", "--model", "gpt2", "--plan", str(tmp_path / "plan.json")), ExitCode.USAGE),
+    ):
         code_, _, err, seconds = _within(20, cli, *argv)
         assert code_ == code, err
         assert_clean(code_, err, seconds)
@@ -112,8 +129,11 @@ def test_fifos_are_refused_not_waited_on(tmp_path: Path) -> None:
 
 
 @settings(max_examples=30, deadline=None)
-@given(flag=st.sampled_from(["--host-memory", "--cuda-context", "--memory-limit"]),
-       digits=st.integers(19, 500), unit=st.sampled_from(["", "GB", "TiB", ".5GiB"]))
+@given(
+    flag=st.sampled_from(["--host-memory", "--cuda-context", "--memory-limit"]),
+    digits=st.integers(19, 500),
+    unit=st.sampled_from(["", "GB", "TiB", ".5GiB"]),
+)
 @example(flag="--host-memory", digits=400, unit="")
 def test_a_size_of_any_length_is_one_usage_line(flag: str, digits: int, unit: str) -> None:
     import argparse
@@ -136,8 +156,14 @@ def _advisor(*argv: str, shell_tail: str = "", env: dict | None = None, timeout:
     import shlex
 
     command = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "advisor", *argv)) + " " + shell_tail
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=ROOT, timeout=timeout,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    done = subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -145,8 +171,9 @@ def _advisor(*argv: str, shell_tail: str = "", env: dict | None = None, timeout:
 def test_closed_streams_encodings_and_long_names_are_documented_codes(tmp_path: Path) -> None:
     card = ("recommend", "--model", "gpt2", "--gpu", "t4")
     code, _, err = _advisor(*card, shell_tail=">&-")  # stdout closed: the card cannot be written
-    assert code == ExitCode.OUTPUT and err.strip().splitlines() == ["advisor: error: cannot write the output: "
-                                                                    "stdout is closed"], err
+    assert code == ExitCode.OUTPUT and err.strip().splitlines() == [
+        "advisor: error: cannot write the output: stdout is closed"
+    ], err
     code, out, err = _advisor(*card, "--seq-len", "0", shell_tail="2>&-")  # stderr closed: the code stays
     assert code == ExitCode.USAGE and out == ""
     code, out, err = _advisor(*card, env={"PYTHONIOENCODING": "ascii"})  # the card's x cannot be spelt
@@ -164,9 +191,14 @@ def test_ctrl_c_while_importing_is_exit_130_without_a_traceback(delay_s: float) 
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--gpu", "t4"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "recommend", "--model", "gpt2", "--gpu", "t4"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -222,12 +254,23 @@ def test_an_earlier_sets_files_are_removed_and_no_others(tmp_path: Path) -> None
     assert cli(*base, "--method", "full")[0] == ExitCode.OK
     assert not (out / "lora_config.json").exists()  # the LoRA set's file is gone with it
     assert (out / "ds_config.json").read_text() == "{}" and (tmp_path / "victim").read_text() == "keep"
-    assert sorted(p.name for p in out.iterdir()) == [".advisor-emitted.json", "ds_config.json", "model_kwargs.json",
-                                                      "plan.json", "train.py", "training_args.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".advisor-emitted.json",
+        "ds_config.json",
+        "model_kwargs.json",
+        "plan.json",
+        "train.py",
+        "training_args.json",
+    ]
     assert cli(*base[:-4], "torchrun", "--out", str(out), "--json")[0] == ExitCode.OK  # another target: kept
     assert (out / "training_args.json").is_file()
     assert json.loads((out / ".advisor-emitted.json").read_text())["files"] == [
-        "launch.sh", "model_kwargs.json", "plan.json", "train.py", "training_args.json"]
+        "launch.sh",
+        "model_kwargs.json",
+        "plan.json",
+        "train.py",
+        "training_args.json",
+    ]
 
 
 # -- 3. a plan is checked against the machine it runs on ---------------------------------------------------------
@@ -251,13 +294,23 @@ def test_a_plan_asks_the_machine_only_for_what_it_has(tmp_path: Path) -> None:
     small = facts({"gpu": "cpu", "host": {"cores": 2, "ram_gib": 1}}, seq_len=32, global_batch_size=4)
     host = small.hardware.host.model_copy(update={"ram_bytes": RANK_RAM_BYTES + 1})  # RAM for one rank
     tiny_ram = small.model_copy(update={"hardware": small.hardware.model_copy(update={"host": host})})
-    cpu = Plan(device="cpu", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
-               micro_batch_size=1, gradient_accumulation_steps=1, parallelism="ddp", num_gpus=0)
-    for machine, plan, words in ((small, cpu.model_copy(update={"num_gpus": 3}), "names 3 GPUs"),
-                                 (small, cpu.model_copy(update={"device": "cuda", "num_gpus": 100_000}),
-                                  "this machine has 0"),
-                                 (small, cpu.model_copy(update={"cpu_processes": 128}), "128 CPU processes .* 2 cores"),
-                                 (tiny_ram, cpu.model_copy(update={"cpu_processes": 2}), "RAM")):
+    cpu = Plan(
+        device="cpu",
+        precision="fp32",
+        tf32=False,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="ddp",
+        num_gpus=0,
+    )
+    for machine, plan, words in (
+        (small, cpu.model_copy(update={"num_gpus": 3}), "names 3 GPUs"),
+        (small, cpu.model_copy(update={"device": "cuda", "num_gpus": 100_000}), "this machine has 0"),
+        (small, cpu.model_copy(update={"cpu_processes": 128}), "128 CPU processes .* 2 cores"),
+        (tiny_ram, cpu.model_copy(update={"cpu_processes": 2}), "RAM"),
+    ):
         with pytest.raises(UsageError, match=words):
             check_machine(machine, plan)
     with pytest.raises(Exception, match="--memory-limit 2048.0 GiB is more than"):
@@ -274,12 +327,23 @@ def test_a_plan_asks_the_machine_only_for_what_it_has(tmp_path: Path) -> None:
 
 
 def test_counts_within_their_limits_make_no_unbounded_product_or_bad_plan(tmp_path: Path) -> None:
-    code, _, err, seconds = cli("estimate", "--model", "gpt2", "--gpu", "t4", "--micro-batch-size", str(2**24),
-                                "--gradient-accumulation-steps", str(2**24))
+    code, _, err, seconds = cli(
+        "estimate",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "t4",
+        "--micro-batch-size",
+        str(2**24),
+        "--gradient-accumulation-steps",
+        str(2**24),
+    )
     assert code == ExitCode.USAGE and "281,474,976,710,656" in err and seconds < 5, err
-    for changes, words in (({"expert_parallel": 0}, "plan.expert_parallel must be from 1"),
-                           ({"expert_parallel": -3}, "plan.expert_parallel must be from 1"),
-                           ({"micro_batch_size": 2**24, "gradient_accumulation_steps": 2**24}, "global batch")):
+    for changes, words in (
+        ({"expert_parallel": 0}, "plan.expert_parallel must be from 1"),
+        ({"expert_parallel": -3}, "plan.expert_parallel must be from 1"),
+        ({"micro_batch_size": 2**24, "gradient_accumulation_steps": 2**24}, "global batch"),
+    ):
         code, _, err, seconds = cli("validate", "--model", "gpt2", "--plan", _plan_file(tmp_path, "p.json", changes))
         assert code == ExitCode.USAGE and words in err, err
         assert_clean(code, err, seconds)
@@ -287,9 +351,14 @@ def test_counts_within_their_limits_make_no_unbounded_product_or_bad_plan(tmp_pa
     assert code == ExitCode.USAGE and "workload.seq_len must be from 1" in err and "--seq-len" not in err, err
 
 
-@pytest.mark.parametrize("fields, words", [({"__class__": 1}, "__class__ is not a config field"),
-                                           ({"__dict__": {}}, "__dict__ is not a config field"),
-                                           ({"n_positions": None}, "wpe.weight null")])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        ({"__class__": 1}, "__class__ is not a config field"),
+        ({"__dict__": {}}, "__dict__ is not a config field"),
+        ({"n_positions": None}, "wpe.weight null"),
+    ],
+)
 def test_config_keys_and_null_sizes_are_bad_configs(tmp_path: Path, fields: dict, words: str) -> None:
     (tmp_path / "config.json").write_text(json.dumps({**TINY, **fields}))
     for command in ("profile", "recommend"):
@@ -301,12 +370,18 @@ def test_config_keys_and_null_sizes_are_bad_configs(tmp_path: Path, fields: dict
 # -- 5. the no-fit path is bounded -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("argv, cpu_s", [
-    (("--model", "TINY", "--gpu", "a100-80gb", "--cuda-context", "85GB"), 1.0),  # was 52-81 CPU-s
-    (("--model", "TINY", "--gpu", "a100-80gb:8", "--nodes", "4", "--cuda-context", "85GB"), 1.0),
-    (("--model", "TINY", "--gpu", "t4", "--cuda-context", str(2**60)), 1.0),
-    (("--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--method", "lora", "--lora-rank", "262144"), 3.0),
-])
+@pytest.mark.parametrize(
+    "argv, cpu_s",
+    [
+        (("--model", "TINY", "--gpu", "a100-80gb", "--cuda-context", "85GB"), 1.0),  # was 52-81 CPU-s
+        (("--model", "TINY", "--gpu", "a100-80gb:8", "--nodes", "4", "--cuda-context", "85GB"), 1.0),
+        (("--model", "TINY", "--gpu", "t4", "--cuda-context", str(2**60)), 1.0),
+        (
+            ("--model", "meta-llama/Llama-2-7b-hf", "--gpu", "a100-80gb", "--method", "lora", "--lora-rank", "262144"),
+            3.0,
+        ),
+    ],
+)
 def test_a_no_fit_answer_is_bounded(tmp_path: Path, argv: tuple, cpu_s: float) -> None:
     import time
 
@@ -361,17 +436,34 @@ def _cpu(*argv: str) -> tuple[int, str, float]:
     return code, err, time.process_time() - start
 
 
-AT_LIMITS = {"model_type": "llama", "hidden_size": 2**18, "intermediate_size": 2**18, "num_hidden_layers": 2048,
-             "num_attention_heads": 2, "vocab_size": 2**24, "max_position_embeddings": 2**24}
+AT_LIMITS = {
+    "model_type": "llama",
+    "hidden_size": 2**18,
+    "intermediate_size": 2**18,
+    "num_hidden_layers": 2048,
+    "num_attention_heads": 2,
+    "vocab_size": 2**24,
+    "max_position_embeddings": 2**24,
+}
 
 
-@pytest.mark.parametrize("argv", [("profile",), ("estimate", "--gpu", "a100-80gb"), ("recommend", "--gpu", "a100-80gb"),
-                                  ("recommend", "--gpu", "a100-80gb:8", "--nodes", "4")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("profile",),
+        ("estimate", "--gpu", "a100-80gb"),
+        ("recommend", "--gpu", "a100-80gb"),
+        ("recommend", "--gpu", "a100-80gb:8", "--nodes", "4"),
+    ],
+)
 def test_the_limits_are_walked_in_bounded_work(tmp_path: Path, argv: tuple) -> None:
     from advisor.core.limits import MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
     assert (AT_LIMITS["num_hidden_layers"], AT_LIMITS["hidden_size"], AT_LIMITS["vocab_size"]) == (
-        MAX_LAYERS, MAX_WIDTH, MAX_VOCAB)
+        MAX_LAYERS,
+        MAX_WIDTH,
+        MAX_VOCAB,
+    )
     (tmp_path / "config.json").write_text(json.dumps(AT_LIMITS))
     cli("profile", "--model", "gpt2")  # imports, outside the measure
     code, err, spent = _cpu(*argv, "--model", str(tmp_path))
@@ -387,8 +479,9 @@ def test_a_simulation_and_a_config_too_large_for_bounded_work_are_refused(tmp_pa
     assert code == ExitCode.USAGE and f"{MAX_LAYERS:,} blocks" in err and str(MAX_SIMULATED_LAYERS) in err, err
     assert spent < 5, spent
     (tmp_path / "many").mkdir()  # 16 MiB of small objects: was 12-20 CPU-s and 826 MiB
-    (tmp_path / "many" / "config.json").write_text(json.dumps({**TINY, "junk": [{}] * (16 * 2**20 // 4)})[:16 * 2**20 - 2]
-                                                   + "]}")
+    (tmp_path / "many" / "config.json").write_text(
+        json.dumps({**TINY, "junk": [{}] * (16 * 2**20 // 4)})[: 16 * 2**20 - 2] + "]}"
+    )
     code, err, spent = _cpu("profile", "--model", str(tmp_path / "many"))
     assert code == ExitCode.BAD_CONFIG and f"over {MAX_JSON_VALUES:,} JSON values" in err and spent < 2, (err, spent)
 
@@ -397,8 +490,9 @@ def test_a_simulation_and_a_config_too_large_for_bounded_work_are_refused(tmp_pa
 
 
 def test_compare_says_no_plan_can_run_as_recommend_does(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({**TINY, "quantization_config": {
-        "quant_method": "bitsandbytes", "load_in_4bit": True}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({**TINY, "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}})
+    )
     argv = ("--model", str(tmp_path), "--method", "full", "--gpu", "t4")
     recommended = cli("recommend", *argv)
     compared = cli("compare", *argv, "--gpu", "a100-80gb")
@@ -408,9 +502,10 @@ def test_compare_says_no_plan_can_run_as_recommend_does(tmp_path: Path) -> None:
 
 
 @FEW
-@given(bad=st.sampled_from([None, 8, "hf", 1.5, b"x", {"a": 1}, [8], ["hf", None]]),
-       where=st.sampled_from(["emit_targets", "emit_out", "emit_rec", "compare_gpus", "compare_tokens",
-                              "validate_plan"]))
+@given(
+    bad=st.sampled_from([None, 8, "hf", 1.5, b"x", {"a": 1}, [8], ["hf", None]]),
+    where=st.sampled_from(["emit_targets", "emit_out", "emit_rec", "compare_gpus", "compare_tokens", "validate_plan"]),
+)
 def test_the_apis_arguments_of_the_wrong_type_are_usage_errors(tmp_path_factory, bad, where: str) -> None:
     from advisor.app.api import estimate, recommend, validate
     from advisor.app.compare import compare
@@ -426,8 +521,12 @@ def test_the_apis_arguments_of_the_wrong_type_are_usage_errors(tmp_path_factory,
         "compare_tokens": lambda: compare("gpt2", gpus=["t4"], tokens=bad, seq_len=32),
         "validate_plan": lambda: validate("gpt2", plan=rec.plan.model_copy(update={"micro_batch_size": 0})),
     }
-    valid = (where == "emit_targets" and bad == ["hf"]) or (where == "emit_out" and isinstance(bad, str)) or (
-        where == "compare_gpus" and bad is None) or (where == "compare_tokens" and bad == 8)
+    valid = (
+        (where == "emit_targets" and bad == ["hf"])
+        or (where == "emit_out" and isinstance(bad, str))
+        or (where == "compare_gpus" and bad is None)
+        or (where == "compare_tokens" and bad == 8)
+    )
     if valid:
         return
     with pytest.raises(UsageError):
@@ -442,9 +541,14 @@ def test_ctrl_c_before_validates_first_trial_stops_at_once(tmp_path: Path) -> No
     import time
 
     (tmp_path / "config.json").write_text(json.dumps(TINY))
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(tmp_path), "--seq-len", "32",
-                             "--steps", "100000"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "advisor", "validate", "--model", str(tmp_path), "--seq-len", "32", "--steps", "100000"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     time.sleep(0.6)  # the command's imports are done; torch's are not (or, on a fast machine, the trial started)
     proc.send_signal(signal.SIGINT)
     sent = time.monotonic()
@@ -462,8 +566,12 @@ def test_a_model_path_is_text_not_markup(tmp_path: Path, monkeypatch, name: str)
     model = Path(name)
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps(TINY))
-    for argv in (("profile",), ("estimate", "--gpu", "t4"), ("recommend", "--gpu", "t4", "--explain"),
-                 ("compare", "--gpu", "t4")):
+    for argv in (
+        ("profile",),
+        ("estimate", "--gpu", "t4"),
+        ("recommend", "--gpu", "t4", "--explain"),
+        ("compare", "--gpu", "t4"),
+    ):
         workload = () if argv[0] == "profile" else ("--seq-len", "32")
         code, out, err, _ = cli(*argv, "--model", str(model), *workload)
         assert code == ExitCode.OK and "internal error" not in err, err

@@ -19,10 +19,15 @@ GPU = ["--model", "gpt2", "--gpu", "a100-80gb"]
 
 
 def _record(plan: dict, device: str, predicted: float, measured: float) -> dict:
-    return run_store.record(source=run_store.SOURCE_VALIDATE, device={"type": "cuda", "name": device, "count": 1,
-                                                                       "driver": None},
-                            model={"id": "gpt2", "task": "causal-lm"}, plan=plan, seq_len=1024,
-                            predicted={"step_time_s": predicted}, measured={"step_time_s": measured})
+    return run_store.record(
+        source=run_store.SOURCE_VALIDATE,
+        device={"type": "cuda", "name": device, "count": 1, "driver": None},
+        model={"id": "gpt2", "task": "causal-lm"},
+        plan=plan,
+        seq_len=1024,
+        predicted={"step_time_s": predicted},
+        measured={"step_time_s": measured},
+    )
 
 
 def test_the_median_of_comparable_runs_bounded() -> None:
@@ -33,7 +38,7 @@ def test_the_median_of_comparable_runs_bounded() -> None:
     c = calibration(records, plan, "X")
     assert c.runs == 3 and c.step_time_ratio == pytest.approx(1.2) and not c.bounded
     assert c.describe() == "calibrated on 3 runs on this machine: speed ×0.83"
-    assert calibration(records[:MIN_RUNS - 1], plan, "X") is None
+    assert calibration(records[: MIN_RUNS - 1], plan, "X") is None
     assert calibration([_record(same, "NVIDIA A100-SXM4-80GB", 1.0, 1.5)] * 3, plan, "NVIDIA A100 SXM4 80GB").runs == 3
     far = calibration([_record(same, "X", 1.0, 10.0)] * 3, plan, "X")
     assert far.step_time_ratio == 2.0 and far.bounded
@@ -61,8 +66,16 @@ def test_recommend_estimate_and_compare_scale_by_the_stored_ratio() -> None:
     assert code == ExitCode.OK and "calibrated on 3 runs on this machine: speed ×0.80" in card
 
     plan = before["plan"]
-    flags = ["--micro-batch-size", str(plan["micro_batch_size"]), "--gradient-accumulation-steps",
-             str(plan["gradient_accumulation_steps"]), "--precision", plan["precision"], "--attention", plan["attention"]]
+    flags = [
+        "--micro-batch-size",
+        str(plan["micro_batch_size"]),
+        "--gradient-accumulation-steps",
+        str(plan["gradient_accumulation_steps"]),
+        "--precision",
+        plan["precision"],
+        "--attention",
+        plan["attention"],
+    ]
     code, out, _ = run_cli(["estimate", *GPU, "--json", *flags])
     est = json.loads(out)
     assert code == ExitCode.OK and est["speed"]["local_calibration"]["runs"] == 3

@@ -70,8 +70,13 @@ class Shell:
         (bin_dir / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
         for tool in bin_dir.iterdir():
             tool.chmod(0o755)
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT),
-                    "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
+        self.env = {
+            **os.environ,
+            "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "PYTHONPATH": str(ROOT),
+            "HF_HUB_OFFLINE": "1",
+            "COLUMNS": "80",
+        }
 
     def run(self, command: str) -> tuple[int, str]:
         """Exit code and stdout + stderr of ``command``: in this interpreter when it is a plain ``advisor ARGS``."""
@@ -80,8 +85,9 @@ class Shell:
             assignments, argv = plain
             code, out, err = run_cli(argv, env={**self.env, **assignments}, cwd=self.folder)
             return code, out + err
-        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, cwd=self.folder, env=self.env,
-                             timeout=300)
+        out = subprocess.run(
+            ["bash", "-c", command], capture_output=True, text=True, cwd=self.folder, env=self.env, timeout=300
+        )
         return out.returncode, out.stdout + out.stderr
 
 
@@ -129,7 +135,7 @@ def _matches(shown: list[str], got: list[str]) -> bool:
     shown = [line.rstrip() for line in shown]
     got = [line.rstrip() for line in got]
     if shown and shown[-1] == ELLIPSIS:
-        return got[:len(shown) - 1] == shown[:-1]
+        return got[: len(shown) - 1] == shown[:-1]
     while got and not got[-1]:
         got.pop()
     return got == shown
@@ -148,8 +154,9 @@ def _marks(index: int) -> list:
     return ([pytest.mark.subprocess] if _needs_a_shell(index) else []) + ([pytest.mark.slow] if slow else [])
 
 
-@pytest.mark.parametrize("index", [pytest.param(i, marks=_marks(i))
-                                   for i in range(len(_blocks(README.read_text(encoding="utf-8"))))])
+@pytest.mark.parametrize(
+    "index", [pytest.param(i, marks=_marks(i)) for i in range(len(_blocks(README.read_text(encoding="utf-8"))))]
+)
 def test_block(shell: Shell, index: int) -> None:
     from advisor.app.cli import build_parser
 
@@ -183,8 +190,9 @@ def test_links_resolve_inside_the_repository() -> None:
     text = README.read_text(encoding="utf-8")
     targets = [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not t.startswith(("http://", "https://", "#"))]
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    paths = [p for p in re.findall(r"`([\w.-]+/[\w./-]+\.(?:py|md|json|txt|svg|yaml))", text)
-             if p.split("/")[0] in tops]
+    paths = [
+        p for p in re.findall(r"`([\w.-]+/[\w./-]+\.(?:py|md|json|txt|svg|yaml))", text) if p.split("/")[0] in tops
+    ]
     missing = [t for t in targets + paths if not (ROOT / t.split("#")[0].split(":")[0]).exists()]
     assert targets and paths and not missing, missing
 
@@ -212,13 +220,18 @@ def test_the_rationales_the_prose_quotes_are_today_s() -> None:
     assert f"micro-batch {plan.micro_batch_size} × {plan.gradient_accumulation_steps} accumulation × 8 GPUs" in text
     mixtral = recommend("mistralai/Mixtral-8x7B-v0.1", gpu="a100-80gb:8", method="full")
     rationale = mixtral.settings["expert_parallel"].rationale
-    chosen = re.search(r"fsdp-full-shard: ([\d.]+ GiB) per GPU, communication ([\d.]+ s) of the ([\d.]+ s) step, "
-                       r"est\. ([\d,]+) tokens/s", rationale)
-    other = re.search(r"expert parallel 8 with (fsdp-[\w-]+): ([\d.]+ GiB) per GPU, .*est\. ([\d,]+) tokens/s",
-                      rationale)
+    chosen = re.search(
+        r"fsdp-full-shard: ([\d.]+ GiB) per GPU, communication ([\d.]+ s) of the ([\d.]+ s) step, "
+        r"est\. ([\d,]+) tokens/s",
+        rationale,
+    )
+    other = re.search(
+        r"expert parallel 8 with (fsdp-[\w-]+): ([\d.]+ GiB) per GPU, .*est\. ([\d,]+) tokens/s", rationale
+    )
     assert chosen and other, rationale
-    assert (f"holds {chosen[1]} per GPU at est. {chosen[4]} tokens/s, {chosen[2]} of its {chosen[3]} step "
-            "communicating") in text
+    assert (
+        f"holds {chosen[1]} per GPU at est. {chosen[4]} tokens/s, {chosen[2]} of its {chosen[3]} step communicating"
+    ) in text
     strategy = {"fsdp-full-shard": "FULL_SHARD", "fsdp-shard-grad-op": "SHARD_GRAD_OP"}[other[1]]
     assert f"expert parallel 8 with {strategy} holds {other[2]} at est. {other[3]} tokens/s" in text
 
@@ -239,11 +252,11 @@ def update() -> int:
             for command, shown in _steps(body):
                 got = _output(shell, command)
                 if shown and shown[-1] == ELLIPSIS:
-                    got = got[:len(shown) - 1] + [ELLIPSIS]
+                    got = got[: len(shown) - 1] + [ELLIPSIS]
                 lines += [f"$ {command}", *[line.rstrip() for line in got]]
             new = "\n".join(lines) + "\n"
             changed += new != body
-            pieces += [text[last:block.start("body")], new]
+            pieces += [text[last : block.start("body")], new]
             last = block.end("body")
         README.write_text("".join(pieces) + text[last:], encoding="utf-8")
     print(f"updated {changed} console block(s) in {README}")

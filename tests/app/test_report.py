@@ -105,8 +105,9 @@ if __name__ == "__main__" and "--record" in sys.argv:
             for explain in (False, True):
                 if explain and (case, model, options) not in CASES[:2]:
                     continue
-                (SNAPSHOTS / _name(case, width, explain)).write_text(render(model, options, width, explain),
-                                                                    encoding="utf-8")
+                (SNAPSHOTS / _name(case, width, explain)).write_text(
+                    render(model, options, width, explain), encoding="utf-8"
+                )
     print(f"recorded {len(list(SNAPSHOTS.iterdir()))} snapshots in {SNAPSHOTS}")
 
 
@@ -117,8 +118,9 @@ def test_the_memory_table_gives_an_offload_s_host_ram_its_own_verdict() -> None:
     from advisor.app.report import memory_table
 
     def text(**kw) -> str:
-        est = estimate("meta-llama/Llama-2-7b-hf", gpu="rtx-4090", gradient_checkpointing=True,
-                       **{"offload": "optimizer", **kw})
+        est = estimate(
+            "meta-llama/Llama-2-7b-hf", gpu="rtx-4090", gradient_checkpointing=True, **{"offload": "optimizer", **kw}
+        )
         console = Console(width=120, file=io.StringIO(), color_system=None, record=True)
         console.print(memory_table(est.memory))
         return console.export_text()

@@ -12,11 +12,15 @@ from helpers import cpu_plan
 
 
 def _add(step_time: float = 0.12, source: str = run_store.SOURCE_VALIDATE) -> dict:
-    rec = run_store.record(source=source, device={"type": "cpu", "name": "Test CPU", "count": 1, "driver": None},
-                           model={"id": "gpt2", "task": "causal-lm"}, plan=cpu_plan().model_dump(mode="json"),
-                           seq_len=64, predicted={"step_time_s": 0.1, "peak_bytes": 2**30},
-                           measured={"step_time_s": step_time, "tokens_per_s": 8 * 64 / step_time,
-                                     "peak_bytes": 2**30 + 2**28})
+    rec = run_store.record(
+        source=source,
+        device={"type": "cpu", "name": "Test CPU", "count": 1, "driver": None},
+        model={"id": "gpt2", "task": "causal-lm"},
+        plan=cpu_plan().model_dump(mode="json"),
+        seq_len=64,
+        predicted={"step_time_s": 0.1, "peak_bytes": 2**30},
+        measured={"step_time_s": step_time, "tokens_per_s": 8 * 64 / step_time, "peak_bytes": 2**30 + 2**28},
+    )
     run_store.append(rec)
     return rec
 

@@ -16,8 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _plan(**update) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     return Plan(**{**base, **update})
 
 
@@ -51,19 +60,22 @@ def test_a_default_plan_runs_everywhere(consumer: Consumer) -> None:
     assert refusal(consumer, _plan()) is None
 
 
-@pytest.mark.parametrize("update, consumer, words", [
-    ({"tensor_parallel": 2, "num_gpus": 2}, Consumer.EMIT, "tensor parallel 2 x pipeline parallel 1"),
-    ({"expert_parallel": 8, "num_gpus": 8, "parallelism": "ddp"}, Consumer.EMIT, "expert-model-parallel-size 8"),
-    ({"framework": "litgpt"}, Consumer.EMIT, "litgpt's own code"),
-    ({"fp8": True}, Consumer.TRIAL, "--no-fp8"),
-    ({"loss_kernel": "chunked"}, Consumer.TRIAL, "chunked cross-entropy"),
-    ({"optimizer_in_backward": True}, Consumer.TRIAL, "optimizer step in backward"),
-    ({"gradient_checkpointing": True, "checkpointing": "selective-op"}, Consumer.TRIAL, "not selective-op"),
-    ({"torch_compile": True}, Consumer.SIMULATE, "not compiled"),
-    ({"activation_offloading": True}, Consumer.SIMULATE, "activation offloading"),
-    ({"optimizer": "adamw-8bit"}, Consumer.SIMULATE, "cannot run adamw-8bit"),
-    ({"framework": "litgpt"}, Consumer.SIMULATE, "litgpt_simulated.py"),
-])
+@pytest.mark.parametrize(
+    "update, consumer, words",
+    [
+        ({"tensor_parallel": 2, "num_gpus": 2}, Consumer.EMIT, "tensor parallel 2 x pipeline parallel 1"),
+        ({"expert_parallel": 8, "num_gpus": 8, "parallelism": "ddp"}, Consumer.EMIT, "expert-model-parallel-size 8"),
+        ({"framework": "litgpt"}, Consumer.EMIT, "litgpt's own code"),
+        ({"fp8": True}, Consumer.TRIAL, "--no-fp8"),
+        ({"loss_kernel": "chunked"}, Consumer.TRIAL, "chunked cross-entropy"),
+        ({"optimizer_in_backward": True}, Consumer.TRIAL, "optimizer step in backward"),
+        ({"gradient_checkpointing": True, "checkpointing": "selective-op"}, Consumer.TRIAL, "not selective-op"),
+        ({"torch_compile": True}, Consumer.SIMULATE, "not compiled"),
+        ({"activation_offloading": True}, Consumer.SIMULATE, "activation offloading"),
+        ({"optimizer": "adamw-8bit"}, Consumer.SIMULATE, "cannot run adamw-8bit"),
+        ({"framework": "litgpt"}, Consumer.SIMULATE, "litgpt_simulated.py"),
+    ],
+)
 def test_a_refusal_names_the_setting_and_its_value(update, consumer, words) -> None:
     reason = refusal(consumer, _plan(**update))
     assert reason is not None and words in reason and "\n" not in reason
@@ -77,10 +89,12 @@ def test_a_value_a_consumer_runs_is_not_refused() -> None:
 
 def test_trials_swap_what_they_run_in_its_place() -> None:
     plan, notes = swapped(Consumer.TRIAL, _plan(parallelism="zero-1", num_gpus=2))  # crashed before (StopIteration)
-    assert plan.parallelism == "zero-2" and notes == ["zero-1 has no torch.distributed counterpart here: the trial "
-                                                      "runs zero-2 (FSDP SHARD_GRAD_OP)"]
+    assert plan.parallelism == "zero-2" and notes == [
+        "zero-1 has no torch.distributed counterpart here: the trial runs zero-2 (FSDP SHARD_GRAD_OP)"
+    ]
     assert swapped(Consumer.TRIAL, _plan(parallelism="dp", num_gpus=2))[1] == [
-        "dp has no torch.distributed counterpart here: the trial runs ddp (DDP)"]
+        "dp has no torch.distributed counterpart here: the trial runs ddp (DDP)"
+    ]
     assert swapped(Consumer.TRIAL, _plan(parallelism="ddp", num_gpus=2))[1] == []
 
 
@@ -101,8 +115,13 @@ def _assigned_collections(path: Path) -> list[str]:
 
 def test_no_module_outside_core_lists_settings() -> None:
     """Every collection of settings is read from the table: no module outside advisor/core spells one."""
-    offenders = [hit for pkg in ("probes", "rules", "advisor", "tui") for path in sorted((ROOT / pkg).rglob("*.py"))
-                 if "core" not in path.relative_to(ROOT).parts for hit in _assigned_collections(path)]
+    offenders = [
+        hit
+        for pkg in ("probes", "rules", "advisor", "tui")
+        for path in sorted((ROOT / pkg).rglob("*.py"))
+        if "core" not in path.relative_to(ROOT).parts
+        for hit in _assigned_collections(path)
+    ]
     assert not offenders, "\n".join(offenders)
 
 
@@ -114,8 +133,9 @@ def test_a_plan_the_hand_off_swaps_is_labelled_estimate_only() -> None:
     assert estimate_only(_plan()) is None and hand_off(_plan()) is None
     # activation offloading runs in TRL's SFTConfig (--emit trl): not an estimate only, and the plan says who runs it
     assert estimate_only(_plan(activation_offloading=True)) is None
-    assert hand_off(_plan(activation_offloading=True)) == ("--emit trl runs activation_offloading as priced; the "
-                                                           "Trainer's files do not")
+    assert hand_off(_plan(activation_offloading=True)) == (
+        "--emit trl runs activation_offloading as priced; the Trainer's files do not"
+    )
     assert "torchtune's optimizer_in_bwd" in estimate_only(_plan(optimizer_in_backward=True))  # no target runs it
     assert "expert-model-parallel-size 8" in estimate_only(_plan(expert_parallel=8, num_gpus=8, parallelism="ddp"))
 
@@ -123,11 +143,26 @@ def test_a_plan_the_hand_off_swaps_is_labelled_estimate_only() -> None:
 def test_a_search_for_a_trial_leaves_out_what_a_trial_cannot_run() -> None:
     from advisor.engine.legality import capability_forbids
 
-    forbids = {(e.setting, e.value) for e in capability_forbids(Consumer.TRIAL, {
-        "tensor_parallel": [1, 2, 4], "loss_kernel": ["liger", "chunked", "standard"], "fp8": [True, False],
-        "optimizer_in_backward": [False, True], "precision": ["bf16", "fp32"]})}
-    assert forbids == {("tensor_parallel", 2), ("tensor_parallel", 4), ("loss_kernel", "chunked"), ("fp8", True),
-                       ("optimizer_in_backward", True)}
+    forbids = {
+        (e.setting, e.value)
+        for e in capability_forbids(
+            Consumer.TRIAL,
+            {
+                "tensor_parallel": [1, 2, 4],
+                "loss_kernel": ["liger", "chunked", "standard"],
+                "fp8": [True, False],
+                "optimizer_in_backward": [False, True],
+                "precision": ["bf16", "fp32"],
+            },
+        )
+    }
+    assert forbids == {
+        ("tensor_parallel", 2),
+        ("tensor_parallel", 4),
+        ("loss_kernel", "chunked"),
+        ("fp8", True),
+        ("optimizer_in_backward", True),
+    }
 
 
 #: Catalog questions whose plans reach for what the hand-off or a trial cannot run: tensor / expert parallelism,
@@ -154,8 +189,9 @@ def test_the_recommended_plan_runs_as_emitted_or_says_so(model, options) -> None
         assert render(rec, ["all"])  # the files are written
         assert (rec.hand_off is None) == (swapped(Consumer.EMIT, rec.plan)[1] == [])
     else:
-        assert rec.estimate_only in (refusal(Consumer.EMIT, rec.plan)
-                                     or "; ".join(swapped(Consumer.EMIT, rec.plan, "trl")[1]))
+        assert rec.estimate_only in (
+            refusal(Consumer.EMIT, rec.plan) or "; ".join(swapped(Consumer.EMIT, rec.plan, "trl")[1])
+        )
     trial = search(make_facts(model, **options), runs_on=Consumer.TRIAL).best
     assert trial is None or refusal(Consumer.TRIAL, trial.plan) is None  # validate's plan is one a trial runs
 

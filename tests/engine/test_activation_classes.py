@@ -17,8 +17,17 @@ GIB = 2**30
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=2, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=2,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     return Plan(**{**base, **kw})
 
 
@@ -31,16 +40,24 @@ def test_each_class_names_its_column_most_specific_first() -> None:
     assert calibration_keys(_plan()) == ["mixed"]
     assert calibration_keys(_plan(weights_dtype="bf16")) == ["bf16", "mixed"]
     assert calibration_keys(_plan(weights_dtype="bf16", method="lora", lora_targets="attention")) == [
-        "bf16+lora-attention", "bf16", "mixed"]
+        "bf16+lora-attention",
+        "bf16",
+        "mixed",
+    ]
     # ZeRO and FSDP compute with 16-bit parameters: the 16-bit column even over fp32 weights
     assert calibration_keys(_plan(parallelism="zero-2", num_gpus=8))[0] == "bf16"
     assert calibration_keys(_plan(parallelism="fsdp-full-shard", num_gpus=8))[0] == "bf16"
     # QLoRA's own columns, then LoRA's (bitsandbytes >= 0.43.2 keeps no 4-bit layer's input, as a frozen layer);
     # on an older bitsandbytes its own, then full fine-tuning's (every linear layer's input kept)
     assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="attention")) == [
-        "bf16+qlora-attention", "bf16+lora-attention", "bf16", "mixed"]
-    assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="all-linear",
-                                  legacy_bitsandbytes=True)) == ["bf16+qlora-all-linear+keeps-inputs", "bf16", "mixed"]
+        "bf16+qlora-attention",
+        "bf16+lora-attention",
+        "bf16",
+        "mixed",
+    ]
+    assert calibration_keys(
+        _plan(weights_dtype="bf16", method="qlora", lora_targets="all-linear", legacy_bitsandbytes=True)
+    ) == ["bf16+qlora-all-linear+keeps-inputs", "bf16", "mixed"]
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "gemma", "phi3", "gpt2"])
@@ -81,7 +98,13 @@ def test_query_value_adapters_keep_what_their_simulated_step_keeps() -> None:
     assert table["bf16+lora-attention"]["layer_h"] - table["bf16+lora-q-v"]["layer_h"] == pytest.approx(4, abs=0.1)
     assert table["bf16+qlora-q-v"]["layer_h"] == pytest.approx(table["bf16+qlora-attention"]["layer_h"], abs=0.1)
     assert calibration_keys(_plan(weights_dtype="bf16", method="qlora", lora_targets="q-v")) == [
-        "bf16+qlora-q-v", "bf16+qlora-attention", "bf16+lora-q-v", "bf16+lora-attention", "bf16", "mixed"]
+        "bf16+qlora-q-v",
+        "bf16+qlora-attention",
+        "bf16+lora-q-v",
+        "bf16+lora-attention",
+        "bf16",
+        "mixed",
+    ]
     qv, attention = (_activations(weights_dtype="bf16", method="lora", lora_targets=t) for t in ("q-v", "attention"))
     assert attention - qv == pytest.approx(4 * 4096 * 2 * 1024 * 32, rel=0.03)  # 4 B x h x tokens x layers
 
@@ -96,7 +119,10 @@ def test_a_litgpt_plan_reads_litgpts_columns_first() -> None:
     steps, benchmarks/calibrate_litgpt.py) come first, the transformers model's after them."""
     keys = calibration_keys(_plan(weights_dtype="bf16", method="lora", lora_targets="attention", framework="litgpt"))
     assert keys[:2] == ["litgpt:bf16+lora-attention", "litgpt:bf16"] and keys[-3:] == [
-        "bf16+lora-attention", "bf16", "mixed"]
+        "bf16+lora-attention",
+        "bf16",
+        "mixed",
+    ]
     assert "litgpt:bf16+lora-attention" in _calibration()["llama"]["causal-lm"]
     hf = _activations(weights_dtype="bf16", method="lora", lora_targets="attention")
     assert _activations(weights_dtype="bf16", method="lora", lora_targets="attention", framework="litgpt") != hf
@@ -128,20 +154,28 @@ def test_litgpt_builds_its_lm_head_apart_from_the_embedding() -> None:
     assert gpt2.tied_embeddings and not gpt2.untied().tied_embeddings
     assert gpt2.untied().num_parameters == gpt2.num_parameters + gpt2.vocab_size * gpt2.hidden_size
     assert profile_model(LLAMA).untied() == profile_model(LLAMA)
-    hf, lit = (estimate("gpt2", gpu="a100-80gb", seq_len=128, micro_batch_size=1, framework=f)
-               for f in ("transformers", "litgpt"))
+    hf, lit = (
+        estimate("gpt2", gpu="a100-80gb", seq_len=128, micro_batch_size=1, framework=f)
+        for f in ("transformers", "litgpt")
+    )
     assert lit.model.num_parameters == gpt2.untied().num_parameters
     assert lit.memory.components.weights_bytes > hf.memory.components.weights_bytes
 
 
 @pytest.mark.parametrize("model", [LLAMA, "mistralai/Mistral-7B-v0.1", "Qwen/Qwen2.5-7B"])
-@pytest.mark.parametrize("step", [dict(weights_dtype="bf16"), dict(weights_dtype="bf16", method="lora",
-                                                                     lora_targets="attention"),
-                                  dict(weights_dtype="bf16", method="lora", lora_targets="all-linear"),
-                                  dict(weights_dtype="bf16", parallelism="fsdp-full-shard", num_gpus=2)])
+@pytest.mark.parametrize(
+    "step",
+    [
+        dict(weights_dtype="bf16"),
+        dict(weights_dtype="bf16", method="lora", lora_targets="attention"),
+        dict(weights_dtype="bf16", method="lora", lora_targets="all-linear"),
+        dict(weights_dtype="bf16", parallelism="fsdp-full-shard", num_gpus=2),
+    ],
+)
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_the_structural_formula_prices_16_bit_classes_as_the_simulated_steps(monkeypatch, model, step,
-                                                                           checkpointing) -> None:
+def test_the_structural_formula_prices_16_bit_classes_as_the_simulated_steps(
+    monkeypatch, model, step, checkpointing
+) -> None:
     """The structural formula (families without a calibration: mixtures of experts, new architectures) keeps a
     16-bit residual stream over 16-bit weights, drops frozen layers' inputs and recomputes a checkpointed block apart
     from the logits: on the gated families whose columns are fitted to simulated steps it lands within 10 % of them

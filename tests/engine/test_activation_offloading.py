@@ -72,7 +72,9 @@ def test_the_forward_copy_hides_behind_the_forward_and_the_backward_copy_is_expo
 
 
 def test_the_planner_offloads_only_when_nothing_without_it_fits() -> None:
-    assert not search(api.make_facts(LLAMA, gpu="rtx-4090", seq_len=2048, global_batch_size=8)).best.plan.activation_offloading
+    assert not search(
+        api.make_facts(LLAMA, gpu="rtx-4090", seq_len=2048, global_batch_size=8)
+    ).best.plan.activation_offloading
     rec = api.recommend(LLAMA, gpu="a100-80gb", seq_len=65536, global_batch_size=8, method="lora")
     assert rec.plan.activation_offloading
     decision = rec.settings["activation_offloading"]
@@ -94,8 +96,15 @@ def test_a_trial_says_in_one_line_what_it_needs(monkeypatch) -> None:
 
     cpu = api.make_facts("gpt2", gpu=None, seq_len=128, global_batch_size=8)
     with pytest.raises(UsageError, match="in RAM already"):
-        api.validate("gpt2", seq_len=128, global_batch_size=8, activation_offloading=True, gradient_checkpointing=True,
-                     steps=1, hardware=cpu.hardware)
+        api.validate(
+            "gpt2",
+            seq_len=128,
+            global_batch_size=8,
+            activation_offloading=True,
+            gradient_checkpointing=True,
+            steps=1,
+            hardware=cpu.hardware,
+        )
     monkeypatch.setitem(__import__("sys").modules, "trl", None)  # as if TRL were not installed
     plan = _estimate(gradient_checkpointing=True, activation_offloading=True).plan
     with pytest.raises(UsageError, match="pip install trl"):
@@ -114,16 +123,19 @@ def test_the_emitted_notes_name_trl() -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif("importlib.util.find_spec('torch') is None or not __import__('torch').cuda.is_available() "
-                    "or importlib.util.find_spec('trl') is None",  # a string: evaluated when run, torch not collected
-                    reason="needs a CUDA GPU and TRL")
+@pytest.mark.skipif(
+    "importlib.util.find_spec('torch') is None or not __import__('torch').cuda.is_available() "
+    "or importlib.util.find_spec('trl') is None",  # a string: evaluated when run, torch not collected
+    reason="needs a CUDA GPU and TRL",
+)
 def test_cuda_trial_offloads_the_checkpoints_it_was_priced_to() -> None:
     """On a GPU: TRL's OffloadActivations lowers the measured peak by about what advisor prices as offloaded."""
     kw = dict(seq_len=1024, global_batch_size=8, micro_batch_size=8, gradient_checkpointing=True, steps=3)
     kept, offloaded = (api.validate("gpt2", activation_offloading=on, **kw).trials[0] for on in (False, True))
     assert kept.status == offloaded.status == "ok"
-    priced = api.estimate("gpt2", seq_len=1024, micro_batch_size=8, gradient_checkpointing=True,
-                          activation_offloading=True)
+    priced = api.estimate(
+        "gpt2", seq_len=1024, micro_batch_size=8, gradient_checkpointing=True, activation_offloading=True
+    )
     moved = offloaded_activation_bytes(priced.model, offloaded.plan, 1024)
     saved = kept.measured.peak_bytes - offloaded.measured.peak_bytes
     assert saved > 0.5 * moved

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.engine.allocator import (ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES,
-                                      device_bytes)
+from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES, device_bytes
 from advisor.core.vocabulary import Parallelism
 from rules import Plan
 
@@ -20,8 +19,17 @@ H100_RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     return Plan(**{**base, **kw})
 
 
@@ -31,8 +39,17 @@ def test_small_transients_keep_the_proportional_reserve_of_the_v100_fit() -> Non
     assert got == states + int(transient * TRANSIENT_RESERVE) + ALLOCATOR_SLACK_BYTES + context
 
 
-@pytest.mark.parametrize("parallelism", [Parallelism.NONE, Parallelism.DDP, Parallelism.ZERO_1, Parallelism.ZERO_2,
-                                         Parallelism.FSDP_SHARD_GRAD_OP, Parallelism.FSDP_FULL_SHARD])
+@pytest.mark.parametrize(
+    "parallelism",
+    [
+        Parallelism.NONE,
+        Parallelism.DDP,
+        Parallelism.ZERO_1,
+        Parallelism.ZERO_2,
+        Parallelism.FSDP_SHARD_GRAD_OP,
+        Parallelism.FSDP_FULL_SHARD,
+    ],
+)
 def test_large_transients_without_record_stream_reserve_at_most_the_cap(parallelism: Parallelism) -> None:
     """Unsharded parameters, and FSDP2's (the default ``fsdp_version``), which frees its gathered buffers without
     ``recordStream``."""
@@ -42,11 +59,18 @@ def test_large_transients_without_record_stream_reserve_at_most_the_cap(parallel
     assert got == states + transient + TRANSIENT_RESERVE_CAP_BYTES + ALLOCATOR_SLACK_BYTES
 
 
-@pytest.mark.parametrize(("parallelism", "fsdp_version"), [
-    (Parallelism.ZERO_3, 2), (Parallelism.FSDP_SHARD_GRAD_OP, 1), (Parallelism.FSDP_FULL_SHARD, 1),
-    (Parallelism.FSDP_HYBRID_SHARD, 2)])
+@pytest.mark.parametrize(
+    ("parallelism", "fsdp_version"),
+    [
+        (Parallelism.ZERO_3, 2),
+        (Parallelism.FSDP_SHARD_GRAD_OP, 1),
+        (Parallelism.FSDP_FULL_SHARD, 1),
+        (Parallelism.FSDP_HYBRID_SHARD, 2),
+    ],
+)
 def test_gathers_through_record_stream_keep_the_proportional_reserve_on_any_transients(
-        parallelism: Parallelism, fsdp_version: int) -> None:
+    parallelism: Parallelism, fsdp_version: int
+) -> None:
     """FSDP1 (HYBRID_SHARD included: the Trainer runs it on FSDP1) and ZeRO-3 gather parameters layer by layer on a
     side stream whose ``recordStream`` keeps freed blocks cached: fms-acceleration's FSDP1 readings reserve 1.3-2.6x
     the transients, so no cap."""
@@ -57,8 +81,9 @@ def test_gathers_through_record_stream_keep_the_proportional_reserve_on_any_tran
 
 
 def test_the_cpu_shows_the_peak_itself() -> None:
-    assert device_bytes(5 * GIB, _plan(device="cpu", precision="fp32", tf32=False, num_gpus=0), 500 * MIB, GIB) \
-        == 5 * GIB
+    assert (
+        device_bytes(5 * GIB, _plan(device="cpu", precision="fp32", tf32=False, num_gpus=0), 500 * MIB, GIB) == 5 * GIB
+    )
 
 
 def test_the_h100_records_are_priced_within_the_docstrings_figures() -> None:

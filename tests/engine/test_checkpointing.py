@@ -21,8 +21,17 @@ def _est(**kw):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                micro_batch_size=2, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=2,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     return Plan(**{**base, **kw})
 
 
@@ -40,8 +49,9 @@ def test_op_level_keeps_attention_and_every_other_matmul_by_hand() -> None:
 
 def test_selective_keeps_more_than_full_and_less_than_none_and_recomputes_less() -> None:
     none = _est()
-    full, op, layer = (_est(gradient_checkpointing=True, checkpointing=c)
-                       for c in ("full", "selective-op", "selective-layer"))
+    full, op, layer = (
+        _est(gradient_checkpointing=True, checkpointing=c) for c in ("full", "selective-op", "selective-layer")
+    )
     act = [e.memory.components.activations_bytes for e in (full, op, layer, none)]
     assert act == sorted(act) and len(set(act)) == 4
     # full recomputes every block's forward; op-level a third of its matmuls and no attention
@@ -58,12 +68,30 @@ def test_selective_without_checkpointing_is_one_usage_line() -> None:
 
 
 def test_trials_and_simulation_run_full_checkpointing_only(tmp_path) -> None:
-    res = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--gradient-checkpointing", "--checkpointing",
-                  "selective-op", "--json")
+    res = advisor(
+        "estimate",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "a100-80gb",
+        "--gradient-checkpointing",
+        "--checkpointing",
+        "selective-op",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     (tmp_path / "plan.json").write_text(res.stdout)
     res = advisor("validate", "--model", "gpt2", "--plan", str(tmp_path / "plan.json"), "--steps", "1")
     assert res.returncode == 2 and "--checkpointing full" in res.stderr, res.stderr
-    res = advisor("estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--gradient-checkpointing", "--checkpointing",
-                  "selective-op", "--simulate")
+    res = advisor(
+        "estimate",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "a100-80gb",
+        "--gradient-checkpointing",
+        "--checkpointing",
+        "selective-op",
+        "--simulate",
+    )
     assert res.returncode == 2 and "full activation checkpointing" in res.stderr, res.stderr

@@ -48,9 +48,17 @@ def test_zero3_gathers_a_block_again_for_its_recomputation_only_past_the_reuse_d
     gpu = profile_from_catalog("a100-80gb", 1).gpus[0]
 
     def seconds(model, ckpt: bool) -> float:
-        plan = Plan(device="cuda", precision="bf16", tf32=False, optimizer="adamw", gradient_checkpointing=ckpt,
-                    micro_batch_size=1,
-                    gradient_accumulation_steps=1, num_gpus=512, parallelism="zero-3")
+        plan = Plan(
+            device="cuda",
+            precision="bf16",
+            tf32=False,
+            optimizer="adamw",
+            gradient_checkpointing=ckpt,
+            micro_batch_size=1,
+            gradient_accumulation_steps=1,
+            num_gpus=512,
+            parallelism="zero-3",
+        )
         return communication_seconds(model, plan, gpu, True, 64, compute_s_per_micro=0.0)
 
     # 70B's blocks hold 0.86e9 elements each: kept between recomputation and backward, the same traffic

@@ -13,8 +13,9 @@ from advisor.engine.communication import ring_attention_seconds
 from probes.gpu_catalog import catalog, gpu_info_from_catalog
 
 LLAMA = "meta-llama/Llama-3.1-8B"
-LONG = dict(gpu="h100-sxm:8", seq_len=131072, parallelism="fsdp-full-shard", micro_batch_size=1,
-            gradient_checkpointing=True)
+LONG = dict(
+    gpu="h100-sxm:8", seq_len=131072, parallelism="fsdp-full-shard", micro_batch_size=1, gradient_checkpointing=True
+)
 
 
 def test_each_rank_keeps_its_share_of_the_sequence_and_the_batch_replicas_shrink() -> None:

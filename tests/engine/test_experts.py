@@ -5,8 +5,15 @@ dtype, untouched by fp8; under QLoRA transformers 5 leaves the 3-D experts unqua
 from __future__ import annotations
 
 from advisor.app.api import estimate
-from advisor.engine.experts import (GROUPED_MM, LOOP, expert_gemm_efficiency, experts_implementation,
-                                    experts_in_fp32, loop_launch_seconds, routed_rows)
+from advisor.engine.experts import (
+    GROUPED_MM,
+    LOOP,
+    expert_gemm_efficiency,
+    experts_implementation,
+    experts_in_fp32,
+    loop_launch_seconds,
+    routed_rows,
+)
 from probes.adapters import NF4_BYTES_PER_PARAM, unquantized_expert_bytes
 from probes.gpu_catalog import gpu_info_from_catalog, parse_gpu_spec
 from probes.model import profile_model
@@ -20,9 +27,19 @@ def catalog_gpu(name: str):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                micro_batch_size=2, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
-                weights_dtype="bf16", torch_compile=False)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=2,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        weights_dtype="bf16",
+        torch_compile=False,
+    )
     base.update(kw)
     return Plan(**base)
 
@@ -64,8 +81,10 @@ def test_moe_steps_on_a_v100_pay_for_the_loop_and_fp8_leaves_the_experts_in_bf16
     # fp8 converts nn.Linear layers only: the routed experts' 3-D GEMMs keep their bf16 time
     kw = dict(gpu="h100-sxm", seq_len=2048, micro_batch_size=2, method="lora")
     moe = estimate(QWEN_MOE, fp8=True, **kw).speed.tokens_per_s / estimate(QWEN_MOE, **kw).speed.tokens_per_s
-    dense = (estimate("meta-llama/Llama-3.1-8B", fp8=True, **kw).speed.tokens_per_s
-             / estimate("meta-llama/Llama-3.1-8B", **kw).speed.tokens_per_s)
+    dense = (
+        estimate("meta-llama/Llama-3.1-8B", fp8=True, **kw).speed.tokens_per_s
+        / estimate("meta-llama/Llama-3.1-8B", **kw).speed.tokens_per_s
+    )
     assert 1.0 < moe < dense
 
 

@@ -18,9 +18,18 @@ LLAMA2 = "meta-llama/Llama-2-7b-hf"
 
 
 def _plan(**overrides) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="fsdp-shard-grad-op", num_gpus=8,
-                weights_dtype="bf16")
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="fsdp-shard-grad-op",
+        num_gpus=8,
+        weights_dtype="bf16",
+    )
     return Plan(**{**base, **overrides})
 
 
@@ -66,8 +75,9 @@ def test_mixtral_on_8_a100s_weighs_expert_parallelism_with_figures() -> None:
 def test_expert_parallel_is_faster_than_gathering_every_expert_every_layer() -> None:
     """Mixtral on 8 A100s in pure bf16: SHARD_GRAD_OP with the experts split 8 ways fits and beats FULL_SHARD,
     which all-gathers every expert's weights for every micro-batch."""
-    common = dict(gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1, gradient_accumulation_steps=8,
-                  weights_dtype="bf16")
+    common = dict(
+        gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1, gradient_accumulation_steps=8, weights_dtype="bf16"
+    )
     sharded = estimate(MIXTRAL, parallelism="fsdp-full-shard", **common)
     ep = estimate(MIXTRAL, parallelism="fsdp-shard-grad-op", expert_parallel=8, **common)
     assert ep.memory.fits and sharded.memory.fits
@@ -89,8 +99,10 @@ def test_dense_models_do_not_show_expert_parallelism() -> None:
 def test_step_in_backward_holds_one_layers_gradients() -> None:
     model = profile_model(LLAMA2)
     plan = _plan(num_gpus=1, parallelism="none", micro_batch_size=1, gradient_checkpointing=True)
-    full, fused = model_states(model, plan, 1), model_states(model, plan.model_copy(update={
-        "optimizer_in_backward": True}), 1)
+    full, fused = (
+        model_states(model, plan, 1),
+        model_states(model, plan.model_copy(update={"optimizer_in_backward": True}), 1),
+    )
     assert full.grads == 2 * model.num_parameters
     assert fused.grads == 2 * max(model.num_parameters // model.num_layers, model.largest_parameter_elements)
     assert fused.buckets == 0
@@ -108,8 +120,17 @@ def test_zero_offload_beats_a_step_in_backward_that_needs_adafactor_at_equal_pen
     losing = rec.settings["optimizer_in_backward"].alternatives[0].reason
     assert "tokens/s (+" in losing and "risky fallback, optimizer=adafactor" in losing
     # planned on purpose, the step in backward fits in one micro-batch and its launch file says what it gives up
-    step = estimate(LLAMA2, gpu="rtx-4090", method="full", micro_batch_size=4, gradient_accumulation_steps=1,
-                    optimizer="adafactor", weights_dtype="bf16", gradient_checkpointing=True, optimizer_in_backward=True)
+    step = estimate(
+        LLAMA2,
+        gpu="rtx-4090",
+        method="full",
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        optimizer="adafactor",
+        weights_dtype="bf16",
+        gradient_checkpointing=True,
+        optimizer_in_backward=True,
+    )
     assert step.memory.fits and step.speed.tokens_per_s > rec.speed.tokens_per_s
     launch = render(rec.model_copy(update={"plan": step.plan}), ["torchrun"])["launch.sh"]
     assert "optimizer_in_bwd: True" in launch and "Trainer has no option" in launch

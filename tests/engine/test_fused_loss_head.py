@@ -15,9 +15,19 @@ GEMMA = "google/gemma-2-2b"
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                micro_batch_size=2, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
-                loss_kernel="liger", weights_dtype="bf16")
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=2,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        loss_kernel="liger",
+        weights_dtype="bf16",
+    )
     return Plan(**{**base, **kw})
 
 
@@ -38,8 +48,15 @@ def test_liger_full_fine_tuning_keeps_the_head_gradient_beside_the_activations()
     """Gemma-2-2B (256k vocabulary) under FSDP over 8 GPUs: the head's bf16 gradient, 1.1 GiB whole on every rank,
     outweighs what a shard of the other gradients holds; LoRA has none of it."""
     model = profile_model(GEMMA)
-    kw = dict(gpu="a100-80gb:8", parallelism="fsdp-full-shard", weights_dtype="bf16", seq_len=1024,
-              micro_batch_size=2, gradient_checkpointing=True, loss_kernel="liger")
+    kw = dict(
+        gpu="a100-80gb:8",
+        parallelism="fsdp-full-shard",
+        weights_dtype="bf16",
+        seq_len=1024,
+        micro_batch_size=2,
+        gradient_checkpointing=True,
+        loss_kernel="liger",
+    )
     full = estimate(GEMMA, method="full", **kw).memory
     lora = estimate(GEMMA, method="lora", lora_rank=16, **kw).memory
     head = 2 * model.vocab_size * model.hidden_size
@@ -51,6 +68,9 @@ def test_liger_full_fine_tuning_keeps_the_head_gradient_beside_the_activations()
 @pytest.mark.parametrize("method", ["full", "lora"])
 def test_the_standard_loss_is_unchanged(method: str) -> None:
     model = profile_model(GEMMA)
-    plan = _plan(loss_kernel="standard", method=method, **({"lora_rank": 16, "lora_targets": "all-linear"}
-                                                           if method == "lora" else {}))
+    plan = _plan(
+        loss_kernel="standard",
+        method=method,
+        **({"lora_rank": 16, "lora_targets": "all-linear"} if method == "lora" else {}),
+    )
     assert fused_loss_head_bytes(model, plan, 4096) == 0

@@ -14,20 +14,60 @@ from probes.model import profile_model
 from rules import Plan
 
 #: tiny configs of the public architectures (field names as transformers' GPTJConfig / MptConfig take them)
-GPTJ = {"architectures": ["GPTJForCausalLM"], "model_type": "gptj", "n_embd": 1024, "n_head": 16, "n_layer": 4,
-        "n_positions": 2048, "rotary_dim": 64, "vocab_size": 4096, "activation_function": "gelu_new",
-        "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "tie_word_embeddings": False}
-MPT = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 1024, "n_heads": 16, "n_layers": 4,
-       "expansion_ratio": 4, "max_seq_len": 2048, "vocab_size": 4096, "no_bias": True,
-       "attn_config": {"alibi": True, "attn_pdrop": 0, "attn_type": "multihead_attention", "qk_ln": False,
-                       "clip_qkv": None, "softmax_scale": None, "prefix_lm": False, "attn_impl": "torch",
-                       "alibi_bias_max": 8}, "resid_pdrop": 0, "emb_pdrop": 0}
+GPTJ = {
+    "architectures": ["GPTJForCausalLM"],
+    "model_type": "gptj",
+    "n_embd": 1024,
+    "n_head": 16,
+    "n_layer": 4,
+    "n_positions": 2048,
+    "rotary_dim": 64,
+    "vocab_size": 4096,
+    "activation_function": "gelu_new",
+    "attn_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+    "tie_word_embeddings": False,
+}
+MPT = {
+    "architectures": ["MPTForCausalLM"],
+    "model_type": "mpt",
+    "d_model": 1024,
+    "n_heads": 16,
+    "n_layers": 4,
+    "expansion_ratio": 4,
+    "max_seq_len": 2048,
+    "vocab_size": 4096,
+    "no_bias": True,
+    "attn_config": {
+        "alibi": True,
+        "attn_pdrop": 0,
+        "attn_type": "multihead_attention",
+        "qk_ln": False,
+        "clip_qkv": None,
+        "softmax_scale": None,
+        "prefix_lm": False,
+        "attn_impl": "torch",
+        "alibi_bias_max": 8,
+    },
+    "resid_pdrop": 0,
+    "emb_pdrop": 0,
+}
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=False, optimizer="sgd", gradient_checkpointing=False,
-                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
-                weights_dtype="bf16")
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=False,
+        optimizer="sgd",
+        gradient_checkpointing=False,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        weights_dtype="bf16",
+    )
     return Plan(**{**base, **kw})
 
 
@@ -62,6 +102,13 @@ def test_structural_activations_follow_the_simulated_step(tmp_path, config: dict
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     for weights in ("bf16", "fp32"):
-        est = estimate(str(path), gpu="a100-80gb", method="full", seq_len=1024, micro_batch_size=4,
-                       weights_dtype=weights, simulate=True)
+        est = estimate(
+            str(path),
+            gpu="a100-80gb",
+            method="full",
+            seq_len=1024,
+            micro_batch_size=4,
+            weights_dtype=weights,
+            simulate=True,
+        )
         assert abs(est.simulated.analytic_error) <= worst, (config["model_type"], weights, est.simulated)

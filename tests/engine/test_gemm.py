@@ -45,7 +45,9 @@ def test_the_dense_roofline_leaves_the_routed_experts_to_their_own_pricing() -> 
     mixtral, llama = profile_model("mistralai/Mixtral-8x7B-v0.1"), profile_model("meta-llama/Llama-2-7b-hf")
     dense = gemm_shapes(mixtral, 4096, experts=False)
     assert len(dense) == len(gemm_shapes(mixtral, 4096)) - 2
-    assert roofline_share(mixtral, 4096, 0.8, ridge, 108, experts=False) != roofline_share(mixtral, 4096, 0.8, ridge, 108)
+    assert roofline_share(mixtral, 4096, 0.8, ridge, 108, experts=False) != roofline_share(
+        mixtral, 4096, 0.8, ridge, 108
+    )
     assert roofline_share(llama, 4096, 0.8, ridge, 108, experts=False) == roofline_share(llama, 4096, 0.8, ridge, 108)
 
 

@@ -17,9 +17,17 @@ GB = 10**9
 
 def _run(source: str, share: float, ran: bool, i: int = 0) -> Result:
     """A run of ``source`` whose device memory is ``share`` of an 80 GB GPU, published as ran or out of memory."""
-    return Result(id=f"{source}-{i}", source=source, model="m", gpu="g", fits_published=ran,
-                  device_bytes=int(share * 80 * GB), usable_bytes=72 * GB, capacity_bytes=80 * GB,
-                  verdict=verdict_of(int(share * 80 * GB), 72 * GB, 80 * GB).value)
+    return Result(
+        id=f"{source}-{i}",
+        source=source,
+        model="m",
+        gpu="g",
+        fits_published=ran,
+        device_bytes=int(share * 80 * GB),
+        usable_bytes=72 * GB,
+        capacity_bytes=80 * GB,
+        verdict=verdict_of(int(share * 80 * GB), 72 * GB, 80 * GB).value,
+    )
 
 
 @pytest.fixture
@@ -56,8 +64,17 @@ def test_constants_are_restored_after_a_grid_point() -> None:
 
 def test_speed_loss_counts_runs_within_the_factor_first() -> None:
     def rated(ratio: float) -> Result:
-        return Result(id="r", source="s", model="m", gpu="g", rate_unit="tokens/s/GPU", rate_published=100.0,
-                      rate_predicted=100.0 * ratio, per_gpu=True)
+        return Result(
+            id="r",
+            source="s",
+            model="m",
+            gpu="g",
+            rate_unit="tokens/s/GPU",
+            rate_published=100.0,
+            rate_predicted=100.0 * ratio,
+            per_gpu=True,
+        )
+
     assert loso.speed_loss([rated(1.2), rated(1.2)]) < loso.speed_loss([rated(1.0), rated(1.3)])
 
 
@@ -69,10 +86,21 @@ def test_the_three_states() -> None:
 
 
 def test_bands_are_a_quantile_of_each_class_and_fall_back_to_coarser_ones() -> None:
-    runs = [Result(id=f"r{i}", source="s", model="m", gpu="g", plan_class="lora/replicated/sm9",
-                   memory_error=e) for i, e in enumerate([0.01, -0.02, 0.03, -0.04, 0.05, -0.06, 0.07, -0.08])]
-    runs.append(Result(id="x", source="s", model="m", gpu="g", plan_class="full/weights/sm9", memory_error=0.5,
-                       why=[loso.MISREPORTED]))
+    runs = [
+        Result(id=f"r{i}", source="s", model="m", gpu="g", plan_class="lora/replicated/sm9", memory_error=e)
+        for i, e in enumerate([0.01, -0.02, 0.03, -0.04, 0.05, -0.06, 0.07, -0.08])
+    ]
+    runs.append(
+        Result(
+            id="x",
+            source="s",
+            model="m",
+            gpu="g",
+            plan_class="full/weights/sm9",
+            memory_error=0.5,
+            why=[loso.MISREPORTED],
+        )
+    )
     table = loso.band_table(runs)["memory"]
     assert bands.MIN_RESIDUALS <= 8
     assert table["lora/replicated/sm9"] == {"band": 0.07, "n": 8}  # the 80 % quantile: the seventh of eight
@@ -83,8 +111,10 @@ def test_bands_are_a_quantile_of_each_class_and_fall_back_to_coarser_ones() -> N
 def test_estimates_carry_the_verdict_and_the_bands_of_their_class(monkeypatch) -> None:
     from advisor.app.api import estimate
 
-    table = {"memory": {"lora/replicated/sm8": {"band": 0.04, "n": 27}, "*/*/*": {"band": 0.11, "n": 94}},
-             "step_time": {"*/*/*": {"band": 0.13, "n": 47}}}
+    table = {
+        "memory": {"lora/replicated/sm8": {"band": 0.04, "n": 27}, "*/*/*": {"band": 0.11, "n": 94}},
+        "step_time": {"*/*/*": {"band": 0.13, "n": 47}},
+    }
     monkeypatch.setattr(bands, "_bands", lambda: table)
     lora = estimate("gpt2", gpu="a100-80gb", method="lora")
     assert (lora.memory.verdict, lora.memory.band, lora.speed.step_time_band) == (Verdict.FITS, 0.04, 0.13)
@@ -96,11 +126,22 @@ def test_estimates_carry_the_verdict_and_the_bands_of_their_class(monkeypatch) -
 
 def test_a_speed_refit_without_a_source_ignores_its_rates() -> None:
     def rated(source: str, ratio: float, i: int = 0) -> Result:
-        return Result(id=f"{source}{i}", source=source, model="m", gpu="g", rate_unit="tokens/s/GPU",
-                      rate_published=1.0, rate_predicted=ratio, per_gpu=True)
+        return Result(
+            id=f"{source}{i}",
+            source=source,
+            model="m",
+            gpu="g",
+            rate_unit="tokens/s/GPU",
+            rate_published=1.0,
+            rate_predicted=ratio,
+            per_gpu=True,
+        )
+
     low, high = (0.7, 0.6), (0.9, 1.0)  # a's three runs are right at the first point, b's and c's at the second
-    grid = {low: [*(rated("a", 1.0, i) for i in range(3)), rated("b", 1.4), rated("c", 1.4)],
-            high: [*(rated("a", 0.5, i) for i in range(3)), rated("b", 1.0), rated("c", 1.0)]}
+    grid = {
+        low: [*(rated("a", 1.0, i) for i in range(3)), rated("b", 1.4), rated("c", 1.4)],
+        high: [*(rated("a", 0.5, i) for i in range(3)), rated("b", 1.0), rated("c", 1.0)],
+    }
     shipped = (0.8, 0.8)
     assert loso.refit(grid, loso.speed_loss, lambda r: True, shipped) == low  # three within 1.25x against two
     assert loso.refit(grid, loso.speed_loss, lambda r: r.source != "a", shipped) == high

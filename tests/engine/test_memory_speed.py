@@ -15,8 +15,17 @@ GPT2 = profile_model("gpt2")
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     base.update(kw)
     return Plan(**base)
 
@@ -26,8 +35,13 @@ def _mem(model=GPT2, seq=512, **kw):
 
 
 @settings(max_examples=40, deadline=None)
-@given(b=st.integers(1, 32), seq=st.sampled_from([128, 512, 1024]), precision=st.sampled_from(["fp32", "bf16"]),
-       ckpt=st.booleans(), opt=st.sampled_from(["adamw", "adafactor", "adamw-8bit", "sgd"]))
+@given(
+    b=st.integers(1, 32),
+    seq=st.sampled_from([128, 512, 1024]),
+    precision=st.sampled_from(["fp32", "bf16"]),
+    ckpt=st.booleans(),
+    opt=st.sampled_from(["adamw", "adafactor", "adamw-8bit", "sgd"]),
+)
 def test_memory_grows_with_the_micro_batch(b, seq, precision, ckpt, opt) -> None:
     small = _mem(seq=seq, micro_batch_size=b, precision=precision, gradient_checkpointing=ckpt, optimizer=opt)
     large = _mem(seq=seq, micro_batch_size=b + 1, precision=precision, gradient_checkpointing=ckpt, optimizer=opt)
@@ -44,8 +58,12 @@ def test_a_plan_within_capacity_but_not_the_margin_is_tight() -> None:
         assert mem.device_bytes == device
         verdicts[share] = (mem.fits, mem.fits_capacity, mem.verdict)
     # tight up to bands.TIGHT_LIMIT (1.05) of the capacity: within the memory model's error of it
-    assert verdicts == {0.80: (True, True, "fits"), 0.95: (False, True, "tight"), 1.01: (False, False, "tight"),
-                        1.06: (False, False, "does not fit")}
+    assert verdicts == {
+        0.80: (True, True, "fits"),
+        0.95: (False, True, "tight"),
+        1.01: (False, False, "tight"),
+        1.06: (False, False, "does not fit"),
+    }
 
 
 def test_the_documents_bytes_per_parameter() -> None:
@@ -63,7 +81,9 @@ def test_checkpointing_and_mixed_precision_cut_activations() -> None:
     base = _mem(micro_batch_size=16, precision="fp32").components.activations_bytes
     assert _mem(micro_batch_size=16, precision="bf16").components.activations_bytes < base
     # gpt2's fp32 logits (16 x 512 x 50257 x 4 B = 1.6 GB) stay; the 12 blocks shrink to their inputs
-    assert _mem(micro_batch_size=16, precision="fp32", gradient_checkpointing=True).components.activations_bytes < base / 2
+    assert (
+        _mem(micro_batch_size=16, precision="fp32", gradient_checkpointing=True).components.activations_bytes < base / 2
+    )
 
 
 def test_logits_and_loss_are_fp32() -> None:
@@ -123,8 +143,14 @@ def test_fsdp_strategies_cost_what_their_zero_counterparts_cost() -> None:
     from advisor.app.api import estimate
 
     def est(parallelism: str, **kw):
-        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
-                        parallelism=parallelism, **kw)
+        return estimate(
+            "meta-llama/Llama-2-7b-hf",
+            gpu="a100-80gb:8",
+            seq_len=1024,
+            micro_batch_size=1,
+            parallelism=parallelism,
+            **kw,
+        )
 
     for fsdp, zero in (("fsdp-shard-grad-op", "zero-2"), ("fsdp-full-shard", "zero-3")):
         a, b = est(fsdp), est(zero)
@@ -143,9 +169,18 @@ def test_hybrid_shard_keeps_the_parameter_gathers_inside_the_node() -> None:
     from advisor.app.api import estimate
 
     def est(parallelism: str, interconnect: str):
-        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,
-                        gradient_accumulation_steps=4, precision="bf16", parallelism=parallelism,
-                        interconnect=interconnect, gradient_checkpointing=True)
+        return estimate(
+            "meta-llama/Llama-2-7b-hf",
+            gpu="a100-40gb:2",
+            nodes=4,
+            seq_len=1024,
+            micro_batch_size=1,
+            gradient_accumulation_steps=4,
+            precision="bf16",
+            parallelism=parallelism,
+            interconnect=interconnect,
+            gradient_checkpointing=True,
+        )
 
     full, hybrid = est("fsdp-full-shard", "ethernet"), est("fsdp-hybrid-shard", "ethernet")
     assert hybrid.speed.communication_s < full.speed.communication_s
@@ -178,12 +213,27 @@ def test_tensor_and_pipeline_parallel_split_the_model_states() -> None:
     from advisor.app.api import estimate
 
     def est(tp: int = 1, pp: int = 1, **kw):
-        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=1024, micro_batch_size=1,
-                        gradient_accumulation_steps=8, precision="bf16", parallelism="none", tensor_parallel=tp,
-                        pipeline_parallel=pp, **kw)
+        return estimate(
+            "meta-llama/Llama-2-7b-hf",
+            gpu="a100-80gb:8",
+            seq_len=1024,
+            micro_batch_size=1,
+            gradient_accumulation_steps=8,
+            precision="bf16",
+            parallelism="none",
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            **kw,
+        )
 
-    one = estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb", seq_len=1024, micro_batch_size=1,
-                   gradient_accumulation_steps=8, precision="bf16")
+    one = estimate(
+        "meta-llama/Llama-2-7b-hf",
+        gpu="a100-80gb",
+        seq_len=1024,
+        micro_batch_size=1,
+        gradient_accumulation_steps=8,
+        precision="bf16",
+    )
     tp8 = est(8)
     c1, c8 = one.memory.components, tp8.memory.components
     assert c8.optimizer_states_bytes == pytest.approx(c1.optimizer_states_bytes / 8, rel=1e-6)
@@ -200,14 +250,23 @@ def test_the_interleaved_schedule_shrinks_the_bubble_for_activations_and_traffic
     from advisor.engine.memory import pipeline_in_flight
 
     def est(v: int):
-        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-80gb:8", seq_len=2048, micro_batch_size=1,
-                        gradient_accumulation_steps=8, precision="bf16", parallelism="ddp", pipeline_parallel=4,
-                        virtual_pipeline=v)
+        return estimate(
+            "meta-llama/Llama-2-7b-hf",
+            gpu="a100-80gb:8",
+            seq_len=2048,
+            micro_batch_size=1,
+            gradient_accumulation_steps=8,
+            precision="bf16",
+            parallelism="ddp",
+            pipeline_parallel=4,
+            virtual_pipeline=v,
+        )
 
     plain, interleaved = est(1), est(2)
     assert pipeline_in_flight(interleaved.plan) == pytest.approx(1 + 3 / 8)
     assert interleaved.memory.components.activations_bytes == pytest.approx(
-        plain.memory.components.activations_bytes * (1 + 3 / 8), rel=1e-6)
+        plain.memory.components.activations_bytes * (1 + 3 / 8), rel=1e-6
+    )
     assert interleaved.speed.step_time_s < plain.speed.step_time_s
     # the bubble: 8 + 3 stage times against 8 + 1.5 (less the extra chunk-to-chunk sends)
     assert plain.speed.step_time_s / interleaved.speed.step_time_s < (8 + 3) / (8 + 1.5)
@@ -224,9 +283,18 @@ def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
     from advisor.core.errors import UsageError
 
     def step(pp: int, k: int) -> float:
-        return estimate("meta-llama/Llama-2-7b-hf", gpu="a100-40gb:2", nodes=4, seq_len=1024, micro_batch_size=1,
-                        gradient_accumulation_steps=k, precision="bf16", tensor_parallel=2, pipeline_parallel=pp,
-                        parallelism="none" if pp == 4 else "ddp").speed.step_time_s
+        return estimate(
+            "meta-llama/Llama-2-7b-hf",
+            gpu="a100-40gb:2",
+            nodes=4,
+            seq_len=1024,
+            micro_batch_size=1,
+            gradient_accumulation_steps=k,
+            precision="bf16",
+            tensor_parallel=2,
+            pipeline_parallel=pp,
+            parallelism="none" if pp == 4 else "ddp",
+        ).speed.step_time_s
 
     # 1F1B: (k + p - 1) stage times; more micro-batches amortise the bubble
     assert step(4, 8) / 8 > step(4, 32) / 32
@@ -236,8 +304,10 @@ def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
     assert rec.plan.tensor_parallel in (2, 4) and rec.memory.fits and rec.plan.precision == "fp16"
     assert "4 all-reduces per layer" in rec.settings["tensor_parallel"].rationale
     # the Trainer runs TP through accelerate's ParallelismConfig (beside FSDP2 here), never PP
-    assert any(f"ParallelismConfig(tp_size={rec.plan.tensor_parallel})" in w.message and "not beside DDP"
-               not in w.message for w in rec.warnings)
+    assert any(
+        f"ParallelismConfig(tp_size={rec.plan.tensor_parallel})" in w.message and "not beside DDP" not in w.message
+        for w in rec.warnings
+    )
     with pytest.raises(UsageError, match="tensor parallel"):
         render(rec, ["all"])
     small = recommend("gpt2", gpu="a100-80gb:8")
@@ -248,6 +318,7 @@ def test_pipeline_bubble_and_model_parallel_in_the_planner() -> None:
 
 # -- issue 14: DeepSpeed's own buffers and communication under accumulation ---------------------------------------
 
+
 def _states(model, **kw):
     from advisor.engine.states import model_states
 
@@ -255,9 +326,16 @@ def _states(model, **kw):
     return s.weights + s.grads + s.optimizer, s.buckets
 
 
-@pytest.mark.parametrize("name,gpus,stage", [("meta-llama/Llama-2-7b-hf", 8, 2), ("meta-llama/Llama-2-7b-hf", 8, 3),
-                                             ("facebook/opt-1.3b", 4, 2), ("facebook/opt-1.3b", 16, 3),
-                                             ("gpt2-xl", 8, 2)])
+@pytest.mark.parametrize(
+    "name,gpus,stage",
+    [
+        ("meta-llama/Llama-2-7b-hf", 8, 2),
+        ("meta-llama/Llama-2-7b-hf", 8, 3),
+        ("facebook/opt-1.3b", 4, 2),
+        ("facebook/opt-1.3b", 16, 3),
+        ("gpt2-xl", 8, 2),
+    ],
+)
 def test_zero_model_states_against_deepspeeds_estimator(name, gpus, stage) -> None:
     """DeepSpeed's estimators (``estimate_zero2_model_states_mem_needs``: 2Ψ + 18Ψ/N without offload, the
     16-bit parameters plus the fp32 master, Adam's moments, the fp32 gradient partition and the 16-bit gradient
@@ -273,8 +351,9 @@ def test_zero_model_states_against_deepspeeds_estimator(name, gpus, stage) -> No
         assert ours == pytest.approx(theirs, rel=0.001)
         assert buckets == int(9 * 2 * model.hidden_size**2)  # 4.5 × 2 B × (reduce + all-gather buckets)
     else:
-        _, theirs, _ = ds3.estimate_zero3_model_states_mem_needs(P, largest, num_gpus_per_node=gpus, cpu_offload=False,
-                                                              cpu_offload_params=False)
+        _, theirs, _ = ds3.estimate_zero3_model_states_mem_needs(
+            P, largest, num_gpus_per_node=gpus, cpu_offload=False, cpu_offload_params=False
+        )
         assert ours - 2 * P // gpus == pytest.approx(theirs, rel=0.001)
         assert buckets == int(9 * model.hidden_size**2)  # the reduce bucket only
 
@@ -300,8 +379,9 @@ def _comm(model, compute=None, nodes=1, inter=None, nvlink=True, gpu="a100-80gb"
     from advisor.engine.communication import communication_seconds
     from probes.gpu_catalog import catalog, gpu_info_from_catalog
 
-    return communication_seconds(model, _plan(**kw), gpu_info_from_catalog(catalog()[gpu]), nvlink, nodes, inter,
-                                 compute)
+    return communication_seconds(
+        model, _plan(**kw), gpu_info_from_catalog(catalog()[gpu]), nvlink, nodes, inter, compute
+    )
 
 
 def _nccl_us(steps_intra: int, steps_net: int = 0, intra: float = 3.4) -> float:
@@ -320,16 +400,16 @@ def test_communication_under_accumulation_by_hand() -> None:
     S, bw, ring, L = 2 * llama.num_parameters, 300e9, 7 / 8, _nccl_us(7)
     k = dict(gradient_accumulation_steps=4, num_gpus=8)
     # ZeRO-2: 4 reduce-scatters (half exposed) + the parameter all-gather after the step
-    assert _comm(llama, parallelism="zero-2", **k) == pytest.approx(4 * 0.5 * (ring * S / bw + 14 * L)
-                                                                    + ring * S / bw + 14 * L)
+    assert _comm(llama, parallelism="zero-2", **k) == pytest.approx(
+        4 * 0.5 * (ring * S / bw + 14 * L) + ring * S / bw + 14 * L
+    )
     # ZeRO-3: 4 × (2 all-gathers + 1 reduce-scatter), half exposed: 1.5·k all-reduces' worth before overlap; a block
     # holds 0.2e9 elements, under DeepSpeed's reuse distance: no third gather even with checkpointing
     zero3_calls = 2 * 32 * 7 + 14
     assert _comm(llama, parallelism="zero-3", **k) == pytest.approx(4 * (3 * ring * S / bw + zero3_calls * L) * 0.5)
     # FSDP FULL_SHARD with sync_each_batch (emitted): as ZeRO-3; SHARD_GRAD_OP: 4 × (1 all-gather + 1 reduce-scatter)
     assert _comm(llama, parallelism="fsdp-full-shard", **k) == pytest.approx(4 * (3 * ring * S / bw + 96 * L) * 0.5)
-    assert _comm(llama, parallelism="fsdp-shard-grad-op", **k) == pytest.approx(4 * (2 * ring * S / bw + 64 * L)
-                                                                                * 0.5)
+    assert _comm(llama, parallelism="fsdp-shard-grad-op", **k) == pytest.approx(4 * (2 * ring * S / bw + 64 * L) * 0.5)
     # DDP: one fp32 all-reduce per step (no_sync), half exposed
     assert _comm(llama, parallelism="ddp", **k) == pytest.approx(0.5 * (2 * ring * 2 * S / bw + 1029 * _nccl_us(14)))
     # the collective hides at most behind the compute beside it: with 10 ms of compute per micro-batch
@@ -349,15 +429,17 @@ def test_hybrid_shard_shares_the_nodes_network_by_hand() -> None:
     hybrid = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=16)
     assert hybrid == pytest.approx(0.5 * (3 * 7 / 8 * S / nv + inside) + 0.5 * (2 * 1 / 2 * S / net + between))
     # every micro-batch syncs (sync_each_batch): with 4 of them, 4 times both
-    four_micro = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=16,
-                       gradient_accumulation_steps=4)
+    four_micro = _comm(
+        opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=16, gradient_accumulation_steps=4
+    )
     assert four_micro == pytest.approx(4 * hybrid)
     ddp = _comm(opt, nodes=2, inter=net, parallelism="ddp", num_gpus=16)
     assert ddp == pytest.approx(0.5 * (2 * 15 / 16 * 2 * S / net + 201 * 1.9 * _nccl_us(28, 2)))
     # the network part does not shrink with the GPUs per node (it did: the node's link counted once per GPU)
     four = _comm(opt, nodes=2, inter=net, parallelism="fsdp-hybrid-shard", num_gpus=8)
-    assert four - 0.5 * (3 * 3 / 4 * S / nv + 72 * _nccl_us(3)) == pytest.approx(hybrid - 0.5 * (3 * 7 / 8 * S / nv
-                                                                                                 + inside))
+    assert four - 0.5 * (3 * 3 / 4 * S / nv + 72 * _nccl_us(3)) == pytest.approx(
+        hybrid - 0.5 * (3 * 7 / 8 * S / nv + inside)
+    )
 
 
 def test_zero_figures_against_deepspeeds_printed_all_cold_tables(capsys) -> None:
@@ -373,12 +455,17 @@ def test_zero_figures_against_deepspeeds_printed_all_cold_tables(capsys) -> None
 
     def printed(fn, *args) -> float:
         fn(*args, num_gpus_per_node=2, num_nodes=4)
-        rows = [line for line in capsys.readouterr().out.splitlines() if line.rstrip().endswith(
-            ("offload_optimizer=none", "offload_optimizer=none, zero_init=1"))]
+        rows = [
+            line
+            for line in capsys.readouterr().out.splitlines()
+            if line.rstrip().endswith(("offload_optimizer=none", "offload_optimizer=none, zero_init=1"))
+        ]
         return float(re.findall(r"\|\s+([\d.]+)GB\s+\|", rows[0])[0])
 
-    zero2, zero3 = printed(ds2.estimate_zero2_model_states_mem_needs_all_cold, P), \
-        printed(ds3.estimate_zero3_model_states_mem_needs_all_cold, P, largest)
+    zero2, zero3 = (
+        printed(ds2.estimate_zero2_model_states_mem_needs_all_cold, P),
+        printed(ds3.estimate_zero3_model_states_mem_needs_all_cold, P, largest),
+    )
     ours2, _ = _states(llama, parallelism="zero-2", num_gpus=8)
     ours3, _ = _states(llama, parallelism="zero-3", num_gpus=8)
     assert (zero2, zero3) == (26.67, 14.61)
@@ -395,9 +482,21 @@ def test_fsdp_qlora_gathers_the_bf16_root_unit_and_two_4_bit_blocks() -> None:
     from rules import Plan
 
     model = profile_model("meta-llama/Llama-3.1-70B")
-    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="fsdp-full-shard", num_gpus=2,
-                method="qlora", lora_rank=16, lora_targets="all-linear", weights_dtype="bf16")
+    plan = Plan(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="fsdp-full-shard",
+        num_gpus=2,
+        method="qlora",
+        lora_rank=16,
+        lora_targets="all-linear",
+        weights_dtype="bf16",
+    )
     base = frozen_base_bytes(model, True, 2)
     root = 2 * 2 * model.vocab_size * model.hidden_size  # untied embedding and head, bf16
     adapters = 4 * adapter_parameters(model, 16, "all-linear")
@@ -416,9 +515,21 @@ def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the
     from rules import Plan
 
     model = profile_model("meta-llama/Llama-3.1-70B")
-    base_plan = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                     micro_batch_size=1, gradient_accumulation_steps=1, parallelism="fsdp-full-shard", num_gpus=2,
-                     method="qlora", lora_rank=16, lora_targets="all-linear", weights_dtype="bf16")
+    base_plan = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="fsdp-full-shard",
+        num_gpus=2,
+        method="qlora",
+        lora_rank=16,
+        lora_targets="all-linear",
+        weights_dtype="bf16",
+    )
     on_gpu = model_states(model, Plan(**base_plan), nodes=1)
     offloaded = model_states(model, Plan(**base_plan, offload="optimizer+parameters"), nodes=1)
     from advisor.engine.communication import PCIE_GBPS
@@ -436,11 +547,18 @@ def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["adamw", "adamw-8bit", "sgd", "adafactor"]), st.booleans(), st.sampled_from([1, 2, 8]),
-       st.booleans(), st.sampled_from(["fp32", "bf16"]), st.booleans(),
-       st.sampled_from(["sdpa", "flash-attention-2", "flash-attention-3"]))
-def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(optimizer, tf32, steps, ckpt, precision,
-                                                                       offload, attention) -> None:
+@given(
+    st.sampled_from(["adamw", "adamw-8bit", "sgd", "adafactor"]),
+    st.booleans(),
+    st.sampled_from([1, 2, 8]),
+    st.booleans(),
+    st.sampled_from(["fp32", "bf16"]),
+    st.booleans(),
+    st.sampled_from(["sdpa", "flash-attention-2", "flash-attention-3"]),
+)
+def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(
+    optimizer, tf32, steps, ckpt, precision, offload, attention
+) -> None:
     """advisor.engine.memory remembers activations by plan less tf32, optimizer and accumulation, and the attention
     kernel but whether it keeps the scores (``eager``, its own key): computed afresh, plans that differ only in those
     keep the same activations."""
@@ -448,18 +566,26 @@ def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(optimi
 
     assert _NOT_ACTIVATIONS == {"tf32", "optimizer", "gradient_accumulation_steps"}
     base = _plan(precision=precision, gradient_checkpointing=ckpt, activation_offloading=offload, device="cuda")
-    varied = base.model_copy(update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps,
-                                     "attention": attention})
+    varied = base.model_copy(
+        update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps, "attention": attention}
+    )
     fresh = _activation_bytes_of(GPT2, varied, 512, False)
     assert fresh == _activation_bytes_of(GPT2, base, 512, False) == _activation_bytes(GPT2, varied, 512, False)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(["none", "ddp", "zero-2", "fsdp-full-shard"]), st.sampled_from(["full", "lora"]),
-       st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 8]), st.booleans(), st.sampled_from(["sdpa", "eager"]),
-       st.booleans())
-def test_the_states_memo_leaves_out_only_what_the_states_do_not_read(parallelism, method, micro, steps, ckpt,
-                                                                     attention, compile_) -> None:
+@given(
+    st.sampled_from(["none", "ddp", "zero-2", "fsdp-full-shard"]),
+    st.sampled_from(["full", "lora"]),
+    st.sampled_from([1, 2, 4]),
+    st.sampled_from([1, 2, 8]),
+    st.booleans(),
+    st.sampled_from(["sdpa", "eager"]),
+    st.booleans(),
+)
+def test_the_states_memo_leaves_out_only_what_the_states_do_not_read(
+    parallelism, method, micro, steps, ckpt, attention, compile_
+) -> None:
     """advisor.engine.states remembers the model states by plan less the fields ``_NOT_STATES`` names: no line of
     states.py reads one of them, and plans that differ only in them (accumulation: only in how many micro-batches
     beyond one) get the states computed afresh."""
@@ -472,9 +598,16 @@ def test_the_states_memo_leaves_out_only_what_the_states_do_not_read(parallelism
     assert not read & (states._NOT_STATES - {"gradient_accumulation_steps"})
     gpus = 1 if parallelism == "none" else 4
     base = _plan(parallelism=parallelism, method=method, num_gpus=gpus, weights_dtype="bf16")
-    varied = base.model_copy(update={"micro_batch_size": micro, "gradient_accumulation_steps": steps,
-                                     "gradient_checkpointing": ckpt, "attention": attention,
-                                     "torch_compile": compile_, "tf32": not ckpt})
+    varied = base.model_copy(
+        update={
+            "micro_batch_size": micro,
+            "gradient_accumulation_steps": steps,
+            "gradient_checkpointing": ckpt,
+            "attention": attention,
+            "torch_compile": compile_,
+            "tf32": not ckpt,
+        }
+    )
     assert states.model_states(GPT2, varied, 1) == states._model_states_of(GPT2, varied, 1)
     if steps == 1:
         assert states._model_states_of(GPT2, varied, 1) == states._model_states_of(GPT2, base, 1)

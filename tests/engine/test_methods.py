@@ -11,8 +11,13 @@ from cli_runner import ROOT, advisor
 
 from advisor.app.api import estimate, recommend
 from advisor.engine.states import host_bytes
-from probes.adapters import (NF4_BYTES_PER_PARAM, NF4_PLAIN_BYTES_PER_PARAM, adapter_full_rank, adapter_parameters,
-                             quantized_parameters)
+from probes.adapters import (
+    NF4_BYTES_PER_PARAM,
+    NF4_PLAIN_BYTES_PER_PARAM,
+    adapter_full_rank,
+    adapter_parameters,
+    quantized_parameters,
+)
 from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
@@ -33,14 +38,20 @@ def test_a_rank_above_the_layers_full_rank_is_warned() -> None:
     assert adapter_full_rank(profile_model("gpt2"), "all-linear") == 768
     warned = recommend("gpt2", gpu="a100-80gb", method="lora", lora_rank=1000)
     assert any("rank 1000 is above 768" in w.message for w in warned.warnings)
-    assert not any("full rank" in w.message for w in recommend("gpt2", gpu="a100-80gb", method="lora",
-                                                        lora_rank=768).warnings)
+    assert not any(
+        "full rank" in w.message for w in recommend("gpt2", gpu="a100-80gb", method="lora", lora_rank=768).warnings
+    )
 
 
-@pytest.mark.parametrize("call, kwargs", [(recommend, {"method": "full", "lora_rank": 8}),
-                                           (recommend, {"from_scratch": True, "lora_targets": "q-v"}),
-                                           (estimate, {"lora_rank": 8}),
-                                           (estimate, {"method": "full", "lora_targets": "q-v"})])
+@pytest.mark.parametrize(
+    "call, kwargs",
+    [
+        (recommend, {"method": "full", "lora_rank": 8}),
+        (recommend, {"from_scratch": True, "lora_targets": "q-v"}),
+        (estimate, {"lora_rank": 8}),
+        (estimate, {"method": "full", "lora_targets": "q-v"}),
+    ],
+)
 def test_adapter_flags_for_a_plan_without_adapters_are_refused(call, kwargs) -> None:
     """--lora-rank / --lora-targets with full fine-tuning (estimate's default) or pre-training had no effect and
     said nothing; with the planner's choice (recommend's auto) they shape the adapters if it picks them."""
@@ -53,7 +64,9 @@ def test_nf4_with_double_quantization_is_4127_bits() -> None:
     """QLoRA sec. 3: 4 bits + 8/64 + 32/(64*256) bits of constants per parameter."""
     assert NF4_BYTES_PER_PARAM * 8 == pytest.approx(4.127, abs=1e-3)
     model = profile_model(LLAMA2)
-    assert quantized_parameters(model) == model.num_parameters - 2 * 32000 * 4096 - 65 * 4096  # all but embeddings, head, norms
+    assert (
+        quantized_parameters(model) == model.num_parameters - 2 * 32000 * 4096 - 65 * 4096
+    )  # all but embeddings, head, norms
 
 
 def test_plain_nf4_keeps_an_fp32_constant_per_64_weights() -> None:
@@ -72,8 +85,16 @@ def test_zero_offload_host_memory_follows_deepspeeds_estimator() -> None:
     """estimate_zero2/3_model_states_mem_needs on one GPU: 16 (optimizer offload) or 18 (and parameters) B/param
     times additional_buffer_factor 1.5."""
     model = profile_model(LLAMA2)
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=True,
-                micro_batch_size=1, gradient_accumulation_steps=1, num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=True,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        num_gpus=1,
+    )
     opt = Plan(**base, parallelism="zero-2", offload="optimizer")
     everything = Plan(**base, parallelism="zero-3", offload="optimizer+parameters")
     assert host_bytes(model, opt) == pytest.approx(16 * 1.5 * model.num_parameters, rel=1e-6)
@@ -89,8 +110,11 @@ def test_llama2_7b_on_a_24gb_card_gets_adapters_and_says_why_full_lost() -> None
 
 def test_full_fine_tuning_on_a_24gb_card_offloads() -> None:
     rec = recommend(LLAMA2, gpu="rtx-4090", method="full")
-    assert rec.plan.method == "full" and rec.plan.offload != "none" and rec.plan.parallelism in ("zero-3", "zero-2",
-                                                                                               "fsdp-full-shard")
+    assert (
+        rec.plan.method == "full"
+        and rec.plan.offload != "none"
+        and rec.plan.parallelism in ("zero-3", "zero-2", "fsdp-full-shard")
+    )
     lora = next(a for a in rec.settings["method"].alternatives if a.value == "lora")
     assert "asked for" in lora.reason and "GiB per GPU" in lora.reason
     assert any("--host-memory" in w.message for w in rec.warnings)
@@ -161,8 +185,13 @@ def test_lora_needs_far_less_than_full_and_qlora_less_still() -> None:
 def test_estimate_defaults_adapters_to_a_bf16_base_and_offload_to_zero() -> None:
     est = estimate(LLAMA2, gpu="rtx-4090", method="lora")
     assert est.plan.weights_dtype == "bf16"
-    est = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True,
-                   host_memory_bytes=512 * 2**30)
+    est = estimate(
+        LLAMA2,
+        gpu="rtx-4090",
+        offload="optimizer+parameters",
+        gradient_checkpointing=True,
+        host_memory_bytes=512 * 2**30,
+    )
     assert est.plan.parallelism == "zero-3" and est.memory.fits
     # without --host-memory: checked against the catalog's typical host (64 GiB for an RTX 4090), never unlimited
     assumed = estimate(LLAMA2, gpu="rtx-4090", offload="optimizer+parameters", gradient_checkpointing=True).memory
@@ -182,14 +211,24 @@ def test_litgpt_fsdp_accumulation_holds_unsharded_gradients_of_every_block() -> 
     every block parameter until the last micro-batch (LitGPT's resource table: Llama-2-7B LoRA measures 22.18 GB on
     each of 2 A100s, more than the 21.30 GB of one). The Trainer's plans (``sync_each_batch``), one micro-batch per
     step, and full fine-tuning's own gradients (all of them) follow the same reading."""
-    kw = dict(gpu="a100-40gb:2", parallelism="fsdp-full-shard", method="lora", lora_rank=8,
-              lora_targets="attention", weights_dtype="bf16", micro_batch_size=1, seq_len=1304,
-              gradient_checkpointing=True)
+    kw = dict(
+        gpu="a100-40gb:2",
+        parallelism="fsdp-full-shard",
+        method="lora",
+        lora_rank=8,
+        lora_targets="attention",
+        weights_dtype="bf16",
+        micro_batch_size=1,
+        seq_len=1304,
+        gradient_checkpointing=True,
+    )
     lit = estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=64, **kw)
     blocks = lit.model.num_parameters - 2 * lit.model.vocab_size * lit.model.hidden_size
     assert lit.memory.components.gradients_bytes == 2 * blocks
-    for other in (estimate(LLAMA2, gradient_accumulation_steps=64, **kw),
-                  estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=1, **kw)):
+    for other in (
+        estimate(LLAMA2, gradient_accumulation_steps=64, **kw),
+        estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=1, **kw),
+    ):
         assert other.memory.components.gradients_bytes < blocks // 100
     full = {k: v for k, v in kw.items() if not k.startswith("lora") and k != "method"}
     lit_full = estimate(LLAMA2, framework="litgpt", gradient_accumulation_steps=4, **full)
@@ -221,8 +260,10 @@ def test_a_bitsandbytes_4bit_checkpoint_is_planned_as_qlora_and_a_gptq_one_is_re
     checkpoint is one line and exit 2, not a plan priced for weights it does not hold."""
     base = json.loads((ROOT / "probes" / "configs" / "meta-llama--Llama-3.1-8B.json").read_text())
     bnb, gptq = tmp_path / "bnb" / "config.json", tmp_path / "gptq" / "config.json"
-    for path, q in ((bnb, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": False}),
-                    (gptq, {"quant_method": "gptq", "bits": 4})):
+    for path, q in (
+        (bnb, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_use_double_quant": False}),
+        (gptq, {"quant_method": "gptq", "bits": 4}),
+    ):
         path.parent.mkdir()
         path.write_text(json.dumps({**base, "quantization_config": q}))
     rec = recommend(str(bnb), gpu="a100-80gb")
@@ -239,8 +280,9 @@ def test_lora_before_ampere_holds_the_frozen_base_in_fp16() -> None:
     """Mistral-7B LoRA on a V100 32GB under fp16: the frozen base loads in fp16 (2 B/weight, no fp32 copy with
     autocast's 16-bit casts beside it), so estimate's default prices about 14 GB of weights, not 42 GB, and
     recommend plans LoRA on the fp16 base where it used to need QLoRA (method.fp16-frozen-base)."""
-    kw = dict(gpu="v100-32gb", method="lora", precision="fp16", seq_len=2048, micro_batch_size=1,
-              gradient_checkpointing=True)
+    kw = dict(
+        gpu="v100-32gb", method="lora", precision="fp16", seq_len=2048, micro_batch_size=1, gradient_checkpointing=True
+    )
     est = estimate("mistralai/Mistral-7B-v0.1", **kw)
     assert est.plan.weights_dtype == "fp16"
     assert est.memory.device_bytes < 18 * 2**30
@@ -274,8 +316,7 @@ def test_lora_all_linear_on_a_mixture_of_experts_trains_the_routed_experts_and_p
     checkpointed = rec.plan.model_copy(update={"gradient_checkpointing": True})
     assert merged_expert_bytes(model, checkpointed) == (0, 2 * backward)
     assert merged_expert_traffic_bytes(model, checkpointed) == 7 * 48 * backward
-    attention = recommend("Qwen/Qwen3-30B-A3B", gpu="a100-80gb", seq_len=2048, method="lora",
-                          lora_targets="attention")
+    attention = recommend("Qwen/Qwen3-30B-A3B", gpu="a100-80gb", seq_len=2048, method="lora", lora_targets="attention")
     frozen = next(w.message for w in attention.warnings if w.rule_id == "method.adapters-when-full-does-not-fit")
     assert "stay frozen" in frozen and "stay frozen" in attention.settings["lora_targets"].rationale
     assert merged_expert_bytes(model, attention.plan) == (0, 0)

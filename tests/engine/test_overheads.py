@@ -7,17 +7,34 @@ import pytest
 
 from advisor.app.api import estimate
 from advisor.engine.experts import LAUNCH_SECONDS
-from advisor.engine.overheads import (KERNELS_PER_ADAPTER, KERNELS_PER_BLOCK, KERNELS_PER_STEP, dequant_bytes_per_param,
-                                      dequant_seconds, kernels_per_micro_batch, launch_floor_seconds)
+from advisor.engine.overheads import (
+    KERNELS_PER_ADAPTER,
+    KERNELS_PER_BLOCK,
+    KERNELS_PER_STEP,
+    dequant_bytes_per_param,
+    dequant_seconds,
+    kernels_per_micro_batch,
+    launch_floor_seconds,
+)
 from probes.adapters import quantized_parameters
 from probes.model import profile_model
 from rules import Plan
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=1, gradient_accumulation_steps=1, parallelism="none", num_gpus=1,
-                weights_dtype="bf16", torch_compile=False)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        weights_dtype="bf16",
+        torch_compile=False,
+    )
     base.update(kw)
     return Plan(**base)
 
@@ -47,15 +64,19 @@ def test_qlora_dequantizes_every_weight_in_each_pass_at_the_counted_bytes() -> N
     assert dequant_bytes_per_param(double) == pytest.approx(0.5 + 17 / 64 + 2 + 2)
     assert dequant_bytes_per_param(double.model_copy(update={"double_quant": False})) == pytest.approx(4.5 + 4 / 64)
     assert dequant_bytes_per_param(double.model_copy(update={"weights_dtype": "fp32"})) == pytest.approx(
-        dequant_bytes_per_param(double) + 2)
+        dequant_bytes_per_param(double) + 2
+    )
     seconds = dequant_seconds(llama, double, 1e12)
     assert seconds == pytest.approx(2 * quantized_parameters(llama) * dequant_bytes_per_param(double) / 1e12)
     checkpointed = double.model_copy(update={"gradient_checkpointing": True})
     assert dequant_seconds(llama, checkpointed, 1e12) == pytest.approx(1.5 * seconds)
     assert dequant_seconds(llama, _plan(method="lora"), 1e12) == 0.0
     # the dequantizations' kernels: 3 a linear layer a pass under double quantization
-    assert kernels_per_micro_batch(llama, double) - kernels_per_micro_batch(llama, _plan(
-        method="lora", lora_targets="all-linear")) == 32 * 7 * 3 * 2
+    assert (
+        kernels_per_micro_batch(llama, double)
+        - kernels_per_micro_batch(llama, _plan(method="lora", lora_targets="all-linear"))
+        == 32 * 7 * 3 * 2
+    )
 
 
 def test_short_sequences_of_small_models_are_launch_bound_and_long_ones_are_not() -> None:

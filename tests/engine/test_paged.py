@@ -18,8 +18,9 @@ from rules import Plan
 GIB = 2**30
 QWEN = "Qwen/Qwen2.5-3B"
 LLAMA2 = "meta-llama/Llama-2-7b-hf"
-FULL = dict(gpu="rtx-4090", method="full", weights_dtype="bf16", seq_len=512, micro_batch_size=1,
-            gradient_checkpointing=True)
+FULL = dict(
+    gpu="rtx-4090", method="full", weights_dtype="bf16", seq_len=512, micro_batch_size=1, gradient_checkpointing=True
+)
 
 
 def test_paged_states_leave_the_peak_but_not_the_device() -> None:
@@ -51,9 +52,20 @@ def test_lora_pages_only_adapter_matrices_of_100k_elements() -> None:
     tensors; rank 32's 131,072: paged."""
     model = profile_model(LLAMA2)
     assert 16 * 4096 < PAGED_MIN_ELEMENTS < 32 * 4096
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="paged-adamw", method="lora", lora_targets="q-v",
-                weights_dtype="bf16", gradient_checkpointing=False, micro_batch_size=1, gradient_accumulation_steps=1,
-                parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="paged-adamw",
+        method="lora",
+        lora_targets="q-v",
+        weights_dtype="bf16",
+        gradient_checkpointing=False,
+        micro_batch_size=1,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     assert paged_share(model, Plan(**base, lora_rank=16)) == 0
     assert paged_share(model, Plan(**base, lora_rank=32)) == 1
     kw = dict(gpu="a100-80gb", method="lora", lora_targets="q-v", optimizer="paged-adamw", seq_len=512)
@@ -66,8 +78,15 @@ def test_lora_pages_only_adapter_matrices_of_100k_elements() -> None:
 def test_fsdp2_runs_the_unpaged_stand_in(fsdp_version: int, paged: bool) -> None:
     """Under FSDP2 the emitted files swap bitsandbytes' optimizer for torch's AdamW (DTensor parameters), which is not
     paged; FSDP1 keeps bitsandbytes'."""
-    est = estimate(QWEN, gpu="a100-80gb:4", method="full", optimizer="paged-adamw",
-                   parallelism="fsdp-full-shard", fsdp_version=fsdp_version, seq_len=512)
+    est = estimate(
+        QWEN,
+        gpu="a100-80gb:4",
+        method="full",
+        optimizer="paged-adamw",
+        parallelism="fsdp-full-shard",
+        fsdp_version=fsdp_version,
+        seq_len=512,
+    )
     assert (est.memory.paged_bytes > 0) is paged
 
 

@@ -135,9 +135,12 @@ def test_global_batch_must_divide_over_gpus() -> None:
 
 @pytest.mark.slow
 @settings(max_examples=25, deadline=None)
-@given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
-       model=st.sampled_from(["gpt2", "bert-base-uncased", "distilbert-base-uncased", "facebook/opt-125m"]),
-       seq_len=st.sampled_from([128, 256, 512]), gbs=st.sampled_from([8, 16, 32, 64, 128]))
+@given(
+    gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
+    model=st.sampled_from(["gpt2", "bert-base-uncased", "distilbert-base-uncased", "facebook/opt-125m"]),
+    seq_len=st.sampled_from([128, 256, 512]),
+    gbs=st.sampled_from([8, 16, 32, 64, 128]),
+)
 def test_chosen_plan_fits_and_is_fastest_at_its_penalty(gpu, model, seq_len, gbs) -> None:
     from conftest import facts
 
@@ -157,8 +160,17 @@ def test_seeds_effective_batch_example_4_gpus_x_12_x_3_is_144() -> None:
     from rules import REGISTRY, Plan
 
     f = build_facts("a100-80gb:4", global_batch_size=144)
-    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=12, gradient_accumulation_steps=3, parallelism="ddp", num_gpus=4)
+    plan = Plan(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=12,
+        gradient_accumulation_steps=3,
+        parallelism="ddp",
+        num_gpus=4,
+    )
     assert plan.global_batch_size == 144
     (warn,) = REGISTRY["batch.linear-lr-scaling"].check(f, plan)
     assert "global batch = 12 x 3 x 4 = 144" in warn.reason
@@ -167,9 +179,19 @@ def test_seeds_effective_batch_example_4_gpus_x_12_x_3_is_144() -> None:
 def test_model_parallel_replicas_set_the_data_parallel_size() -> None:
     from rules import Plan
 
-    plan = Plan(device="cuda", precision="bf16", tf32=True, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=2, gradient_accumulation_steps=4, parallelism="ddp", num_gpus=16,
-                tensor_parallel=4, pipeline_parallel=2)
+    plan = Plan(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=2,
+        gradient_accumulation_steps=4,
+        parallelism="ddp",
+        num_gpus=16,
+        tensor_parallel=4,
+        pipeline_parallel=2,
+    )
     assert (plan.model_parallel_size, plan.data_parallel_size, plan.global_batch_size) == (8, 2, 16)
 
 
@@ -186,11 +208,12 @@ def test_memory_objective_stays_within_its_speed_tolerance() -> None:
     assert lean.memory.device_bytes < fast.memory.device_bytes
     assert (lean.plan.precision, lean.plan.optimizer, lean.plan.gradient_checkpointing) == ("bf16", "adamw", False)
     assert "within 10 % of the fastest" in lean.settings["micro_batch_size"].rationale + " ".join(
-        a.reason for s in lean.settings.values() for a in s.alternatives)
+        a.reason for s in lean.settings.values() for a in s.alternatives
+    )
 
 
 def test_slow_plans_name_faster_hardware() -> None:
-    """"Slow, consider X" (issue 14): a plan that fits only with LoRA and checkpointing on an RTX 4090 names the
+    """ "Slow, consider X" (issue 14): a plan that fits only with LoRA and checkpointing on an RTX 4090 names the
     catalog GPU that runs the workload at least twice as fast; a plan without such fallbacks gets nothing."""
     slow = recommend("meta-llama/Llama-2-7b-hf", gpu="rtx-4090")
     assert len(slow.suggestions) == 1 and "--gpu h200:1" in slow.suggestions[0]
@@ -218,25 +241,41 @@ def _same_best(f) -> None:
     assert (full.best is None) == (bounded.best is None)
     if full.best is not None:
         assert bounded.best.plan == full.best.plan
-        assert (bounded.best.penalty, bounded.best.speed.tokens_per_s) == (full.best.penalty, full.best.speed.tokens_per_s)
+        assert (bounded.best.penalty, bounded.best.speed.tokens_per_s) == (
+            full.best.penalty,
+            full.best.speed.tokens_per_s,
+        )
         assert len(bounded.candidates) <= len(full.candidates)
     else:  # nothing fits: every candidate is priced, as the suggestions read them
         assert [c.plan for c in bounded.candidates] == [c.plan for c in full.candidates]
 
 
-@pytest.mark.parametrize("gpu, model, seq_len, workload", [
-    ("t4", "meta-llama/Llama-2-7b-hf", 1024, {}),  # adapters, checkpointing: high penalties
-    ("a10g", "meta-llama/Llama-2-7b-hf", 2048, {"objective": "memory"}),
-    ("a100-80gb:8", "meta-llama/Llama-2-7b-hf", 2048, {"attention": "flash-attention-2"}),
-    ("rtx-4090:2", "mistralai/Mistral-7B-v0.1", 1024, {"method": "full"}),  # offload or model parallel
-    pytest.param("a100-40gb:8", "mistralai/Mixtral-8x7B-v0.1", 1024, {},  # expert parallel, model parallel
-                 marks=pytest.mark.slow),
-    ("t4", "meta-llama/Llama-3.1-70B", 4096, {}),  # nothing fits
-    pytest.param({"gpu": "h100-sxm:8", "nodes": 2}, "meta-llama/Llama-3.1-70B", 4096, {},  # states pass the GPU
-                 marks=pytest.mark.slow),  # in most layouts (the floor), risky model parallel at the best's penalty
-    ({"gpu": "a100-80gb", "given": {"cuda_context_bytes": 85 * 2**30}}, "gpt2", 1024, {}),  # the context alone
-    ("v100-16gb", "gpt2-xl", 1024, {"objective": "memory"}),
-])
+@pytest.mark.parametrize(
+    "gpu, model, seq_len, workload",
+    [
+        ("t4", "meta-llama/Llama-2-7b-hf", 1024, {}),  # adapters, checkpointing: high penalties
+        ("a10g", "meta-llama/Llama-2-7b-hf", 2048, {"objective": "memory"}),
+        ("a100-80gb:8", "meta-llama/Llama-2-7b-hf", 2048, {"attention": "flash-attention-2"}),
+        ("rtx-4090:2", "mistralai/Mistral-7B-v0.1", 1024, {"method": "full"}),  # offload or model parallel
+        pytest.param(
+            "a100-40gb:8",
+            "mistralai/Mixtral-8x7B-v0.1",
+            1024,
+            {},  # expert parallel, model parallel
+            marks=pytest.mark.slow,
+        ),
+        ("t4", "meta-llama/Llama-3.1-70B", 4096, {}),  # nothing fits
+        pytest.param(
+            {"gpu": "h100-sxm:8", "nodes": 2},
+            "meta-llama/Llama-3.1-70B",
+            4096,
+            {},  # states pass the GPU
+            marks=pytest.mark.slow,
+        ),  # in most layouts (the floor), risky model parallel at the best's penalty
+        ({"gpu": "a100-80gb", "given": {"cuda_context_bytes": 85 * 2**30}}, "gpt2", 1024, {}),  # the context alone
+        ("v100-16gb", "gpt2-xl", 1024, {"objective": "memory"}),
+    ],
+)
 def test_best_only_search_finds_the_full_search_s_best(gpu, model, seq_len, workload) -> None:
     """``search(best_only=True)`` (what the stack, method and GPU comparisons run) prices fewer plans and picks the
     same best plan as the full search, under both objectives, or prices them all when nothing fits."""
@@ -247,10 +286,13 @@ def test_best_only_search_finds_the_full_search_s_best(gpu, model, seq_len, work
 
 @pytest.mark.slow
 @settings(max_examples=20, deadline=None)
-@given(gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "l4", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
-       model=st.sampled_from(["gpt2", "gpt2-xl", "bert-large-uncased", "t5-base", "facebook/opt-1.3b"]),
-       seq_len=st.sampled_from([128, 512, 1024]), gbs=st.sampled_from([8, 32, 64]),
-       objective=st.sampled_from(["speed", "memory"]))
+@given(
+    gpu=st.sampled_from(["t4", "v100-16gb", "a10g", "l4", "a100-40gb", "h100-sxm", "rtx-4090:2", "a100-80gb:4"]),
+    model=st.sampled_from(["gpt2", "gpt2-xl", "bert-large-uncased", "t5-base", "facebook/opt-1.3b"]),
+    seq_len=st.sampled_from([128, 512, 1024]),
+    gbs=st.sampled_from([8, 32, 64]),
+    objective=st.sampled_from(["speed", "memory"]),
+)
 def test_best_only_search_agrees_on_small_models(gpu, model, seq_len, gbs, objective) -> None:
     from conftest import facts
 
@@ -275,8 +317,13 @@ def test_no_rule_s_refusal_reads_the_workload() -> None:
             seen.add(name)
             for node in ast.walk(methods[name]):
                 assert not (isinstance(node, ast.Attribute) and node.attr == "workload"), (rule.id, name)
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
-                        and node.attr in methods and node.attr not in seen):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr in methods
+                    and node.attr not in seen
+                ):
                     todo.append(node.attr)
 
 

@@ -11,8 +11,13 @@ from benchmarks.published import load_cases, markdown, missing_provenance, ratio
 
 #: a memory reading, an out-of-memory, two rates of one source (a ratio), a GPU the source does not name;
 #: all on closed-form model families, so no torch import
-IDS = ("litgpt-confighub-llama-2-7b-qlora-1xa10g", "litgpt-resource-llama2-13b-none-mb4-1xa100",
-       "flashattn-training-gpt3-125m", "flashattn-training-gpt3-355m", "unsloth-readme-hf-fa2-llama-8b-12gb-maxctx")
+IDS = (
+    "litgpt-confighub-llama-2-7b-qlora-1xa10g",
+    "litgpt-resource-llama2-13b-none-mb4-1xa100",
+    "flashattn-training-gpt3-125m",
+    "flashattn-training-gpt3-355m",
+    "unsloth-readme-hf-fa2-llama-8b-12gb-maxctx",
+)
 
 LINES = {
     "memory": r"memory: n=\d+ median \|error\| \d+\.\d% worst \d+\.\d%",
@@ -71,8 +76,11 @@ def test_the_allocator_reserve_check_reads_both_published_readings_and_inverts_t
     from advisor.engine.allocator import TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES
 
     table = ar.rows()
-    assert len(table) == sum("mem_nvidia_mem_reserved" in (c["measured"].get("memory_as_written") or "")
-                             for c in load_cases()) >= 10
+    assert (
+        len(table)
+        == sum("mem_nvidia_mem_reserved" in (c["measured"].get("memory_as_written") or "") for c in load_cases())
+        >= 10
+    )
     for r in table:
         assert 0 < r["states"] < r["allocated"] < r["reading"]
         # advisor's device_bytes from the measured peak (no context) implies the constant, or less where its cap binds
@@ -117,8 +125,14 @@ def test_model_parallel_names_map_to_the_plans_degrees() -> None:
     from benchmarks.published import _accumulation, _parallelism
 
     opts = _parallelism("zero-1+tp4+pp8+vp5+cp2+ep16")
-    assert opts == {"parallelism": "zero-1", "tensor_parallel": 4, "pipeline_parallel": 8, "virtual_pipeline": 5,
-                    "context_parallel": 2, "expert_parallel": 16}
+    assert opts == {
+        "parallelism": "zero-1",
+        "tensor_parallel": 4,
+        "pipeline_parallel": 8,
+        "virtual_pipeline": 5,
+        "context_parallel": 2,
+        "expert_parallel": 16,
+    }
     case = {"workload": {"micro_batch_size": 1, "global_batch_size": 256}}
     assert _accumulation(case, opts, 128) == 128  # 128 GPUs / (4 x 8 x 2) = 2 replicas
     assert _parallelism("ep8") == {"expert_parallel": 8}

@@ -24,7 +24,8 @@ def test_schema_command_matches_the_committed_copy() -> None:
     assert set(printed["schemas"]) == MODELS
     assert printed == json.loads(COPY.read_text()), (
         "the JSON schema changed: if deliberate, run `advisor schema > schema/advisor.schema.json`, bump "
-        "SCHEMA_VERSION in advisor/engine/recommendation.py and add the new hash to schema/versions.json")
+        "SCHEMA_VERSION in advisor/engine/recommendation.py and add the new hash to schema/versions.json"
+    )
 
 
 def test_each_schema_version_pins_one_schema() -> None:
@@ -34,7 +35,8 @@ def test_each_schema_version_pins_one_schema() -> None:
     major, minor = SCHEMA_VERSION.split(".")
     assert major.isdigit() and minor.isdigit()
     assert versions.get(SCHEMA_VERSION) == _digest(copy["schemas"]), (
-        f"the schema differs from the one version {SCHEMA_VERSION} was released with: bump SCHEMA_VERSION")
+        f"the schema differs from the one version {SCHEMA_VERSION} was released with: bump SCHEMA_VERSION"
+    )
     assert len(set(versions.values())) == len(versions)  # no two versions share a schema
 
 
@@ -44,8 +46,11 @@ def test_every_field_is_described() -> None:
     missing = []
     for top, schema in copy["schemas"].items():
         for name, definition in [(top, schema), *schema.get("$defs", {}).items()]:
-            missing += [f"{name}.{field}" for field, prop in definition.get("properties", {}).items()
-                        if not prop.get("description")]
+            missing += [
+                f"{name}.{field}"
+                for field, prop in definition.get("properties", {}).items()
+                if not prop.get("description")
+            ]
     assert not missing, missing
 
 

@@ -86,11 +86,17 @@ def test_compile_saves_activations_and_time() -> None:
 def test_compile_fuses_the_trainers_loss_to_chunked_cross_entropys_bytes() -> None:
     """The Trainer's loss runs in the model's forward, so a compiled model keeps the 16-bit logits only; LitGPT's
     loss runs outside the compiled model and keeps what it kept."""
-    act = {(k, c): _est(loss_kernel=k, torch_compile=c).memory.components.activations_bytes
-           for k in ("standard", "chunked") for c in (False, True)}
+    act = {
+        (k, c): _est(loss_kernel=k, torch_compile=c).memory.components.activations_bytes
+        for k in ("standard", "chunked")
+        for c in (False, True)
+    }
     assert act["standard", True] == act["chunked", True] < act["standard", False]
-    assert loss_kept("standard", True, "litgpt") == loss_kept("standard", False, "transformers") == \
-        LossKernel.STANDARD.spec
+    assert (
+        loss_kept("standard", True, "litgpt")
+        == loss_kept("standard", False, "transformers")
+        == LossKernel.STANDARD.spec
+    )
     assert loss_kept("liger", True, "transformers") == LossKernel.LIGER.spec
     # Liger's layers leave the loss to the model: compiled with it, as the standard loss is
     layers = loss_kept("liger-layers", True, "transformers")
@@ -109,8 +115,10 @@ def test_a_compiled_loss_saves_the_16_bit_logits_only() -> None:
 
     def loss(logits, labels):  # transformers.loss.loss_utils.ForCausalLMLoss, num_items_in_batch given
         labels = F.pad(labels, (0, 1), value=-100)[..., 1:].contiguous()
-        return F.cross_entropy(logits.float().view(-1, vocab), labels.view(-1), ignore_index=-100,
-                               reduction="sum") / tokens
+        return (
+            F.cross_entropy(logits.float().view(-1, vocab), labels.view(-1), ignore_index=-100, reduction="sum")
+            / tokens
+        )
 
     def saved_per_logit(fn) -> float:
         logits = torch.randn(1, tokens, vocab, dtype=torch.bfloat16, requires_grad=True)
@@ -140,8 +148,9 @@ def test_fp8_speeds_up_the_linear_layers_only_on_ada_and_hopper() -> None:
 
 
 def test_packing_counts_useful_tokens() -> None:
-    padded = recommend("gpt2", gpu="a100-80gb", seq_len=1024, mean_sample_len=256, attention="flash-attention-2",
-                       packing=False)
+    padded = recommend(
+        "gpt2", gpu="a100-80gb", seq_len=1024, mean_sample_len=256, attention="flash-attention-2", packing=False
+    )
     packed = recommend("gpt2", gpu="a100-80gb", seq_len=1024, mean_sample_len=256, attention="flash-attention-2")
     assert packed.plan.packing and not padded.plan.packing
     # 4x the useful tokens per row, less attention; padded rows of 4 samples run ~2x their useful tokens (H_4 · 256)
@@ -156,9 +165,11 @@ def test_estimate_prices_the_mean_sample_length_and_a_row_bounds_what_a_packed_q
     256-token row would, eight run shorter rows than 1024 tokens but carry less useful text than full ones.
     Packed rows attend within 256-token documents (less attention work); a packed document longer than a row is cut
     across rows, so a 4096-token mean prices the same step as full rows."""
+
     def est(micro: int = 8, seq_len: int = 1024, **kw):
-        return estimate("gpt2", gpu="a100-80gb", seq_len=seq_len, micro_batch_size=micro,
-                        attention="flash-attention-2", **kw)
+        return estimate(
+            "gpt2", gpu="a100-80gb", seq_len=seq_len, micro_batch_size=micro, attention="flash-attention-2", **kw
+        )
 
     alone, short = est(1, packing=False, mean_sample_len=256), est(1, seq_len=256, packing=False)
     assert alone.speed.step_time_s == pytest.approx(short.speed.step_time_s, rel=1e-3)
@@ -166,8 +177,9 @@ def test_estimate_prices_the_mean_sample_length_and_a_row_bounds_what_a_packed_q
     assert padded.speed.step_time_s < full.speed.step_time_s and padded.speed.tokens_per_s < full.speed.tokens_per_s
     packed = est(packing=True, mean_sample_len=256)
     assert packed.speed.step_time_s < full.speed.step_time_s
-    assert packed.speed.samples_per_s == pytest.approx(4 * full.speed.samples_per_s * full.speed.step_time_s
-                                                       / packed.speed.step_time_s)
+    assert packed.speed.samples_per_s == pytest.approx(
+        4 * full.speed.samples_per_s * full.speed.step_time_s / packed.speed.step_time_s
+    )
     long = est(packing=True, mean_sample_len=4096)
     assert long.speed.step_time_s == full.speed.step_time_s
     assert long.speed.samples_per_s == pytest.approx(full.speed.samples_per_s / 4)  # a document spans 4 rows
@@ -183,8 +195,9 @@ def test_a_padded_row_is_the_expected_longest_sample_of_its_micro_batch() -> Non
     assert padded_row_len(512, 1024, 2) == pytest.approx(512 * (u + u * u / 2))
     assert 1000 < padded_row_len(256, 1024, 1024) <= 1024  # towards the sequence length, never past it
     assert padded_row_len(2048, 1024, 8) == 1024  # samples that fill the row
-    assert [padded_row_len(256, 2048, b) for b in (1, 2, 4, 8)] == sorted(padded_row_len(256, 2048, b)
-                                                                         for b in (1, 2, 4, 8))
+    assert [padded_row_len(256, 2048, b) for b in (1, 2, 4, 8)] == sorted(
+        padded_row_len(256, 2048, b) for b in (1, 2, 4, 8)
+    )
 
 
 def test_the_cuda_context_is_a_hardware_fact() -> None:
@@ -239,9 +252,18 @@ def test_a_package_is_a_gain_only_when_it_alone_holds_back_a_faster_plan() -> No
 def _mpt(folder) -> str:
     """A small MPT config (MosaicML's model_type 'mpt'): transformers' MptForCausalLM declares no SDPA and no
     FlashAttention (transformers 5.24: ``_supports_sdpa = False``), so from_pretrained takes eager attention only."""
-    config = {"architectures": ["MPTForCausalLM"], "model_type": "mpt", "d_model": 256, "n_heads": 4, "n_layers": 2,
-              "expansion_ratio": 4, "max_seq_len": 512, "vocab_size": 1024, "no_bias": True,
-              "attn_config": {"alibi": True}}
+    config = {
+        "architectures": ["MPTForCausalLM"],
+        "model_type": "mpt",
+        "d_model": 256,
+        "n_heads": 4,
+        "n_layers": 2,
+        "expansion_ratio": 4,
+        "max_seq_len": 512,
+        "vocab_size": 1024,
+        "no_bias": True,
+        "attn_config": {"alibi": True},
+    }
     (folder / "config.json").write_text(json.dumps(config))
     return str(folder)
 
@@ -276,14 +298,19 @@ def test_a_pinned_kernel_that_cannot_run_is_one_line() -> None:
 
 @pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gpu=st.sampled_from(["v100-16gb", "a100-80gb", "h100-sxm", "rtx-4090"]),
-       model=st.sampled_from(["gpt2", LLAMA]),
-       attention=st.none() | st.sampled_from(values(Attention)),
-       loss_kernel=st.none() | st.sampled_from(values(LossKernel)),
-       compile_=st.none() | st.booleans(), packing=st.none() | st.booleans(), fp8=st.none() | st.booleans(),
-       mean=st.none() | st.integers(1, 2048))
-def test_any_pinned_stack_is_a_plan_that_keeps_it_or_one_documented_error(gpu, model, attention, loss_kernel,
-                                                                          compile_, packing, fp8, mean) -> None:
+@given(
+    gpu=st.sampled_from(["v100-16gb", "a100-80gb", "h100-sxm", "rtx-4090"]),
+    model=st.sampled_from(["gpt2", LLAMA]),
+    attention=st.none() | st.sampled_from(values(Attention)),
+    loss_kernel=st.none() | st.sampled_from(values(LossKernel)),
+    compile_=st.none() | st.booleans(),
+    packing=st.none() | st.booleans(),
+    fp8=st.none() | st.booleans(),
+    mean=st.none() | st.integers(1, 2048),
+)
+def test_any_pinned_stack_is_a_plan_that_keeps_it_or_one_documented_error(
+    gpu, model, attention, loss_kernel, compile_, packing, fp8, mean
+) -> None:
     pins = dict(attention=attention, loss_kernel=loss_kernel, torch_compile=compile_, packing=packing, fp8=fp8)
     try:
         rec = recommend(model, gpu=gpu, seq_len=1024, mean_sample_len=mean, **pins)

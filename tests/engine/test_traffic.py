@@ -9,17 +9,33 @@ import pytest
 
 from advisor.engine.calibration import calibration_keys
 from advisor.engine.memory import activation_traffic_bytes
-from advisor.engine.traffic import (COMPILE_ELEMENTWISE_TRAFFIC, FEATURES, FLCE_BYTES_PER_LOGIT, _table,
-                                    eager_traffic_bytes, elementwise_traffic_bytes, fallback_ratio,
-                                    traffic_features)
+from advisor.engine.traffic import (
+    COMPILE_ELEMENTWISE_TRAFFIC,
+    FEATURES,
+    FLCE_BYTES_PER_LOGIT,
+    _table,
+    eager_traffic_bytes,
+    elementwise_traffic_bytes,
+    fallback_ratio,
+    traffic_features,
+)
 from probes.model import profile_model as load_model
 from advisor.core.plan import Plan
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="bf16", tf32=True, optimizer="adamw", micro_batch_size=2,
-                gradient_accumulation_steps=1, parallelism="none", num_gpus=1, weights_dtype="bf16",
-                gradient_checkpointing=False)
+    base = dict(
+        device="cuda",
+        precision="bf16",
+        tf32=True,
+        optimizer="adamw",
+        micro_batch_size=2,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+        weights_dtype="bf16",
+        gradient_checkpointing=False,
+    )
     return Plan(**{**base, **kw})
 
 
@@ -60,12 +76,14 @@ def test_fused_kernels_and_compile_shrink_it_and_other_stacks_fall_back() -> Non
     assert compiled < COMPILE_ELEMENTWISE_TRAFFIC * eager
     # Megatron's fused layers: the saved activations x 3; LitGPT's step: that times the fallback ratio
     megatron = elementwise_traffic_bytes(model, plan.model_copy(update={"framework": "megatron"}), 1024)
-    assert megatron == pytest.approx(3 * activation_traffic_bytes(model, plan.model_copy(
-        update={"framework": "megatron"}), 1024))
+    assert megatron == pytest.approx(
+        3 * activation_traffic_bytes(model, plan.model_copy(update={"framework": "megatron"}), 1024)
+    )
     litgpt = plan.model_copy(update={"framework": "litgpt"})
     assert eager_traffic_bytes(model, litgpt, 1024) is None
     assert elementwise_traffic_bytes(model, litgpt, 1024) == pytest.approx(
-        3 * activation_traffic_bytes(model, litgpt, 1024) * fallback_ratio())
+        3 * activation_traffic_bytes(model, litgpt, 1024) * fallback_ratio()
+    )
 
 
 @pytest.mark.slow
@@ -77,11 +95,24 @@ def test_the_calibration_fits_a_tiny_family_and_prices_its_full_depth(tmp_path, 
     from benchmarks.calibrate_activations import VARIANTS
 
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128,
-                                  "intermediate_size": 256, "num_hidden_layers": 8, "num_attention_heads": 4,
-                                  "num_key_value_heads": 2, "vocab_size": 512, "max_position_embeddings": 2048}))
-    monkeypatch.setitem(calibrate_traffic.FAMILIES, "tiny", (str(config), ["num_hidden_layers"], "intermediate_size",
-                                                             None))
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "architectures": ["LlamaForCausalLM"],
+                "hidden_size": 128,
+                "intermediate_size": 256,
+                "num_hidden_layers": 8,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "vocab_size": 512,
+                "max_position_embeddings": 2048,
+            }
+        )
+    )
+    monkeypatch.setitem(
+        calibrate_traffic.FAMILIES, "tiny", (str(config), ["num_hidden_layers"], "intermediate_size", None)
+    )
     for variant in VARIANTS:  # fp32; autocast over fp32 weights; bf16 weights
         coef = calibrate_traffic.calibrate("tiny", variant)
         assert max(coef["fit_worst_relative_residual"].values()) < 0.02
@@ -113,10 +144,14 @@ def test_liger_is_counted_with_its_kernels_where_the_family_has_them() -> None:
     x = traffic_features(model, 2, 2048)[FEATURES.index("sbv")]
     c = _table()["llama"][next(k for k in calibration_keys(plan) if k in _table()["llama"])]
     head = sum(c["liger"][phase][FEATURES.index("sbv")] for phase in ("forward", "backward"))
-    assert eager_traffic_bytes(model, liger, 2048) < eager_traffic_bytes(model, layers, 2048) \
+    assert (
+        eager_traffic_bytes(model, liger, 2048)
+        < eager_traffic_bytes(model, layers, 2048)
         < eager_traffic_bytes(model, plan, 2048)
+    )
     assert eager_traffic_bytes(model, layers, 2048) - eager_traffic_bytes(model, liger, 2048) == pytest.approx(
-        (head - FLCE_BYTES_PER_LOGIT) * x)
+        (head - FLCE_BYTES_PER_LOGIT) * x
+    )
     # phi3 (a fused gate_up projection): Liger not counted, the activation ratio prices it
     phi3 = load_model("microsoft/Phi-3-mini-4k-instruct")
     assert eager_traffic_bytes(phi3, liger, 2048) is None

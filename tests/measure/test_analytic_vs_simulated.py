@@ -24,6 +24,7 @@ least once, the smallest model of a family first:
 and ``benchmarks/analytic_vs_simulated.py --grid precision|methods|qlora`` runs the whole grids with both
 micro-batch sizes and every model, and records the results in benchmarks/results/.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,36 +63,57 @@ def _sample(cases: list, step_class, model_of=lambda values: values[0]) -> list:
             chosen.append(next(c for c in ordered if family[model_of(c.values)] == name))
     return [c for c in cases if c in chosen]
 
+
 GRID = list(product(("fp32", "bf16", "fp16"), (False, True), ("adamw", "adafactor")))
 _MOE = "a mixture of experts: fake tensors cannot run its data-dependent routing (simulate.py, known limitations)"
-_SAME_LAYOUT = ("the Llama layout and coefficients the Llama-2-7B and Llama-3-8B rows check, at 20-25 s a row on "
-                "2 cores; benchmarks/analytic_vs_simulated.py --models runs it")
+_SAME_LAYOUT = (
+    "the Llama layout and coefficients the Llama-2-7B and Llama-3-8B rows check, at 20-25 s a row on "
+    "2 cores; benchmarks/analytic_vs_simulated.py --models runs it"
+)
 #: catalog model → why the unit grid leaves it out
 SKIPPED = {
-    "mistralai/Mixtral-8x7B-v0.1": _MOE, "Qwen/Qwen1.5-MoE-A2.7B": _MOE, "deepseek-ai/DeepSeek-V2-Lite": _MOE,
+    "mistralai/Mixtral-8x7B-v0.1": _MOE,
+    "Qwen/Qwen1.5-MoE-A2.7B": _MOE,
+    "deepseek-ai/DeepSeek-V2-Lite": _MOE,
     "Qwen/Qwen3-30B-A3B": _MOE,
     "meta-llama/Llama-3.1-8B": "the tensors and seq-len of meta-llama/Meta-Llama-3-8B (only RoPE scaling and max "
-                               "positions differ): the same rows",
-    "meta-llama/Llama-3.1-70B": _SAME_LAYOUT, "huggyllama/llama-65b": _SAME_LAYOUT,
-    "meta-llama/Llama-2-13b-hf": _SAME_LAYOUT, "meta-llama/Llama-2-70b-hf": _SAME_LAYOUT,
-    **dict.fromkeys(("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B"),
-                    "the qwen2 layout and coefficients the Qwen2.5-7B rows check (tied embeddings: the gpt2 and "
-                    "Llama-3.2 rows), at 10-60 s a row on 2 cores; benchmarks/analytic_vs_simulated.py --models runs it"),
-    **dict.fromkeys(("Qwen/Qwen3-4B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B"),
-                    "the qwen3 layout and coefficients the Qwen3-8B rows check (tied embeddings: the gpt2 and "
-                    "Llama-3.2 rows), at 10-60 s a row on 2 cores; benchmarks/analytic_vs_simulated.py --models runs it"),
+    "positions differ): the same rows",
+    "meta-llama/Llama-3.1-70B": _SAME_LAYOUT,
+    "huggyllama/llama-65b": _SAME_LAYOUT,
+    "meta-llama/Llama-2-13b-hf": _SAME_LAYOUT,
+    "meta-llama/Llama-2-70b-hf": _SAME_LAYOUT,
+    **dict.fromkeys(
+        ("Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-32B"),
+        "the qwen2 layout and coefficients the Qwen2.5-7B rows check (tied embeddings: the gpt2 and "
+        "Llama-3.2 rows), at 10-60 s a row on 2 cores; benchmarks/analytic_vs_simulated.py --models runs it",
+    ),
+    **dict.fromkeys(
+        ("Qwen/Qwen3-4B", "Qwen/Qwen3-14B", "Qwen/Qwen3-32B"),
+        "the qwen3 layout and coefficients the Qwen3-8B rows check (tied embeddings: the gpt2 and "
+        "Llama-3.2 rows), at 10-60 s a row on 2 cores; benchmarks/analytic_vs_simulated.py --models runs it",
+    ),
     "google/gemma-2-9b": "the gemma2 layout and coefficients the gemma-2-2b rows check, at 30 s a row on 2 cores; "
-                         "benchmarks/analytic_vs_simulated.py --models runs it",
+    "benchmarks/analytic_vs_simulated.py --models runs it",
 }
-CASES = [pytest.param(m, *g, 1 if (i + j) % 2 else 4, marks=[pytest.mark.skip(reason=SKIPPED[m])] if m in SKIPPED else [],
-                      id=f"{m}-{g[0]}-{'ckpt' if g[1] else 'nockpt'}-{g[2]}-b{1 if (i + j) % 2 else 4}")
-         for i, m in enumerate(catalog_ids()) for j, g in enumerate(GRID)]
+CASES = [
+    pytest.param(
+        m,
+        *g,
+        1 if (i + j) % 2 else 4,
+        marks=[pytest.mark.skip(reason=SKIPPED[m])] if m in SKIPPED else [],
+        id=f"{m}-{g[0]}-{'ckpt' if g[1] else 'nockpt'}-{g[2]}-b{1 if (i + j) % 2 else 4}",
+    )
+    for i, m in enumerate(catalog_ids())
+    for j, g in enumerate(GRID)
+]
 
 
 @pytest.mark.parametrize("model_id, precision, ckpt, optimizer, micro", _sample(CASES, lambda v: v[1:4]))
 def test_analytic_peak_within_10_percent_of_simulated(model_id, precision, ckpt, optimizer, micro) -> None:
     analytic, simulated, _ = compare(model_id, precision, ckpt, optimizer, micro)
-    assert abs(analytic / simulated - 1) <= 0.10, f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    assert abs(analytic / simulated - 1) <= 0.10, (
+        f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    )
 
 
 # -- the fine-tuning methods and pure 16-bit weights (issue 12), same target ----------------------------------
@@ -102,10 +124,10 @@ _RECORDED = ROOT / "benchmarks" / "results" / "analytic_vs_simulated_methods.md"
 #: Why each kind of recorded miss misses (the memory model's owner fixes them; the benchmark shows the figures):
 _WHY = {
     "step-temporaries": "transformers' Adafactor upcasts each bf16 parameter and gradient to fp32 for its update: "
-                        "the optimizer step's temporaries are about 16 B per element of the largest matrix, priced "
-                        "at 4",
+    "the optimizer step's temporaries are about 16 B per element of the largest matrix, priced "
+    "at 4",
     "copies16": "autocast caches the 16-bit casts only of weights that require grad: over a frozen fp32 base under "
-                "checkpointing no copies are held through the forward, and the estimate holds 2 B/param",
+    "checkpointing no copies are held through the forward, and the estimate holds 2 B/param",
 }
 # The recorded misses of a third kind, activations over bf16 weights priced as under AMP's fp32 weights and frozen
 # layers' inputs counted, are fixed (per-class calibration, advisor/engine/calibration.py:calibration_keys): those rows now
@@ -132,8 +154,17 @@ def _recorded_errors() -> dict[tuple[str, ...], float]:
 
 
 #: the models whose method rows run as unit tests (seconds each); the benchmark runs every model
-_SMALL = {"gpt2", "gpt2-medium", "distilbert-base-uncased", "bert-base-uncased", "roberta-base", "t5-small", "t5-base",
-          "facebook/opt-125m", "bert-large-uncased"}
+_SMALL = {
+    "gpt2",
+    "gpt2-medium",
+    "distilbert-base-uncased",
+    "bert-base-uncased",
+    "roberta-base",
+    "t5-small",
+    "t5-base",
+    "facebook/opt-125m",
+    "bert-large-uncased",
+}
 
 
 def _method_cases() -> list:
@@ -151,27 +182,51 @@ def _method_cases() -> list:
             key = (model_id, what, weights, precision, "on" if ckpt else "off", optimizer, str(micro))
             marks = []
             if model_id in SKIPPED or model_id not in benchmarked or model_id not in _SMALL:
-                marks = [pytest.mark.skip(reason=SKIPPED.get(model_id, "the method grid's unit rows run the models "
-                                                              "under 500M parameters (CI time); the recorded run "
-                                                              "of benchmarks/analytic_vs_simulated.py --grid "
-                                                              "methods covers the rest"))]
+                marks = [
+                    pytest.mark.skip(
+                        reason=SKIPPED.get(
+                            model_id,
+                            "the method grid's unit rows run the models "
+                            "under 500M parameters (CI time); the recorded run "
+                            "of benchmarks/analytic_vs_simulated.py --grid "
+                            "methods covers the rest",
+                        )
+                    )
+                ]
             error = recorded.get(key, 0.0)
             kind = _kind(weights, ckpt, error)
             if not marks and abs(error) > 0.10 and kind is not None:  # an unexplained miss stays a failure
                 marks = [pytest.mark.xfail(strict=True, reason=f"recorded {error:+.1%}: {_WHY[kind]}")]
-            cases.append(pytest.param(model_id, method, weights, precision, targets, optimizer, ckpt, micro, marks=marks,
-                                      id=f"{model_id}-{what.replace(' ', '-')}-{weights}-{precision}-"
-                                         f"{'ckpt' if ckpt else 'nockpt'}-{optimizer}-b{micro}"))
+            cases.append(
+                pytest.param(
+                    model_id,
+                    method,
+                    weights,
+                    precision,
+                    targets,
+                    optimizer,
+                    ckpt,
+                    micro,
+                    marks=marks,
+                    id=f"{model_id}-{what.replace(' ', '-')}-{weights}-{precision}-"
+                    f"{'ckpt' if ckpt else 'nockpt'}-{optimizer}-b{micro}",
+                )
+            )
     return cases
 
 
-@pytest.mark.parametrize("model_id, method, weights, precision, targets, optimizer, ckpt, micro",
-                         _sample(_method_cases(), lambda v: (*v[1:6], v[6])))
-def test_methods_analytic_peak_within_10_percent_of_simulated(model_id, method, weights, precision, targets,
-                                                             optimizer, ckpt, micro) -> None:
+@pytest.mark.parametrize(
+    "model_id, method, weights, precision, targets, optimizer, ckpt, micro",
+    _sample(_method_cases(), lambda v: (*v[1:6], v[6])),
+)
+def test_methods_analytic_peak_within_10_percent_of_simulated(
+    model_id, method, weights, precision, targets, optimizer, ckpt, micro
+) -> None:
     pytest.importorskip("peft")
     analytic, simulated, _ = compare_method(model_id, method, weights, precision, targets, optimizer, ckpt, micro)
-    assert abs(analytic / simulated - 1) <= 0.10, f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    assert abs(analytic / simulated - 1) <= 0.10, (
+        f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    )
 
 
 # -- QLoRA over bitsandbytes' 4-bit base (issue 13), same target ----------------------------------------------------
@@ -180,9 +235,14 @@ from benchmarks.analytic_vs_simulated import QLORA_GRID, compare_qlora  # noqa: 
 
 
 #: QLoRA rows the recorded grid (benchmarks/results/analytic_vs_simulated_qlora.md) has outside 10 %, and why
-_QLORA_MISSES = {"t5-base": {("attention", False, True): (
-    "recorded -12.1 % (-9.8 % before the LoRA columns stopped absorbing the adapters' autocast copies, which "
-    "masked it): T5's checkpointed QLoRA step keeps about 80 MB more than its LoRA step, not yet diagnosed")}}
+_QLORA_MISSES = {
+    "t5-base": {
+        ("attention", False, True): (
+            "recorded -12.1 % (-9.8 % before the LoRA columns stopped absorbing the adapters' autocast copies, which "
+            "masked it): T5's checkpointed QLoRA step keeps about 80 MB more than its LoRA step, not yet diagnosed"
+        )
+    }
+}
 
 
 def _qlora_cases() -> list:
@@ -192,14 +252,29 @@ def _qlora_cases() -> list:
     cases = []
     for i, model_id in enumerate(catalog_ids()):
         for targets, legacy, ckpt in (QLORA_GRID[i % len(QLORA_GRID)], QLORA_GRID[(i + 3) % len(QLORA_GRID)]):
-            marks = [] if model_id in _SMALL else [pytest.mark.skip(reason="QLoRA unit rows run the models under 500M "
-                                                                           "parameters (CI time); the recorded grid "
-                                                                           "covers the rest")]
+            marks = (
+                []
+                if model_id in _SMALL
+                else [
+                    pytest.mark.skip(
+                        reason="QLoRA unit rows run the models under 500M "
+                        "parameters (CI time); the recorded grid "
+                        "covers the rest"
+                    )
+                ]
+            )
             if model_id in _QLORA_MISSES and (targets, legacy, ckpt) in _QLORA_MISSES[model_id]:
                 marks.append(pytest.mark.xfail(strict=True, reason=_QLORA_MISSES[model_id][(targets, legacy, ckpt)]))
-            cases.append(pytest.param(model_id, targets, legacy, ckpt, marks=marks,
-                                      id=f"{model_id}-qlora-{targets}-{'legacy' if legacy else 'current'}-"
-                                         f"{'ckpt' if ckpt else 'nockpt'}"))
+            cases.append(
+                pytest.param(
+                    model_id,
+                    targets,
+                    legacy,
+                    ckpt,
+                    marks=marks,
+                    id=f"{model_id}-qlora-{targets}-{'legacy' if legacy else 'current'}-{'ckpt' if ckpt else 'nockpt'}",
+                )
+            )
     return cases
 
 
@@ -208,4 +283,6 @@ def test_qlora_analytic_peak_within_10_percent_of_simulated(model_id, targets, l
     pytest.importorskip("peft")
     pytest.importorskip("bitsandbytes")
     analytic, simulated, _ = compare_qlora(model_id, targets, legacy, ckpt)
-    assert abs(analytic / simulated - 1) <= 0.10, f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    assert abs(analytic / simulated - 1) <= 0.10, (
+        f"analytic {analytic / 2**30:.2f} GiB vs simulated {simulated / 2**30:.2f} GiB"
+    )

@@ -23,7 +23,7 @@ def test_the_ops_cuda_autocast_runs_in_float32_do_so_under_cpu_autocast_inside_t
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.pow(x, 3.0).dtype == F.layer_norm(x, (8,)).dtype == torch.bfloat16  # CPU autocast alone
         with cuda_autocast_float32(True):
-            assert torch.pow(x, 3.0).dtype == torch.float32 and (x ** 2).dtype == torch.float32
+            assert torch.pow(x, 3.0).dtype == torch.float32 and (x**2).dtype == torch.float32
             assert F.layer_norm(x, (8,)).dtype == F.softmax(x, -1).dtype == x.log_softmax(-1).dtype == torch.float32
             assert x.sum().dtype == torch.exp(x).dtype == torch.float32
             assert F.softmax(x, -1, dtype=torch.bfloat16).dtype == torch.bfloat16  # an explicit dtype: not eligible
@@ -45,10 +45,24 @@ def test_a_simulated_cuda_step_of_gpt2_matches_the_h100s_measured_peak() -> None
     from advisor.measure.simulate import simulate
 
     records = (ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl").read_text().splitlines()
-    measured = next(t["measured"]["peak_bytes"] for r in map(json.loads, records) if r.get("kind") == "row"
-                    and r["report"]["model"] == "gpt2" for t in r["report"]["trials"] if t["status"] == "ok")
-    est = api.estimate("gpt2", gpu="h100-sxm", seq_len=1024, micro_batch_size=31, gradient_accumulation_steps=1,
-                       global_batch_size=31, torch_compile=False, loss_kernel="standard", precision="bf16")
+    measured = next(
+        t["measured"]["peak_bytes"]
+        for r in map(json.loads, records)
+        if r.get("kind") == "row" and r["report"]["model"] == "gpt2"
+        for t in r["report"]["trials"]
+        if t["status"] == "ok"
+    )
+    est = api.estimate(
+        "gpt2",
+        gpu="h100-sxm",
+        seq_len=1024,
+        micro_batch_size=31,
+        gradient_accumulation_steps=1,
+        global_batch_size=31,
+        torch_compile=False,
+        loss_kernel="standard",
+        precision="bf16",
+    )
     simulated = simulate(api.profile_model("gpt2"), est.plan, 1024).peak_bytes
     assert abs(simulated / measured - 1) < 0.01, (simulated / GIB, measured / GIB)
     assert abs(est.memory.peak_bytes / measured - 1) < 0.02, (est.memory.peak_bytes / GIB, measured / GIB)

@@ -38,10 +38,14 @@ def test_the_stack_grid_keeps_its_indices_and_skips_rows_whose_package_is_missin
     assert not any(r.compare for r in rows[2:])  # the stack rows run the plan alone: half the device time
     installed = {"peft": "0.21.2", "liger_kernel": "0.8.5"}
     skipped = [r.settings for r in rows if missing(r, installed)]
-    assert all(s.get("attention") == "flash-attention-2" or s.get("method") == "qlora"
-               or s.get("activation_offloading") for s in skipped)
+    assert all(
+        s.get("attention") == "flash-attention-2" or s.get("method") == "qlora" or s.get("activation_offloading")
+        for s in skipped
+    )
     assert missing(Row("m", 1, 1, {"attention": "flash-attention-2", "method": "qlora"}), installed) == [
-        "flash_attn", "bitsandbytes"]
+        "flash_attn",
+        "bitsandbytes",
+    ]
     assert not any(missing(r, installed) for r in rows if r.settings.get("loss_kernel") == "liger")
     assert grid(gpu=False, stack=True) == validate_device.CPU_GRID
 
@@ -51,8 +55,13 @@ def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
     from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES
 
     def share(row: Row, micro: int) -> tuple[float, bool]:
-        est = api.estimate(row.model, seq_len=row.seq_len, global_batch_size=micro, gpu="a100-80gb",
-                           **{**row.settings, "micro_batch_size": micro})
+        est = api.estimate(
+            row.model,
+            seq_len=row.seq_len,
+            global_batch_size=micro,
+            gpu="a100-80gb",
+            **{**row.settings, "micro_batch_size": micro},
+        )
         m = est.memory
         return (m.peak_bytes + m.components.cuda_context_bytes + ALLOCATOR_SLACK_BYTES) / m.capacity_bytes, m.fits
 
@@ -72,8 +81,19 @@ def test_edge_rows_fill_the_gpu_to_the_share_and_no_further() -> None:
 @pytest.mark.slow
 def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeypatch) -> None:
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,
-                                  "n_embd": 128, "n_head": 4, "n_positions": 256, "vocab_size": 1000}))
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "architectures": ["GPT2LMHeadModel"],
+                "n_layer": 2,
+                "n_embd": 128,
+                "n_head": 4,
+                "n_positions": 256,
+                "vocab_size": 1000,
+            }
+        )
+    )
     monkeypatch.setattr(validate_device, "CPU_GRID", [Row(str(config), 64, 8, {}), Row("no/such-model", 64, 8, {})])
     monkeypatch.setattr(validate_device, "matmul_rates", lambda: {"float32": 1.0, "bfloat16": 1.0})
     out = tmp_path / "out"
@@ -82,12 +102,15 @@ def test_records_are_written_row_by_row_and_rendered_and_refit(tmp_path, monkeyp
     lines = [json.loads(x) for x in records.read_text().splitlines()]
     assert [x["kind"] for x in lines] == ["run", "start", "row"] and lines[2]["row"] == 0
     runs, reports = read_records([records])
-    (_, report), = reports
+    ((_, report),) = reports
     assert report.trials[0].status == "ok"
     markdown = (out / "validate_cpu.md").read_text()
     precision = report.trials[0].plan.precision  # fp32, or bf16 on a CPU with AMX (rules/precision.py)
-    assert "--rows 0 --steps 2" in markdown and f"| {config} | 64 | {precision}, adamw, micro-batch 8 × 1 | plan | ok |" \
-        in markdown and "Peak: median |error|" in markdown
+    assert (
+        "--rows 0 --steps 2" in markdown
+        and f"| {config} | 64 | {precision}, adamw, micro-batch 8 × 1 | plan | ok |" in markdown
+        and "Peak: median |error|" in markdown
+    )
     assert render(runs, reports) == markdown
 
     # a second run appends; a row that cannot run stops the script with the earlier rows kept
@@ -133,10 +156,18 @@ def test_refit_device_reads_the_local_store_of_runs(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path))
     plan = cpu_plan().model_dump(mode="json")
     for measured in (2.0, 2.0, 4.0):
-        run_store.append(run_store.record(source=run_store.SOURCE_VALIDATE, device={"type": "cpu", "name": "cpu x"},
-                                          model={"id": "gpt2", "task": "causal-lm"}, plan=plan, seq_len=64,
-                                          predicted={"step_time_s": 1.0, "peak_bytes": 100},
-                                          measured={"step_time_s": measured, "peak_bytes": 110}, notes="test"))
+        run_store.append(
+            run_store.record(
+                source=run_store.SOURCE_VALIDATE,
+                device={"type": "cpu", "name": "cpu x"},
+                model={"id": "gpt2", "task": "causal-lm"},
+                plan=plan,
+                seq_len=64,
+                predicted={"step_time_s": 1.0, "peak_bytes": 100},
+                measured={"step_time_s": measured, "peak_bytes": 110},
+                notes="test",
+            )
+        )
     refit_device.main(["--store"])
     out = capsys.readouterr().out
     assert "3 runs" in out and "| cpu x |" in out

@@ -33,10 +33,28 @@ def test_a_step_counts_more_than_its_saved_activations(tmp_path) -> None:
     from advisor.engine.memory import activation_traffic_bytes
 
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2,
-                                  "n_embd": 128, "n_head": 4, "n_positions": 256, "vocab_size": 1000}))
-    est = api.estimate(str(config), gpu="h100-sxm", seq_len=128, micro_batch_size=4, global_batch_size=4,
-                       precision="bf16", torch_compile=False)
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "architectures": ["GPT2LMHeadModel"],
+                "n_layer": 2,
+                "n_embd": 128,
+                "n_head": 4,
+                "n_positions": 256,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    est = api.estimate(
+        str(config),
+        gpu="h100-sxm",
+        seq_len=128,
+        micro_batch_size=4,
+        global_batch_size=4,
+        precision="bf16",
+        torch_compile=False,
+    )
     mode = counted_traffic(est.model, est.plan, 128)
     priced = activation_traffic_bytes(est.model, est.plan, 128) * 3
     # the forward writes and the backward reads back far more than the tensors kept for backward: casts, norms,

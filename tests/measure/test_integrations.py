@@ -18,8 +18,15 @@ from advisor.app import api  # noqa: E402
 from advisor.measure import run_store  # noqa: E402
 from probes.hardware import HardwareProfile, read_host  # noqa: E402
 
-TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 64, "n_head": 2,
-        "n_positions": 64, "vocab_size": 256}
+TINY = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_layer": 2,
+    "n_embd": 64,
+    "n_head": 2,
+    "n_positions": 64,
+    "vocab_size": 256,
+}
 SEQ, BATCH, STEPS = 32, 4, 6
 
 
@@ -29,8 +36,14 @@ def plan_file(tmp_path):
     config = tmp_path / "model" / "config.json"
     config.parent.mkdir()
     config.write_text(json.dumps(TINY))
-    est = api.estimate(str(config.parent), hardware=HardwareProfile(source="none", host=read_host()), seq_len=SEQ,
-                       micro_batch_size=BATCH, precision="fp32", optimizer="adamw")
+    est = api.estimate(
+        str(config.parent),
+        hardware=HardwareProfile(source="none", host=read_host()),
+        seq_len=SEQ,
+        micro_batch_size=BATCH,
+        precision="fp32",
+        optimizer="adamw",
+    )
     path = tmp_path / "plan.json"
     path.write_text(est.model_dump_json(indent=2))
     return path
@@ -46,8 +59,9 @@ def _low_memory(plan_file, tmp_path):
 
 def _model():
     torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(**{k: v for k, v in TINY.items()
-                                                                    if k not in ("model_type", "architectures")}))
+    return transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(**{k: v for k, v in TINY.items() if k not in ("model_type", "architectures")})
+    )
 
 
 class _Rows(torch.utils.data.Dataset):
@@ -64,9 +78,18 @@ class _Rows(torch.utils.data.Dataset):
 
 def _train(tmp_path, callbacks) -> list[float]:
     args = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=BATCH, max_steps=STEPS, logging_steps=1,
-        report_to=[], use_cpu=True, seed=0, save_strategy="no", disable_tqdm=True, learning_rate=1e-3,
-        dataloader_num_workers=0)
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=BATCH,
+        max_steps=STEPS,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
+        disable_tqdm=True,
+        learning_rate=1e-3,
+        dataloader_num_workers=0,
+    )
     trainer = transformers.Trainer(model=_model(), args=args, train_dataset=_Rows(), callbacks=callbacks)
     trainer.train()
     return [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -114,7 +137,9 @@ def _loop(plan, **options):
     with integrations.track(plan, model=model, optimizer=optimizer, **options) as t:
         for step in range(STEPS):
             t.step_begin()
-            loss = model(input_ids=rows[step * BATCH:(step + 1) * BATCH], labels=rows[step * BATCH:(step + 1) * BATCH]).loss
+            loss = model(
+                input_ids=rows[step * BATCH : (step + 1) * BATCH], labels=rows[step * BATCH : (step + 1) * BATCH]
+            ).loss
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()

@@ -17,33 +17,69 @@ pytest.importorskip("bitsandbytes")
 pytest.importorskip("accelerate")
 
 from advisor.measure.quantized_base import random_quantized  # noqa: E402
-from advisor.measure.trainable import (_dtype_kwargs, apply_adapters, build_quantized,  # noqa: E402
-                                       hf_config)
+from advisor.measure.trainable import (
+    _dtype_kwargs,
+    apply_adapters,
+    build_quantized,  # noqa: E402
+    hf_config,
+)
 from probes.model import profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 
 #: a tied head (Llama-3.2's), grouped-query attention and biases on the attention projections (Qwen2's layout)
-LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128, "intermediate_size": 256,
-         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512,
-         "max_position_embeddings": 256, "tie_word_embeddings": True, "attention_bias": True}
+LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 512,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": True,
+    "attention_bias": True,
+}
 
 
 #: GPT-2's Conv1D layers, which transformers' quantizer turns into Linear4bit too (weights transposed)
-GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-        "n_positions": 256, "vocab_size": 512}
+GPT2 = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_layer": 2,
+    "n_embd": 128,
+    "n_head": 4,
+    "n_positions": 256,
+    "vocab_size": 512,
+}
 
 
 def _plan(**kw) -> Plan:
-    return Plan(**{"device": "cpu", "precision": "bf16", "tf32": False, "optimizer": "adamw", "method": "qlora",
-                   "weights_dtype": "bf16", "lora_targets": "all-linear", "gradient_checkpointing": False,
-                   "micro_batch_size": 2, "gradient_accumulation_steps": 1, "parallelism": "none", "num_gpus": 1,
-                   **kw})
+    return Plan(
+        **{
+            "device": "cpu",
+            "precision": "bf16",
+            "tf32": False,
+            "optimizer": "adamw",
+            "method": "qlora",
+            "weights_dtype": "bf16",
+            "lora_targets": "all-linear",
+            "gradient_checkpointing": False,
+            "micro_batch_size": 2,
+            "gradient_accumulation_steps": 1,
+            "parallelism": "none",
+            "num_gpus": 1,
+            **kw,
+        }
+    )
 
 
 def _layout(net) -> dict:
     """Each parameter's class, dtype, shape and whether it trains, by name (tied ones under each name)."""
-    return {name: (type(p).__name__, p.dtype, tuple(p.shape), p.requires_grad)
-            for name, p in net.named_parameters(remove_duplicate=False)}
+    return {
+        name: (type(p).__name__, p.dtype, tuple(p.shape), p.requires_grad)
+        for name, p in net.named_parameters(remove_duplicate=False)
+    }
 
 
 def _loaded(config, plan: Plan, tmp_path, device: str = "cpu"):
@@ -53,13 +89,18 @@ def _loaded(config, plan: Plan, tmp_path, device: str = "cpu"):
     auto = transformers.AutoModelForCausalLM
     folder = tmp_path / "ckpt"
     auto.from_config(config, **_dtype_kwargs(plan.weights_dtype)).save_pretrained(folder)
-    return auto.from_pretrained(folder, config=config, device_map={"": 0 if device == "cuda" else device},
-                                quantization_config=quantizer_of(plan).quantization_config,
-                                **_dtype_kwargs(plan.weights_dtype))
+    return auto.from_pretrained(
+        folder,
+        config=config,
+        device_map={"": 0 if device == "cuda" else device},
+        quantization_config=quantizer_of(plan).quantization_config,
+        **_dtype_kwargs(plan.weights_dtype),
+    )
 
 
-@pytest.mark.parametrize("raw, settings", [(LLAMA, {}), (LLAMA, {"double_quant": False}),
-                                           (LLAMA, {"weights_dtype": "fp32"}), (GPT2, {})])
+@pytest.mark.parametrize(
+    "raw, settings", [(LLAMA, {}), (LLAMA, {"double_quant": False}), (LLAMA, {"weights_dtype": "fp32"}), (GPT2, {})]
+)
 def test_the_random_base_is_what_from_pretrained_loads(tmp_path, raw, settings) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(raw))
@@ -69,15 +110,20 @@ def test_the_random_base_is_what_from_pretrained_loads(tmp_path, raw, settings) 
     theirs = _loaded(config, plan, tmp_path)
 
     assert _layout(ours) == _layout(theirs)
-    assert {n: (b.dtype, tuple(b.shape)) for n, b in ours.named_buffers()} == \
-        {n: (b.dtype, tuple(b.shape)) for n, b in theirs.named_buffers()}
+    assert {n: (b.dtype, tuple(b.shape)) for n, b in ours.named_buffers()} == {
+        n: (b.dtype, tuple(b.shape)) for n, b in theirs.named_buffers()
+    }
     for (name, a), (_, b) in zip(ours.named_buffers(), theirs.named_buffers()):
         assert torch.equal(a, b), name  # the rotary frequencies are computed, not left empty
     assert len(list(ours.parameters())) == len(list(theirs.parameters()))  # the tied head kept tied: not two
     assert ours.lm_head.weight is ours.get_input_embeddings().weight
     q, r = (next(m.weight for m in net.modules() if type(m).__name__ == "Linear4bit") for net in (ours, theirs))
-    assert (q.quant_state.nested, q.quant_state.blocksize, q.quant_state.quant_type, q.quant_state.dtype) == \
-        (r.quant_state.nested, r.quant_state.blocksize, r.quant_state.quant_type, r.quant_state.dtype)
+    assert (q.quant_state.nested, q.quant_state.blocksize, q.quant_state.quant_type, q.quant_state.dtype) == (
+        r.quant_state.nested,
+        r.quant_state.blocksize,
+        r.quant_state.quant_type,
+        r.quant_state.dtype,
+    )
     assert q.quant_state.absmax.shape == r.quant_state.absmax.shape
     assert (ours.is_loaded_in_4bit, ours.is_quantized) == (True, True)
 
@@ -98,8 +144,9 @@ def test_the_random_base_trains_its_adapters_with_a_finite_loss(tmp_path) -> Non
 
 def test_random_quantized_stays_on_the_device_it_is_given(tmp_path) -> None:
     config = transformers.LlamaConfig(**{k: v for k, v in LLAMA.items() if k not in ("model_type", "architectures")})
-    net = random_quantized(transformers.AutoModelForCausalLM, config, _plan(), torch.device("cpu"),
-                           _dtype_kwargs("bf16"))
+    net = random_quantized(
+        transformers.AutoModelForCausalLM, config, _plan(), torch.device("cpu"), _dtype_kwargs("bf16")
+    )
     assert {p.device.type for p in net.parameters()} | {b.device.type for b in net.buffers()} == {"cpu"}
 
 

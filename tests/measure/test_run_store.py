@@ -68,10 +68,15 @@ def test_the_tests_never_see_the_users_store() -> None:
 
 def test_clear_and_a_record(tmp_path) -> None:
     path = tmp_path / "runs.jsonl"
-    rec = run_store.record(source=run_store.SOURCE_CALLBACK, device={"type": "cpu", "name": "x", "count": 1,
-                                                                       "driver": None},
-                           model={"id": "m", "task": "causal-lm"}, plan={}, seq_len=8,
-                           predicted={"step_time_s": 1.0}, measured={"step_time_s": 2.0})
+    rec = run_store.record(
+        source=run_store.SOURCE_CALLBACK,
+        device={"type": "cpu", "name": "x", "count": 1, "driver": None},
+        model={"id": "m", "task": "causal-lm"},
+        plan={},
+        seq_len=8,
+        predicted={"step_time_s": 1.0},
+        measured={"step_time_s": 2.0},
+    )
     run_store.append(rec, path=path)
     assert json.loads(path.read_text())["libraries"]["torch"]
     assert run_store.clear(path) == 1

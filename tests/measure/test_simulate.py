@@ -17,8 +17,18 @@ from advisor.core.errors import UsageError  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 from rules import Plan  # noqa: E402
 
-TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-        "n_positions": 256, "vocab_size": 1000, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+TINY = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_layer": 2,
+    "n_embd": 128,
+    "n_head": 4,
+    "n_positions": 256,
+    "vocab_size": 1000,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 
 
 @pytest.fixture
@@ -29,8 +39,17 @@ def tiny(tmp_path):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(device="cuda", precision="fp32", tf32=False, optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=4, gradient_accumulation_steps=1, parallelism="none", num_gpus=1)
+    base = dict(
+        device="cuda",
+        precision="fp32",
+        tf32=False,
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=4,
+        gradient_accumulation_steps=1,
+        parallelism="none",
+        num_gpus=1,
+    )
     base.update(kw)
     return Plan(**base)
 
@@ -109,8 +128,16 @@ def test_a_checkpointed_lora_step_whose_peak_is_a_block_not_the_head_within_10_p
     """This 2-layer gpt2 (h = 128, a 1000-token vocabulary) peaks in the backward of its last recomputed block, not
     beside the LM head's logits: the calibrated ``ckpt_block_*`` terms price that moment (-22.8 % without them)."""
     pytest.importorskip("peft")
-    est = estimate(tiny, gpu="a100-80gb", seq_len=128, micro_batch_size=4, simulate=True, method="lora",
-                   lora_targets="attention", gradient_checkpointing=True)
+    est = estimate(
+        tiny,
+        gpu="a100-80gb",
+        seq_len=128,
+        micro_batch_size=4,
+        simulate=True,
+        method="lora",
+        lora_targets="attention",
+        gradient_checkpointing=True,
+    )
     assert est.simulated.peak_phase == "backward"
     assert abs(est.simulated.analytic_error) < 0.10, est.simulated
 
@@ -122,9 +149,17 @@ def test_a_compiled_plan_is_not_simulated_eagerly(tiny) -> None:
         estimate(tiny, gpu="a100-80gb", seq_len=128, micro_batch_size=4, torch_compile=True, simulate=True)
 
 
-TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 128,
-              "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
-              "vocab_size": 1000, "max_position_embeddings": 256}
+TINY_LLAMA = {
+    "model_type": "llama",
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 128,
+    "intermediate_size": 352,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 1000,
+    "max_position_embeddings": 256,
+}
 
 
 @pytest.fixture
@@ -136,8 +171,16 @@ def tiny_llama(tmp_path):
 
 
 def _bf16(method: str, **kw) -> Plan:
-    return _plan(**{"method": method, "precision": "bf16", "weights_dtype": "bf16", "optimizer": "sgd",
-                    "lora_targets": "all-linear", **kw})
+    return _plan(
+        **{
+            "method": method,
+            "precision": "bf16",
+            "weights_dtype": "bf16",
+            "optimizer": "sgd",
+            "lora_targets": "all-linear",
+            **kw,
+        }
+    )
 
 
 def test_qlora_runs_bitsandbytes_4bit_layers_on_fake_tensors(tiny_llama) -> None:
@@ -185,8 +228,19 @@ def test_cli_estimate_simulates_qlora(tiny_llama) -> None:
     pytest.importorskip("bitsandbytes")
     from cli_runner import advisor
 
-    res = advisor("estimate", "--model", tiny_llama.config_path, "--gpu", "a100-80gb", "--method", "qlora",
-                  "--seq-len", "64", "--simulate", "--json")
+    res = advisor(
+        "estimate",
+        "--model",
+        tiny_llama.config_path,
+        "--gpu",
+        "a100-80gb",
+        "--method",
+        "qlora",
+        "--seq-len",
+        "64",
+        "--simulate",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["plan"]["method"] == "qlora" and out["simulated"]["peak_bytes"] > 0

@@ -11,8 +11,18 @@ from advisor.measure.timeline import KINDS, MemoryTimeline
 from cli_runner import ROOT, run_cli
 
 SVG = "{http://www.w3.org/2000/svg}"
-TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-        "n_positions": 256, "vocab_size": 1000, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+TINY = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_layer": 2,
+    "n_embd": 128,
+    "n_head": 4,
+    "n_positions": 256,
+    "vocab_size": 1000,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
 
 
 def test_kinds_follow_the_phases_and_the_labels() -> None:
@@ -33,18 +43,26 @@ def test_kinds_follow_the_phases_and_the_labels() -> None:
     assert t.kinds == ["weights", "temporaries", "activations", "temporaries", "gradients", "optimizer_states"]
     columns, peak = t.columns(most=3)
     assert len(columns) == 3 and peak.total == 400 and peak.op == "aten.zeros_like.default"
-    assert peak.by_kind == {"weights": 100, "gradients": 100, "optimizer_states": 200, "activations": 0,
-                            "temporaries": 0}
+    assert peak.by_kind == {
+        "weights": 100,
+        "gradients": 100,
+        "optimizer_states": 200,
+        "activations": 0,
+        "temporaries": 0,
+    }
     assert max(c.total for c in columns) == 1100  # the build's scratch is drawn, but is not the step's peak
     assert [phase for _, phase in t.marks] == ["build", "forward", "backward", "optimizer"]
     with pytest.raises(ValueError):
         t.columns(most=0)
 
 
-@pytest.mark.parametrize("name, code, words", [
-    ("step.png", 2, "--timeline step.png: expected a file name ending in .svg or .html"),
-    ("missing/step.svg", 7, "folder missing does not exist"),
-])
+@pytest.mark.parametrize(
+    "name, code, words",
+    [
+        ("step.png", 2, "--timeline step.png: expected a file name ending in .svg or .html"),
+        ("missing/step.svg", 7, "folder missing does not exist"),
+    ],
+)
 def test_a_bad_target_is_one_line_before_any_simulation(tmp_path, name: str, code: int, words: str) -> None:
     got, out, err = run_cli(["estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--timeline", name], cwd=tmp_path)
     assert (got, out) == (code, "") and err.count("\n") == 1 and words in err, err
@@ -110,8 +128,21 @@ def test_the_command_writes_the_picture_whole(tmp_path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
     (tmp_path / "step.svg").write_text("old")
-    code, out, err = run_cli(["estimate", "--model", str(config), "--gpu", "a100-80gb", "--seq-len", "64",
-                              "--timeline", "step.svg", "--json"], cwd=tmp_path)
+    code, out, err = run_cli(
+        [
+            "estimate",
+            "--model",
+            str(config),
+            "--gpu",
+            "a100-80gb",
+            "--seq-len",
+            "64",
+            "--timeline",
+            "step.svg",
+            "--json",
+        ],
+        cwd=tmp_path,
+    )
     assert code == 0 and err == "advisor: wrote step.svg\n", err
     assert json.loads(out)["simulated"]["peak_bytes"] > 0
     assert ET.parse(tmp_path / "step.svg").getroot().tag == f"{SVG}svg"
@@ -123,10 +154,22 @@ def test_the_readme_picture_is_what_the_command_draws(tmp_path) -> None:
     """docs/timeline-gpt2.svg (shown in the README) is the README command's file, byte for byte."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    command = ["estimate", "--model", "gpt2", "--gpu", "a100-80gb", "--seq-len", "128", "--micro-batch-size", "4",
-               "--timeline", "step.svg"]
+    command = [
+        "estimate",
+        "--model",
+        "gpt2",
+        "--gpu",
+        "a100-80gb",
+        "--seq-len",
+        "128",
+        "--micro-batch-size",
+        "4",
+        "--timeline",
+        "step.svg",
+    ]
     assert "$ advisor " + " ".join(command) in (ROOT / "README.md").read_text(encoding="utf-8")
     code, _out, err = run_cli(command, cwd=tmp_path)
     assert code == 0, err
     assert (tmp_path / "step.svg").read_text(encoding="utf-8") == (ROOT / "docs" / "timeline-gpt2.svg").read_text(
-        encoding="utf-8"), f"draw it again: advisor {' '.join(command[:-1])} docs/timeline-gpt2.svg"
+        encoding="utf-8"
+    ), f"draw it again: advisor {' '.join(command[:-1])} docs/timeline-gpt2.svg"

@@ -8,8 +8,11 @@ from advisor.measure import run_store
 
 from helpers import cpu_plan
 
-PLAN = {"plan": cpu_plan().model_dump(mode="json"), "memory": {"peak_bytes": 2**30, "device_bytes": 2**30},
-        "speed": {"step_time_s": 1e-3, "tokens_per_s": 64_000.0, "samples_per_s": 1000.0}}
+PLAN = {
+    "plan": cpu_plan().model_dump(mode="json"),
+    "memory": {"peak_bytes": 2**30, "device_bytes": 2**30},
+    "speed": {"step_time_s": 1e-3, "tokens_per_s": 64_000.0, "samples_per_s": 1000.0},
+}
 
 
 def test_a_window_of_steps_is_summarised_without_the_store() -> None:
@@ -36,8 +39,15 @@ def test_a_run_shorter_than_the_warm_up_reports_nothing() -> None:
 
 
 def test_a_calibrated_plan_stores_the_models_own_prediction() -> None:
-    calibrated = {**PLAN, "speed": {"step_time_s": 2e-3, "tokens_per_s": 32_000.0, "samples_per_s": 500.0,
-                                    "local_calibration": {"step_time_ratio": 2.0, "runs": 3}}}
+    calibrated = {
+        **PLAN,
+        "speed": {
+            "step_time_s": 2e-3,
+            "tokens_per_s": 32_000.0,
+            "samples_per_s": 500.0,
+            "local_calibration": {"step_time_ratio": 2.0, "runs": 3},
+        },
+    }
     with Tracker(calibrated, warmup_steps=1, measure_steps=2) as t:
         for _ in range(3):
             t.step()

@@ -43,8 +43,18 @@ def tiny(tmp_path) -> str:
 
 
 def test_the_budget_shortens_a_trial_predicted_past_it() -> None:
-    session = Session(None, None, steps=10, warmup=2, max_trials=6, memory_limit_bytes=None, progress=None,
-                      stop=threading.Event(), config=None, max_seconds=100)
+    session = Session(
+        None,
+        None,
+        steps=10,
+        warmup=2,
+        max_trials=6,
+        memory_limit_bytes=None,
+        progress=None,
+        stop=threading.Event(),
+        config=None,
+        max_seconds=100,
+    )
     assert session.steps_within_budget(5.0) == 10 and session.warnings == []  # 12 x 5 s: within 100 s
     assert session.steps_within_budget(10.0) == 7  # 100 s // 10 s - 2 warm-up steps
     assert session.steps_within_budget(1000.0) == 1  # at least one timed step
@@ -61,8 +71,11 @@ def _stuck_trial(monkeypatch, finished_steps: int = 2) -> threading.Event:
 
     def run_trial(model, plan, seq_len, *, steps, warmup, on_step, stop, **kwargs):
         for step in range(1, finished_steps + 1):
-            on_step(StepUpdate(step=step, total=steps + warmup, warmup=step <= warmup, step_time_s=0.5,
-                               peak_bytes=1000, loss=6.9))
+            on_step(
+                StepUpdate(
+                    step=step, total=steps + warmup, warmup=step <= warmup, step_time_s=0.5, peak_bytes=1000, loss=6.9
+                )
+            )
         release.wait(60)
         raise AssertionError("the cut trial's result must not be read")
 
@@ -77,8 +90,9 @@ def test_a_stop_cuts_a_step_that_does_not_end_within_a_second(tiny, monkeypatch)
     timer.start()
     start = time.monotonic()
     try:
-        report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=10, warmup=2, hardware=CPU, stop=stop,
-                              compare=True)
+        report = api.validate(
+            tiny, seq_len=32, global_batch_size=4, steps=10, warmup=2, hardware=CPU, stop=stop, compare=True
+        )
     finally:
         release.set()
     assert time.monotonic() - start < 0.5 + CUT_AFTER_S + 1.0
@@ -92,8 +106,9 @@ def test_the_time_budget_ends_a_trial_and_says_so_without_calling_it_interrupted
     release = _stuck_trial(monkeypatch)
     start = time.monotonic()
     try:
-        report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=10, warmup=2, hardware=CPU,
-                              max_seconds=1.0, compare=True)
+        report = api.validate(
+            tiny, seq_len=32, global_batch_size=4, steps=10, warmup=2, hardware=CPU, max_seconds=1.0, compare=True
+        )
     finally:
         release.set()
     assert time.monotonic() - start < 1.0 + CUT_AFTER_S + 1.5
@@ -108,9 +123,30 @@ def test_the_first_ctrl_c_of_a_cpu_trial_is_answered_within_two_seconds(tmp_path
     come within 2 s (it used to wait for the step boundary)."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(WIDE))
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", str(config), "--seq-len", "256",
-                             "--global-batch-size", "4", "--micro-batch-size", "4", "--steps", "1000", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "validate",
+            "--model",
+            str(config),
+            "--seq-len",
+            "256",
+            "--global-batch-size",
+            "4",
+            "--micro-batch-size",
+            "4",
+            "--steps",
+            "1000",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
     lines = []
     try:
         for line in proc.stderr:  # the first step done: the next one is under way

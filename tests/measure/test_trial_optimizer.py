@@ -64,7 +64,9 @@ def test_the_paged_32_bit_plan_steps_dtensors_with_torch_adamw() -> None:
 @pytest.mark.skipif(TORCHAO, reason="torchao is installed here")
 def test_an_8bit_plan_on_dtensors_names_torchao_when_it_is_missing() -> None:
     params = [torch.nn.Parameter(torch.zeros(4))]
-    with pytest.raises(UsageError, match="8-bit Adam on FSDP2's DTensors needs the torchao package: pip install torchao"):
+    with pytest.raises(
+        UsageError, match="8-bit Adam on FSDP2's DTensors needs the torchao package: pip install torchao"
+    ):
         make_optimizer(params, cpu_plan(optimizer="adamw-8bit"), dtensors=True)
 
 

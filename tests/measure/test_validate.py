@@ -85,11 +85,21 @@ def test_memory_limit_forces_oom_and_a_smaller_micro_batch_keeps_the_global_batc
     facts = api.make_facts(tiny, seq_len=128, global_batch_size=16, hardware=CPU)
     from advisor.engine.candidates import evaluate
 
-    peak = {mb: evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory
-            .peak_bytes for mb in (16, 8)}
+    peak = {
+        mb: evaluate(facts, _plan(micro_batch_size=mb, gradient_accumulation_steps=16 // mb)).memory.peak_bytes
+        for mb in (16, 8)
+    }
     limit = (peak[16] + peak[8]) // 2
-    report = api.validate(tiny, seq_len=128, global_batch_size=16, micro_batch_size=16, precision="fp32", steps=2,
-                          memory_limit_bytes=limit, hardware=CPU)
+    report = api.validate(
+        tiny,
+        seq_len=128,
+        global_batch_size=16,
+        micro_batch_size=16,
+        precision="fp32",
+        steps=2,
+        memory_limit_bytes=limit,
+        hardware=CPU,
+    )
     first, last = report.trials[0], report.trials[-1]
     assert first.status == "oom" and "limit" in first.message
     assert last.status == "ok" and last.role == "smaller-micro-batch"
@@ -111,12 +121,14 @@ def test_injected_cuda_oom_is_caught_by_type(tiny, monkeypatch) -> None:
         def too_big(module, args, kwargs):
             if kwargs["input_ids"].shape[0] > 2:
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory (injected)")
+
         net.register_forward_pre_hook(too_big, with_kwargs=True)
         return net
 
     monkeypatch.setattr(trial_module, "build_model", build)
-    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1,
-                          hardware=CPU)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1, hardware=CPU
+    )
     assert [t.status for t in report.trials] == ["oom", "oom", "ok"]
     assert [t.plan.micro_batch_size for t in report.trials] == [8, 4, 2]
     assert report.confirmed_plan.gradient_accumulation_steps == 4 and report.verdict == "corrected"
@@ -138,16 +150,25 @@ def test_a_trial_whose_device_cannot_be_read_afterwards_is_an_error_not_a_crash(
 
     monkeypatch.setattr(trial_module, "build_model", build)
     monkeypatch.setattr(trial_module.TrialMemory, "finish", finish)
-    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1,
-                          hardware=CPU)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=8, micro_batch_size=8, precision="fp32", steps=1, hardware=CPU
+    )
     first = report.trials[0]
     assert first.status == "error" and sticky in first.message and "could not be read" in first.message
     assert report.verdict != "confirmed"
 
 
 def test_oom_at_micro_batch_one_tries_checkpointing_then_fails(tiny) -> None:
-    report = api.validate(tiny, seq_len=32, global_batch_size=2, micro_batch_size=2, precision="fp32", steps=1,
-                          memory_limit_bytes=1024, hardware=CPU)
+    report = api.validate(
+        tiny,
+        seq_len=32,
+        global_batch_size=2,
+        micro_batch_size=2,
+        precision="fp32",
+        steps=1,
+        memory_limit_bytes=1024,
+        hardware=CPU,
+    )
     assert [t.role for t in report.trials] == ["plan", "smaller-micro-batch", "checkpointing"]
     assert all(t.status == "oom" for t in report.trials)
     assert report.verdict == "failed" and report.confirmed_plan is None
@@ -171,8 +192,15 @@ def test_nonfinite_under_fp16_retries_bf16_where_the_gpu_has_it() -> None:
         from advisor.measure.report_models import Predicted, RuntimeSettings, Trial
 
         c = evaluate(f, plan)
-        trial = Trial(role="plan", reason="", plan=plan, runtime=RuntimeSettings(), status="nonfinite",
-                      predicted=Predicted(memory=c.memory, speed=c.speed), wall_s=0.0)
+        trial = Trial(
+            role="plan",
+            reason="",
+            plan=plan,
+            runtime=RuntimeSettings(),
+            status="nonfinite",
+            predicted=Predicted(memory=c.memory, speed=c.speed),
+            wall_s=0.0,
+        )
         return session.correction(trial), session.warnings
 
     nxt, _ = correction("a100-80gb")
@@ -187,8 +215,9 @@ def api_runtime():
     return RuntimeSettings()
 
 
-@pytest.mark.skipif(__import__("importlib").util.find_spec("bitsandbytes") is not None,
-                    reason="bitsandbytes is installed here")
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("bitsandbytes") is not None, reason="bitsandbytes is installed here"
+)
 def test_missing_bitsandbytes_validates_the_nearest_plan_without_it(tiny) -> None:
     report = api.validate(tiny, seq_len=32, global_batch_size=4, optimizer="adamw-8bit", steps=1, hardware=CPU)
     assert any("bitsandbytes" in w and "pip install bitsandbytes" in w for w in report.warnings)
@@ -206,8 +235,9 @@ def test_stop_event_ends_at_a_step_boundary_with_a_partial_report(tiny) -> None:
             if event.step == 3:
                 stop.set()
 
-    report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=1000, hardware=CPU, progress=progress,
-                          stop=stop, compare=True)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=4, steps=1000, hardware=CPU, progress=progress, stop=stop, compare=True
+    )
     assert report.interrupted and report.verdict == "incomplete"
     (trial,) = report.trials  # neither a correction nor the baseline after a stop
     assert trial.status == "interrupted" and len(trial.measured.losses) == 3 and seen == [1, 2, 3]
@@ -215,8 +245,7 @@ def test_stop_event_ends_at_a_step_boundary_with_a_partial_report(tiny) -> None:
 
 
 def test_compare_runs_the_baseline(tiny) -> None:
-    report = api.validate(tiny, seq_len=64, global_batch_size=8, precision="bf16", steps=2, compare=True,
-                          hardware=CPU)
+    report = api.validate(tiny, seq_len=64, global_batch_size=8, precision="bf16", steps=2, compare=True, hardware=CPU)
     c = report.comparison
     assert c is not None and not c.same_as_plan and c.baseline_status == "ok"
     assert c.baseline_plan.precision == "fp32" and c.baseline_plan.global_batch_size == 8
@@ -225,8 +254,9 @@ def test_compare_runs_the_baseline(tiny) -> None:
 
 
 def test_larger_micro_batch_is_tried_when_memory_leaves_room(tiny) -> None:
-    report = api.validate(tiny, seq_len=32, global_batch_size=8, micro_batch_size=2, precision="fp32", steps=2,
-                          hardware=CPU)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=8, micro_batch_size=2, precision="fp32", steps=2, hardware=CPU
+    )
     assert [t.role for t in report.trials] == ["plan", "larger-micro-batch"]
     assert report.trials[1].plan.micro_batch_size == 4 and report.trials[1].plan.gradient_accumulation_steps == 2
     kept = report.confirmed_plan.micro_batch_size
@@ -241,10 +271,15 @@ def test_micro_batch_steps_keep_the_global_batch() -> None:
     assert smaller_micro_batch(_plan(micro_batch_size=1, gradient_accumulation_steps=8)) is None
     assert larger_micro_batch(p).micro_batch_size == 24 and larger_micro_batch(p).gradient_accumulation_steps == 1
     assert larger_micro_batch(_plan(micro_batch_size=8)) is None
-    base = baseline_plan(p.model_copy(update={"precision": "bf16", "optimizer": "adafactor",
-                                              "gradient_checkpointing": True}))
+    base = baseline_plan(
+        p.model_copy(update={"precision": "bf16", "optimizer": "adafactor", "gradient_checkpointing": True})
+    )
     assert (base.precision, base.optimizer, base.gradient_checkpointing, base.global_batch_size) == (
-        "fp32", "adamw", False, 24)
+        "fp32",
+        "adamw",
+        False,
+        24,
+    )
 
 
 def test_a_plan_for_another_device_is_refused(tiny) -> None:
@@ -302,18 +337,33 @@ def test_cli_says_when_the_plan_file_was_made_for_another_model(tiny, tmp_path) 
 def test_cli_nonfinite_exits_with_validation_failed(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**TINY, "initializer_range": 1e30}))
-    res = _cli("validate", "--model", str(path), "--seq-len", "32", "--global-batch-size", "2", "--precision",
-               "fp32", "--steps", "1", "--json")
+    res = _cli(
+        "validate",
+        "--model",
+        str(path),
+        "--seq-len",
+        "32",
+        "--global-batch-size",
+        "2",
+        "--precision",
+        "fp32",
+        "--steps",
+        "1",
+        "--json",
+    )
     assert res.returncode == ExitCode.VALIDATION_FAILED
     assert json.loads(res.stdout)["trials"][0]["status"] == "nonfinite"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--memory-limit", "lots"], "is not a size"),
-    (["--plan", "/nonexistent/rec.json"], "cannot read --plan"),
-    (["--steps", "x"], "not a whole number"),
-    (["--nproc", "0"], "--nproc must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--memory-limit", "lots"], "is not a size"),
+        (["--plan", "/nonexistent/rec.json"], "cannot read --plan"),
+        (["--steps", "x"], "not a whole number"),
+        (["--nproc", "0"], "--nproc must be > 0"),
+    ],
+)
 def test_cli_bad_validate_input_is_one_line(tiny, args, needle) -> None:
     res = _cli("validate", "--model", tiny, *args)
     assert res.returncode == ExitCode.USAGE and needle in res.stderr
@@ -330,9 +380,30 @@ def test_cli_plan_file_that_is_not_a_plan(tiny, tmp_path) -> None:
 @pytest.mark.subprocess
 def test_ctrl_c_stops_at_a_step_boundary_writes_the_partial_report_and_exits_130(tiny, tmp_path) -> None:
     out = tmp_path / "partial.json"
-    proc = subprocess.Popen([sys.executable, "-m", "advisor", "validate", "--model", tiny, "--seq-len", "32",
-                             "--global-batch-size", "4", "--steps", "100000", "--output", str(out), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "advisor",
+            "validate",
+            "--model",
+            tiny,
+            "--seq-len",
+            "32",
+            "--global-batch-size",
+            "4",
+            "--steps",
+            "100000",
+            "--output",
+            str(out),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=ROOT,
+    )
     lines = []
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -384,8 +455,9 @@ def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
     from advisor.measure.trainable import local_weights_dir
     from probes.model import profile_model
 
-    config = transformers.GPT2Config(**{k: v for k, v in TINY.items() if k not in ("model_type", "architectures")},
-                                     architectures=["GPT2LMHeadModel"])
+    config = transformers.GPT2Config(
+        **{k: v for k, v in TINY.items() if k not in ("model_type", "architectures")}, architectures=["GPT2LMHeadModel"]
+    )
     net = transformers.GPT2LMHeadModel(config)
     with torch.no_grad():
         for p in net.parameters():
@@ -400,8 +472,9 @@ def test_local_weights_are_used_when_the_folder_has_them(tmp_path) -> None:
 @pytest.mark.parametrize("parallelism", ["ddp", "zero-3"])
 def test_two_process_cpu_trial_through_torchrun_and_gloo(tiny, parallelism) -> None:
     """A distributed trial: torchrun starts 2 ranks (gloo), DDP or FSDP (ZeRO-3's counterpart)."""
-    report = api.validate(tiny, seq_len=32, global_batch_size=8, nproc=2, parallelism=parallelism, steps=2,
-                          hardware=CPU)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=8, nproc=2, parallelism=parallelism, steps=2, hardware=CPU
+    )
     (trial,) = report.trials
     assert trial.status == "ok", trial.message
     plan, m = trial.plan, trial.measured
@@ -421,14 +494,16 @@ def test_distributed_trial_stops_together_and_a_failed_rank_tears_the_run_down(t
         if isinstance(event, StepUpdate) and event.step == 3:
             stop.set()
 
-    report = api.validate(tiny, seq_len=32, global_batch_size=4, nproc=2, steps=100000, hardware=CPU,
-                          progress=progress, stop=stop)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=4, nproc=2, steps=100000, hardware=CPU, progress=progress, stop=stop
+    )
     trial = report.trials[0]
     assert report.interrupted and trial.status == "interrupted"
     assert [r.status for r in trial.measured.ranks] == ["interrupted", "interrupted"]  # the same step on both
     start = time.monotonic()
-    failed = api.validate(tiny, seq_len=32, global_batch_size=4, nproc=2, steps=2, hardware=CPU,
-                          memory_limit_bytes=1024, max_trials=1)
+    failed = api.validate(
+        tiny, seq_len=32, global_batch_size=4, nproc=2, steps=2, hardware=CPU, memory_limit_bytes=1024, max_trials=1
+    )
     assert failed.trials[0].status == "oom" and failed.verdict == "failed"
     assert time.monotonic() - start < 120  # no rank left waiting in a collective
 
@@ -464,8 +539,16 @@ def test_a_micro_batch_given_to_validate_keeps_the_global_batch_over_every_gpu()
 def test_trials_with_a_mean_sample_length_are_compared_with_full_rows(tiny) -> None:
     """A trial runs full rows of synthetic tokens, so its prediction is for full rows, whatever
     ``--mean-sample-len`` says (the plan is still chosen for it), and the report says so."""
-    report = api.validate(tiny, seq_len=64, global_batch_size=4, micro_batch_size=4, precision="fp32", steps=1,
-                          mean_sample_len=16, hardware=CPU)
+    report = api.validate(
+        tiny,
+        seq_len=64,
+        global_batch_size=4,
+        micro_batch_size=4,
+        precision="fp32",
+        steps=1,
+        mean_sample_len=16,
+        hardware=CPU,
+    )
     full = api.estimate(tiny, seq_len=64, micro_batch_size=4, precision="fp32", hardware=CPU)
     padded = api.estimate(tiny, seq_len=64, micro_batch_size=4, precision="fp32", mean_sample_len=16, hardware=CPU)
     assert padded.speed.step_time_s < full.speed.step_time_s
@@ -497,7 +580,20 @@ def test_stack_settings_trials_do_not_run_are_refused(tiny, setting, flag) -> No
 
 
 def test_cli_validate_takes_the_stack_flags(tiny) -> None:
-    res = _cli("validate", "--model", tiny, "--seq-len", "32", "--global-batch-size", "2", "--attention", "sdpa",
-               "--no-torch-compile", "--steps", "1", "--json")
+    res = _cli(
+        "validate",
+        "--model",
+        tiny,
+        "--seq-len",
+        "32",
+        "--global-batch-size",
+        "2",
+        "--attention",
+        "sdpa",
+        "--no-torch-compile",
+        "--steps",
+        "1",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     assert ValidationReport.model_validate_json(res.stdout).trials[0].plan.attention == "sdpa"

@@ -50,8 +50,16 @@ def test_lora_trial_of_given_rank_and_targets(tiny) -> None:
     pytest.importorskip("peft")
     peaks = {}
     for rank in (4, 64):
-        report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=1, method=Method.LORA.value,
-                              lora_rank=rank, lora_targets="attention", hardware=CPU)
+        report = api.validate(
+            tiny,
+            seq_len=32,
+            global_batch_size=4,
+            steps=1,
+            method=Method.LORA.value,
+            lora_rank=rank,
+            lora_targets="attention",
+            hardware=CPU,
+        )
         (trial,) = report.trials
         assert trial.status == "ok" and (trial.plan.lora_rank, trial.plan.lora_targets) == (rank, "attention")
         peaks[rank] = trial.measured.peak_bytes
@@ -62,13 +70,15 @@ def test_lora_trial_of_given_rank_and_targets(tiny) -> None:
 
 
 def test_pure_bf16_weights_trial(tiny) -> None:
-    report = api.validate(tiny, seq_len=32, global_batch_size=4, steps=1, precision="bf16", weights_dtype="bf16",
-                          hardware=CPU)
+    report = api.validate(
+        tiny, seq_len=32, global_batch_size=4, steps=1, precision="bf16", weights_dtype="bf16", hardware=CPU
+    )
     (trial,) = report.trials
     assert trial.status == "ok" and trial.plan.weights_dtype == "bf16"
     assert abs(trial.error.peak_bytes) < 0.25, trial.error
-    fp32 = api.validate(tiny, seq_len=32, global_batch_size=4, steps=1, precision="bf16", weights_dtype="fp32",
-                        hardware=CPU).trials[0]
+    fp32 = api.validate(
+        tiny, seq_len=32, global_batch_size=4, steps=1, precision="bf16", weights_dtype="fp32", hardware=CPU
+    ).trials[0]
     assert trial.measured.peak_bytes < fp32.measured.peak_bytes  # no fp32 weights, gradients or moments
 
 
@@ -83,8 +93,9 @@ def test_qlora_trial_runs_on_the_cpu(tiny) -> None:
     assert trial.plan.method == Method.QLORA and trial.plan.device == "cpu" and trial.measured.losses_finite
     from cli_runner import advisor
 
-    res = advisor("validate", "--model", tiny, "--seq-len", "32", "--global-batch-size", "4", "--steps", "1",
-                  "--method", "qlora")
+    res = advisor(
+        "validate", "--model", tiny, "--seq-len", "32", "--global-batch-size", "4", "--steps", "1", "--method", "qlora"
+    )
     assert res.returncode == 0, res.stderr
     assert "Verdict:" in res.stdout and "qlora" in res.stdout
 
@@ -96,7 +107,9 @@ def test_method_unavailable_names_what_is_missing(monkeypatch) -> None:
         assert method_unavailable(Method.QLORA.value) is None  # whatever the device: the CPU runs it too
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     assert method_unavailable(Method.LORA.value) == "lora trials need the peft package: pip install peft"
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real(name, *a)
+    )
     assert "pip install bitsandbytes" in method_unavailable(Method.QLORA.value)
 
 

@@ -21,19 +21,22 @@ from cli_runner import advisor
 MIB = 2**20
 
 
-@pytest.mark.parametrize(("cuda", "torch", "env", "driver", "lazy"), [
-    (None, None, None, None, True),  # nothing known: a current stack
-    ("12.4", "2.5.1+cu124", None, "550.54.15", True),
-    ("11.2", None, None, None, False),  # the HF guide's V100 notebook (CUDA 11.2, driver 460)
-    ("11.6", "1.12.1", "LAZY", None, False),  # no lazy loading before CUDA 11.7, whatever the variable says
-    ("11.8", "2.0.1", None, "470.82.01", False),  # lazy loading needs an R515+ driver
-    ("11.8", "2.0.1", None, None, True),  # torch >= 1.13 sets CUDA_MODULE_LOADING=LAZY
-    ("11.7", "1.12.1", None, None, False),  # torch 1.12 does not, and CUDA 11.7 loads eagerly by default
-    ("11.7", "1.12.1", "lazy", None, True),
-    ("12.4", "2.5.1", "EAGER", None, False),
-    ("11.8", "2.0.1", "DEFAULT", None, False),  # DEFAULT before CUDA 12.2 is eager, even under torch >= 1.13
-    ("12.2", "2.1.0", "DEFAULT", None, True),
-])
+@pytest.mark.parametrize(
+    ("cuda", "torch", "env", "driver", "lazy"),
+    [
+        (None, None, None, None, True),  # nothing known: a current stack
+        ("12.4", "2.5.1+cu124", None, "550.54.15", True),
+        ("11.2", None, None, None, False),  # the HF guide's V100 notebook (CUDA 11.2, driver 460)
+        ("11.6", "1.12.1", "LAZY", None, False),  # no lazy loading before CUDA 11.7, whatever the variable says
+        ("11.8", "2.0.1", None, "470.82.01", False),  # lazy loading needs an R515+ driver
+        ("11.8", "2.0.1", None, None, True),  # torch >= 1.13 sets CUDA_MODULE_LOADING=LAZY
+        ("11.7", "1.12.1", None, None, False),  # torch 1.12 does not, and CUDA 11.7 loads eagerly by default
+        ("11.7", "1.12.1", "lazy", None, True),
+        ("12.4", "2.5.1", "EAGER", None, False),
+        ("11.8", "2.0.1", "DEFAULT", None, False),  # DEFAULT before CUDA 12.2 is eager, even under torch >= 1.13
+        ("12.2", "2.1.0", "DEFAULT", None, True),
+    ],
+)
 def test_lazy_loading_follows_the_cuda_guide_and_torch(cuda, torch, env, driver, lazy) -> None:
     loading = lazy_loading(cuda, torch, env, driver)
     assert loading.lazy is lazy, loading
@@ -133,12 +136,17 @@ def test_a_probed_host_prices_its_own_torch_build_and_variable() -> None:
     old = probed(torch_version="1.12.1+cu113", torch_cuda_version="11.3")
     assert old.context_bytes == EAGER_CONTEXT_BYTES and "CUDA 11.3" in cuda_stack_line(old).plain
     eager = probed(torch_version="2.5.1", torch_cuda_version="12.4", cuda_module_loading="EAGER")
-    assert eager.context_bytes == EAGER_CONTEXT_BYTES and "torch 2.5.1 built with CUDA 12.4" in cuda_stack_line(eager).plain
+    assert (
+        eager.context_bytes == EAGER_CONTEXT_BYTES
+        and "torch 2.5.1 built with CUDA 12.4" in cuda_stack_line(eager).plain
+    )
 
 
 def test_an_eager_stack_is_warned_with_its_fix_and_a_lazy_one_is_not() -> None:
     def warnings(**kw) -> list[str]:
-        return [w.message for w in recommend("gpt2", gpu="t4", **kw).warnings if w.rule_id == "stack.cuda-module-loading"]
+        return [
+            w.message for w in recommend("gpt2", gpu="t4", **kw).warnings if w.rule_id == "stack.cuda-module-loading"
+        ]
 
     (message,) = warnings(cuda_version="11.3")
     assert "1.3 GiB of each GPU" in message and "CUDA 11.7 or newer" in message
@@ -147,9 +155,26 @@ def test_an_eager_stack_is_warned_with_its_fix_and_a_lazy_one_is_not() -> None:
 
 
 def test_the_command_line_takes_the_cuda_version_and_refuses_to_measure_without_a_gpu() -> None:
-    out = advisor("estimate", "--model", "bert-large-uncased", "--task", "sequence-classification", "--gpu",
-                  "v100-16gb", "--seq-len", "512", "--micro-batch-size", "4", "--precision", "fp16", "--attention",
-                  "eager", "--cuda-version", "11.2", "--json")
+    out = advisor(
+        "estimate",
+        "--model",
+        "bert-large-uncased",
+        "--task",
+        "sequence-classification",
+        "--gpu",
+        "v100-16gb",
+        "--seq-len",
+        "512",
+        "--micro-batch-size",
+        "4",
+        "--precision",
+        "fp16",
+        "--attention",
+        "eager",
+        "--cuda-version",
+        "11.2",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["memory"]["components"]["cuda_context_bytes"] == 1343 * MIB
     bad = advisor("probe", "--gpu", "t4", "--cuda-version", "eleven")

@@ -19,13 +19,36 @@ from advisor.engine.speed import forward_flops  # noqa: E402
 from probes.model import profile_model  # noqa: E402
 
 CONFIGS = {
-    "gpt2": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-             "vocab_size": 1000, "n_positions": 256},
-    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
-              "hidden_size": 128, "intermediate_size": 352, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "vocab_size": 1000, "max_position_embeddings": 256},
-    "bert": {"model_type": "bert", "architectures": ["BertForMaskedLM"], "num_hidden_layers": 2, "hidden_size": 128,
-             "intermediate_size": 512, "num_attention_heads": 4, "vocab_size": 1000, "max_position_embeddings": 256},
+    "gpt2": {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "n_layer": 2,
+        "n_embd": 128,
+        "n_head": 4,
+        "vocab_size": 1000,
+        "n_positions": 256,
+    },
+    "llama": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "intermediate_size": 352,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 256,
+    },
+    "bert": {
+        "model_type": "bert",
+        "architectures": ["BertForMaskedLM"],
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "max_position_embeddings": 256,
+    },
 }
 
 
@@ -42,8 +65,11 @@ def test_forward_flops_match_flop_counter(tmp_path, name) -> None:
     config._attn_implementation = "eager"
     b, s = 2, 64
     with FakeTensorMode():
-        model = transformers.AutoModelForCausalLM.from_config(config) if name != "bert" else \
-            transformers.AutoModelForMaskedLM.from_config(config)
+        model = (
+            transformers.AutoModelForCausalLM.from_config(config)
+            if name != "bert"
+            else transformers.AutoModelForMaskedLM.from_config(config)
+        )
         ids = torch.randint(0, 1000, (b, s))
         with FlopCounterMode(display=False) as counter:
             model(input_ids=ids)
@@ -51,13 +77,34 @@ def test_forward_flops_match_flop_counter(tmp_path, name) -> None:
 
 
 MOE_CONFIGS = {
-    "mixtral": {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "num_hidden_layers": 2,
-                "hidden_size": 128, "intermediate_size": 192, "num_attention_heads": 4, "num_key_value_heads": 2,
-                "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 1000, "max_position_embeddings": 256},
-    "qwen2_moe": {"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"], "num_hidden_layers": 2,
-                  "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
-                  "num_experts": 8, "num_experts_per_tok": 3, "moe_intermediate_size": 64,
-                  "shared_expert_intermediate_size": 160, "vocab_size": 1000, "max_position_embeddings": 256},
+    "mixtral": {
+        "model_type": "mixtral",
+        "architectures": ["MixtralForCausalLM"],
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "intermediate_size": 192,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 256,
+    },
+    "qwen2_moe": {
+        "model_type": "qwen2_moe",
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "num_hidden_layers": 2,
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_experts": 8,
+        "num_experts_per_tok": 3,
+        "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 160,
+        "vocab_size": 1000,
+        "max_position_embeddings": 256,
+    },
 }
 
 

@@ -11,11 +11,31 @@ from advisor.core.errors import BadConfigError, ModelNotFoundError, UsageError
 from probes.model import catalog_ids, profile_model
 from cli_runner import ROOT
 
-REQUIRED = ["gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "distilbert-base-uncased", "bert-base-uncased",
-            "bert-large-uncased", "roberta-base", "t5-small", "t5-base", "facebook/opt-125m", "facebook/opt-1.3b",
-            "meta-llama/Llama-2-7b-hf", "mistralai/Mistral-7B-v0.1", "meta-llama/Meta-Llama-3-8B",
-            "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B", "Qwen/Qwen2.5-7B", "mistralai/Mistral-Nemo-Base-2407",
-            "huggyllama/llama-65b", "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen1.5-MoE-A2.7B", "deepseek-ai/DeepSeek-V2-Lite"]
+REQUIRED = [
+    "gpt2",
+    "gpt2-medium",
+    "gpt2-large",
+    "gpt2-xl",
+    "distilbert-base-uncased",
+    "bert-base-uncased",
+    "bert-large-uncased",
+    "roberta-base",
+    "t5-small",
+    "t5-base",
+    "facebook/opt-125m",
+    "facebook/opt-1.3b",
+    "meta-llama/Llama-2-7b-hf",
+    "mistralai/Mistral-7B-v0.1",
+    "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B",
+    "Qwen/Qwen2.5-7B",
+    "mistralai/Mistral-Nemo-Base-2407",
+    "huggyllama/llama-65b",
+    "mistralai/Mixtral-8x7B-v0.1",
+    "Qwen/Qwen1.5-MoE-A2.7B",
+    "deepseek-ai/DeepSeek-V2-Lite",
+]
 
 
 def test_catalog_holds_the_required_models() -> None:
@@ -38,8 +58,11 @@ def test_t5_is_flagged_as_pretrained_in_bf16() -> None:
 def test_local_folder_and_file(tmp_path) -> None:
     folder = tmp_path / "tiny"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4,
-                                                    "architectures": ["GPT2LMHeadModel"]}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {"model_type": "gpt2", "n_layer": 2, "n_embd": 128, "n_head": 4, "architectures": ["GPT2LMHeadModel"]}
+        )
+    )
     by_folder = profile_model(str(folder))
     by_file = profile_model(str(folder / "config.json"))
     assert by_folder.source == by_file.source == "local"
@@ -52,8 +75,7 @@ def test_hf_cache_is_used(tmp_path, monkeypatch) -> None:
     snapshot.mkdir(parents=True)
     (tmp_path / "models--acme--tiny-gpt" / "refs").mkdir()
     (tmp_path / "models--acme--tiny-gpt" / "refs" / "main").write_text("abc123")
-    (snapshot / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 3, "n_embd": 64,
-                                                      "n_head": 4}))
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 3, "n_embd": 64, "n_head": 4}))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     import huggingface_hub.constants as constants
 
@@ -100,8 +122,14 @@ def test_a_pre_quantized_checkpoint_says_how_its_weights_are_stored(tmp_path) ->
         path.write_text(json.dumps({**base, "quantization_config": quantization}))
         return profile_model(str(path)).quantization
 
-    bnb = profiled({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                    "bnb_4bit_use_double_quant": True})
+    bnb = profiled(
+        {
+            "quant_method": "bitsandbytes",
+            "load_in_4bit": True,
+            "bnb_4bit_quant_type": "nf4",
+            "bnb_4bit_use_double_quant": True,
+        }
+    )
     assert bnb.bitsandbytes_4bit and bnb.double_quant and bnb.label == "bitsandbytes 4-bit"
     eight = profiled({"quant_method": "bitsandbytes", "load_in_8bit": True})
     assert not eight.bitsandbytes_4bit and eight.bits == 8
@@ -115,10 +143,14 @@ def test_a_pre_quantized_checkpoint_says_how_its_weights_are_stored(tmp_path) ->
 def test_a_peft_adapter_folder_names_its_base_model(tmp_path) -> None:
     """A folder PEFT saved (adapter_config.json, no config.json) is not a model: the not-found line says which base
     model and rank to pass instead; an unreadable adapter config leaves the plain message."""
-    (tmp_path / "adapter_config.json").write_text(json.dumps(
-        {"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "r": 32}))
-    with pytest.raises(ModelNotFoundError, match=r"LoRA adapter over 'meta-llama/Llama-3.1-8B': pass --model "
-                                                 r"meta-llama/Llama-3.1-8B --method lora --lora-rank 32"):
+    (tmp_path / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.1-8B", "r": 32})
+    )
+    with pytest.raises(
+        ModelNotFoundError,
+        match=r"LoRA adapter over 'meta-llama/Llama-3.1-8B': pass --model "
+        r"meta-llama/Llama-3.1-8B --method lora --lora-rank 32",
+    ):
         profile_model(str(tmp_path))
     (tmp_path / "adapter_config.json").write_text("{not json")
     with pytest.raises(ModelNotFoundError, match=r"no config.json in '[^']*'$"):

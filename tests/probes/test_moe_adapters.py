@@ -19,21 +19,68 @@ from probes.adapters import adapter_parameters, expert_adapter_parameters, exper
 from probes.lora_config import lora_config_kwargs  # noqa: E402
 from probes.model import profile_from_config  # noqa: E402
 
-_BASE = dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=64, torch_dtype="bfloat16", tie_word_embeddings=False)
+_BASE = dict(
+    vocab_size=128,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    torch_dtype="bfloat16",
+    tie_word_embeddings=False,
+)
 TINY_MOE = {
-    "qwen3_moe": dict(_BASE, model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], head_dim=16,
-                      intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
-                      decoder_sparse_step=1, mlp_only_layers=[]),
-    "mixtral": dict(_BASE, model_type="mixtral", architectures=["MixtralForCausalLM"], intermediate_size=32,
-                    num_local_experts=8, num_experts_per_tok=2),
-    "deepseek_v2": dict(_BASE, model_type="deepseek_v2", architectures=["DeepseekV2ForCausalLM"], num_key_value_heads=4,
-                        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
-                        n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=None,
-                        qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, n_group=1, topk_group=1),
-    "qwen2_moe": dict(_BASE, model_type="qwen2_moe", architectures=["Qwen2MoeForCausalLM"], intermediate_size=96,
-                      moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
-                      num_experts_per_tok=2, decoder_sparse_step=1, mlp_only_layers=[]),
+    "qwen3_moe": dict(
+        _BASE,
+        model_type="qwen3_moe",
+        architectures=["Qwen3MoeForCausalLM"],
+        head_dim=16,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    ),
+    "mixtral": dict(
+        _BASE,
+        model_type="mixtral",
+        architectures=["MixtralForCausalLM"],
+        intermediate_size=32,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+    ),
+    "deepseek_v2": dict(
+        _BASE,
+        model_type="deepseek_v2",
+        architectures=["DeepseekV2ForCausalLM"],
+        num_key_value_heads=4,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        n_shared_experts=1,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        q_lora_rank=None,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        n_group=1,
+        topk_group=1,
+    ),
+    "qwen2_moe": dict(
+        _BASE,
+        model_type="qwen2_moe",
+        architectures=["Qwen2MoeForCausalLM"],
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=48,
+        num_experts=8,
+        num_experts_per_tok=2,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+    ),
 }
 RANK = 4
 
@@ -63,7 +110,9 @@ def test_all_linear_adapters_reach_the_routed_experts_as_priced(model_type) -> N
     ids = torch.randint(0, 128, (2, 16))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         net(input_ids=ids, labels=ids).loss.backward()
-    grads = [p.grad for n, p in trainable.items() if ".experts." in n and "lora_B" in n]  # B starts at 0: A gets none yet
+    grads = [
+        p.grad for n, p in trainable.items() if ".experts." in n and "lora_B" in n
+    ]  # B starts at 0: A gets none yet
     assert grads and all(g is not None and torch.isfinite(g).all() and g.abs().sum() > 0 for g in grads)
 
 

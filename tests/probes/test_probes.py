@@ -11,8 +11,23 @@ from probes.gpu_catalog import catalog, match_catalog, profile_from_catalog
 from probes.hardware import derive_capabilities
 from probes.nvml_probe import probe_local
 
-REQUIRED = ["v100-16gb", "v100-32gb", "t4", "titan-rtx", "rtx-3090", "rtx-4090", "rtx-a6000", "a10g", "l4",
-            "l40s", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200"]
+REQUIRED = [
+    "v100-16gb",
+    "v100-32gb",
+    "t4",
+    "titan-rtx",
+    "rtx-3090",
+    "rtx-4090",
+    "rtx-a6000",
+    "a10g",
+    "l4",
+    "l40s",
+    "a100-40gb",
+    "a100-80gb",
+    "h100-sxm",
+    "h100-pcie",
+    "h200",
+]
 
 
 def test_no_driver_gives_zero_gpus_and_a_note() -> None:
@@ -44,10 +59,17 @@ def test_unknown_gpu_lists_known_names() -> None:
         profile_from_catalog("t4:zero")
 
 
-@pytest.mark.parametrize("name, meant", [("h100", "h100-sxm, h100-pcie"), ("4090", "rtx-4090"),
-                                         ("RTX 4090", "rtx-4090"), ("a100", "a100-40gb, a100-80gb, a100-40gb-pcie, "
-                                                                           "a100-80gb-pcie"),
-                                         ("a100-80g", "a100-80gb, a100-80gb-pcie"), ("h200-sxm", "h200")])
+@pytest.mark.parametrize(
+    "name, meant",
+    [
+        ("h100", "h100-sxm, h100-pcie"),
+        ("4090", "rtx-4090"),
+        ("RTX 4090", "rtx-4090"),
+        ("a100", "a100-40gb, a100-80gb, a100-40gb-pcie, a100-80gb-pcie"),
+        ("a100-80g", "a100-80gb, a100-80gb-pcie"),
+        ("h200-sxm", "h200"),
+    ],
+)
 def test_a_near_gpu_name_is_answered_with_did_you_mean(name, meant) -> None:
     """Issue 45: --gpu h100 / 4090 / a100 got the whole catalog; now one line with the ids it may have meant."""
     with pytest.raises(UnknownGPUError) as err:
@@ -55,9 +77,18 @@ def test_a_near_gpu_name_is_answered_with_did_you_mean(name, meant) -> None:
     assert str(err.value) == f"unknown GPU '{name}'; did you mean {meant}?"
 
 
-@pytest.mark.parametrize("cc, bf16, tc, gen, align", [
-    ("7.0", False, True, 1, 8), ("7.5", False, True, 2, 8), ("8.0", True, True, 3, 64), ("8.6", True, True, 3, 8),
-    ("8.9", True, True, 4, 8), ("9.0", True, True, 4, 64), ("6.1", False, False, None, 8)])
+@pytest.mark.parametrize(
+    "cc, bf16, tc, gen, align",
+    [
+        ("7.0", False, True, 1, 8),
+        ("7.5", False, True, 2, 8),
+        ("8.0", True, True, 3, 64),
+        ("8.6", True, True, 3, 8),
+        ("8.9", True, True, 4, 8),
+        ("9.0", True, True, 4, 64),
+        ("6.1", False, False, None, 8),
+    ],
+)
 def test_capabilities_from_compute_capability(cc, bf16, tc, gen, align) -> None:
     caps = derive_capabilities(cc)
     assert caps["bf16"] is bf16 and caps["tf32"] is bf16  # never torch's emulation-counting answer
@@ -73,15 +104,22 @@ def test_catalog_profile_with_count_and_links() -> None:
     assert not pcie.all_pairs_nvlink and pcie.links[0].label == "?"
 
 
-@pytest.mark.parametrize("spec, nvlinked, ring, domain", [
-    ("rtx-3090:4", {(0, 1), (2, 3)}, False, 2),            # GA102: 2-way NVLink bridge
-    ("a100-80gb-pcie:8", {(0, 1), (2, 3), (4, 5), (6, 7)}, False, 2),  # PCIe A100: bridged pairs
-    ("h100-pcie:4", {(0, 1), (2, 3)}, False, 2),
-    ("rtx-4090:4", set(), False, 1),                        # consumer Ada: no NVLink (and no peer-to-peer)
-    ("h100-sxm:8", {(a, b) for a in range(8) for b in range(a + 1, 8)}, True, 8),  # NVSwitch
-    ("v100-16gb:8", {(a, b) for a in range(8) for b in range(a + 1, 8) if a // 4 == b // 4 or b == a + 4},
-     True, 4),                                              # DGX-1 hybrid cube-mesh
-])
+@pytest.mark.parametrize(
+    "spec, nvlinked, ring, domain",
+    [
+        ("rtx-3090:4", {(0, 1), (2, 3)}, False, 2),  # GA102: 2-way NVLink bridge
+        ("a100-80gb-pcie:8", {(0, 1), (2, 3), (4, 5), (6, 7)}, False, 2),  # PCIe A100: bridged pairs
+        ("h100-pcie:4", {(0, 1), (2, 3)}, False, 2),
+        ("rtx-4090:4", set(), False, 1),  # consumer Ada: no NVLink (and no peer-to-peer)
+        ("h100-sxm:8", {(a, b) for a in range(8) for b in range(a + 1, 8)}, True, 8),  # NVSwitch
+        (
+            "v100-16gb:8",
+            {(a, b) for a in range(8) for b in range(a + 1, 8) if a // 4 == b // 4 or b == a + 4},
+            True,
+            4,
+        ),  # DGX-1 hybrid cube-mesh
+    ],
+)
 def test_catalog_links_follow_the_board_type(spec, nvlinked, ring, domain) -> None:
     """`advisor probe --gpu rtx-3090:4` must not draw NVLink between every pair (issue 14)."""
     hw = profile_from_catalog(spec)
@@ -103,10 +141,20 @@ def test_nics_per_node_default_by_network() -> None:
     assert four.nics == 4 and four.inter_node_bytes_per_s == 4 * 25e9 / 8
 
 
-@pytest.mark.parametrize("nvml_name, expected", [
-    ("NVIDIA A100-SXM4-80GB", "a100-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("Tesla V100-SXM2-16GB", "v100-16gb"), ("Tesla T4", "t4"), ("NVIDIA GeForce RTX 3090", "rtx-3090"),
-    ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie"), ("NVIDIA L40S", "l40s"), ("NVIDIA L4", "l4")])
+@pytest.mark.parametrize(
+    "nvml_name, expected",
+    [
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("Tesla V100-SXM2-16GB", "v100-16gb"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("NVIDIA A100-PCIE-40GB", "a100-40gb-pcie"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L4", "l4"),
+    ],
+)
 def test_nvml_names_match_the_catalog(nvml_name: str, expected: str) -> None:
     assert match_catalog(nvml_name).id == expected
 
@@ -129,21 +177,34 @@ def _stand_in_nvml(temps=(45, 88)):
         raise _NVMLError("not supported")
 
     return SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
-        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 0), nvmlDeviceGetMemoryInfo=lambda h: mem,
-        nvmlDeviceGetUUID=lambda h: f"GPU-{h}", nvmlSystemGetDriverVersion=lambda: "550.54",
-        nvmlSystemGetCudaDriverVersion=lambda: 12040, nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4,
-        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4, nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
-        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16, nvmlDeviceGetPowerManagementLimit=lambda h: 400000,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-80GB",
+        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 0),
+        nvmlDeviceGetMemoryInfo=lambda h: mem,
+        nvmlDeviceGetUUID=lambda h: f"GPU-{h}",
+        nvmlSystemGetDriverVersion=lambda: "550.54",
+        nvmlSystemGetCudaDriverVersion=lambda: 12040,
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 4,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetPowerManagementLimit=lambda h: 400000,
         nvmlDeviceGetPowerManagementDefaultLimit=lambda h: 400000,
-        nvmlDeviceGetTemperature=lambda h, kind: temps[h], NVML_TEMPERATURE_GPU=0,
-        nvmlDeviceGetTemperatureThreshold=lambda h, kind: 87, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+        nvmlDeviceGetTemperature=lambda h, kind: temps[h],
+        NVML_TEMPERATURE_GPU=0,
+        nvmlDeviceGetTemperatureThreshold=lambda h, kind: 87,
+        NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
         nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x40 if h else 0,
         nvmlDeviceGetPciInfo=lambda h: SimpleNamespace(busId=bus[h].encode()),
-        NVML_NVLINK_MAX_LINKS=18, NVML_FEATURE_ENABLED=1, nvmlDeviceGetNvLinkState=nvlink_state,
+        NVML_NVLINK_MAX_LINKS=18,
+        NVML_FEATURE_ENABLED=1,
+        nvmlDeviceGetNvLinkState=nvlink_state,
         nvmlDeviceGetNvLinkRemotePciInfo=lambda h, link: SimpleNamespace(busId=bus[1 - h].encode()),
-        nvmlDeviceGetTopologyCommonAncestor=not_supported)
+        nvmlDeviceGetTopologyCommonAncestor=not_supported,
+    )
 
 
 def test_nvml_reading_code() -> None:

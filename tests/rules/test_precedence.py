@@ -33,6 +33,7 @@ class _Newcomer(Rule):
 def newcomer():
     def add(effects):
         REGISTRY[_Newcomer.id] = _Newcomer(effects)
+
     yield add
     REGISTRY.pop(_Newcomer.id, None)
 
@@ -51,15 +52,23 @@ def test_a_new_prefer_rule_changes_the_stack_it_names(newcomer) -> None:
 def test_two_soft_forbids_leave_a_plan_in_the_default_order(newcomer) -> None:
     question = facts("a100-80gb", "gpt2")
     assert search(question).best.plan.torch_compile is True
-    newcomer(lambda rule: [rule.forbid(Setting.TORCH_COMPILE, True, "one says no"),
-                           rule.forbid(Setting.TORCH_COMPILE, False, "another says no too")])
+    newcomer(
+        lambda rule: [
+            rule.forbid(Setting.TORCH_COMPILE, True, "one says no"),
+            rule.forbid(Setting.TORCH_COMPILE, False, "another says no too"),
+        ]
+    )
     assert search(question).best.plan.torch_compile is True  # soft forbids lifted: the default order decides
 
 
 def test_a_soft_forbid_still_beats_a_prefer(newcomer) -> None:
     question = facts("a100-80gb", "gpt2")
-    newcomer(lambda rule: [rule.forbid(Setting.TORCH_COMPILE, True, "not here"),  # one soft forbid: False is left
-                           rule.prefer(Setting.TORCH_COMPILE, True, "but I like it")])
+    newcomer(
+        lambda rule: [
+            rule.forbid(Setting.TORCH_COMPILE, True, "not here"),  # one soft forbid: False is left
+            rule.prefer(Setting.TORCH_COMPILE, True, "but I like it"),
+        ]
+    )
     assert search(question).best.plan.torch_compile is False
 
 

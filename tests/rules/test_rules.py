@@ -23,10 +23,17 @@ CASES_DIR = Path(__file__).resolve().parents[1] / "rule_cases"
 
 def _plan(f, overrides: dict) -> Plan:
     gpu = f.gpu
-    base = dict(device="cuda" if gpu else "cpu", precision="bf16" if gpu and gpu.bf16 else "fp32",
-                tf32=bool(gpu and gpu.tf32), optimizer="adamw", gradient_checkpointing=False,
-                micro_batch_size=8, gradient_accumulation_steps=f.workload.global_batch_size // 8,
-                parallelism="none" if f.hardware.num_gpus <= 1 else "ddp", num_gpus=f.hardware.num_gpus)
+    base = dict(
+        device="cuda" if gpu else "cpu",
+        precision="bf16" if gpu and gpu.bf16 else "fp32",
+        tf32=bool(gpu and gpu.tf32),
+        optimizer="adamw",
+        gradient_checkpointing=False,
+        micro_batch_size=8,
+        gradient_accumulation_steps=f.workload.global_batch_size // 8,
+        parallelism="none" if f.hardware.num_gpus <= 1 else "ddp",
+        num_gpus=f.hardware.num_gpus,
+    )
     base.update(overrides)
     return Plan(**base)
 
@@ -59,7 +66,8 @@ def test_rule_case(rule_id: str, case: dict) -> None:
     assert bool(effects) == expect["fires"], [e.model_dump() for e in effects]
     for wanted in expect.get("effects", []):
         assert any(all(getattr(e, k) == v for k, v in wanted.items()) for e in effects), (
-            f"no effect matches {wanted}; got {[e.model_dump() for e in effects]}")
+            f"no effect matches {wanted}; got {[e.model_dump() for e in effects]}"
+        )
     for e in effects:
         assert e.rule_id == rule_id and e.reason
     for text in case.get("message_contains", []):  # words an effect's reason must say
@@ -82,6 +90,7 @@ def test_every_rule_cites_a_public_source() -> None:
 
 def test_registry_refuses_malformed_rules() -> None:
     with pytest.raises(RuleDefinitionError, match="duplicate"):
+
         @register
         class Duplicate(Rule):
             id = "precision.bf16-on-ampere"
@@ -89,7 +98,9 @@ def test_registry_refuses_malformed_rules() -> None:
             topic = "precision"
             sources = [Source(title="x", url="https://example.org")]
             rationale = "a duplicate id must be refused at import time"
+
     with pytest.raises(RuleDefinitionError, match="public URL"):
+
         @register
         class NoUrl(Rule):
             id = "precision.no-url"
@@ -97,4 +108,5 @@ def test_registry_refuses_malformed_rules() -> None:
             topic = "precision"
             sources = [Source(title="x", url="a book on my shelf")]
             rationale = "a source without a URL must be refused at import time"
+
     assert "precision.no-url" not in REGISTRY

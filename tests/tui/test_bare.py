@@ -26,7 +26,6 @@ from advisor.app.cli import run  # noqa: E402
 from wizard_kit import CPU_HW  # noqa: E402
 
 
-
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -103,8 +102,15 @@ def test_the_installed_command_opens_bare_in_a_pseudo_terminal(tmp_path: Path) -
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "24"}
-    proc = subprocess.Popen([str(command), "tui"], stdin=follower, stdout=follower, stderr=follower, env=env,
-                            cwd=tmp_path, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(command), "tui"],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     os.close(follower)
     screen = _Screen(leader)
     try:

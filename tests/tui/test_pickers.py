@@ -15,7 +15,6 @@ from tui.steps import HardwareStep  # noqa: E402
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
-
 def _chosen_line(app) -> str:
     return str(app.query_one("#gpu-chosen").render())
 
@@ -85,8 +84,19 @@ async def test_model_matches_list_ids_holding_the_text_and_a_pick_resolves_it() 
 READING_ORDER = {
     "hardware": ["hw-source", "gpu-search", "gpu-list", "gpu-count", "nodes", "compare", "hardware-next"],
     "model": ["model-input", "model-next"],  # the list of matches takes focus only while it shows (↓ from the field)
-    "workload": ["seq-len", "global-batch", "task", "method", "objective", "stack-attention", "stack-loss-kernel",
-                 "stack-torch-compile", "stack-packing", "stack-fp8", "recommend"],
+    "workload": [
+        "seq-len",
+        "global-batch",
+        "task",
+        "method",
+        "objective",
+        "stack-attention",
+        "stack-loss-kernel",
+        "stack-torch-compile",
+        "stack-packing",
+        "stack-fp8",
+        "recommend",
+    ],
 }
 
 

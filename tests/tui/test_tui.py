@@ -19,16 +19,33 @@ from wizard_kit import CPU_HW, SIZE, anyio_backend, wait_for  # noqa: E402,F401
 from cli_runner import ENV, ROOT, advisor  # noqa: E402
 from tui.app import AdvisorApp  # noqa: E402
 from probes.gpu_catalog import catalog  # noqa: E402
-from tui.messages import (ComparisonReady, Exported, HardwareProbed, ModelFailed, ModelResolved, PlanningFailed,  # noqa: E402
-                          RecommendationReady, ValidationDone, ValidationProgress, WizardMessage)
+from tui.messages import (
+    ComparisonReady,
+    Exported,
+    HardwareProbed,
+    ModelFailed,
+    ModelResolved,
+    PlanningFailed,  # noqa: E402
+    RecommendationReady,
+    ValidationDone,
+    ValidationProgress,
+    WizardMessage,
+)
 from tui.confirm import Confirm  # noqa: E402
 from tui.steps import HardwareStep, RecommendationStep, WorkloadStep  # noqa: E402
 from tui.widgets import plan_differences  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # coroutines run by anyio's plugin on asyncio; Pilot: seconds each
 
-TINY = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 128, "n_head": 4,
-        "n_positions": 256, "vocab_size": 1000}
+TINY = {
+    "model_type": "gpt2",
+    "architectures": ["GPT2LMHeadModel"],
+    "n_layer": 2,
+    "n_embd": 128,
+    "n_head": 4,
+    "n_positions": 256,
+    "vocab_size": 1000,
+}
 
 
 def _tiny_trial(app, path, steps: str) -> None:
@@ -120,8 +137,13 @@ async def test_workload_step_feeds_the_planner() -> None:
         app.query_one("#global-batch").value = "32"
         await pilot.click("#objective-memory")
         assert "bitsandbytes" in str(app.query_one("#packages").render())
-        assert app.query_one(WorkloadStep).workload_choice() == {"seq_len": 512, "global_batch_size": 32, "task": None,
-                                                                 "objective": "memory", "method": "auto"}
+        assert app.query_one(WorkloadStep).workload_choice() == {
+            "seq_len": 512,
+            "global_batch_size": 32,
+            "task": None,
+            "objective": "memory",
+            "method": "auto",
+        }
         await pilot.press("ctrl+r")
         await wait_for(pilot, lambda: app.recommendation is not None)
         rec = app.recommendation
@@ -158,8 +180,7 @@ async def test_choosing_lora_in_the_workload_step_plans_lora() -> None:
 
 
 async def test_method_option_of_advisor_tui_opens_on_its_plan() -> None:
-    app = RecordingApp(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb", method="qlora", lora_rank=8,
-                       hardware=CPU_HW)
+    app = RecordingApp(model="meta-llama/Llama-2-7b-hf", gpu="a100-80gb", method="qlora", lora_rank=8, hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.recommendation is not None)
         assert app.query_one(WorkloadStep).method_choice() == "qlora"
@@ -220,8 +241,7 @@ async def test_validate_step_runs_in_a_worker_and_cancel_keeps_the_partial_repor
         await pilot.press("ctrl+t")
         await wait_for(pilot, lambda: isinstance(app.screen, Confirm))  # that long a trial asks first
         await pilot.press("y")
-        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 4,
-                       timeout=120)
+        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 4, timeout=120)
         await pilot.press("escape")
         await pilot.pause()
         assert "Stopping…" in str(app.query_one("#validate-live").render()) or ValidationDone in kinds(app)
@@ -239,8 +259,7 @@ async def test_q_during_validation_stops_at_the_step_then_quits(tmp_path) -> Non
     async with app.run_test(size=SIZE) as pilot:
         _tiny_trial(app, path, steps="2000")
         await pilot.press("ctrl+t")
-        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 3,
-                       timeout=120)
+        await wait_for(pilot, lambda: sum(isinstance(m, ValidationProgress) for m in app.messages) >= 3, timeout=120)
         app.set_focus(None)
         await pilot.press("q")
         assert app.quitting
@@ -265,8 +284,10 @@ async def test_a_plan_for_another_gpu_or_a_long_trial_asks_before_validating() -
         assert "Not started." in str(app.query_one("#validate-live").render())
 
 
-@pytest.mark.parametrize("step, focused", [("model", "model-input"), ("workload", "seq-len"),
-                                           ("validate", "validate-start"), ("export", "out-dir")])
+@pytest.mark.parametrize(
+    "step, focused",
+    [("model", "model-input"), ("workload", "seq-len"), ("validate", "validate-start"), ("export", "out-dir")],
+)
 async def test_entering_a_step_focuses_its_first_field(step: str, focused: str) -> None:
     app = RecordingApp(hardware=CPU_HW)
     async with app.run_test(size=SIZE) as pilot:
@@ -316,8 +337,17 @@ async def test_export_saves_the_json_and_the_configs(tmp_path) -> None:
         await wait_for(pilot, lambda: Exported in kinds(app))
         assert app.step == "export"
         names = sorted(p.name for p in app.saved)
-        assert names == [".advisor-emitted.json", "accelerate_config.yaml", "launch.sh", "model_kwargs.json",
-                         "plan.json", "recommendation.json", "sft_config.json", "train.py", "training_args.json"]
+        assert names == [
+            ".advisor-emitted.json",
+            "accelerate_config.yaml",
+            "launch.sh",
+            "model_kwargs.json",
+            "plan.json",
+            "recommendation.json",
+            "sft_config.json",
+            "train.py",
+            "training_args.json",
+        ]
         saved = json.loads((tmp_path / "cfg" / "recommendation.json").read_text())
         assert saved["plan"] == app.recommendation.plan.model_dump()
 
@@ -345,10 +375,12 @@ async def test_steps_move_with_the_keyboard() -> None:
 
 # ── snapshots (pytest-textual-snapshot; `pytest --snapshot-update` records them) ──────────────────
 
+
 def _ready(condition):
     async def run_before(pilot) -> None:
         await wait_for(pilot, lambda: condition(pilot.app))
         await pilot.pause(0.3)  # let layout and any scrolling settle before the picture
+
     return run_before
 
 
@@ -381,14 +413,17 @@ def test_snapshot_model_error(snap_compare) -> None:
 
 # ── a real terminal ───────────────────────────────────────────────────────────────────────────────
 
+
 @pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
     session = f"advisor-test-{time.monotonic_ns()}"
     done = tmp_path / "exit-code"
     env_prefix = " ".join(f"{k}={v}" for k, v in (("HF_HUB_OFFLINE", "1"), ("PYTHONPATH", ENV["PYTHONPATH"])))
-    command = (f"cd {ROOT} && {env_prefix} {ROOT / '.venv' / 'bin' / 'python'} -m advisor tui --model gpt2 "
-               f"--gpu a100-80gb; echo $? > {done}")
+    command = (
+        f"cd {ROOT} && {env_prefix} {ROOT / '.venv' / 'bin' / 'python'} -m advisor tui --model gpt2 "
+        f"--gpu a100-80gb; echo $? > {done}"
+    )
 
     command = command.replace(str(ROOT / ".venv" / "bin" / "python"), sys.executable)
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
@@ -397,8 +432,7 @@ def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
         deadline = time.monotonic() + 60
         while "Plan:" not in pane and time.monotonic() < deadline:
             time.sleep(0.3)
-            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                  text=True).stdout
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
         assert "Plan: bf16" in pane and "A100" in pane and "Recommendation" in pane, pane
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 20
@@ -409,8 +443,9 @@ def test_real_terminal_shows_the_recommendation_and_q_ends_it(tmp_path) -> None:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
 
-@pytest.mark.parametrize("field, value, flag", [("#seq-len", "0", "--seq-len"), ("#global-batch", "0",
-                                                                                   "--global-batch-size")])
+@pytest.mark.parametrize(
+    "field, value, flag", [("#seq-len", "0", "--seq-len"), ("#global-batch", "0", "--global-batch-size")]
+)
 async def test_a_bad_value_gets_the_same_line_as_from_the_cli_and_the_api(field, value, flag) -> None:
     """Issue 15: the same bad value, the same message, whichever way it comes in (the wizard shows the API's
     UsageError, which the CLI prints after 'advisor: error: ')."""
@@ -461,8 +496,9 @@ def test_the_memory_bar_gives_an_offload_s_host_ram_its_own_verdict() -> None:
     from tui.widgets import memory_bar
 
     def text(**kw) -> str:
-        est = estimate("meta-llama/Llama-2-7b-hf", gpu="rtx-4090", offload="optimizer", gradient_checkpointing=True,
-                       **kw)
+        est = estimate(
+            "meta-llama/Llama-2-7b-hf", gpu="rtx-4090", offload="optimizer", gradient_checkpointing=True, **kw
+        )
         console = Console(width=200, file=io.StringIO(), color_system=None, record=True)
         console.print(memory_bar(est.memory))
         return console.export_text()

@@ -11,8 +11,11 @@ from probes.hardware import HardwareProfile, HostInfo
 
 SIZE = (80, 24)
 #: A fixed CPU-only machine, so that what the wizard shows does not depend on where the tests run.
-CPU_HW = HardwareProfile(source="none", host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2", "fma"]),
-                         notes=["no NVIDIA driver found"])
+CPU_HW = HardwareProfile(
+    source="none",
+    host=HostInfo(cpu_cores=2, ram_bytes=24 * 2**30, cpu_flags=["avx2", "fma"]),
+    notes=["no NVIDIA driver found"],
+)
 
 
 async def wait_for(pilot, condition, timeout: float = 30.0) -> None:

@@ -11,5 +11,13 @@ from tui.steps.workload import WorkloadStep
 STEP_CLASSES = (HardwareStep, ModelStep, WorkloadStep, RecommendationStep, ValidateStep, ExportStep)
 STEPS = tuple(step.STEP for step in STEP_CLASSES)  #: the step ids (TabPane ids), in order
 
-__all__ = ["STEPS", "STEP_CLASSES", "ExportStep", "HardwareStep", "ModelStep", "RecommendationStep", "ValidateStep",
-           "WorkloadStep"]
+__all__ = [
+    "STEPS",
+    "STEP_CLASSES",
+    "ExportStep",
+    "HardwareStep",
+    "ModelStep",
+    "RecommendationStep",
+    "ValidateStep",
+    "WorkloadStep",
+]

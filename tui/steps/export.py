@@ -30,10 +30,13 @@ class ExportStep(TabPane):
                 yield Label("folder")
                 yield Input(value=self._out_dir, id="out-dir")
             yield Button("Save (ctrl+s)", id="save", variant="primary", action="app.save")
-            yield Static("Saves recommendation.json, the validation report when there is one, and the "
-                         "configs: training_args.json, model_kwargs.json, lora_config.json (LoRA / QLoRA), "
-                         "accelerate_config.yaml, ds_config.json (ZeRO), launch.sh, sft_config.json (TRL), "
-                         "launch.slurm (several nodes).", id="export-result")
+            yield Static(
+                "Saves recommendation.json, the validation report when there is one, and the "
+                "configs: training_args.json, model_kwargs.json, lora_config.json (LoRA / QLoRA), "
+                "accelerate_config.yaml, ds_config.json (ZeRO), launch.sh, sft_config.json (TRL), "
+                "launch.slurm (several nodes).",
+                id="export-result",
+            )
 
     def save(self, recommendation: Recommendation | None, report: Any = None) -> None:
         """Write the recommendation, ``report`` when given, and every config into the folder."""
@@ -47,8 +50,9 @@ class ExportStep(TabPane):
         folder = Path(self.query_one("#out-dir", Input).value.strip() or ".")
         try:
             paths = emit(recommendation, ["all"], folder)
-            paths.insert(0, write_atomic(folder / "recommendation.json",
-                                         recommendation.model_dump_json(indent=2) + "\n"))
+            paths.insert(
+                0, write_atomic(folder / "recommendation.json", recommendation.model_dump_json(indent=2) + "\n")
+            )
             if report is not None:
                 paths.insert(1, write_atomic(folder / "validation.json", report.model_dump_json(indent=2) + "\n"))
         except AdvisorError as err:

@@ -35,10 +35,15 @@ class HardwareStep(TabPane):
             yield Static("Probing this machine…", id="detected")
             with RadioSet(id="hw-source"):
                 yield MarkedRadioButton("This machine", value=not self._gpu, id="hw-local")
-                yield MarkedRadioButton("A catalog GPU (plan for hardware you do not have)", value=bool(self._gpu),
-                                        id="hw-catalog")
-            yield Input(value=self._gpu, placeholder="search the catalog: a100, h100, 4090…", id="gpu-search",
-                        suggester=SuggestFromList(list(catalog()), case_sensitive=False))
+                yield MarkedRadioButton(
+                    "A catalog GPU (plan for hardware you do not have)", value=bool(self._gpu), id="hw-catalog"
+                )
+            yield Input(
+                value=self._gpu,
+                placeholder="search the catalog: a100, h100, 4090…",
+                id="gpu-search",
+                suggester=SuggestFromList(list(catalog()), case_sensitive=False),
+            )
             yield OptionList(*gpu_options(self._gpu), id="gpu-list")
             yield Static("", id="gpu-chosen")
             with Horizontal(classes="row"):
@@ -46,8 +51,7 @@ class HardwareStep(TabPane):
                 yield Input(value=self._count or "1", type="integer", id="gpu-count")
                 yield Label("nodes")
                 yield Input(value=str(self._node_count), type="integer", id="nodes")
-            yield Button("Which GPU? Compare the catalog for the model (ctrl+g)", id="compare",
-                         action="app.compare")
+            yield Button("Which GPU? Compare the catalog for the model (ctrl+g)", id="compare", action="app.compare")
             yield Static("", id="comparison")
             yield Button("Next: the model (ctrl+n)", id="hardware-next", variant="primary", action="app.next_step")
 
@@ -76,7 +80,9 @@ class HardwareStep(TabPane):
         from advisor.app.compare import comparison_table
 
         box = self.query_one("#comparison", Static)
-        box.update(widgets.plain(f"✗ {message.error}") if message.error else comparison_table(message.comparison, width=76))
+        box.update(
+            widgets.plain(f"✗ {message.error}") if message.error else comparison_table(message.comparison, width=76)
+        )
 
     def on_hardware_probed(self, message: HardwareProbed) -> None:
         """Show the probed machine (the message goes on to the app)."""
@@ -127,11 +133,15 @@ class HardwareStep(TabPane):
         """Say in words which GPU a plan for a catalog GPU takes (the list's highlight is a colour only)."""
         text = self.query_one("#gpu-search", Input).value.strip()
         chosen = self.chosen_gpu
-        line = ("→ plans for this machine (type to search the catalog)" if not self.query_one(
-                    "#hw-catalog", RadioButton).value else
-                f"→ chosen: {chosen} ({catalog()[chosen].name})" if chosen else
-                f"✗ no catalog GPU matches '{text}'" if text else
-                "→ chosen: none yet (type to search, ↓ to pick)")
+        line = (
+            "→ plans for this machine (type to search the catalog)"
+            if not self.query_one("#hw-catalog", RadioButton).value
+            else f"→ chosen: {chosen} ({catalog()[chosen].name})"
+            if chosen
+            else f"✗ no catalog GPU matches '{text}'"
+            if text
+            else "→ chosen: none yet (type to search, ↓ to pick)"
+        )
         self.query_one("#gpu-chosen", Static).update(widgets.plain(line))
 
     def gpu_choice(self) -> tuple[str | None, int]:
@@ -150,7 +160,10 @@ def gpu_options(text: str) -> list[Option]:
     """The catalog GPUs whose id or name contains ``text`` (before any ':COUNT'), one line each: an exact id first,
     then in catalog order."""
     needle = text.strip().lower().partition(":")[0]
-    entries = sorted((e for e in catalog().values() if needle in e.id or needle in e.name.lower()),
-                     key=lambda e: e.id != needle)
-    return [Option(f"{e.id:<15} {e.name} · {e.memory_gib:g} GiB · {'bf16' if e.peak_tflops.bf16 else 'fp16'}",
-                   id=e.id) for e in entries]
+    entries = sorted(
+        (e for e in catalog().values() if needle in e.id or needle in e.name.lower()), key=lambda e: e.id != needle
+    )
+    return [
+        Option(f"{e.id:<15} {e.name} · {e.memory_gib:g} GiB · {'bf16' if e.peak_tflops.bf16 else 'fp16'}", id=e.id)
+        for e in entries
+    ]

@@ -29,12 +29,18 @@ class ModelStep(TabPane):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(can_focus=False):  # no invisible Tab stop: focusing a field scrolls it into view
-            yield Input(value=self._model, id="model-input",
-                        placeholder="Hub id (gpt2), a folder with config.json, or a config.json path",
-                        suggester=SuggestFromList(catalog_ids(), case_sensitive=False))
+            yield Input(
+                value=self._model,
+                id="model-input",
+                placeholder="Hub id (gpt2), a folder with config.json, or a config.json path",
+                suggester=SuggestFromList(catalog_ids(), case_sensitive=False),
+            )
             yield OptionList(id="model-matches")
-            yield Static("Type a model and press Enter; the shipped catalog completes as you type (→), and lists "
-                         "the ids that hold what you typed (↓ to pick one).", id="model-profile")
+            yield Static(
+                "Type a model and press Enter; the shipped catalog completes as you type (→), and lists "
+                "the ids that hold what you typed (↓ to pick one).",
+                id="model-profile",
+            )
             yield Button("Next: the workload (ctrl+n)", id="model-next", variant="primary", action="app.next_step")
 
     def on_mount(self) -> None:

@@ -44,8 +44,16 @@ class RecommendationStep(TabPane):
         self.query_one("#settings", DataTable).add_columns("setting", "value")
 
     @work(thread=True, exclusive=True, group="plan")
-    def plan(self, model: str | ModelProfile, *, gpu: str | None, nodes: int, hardware: HardwareProfile | None,
-             workload: dict[str, Any], network: dict[str, Any]) -> None:
+    def plan(
+        self,
+        model: str | ModelProfile,
+        *,
+        gpu: str | None,
+        nodes: int,
+        hardware: HardwareProfile | None,
+        workload: dict[str, Any],
+        network: dict[str, Any],
+    ) -> None:
         """Plan in a worker (the keywords of :func:`advisor.app.api.recommend`)."""
         try:
             rec = api.recommend(model, gpu=gpu, nodes=nodes, hardware=hardware, **workload, **network)
@@ -69,7 +77,8 @@ class RecommendationStep(TabPane):
         self.query_one("#memory-bar", Static).update(widgets.memory_bar(rec.memory))
         self.query_one("#alternatives", Static).update(widgets.alternatives_table(rec))
         self.query_one("#warnings", Static).update(
-            widgets.plain("\n".join(f"⚠ {w.message} [{w.rule_id}]" for w in rec.warnings)))
+            widgets.plain("\n".join(f"⚠ {w.message} [{w.rule_id}]" for w in rec.warnings))
+        )
         self._explain(next(iter(rec.settings)))
         table.focus(scroll_visible=False)  # keep the plan line and the memory bar in view
 

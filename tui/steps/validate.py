@@ -33,8 +33,7 @@ class ValidateStep(TabPane):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static("Trial steps of this machine's plan for the model and workload above.",
-                         id="validate-where")
+            yield Static("Trial steps of this machine's plan for the model and workload above.", id="validate-where")
             with Horizontal(classes="row"):
                 yield Label("timed steps")
                 yield Input(value=str(DEFAULT_TRIAL_STEPS), type="integer", id="trial-steps")
@@ -69,8 +68,14 @@ class ValidateStep(TabPane):
     def run_validation(self, text: str, workload: dict[str, Any], steps: int, compare: bool) -> None:
         """The validator in a worker thread."""
         try:
-            report = api.validate(text, steps=steps, compare=compare, stop=self._stop,
-                                  progress=lambda event: self.post_message(ValidationProgress(event)), **workload)
+            report = api.validate(
+                text,
+                steps=steps,
+                compare=compare,
+                stop=self._stop,
+                progress=lambda event: self.post_message(ValidationProgress(event)),
+                **workload,
+            )
         except AdvisorError as err:
             self.post_message(ValidationDone(error=str(err)))
             return
@@ -84,17 +89,24 @@ class ValidateStep(TabPane):
         from advisor.measure.trial import StepUpdate
         from advisor.measure.validation import Trial, TrialStarted
 
-        event, bar, live = message.event, self.query_one("#validate-progress", ProgressBar), \
-            self.query_one("#validate-live", Static)
+        event, bar, live = (
+            message.event,
+            self.query_one("#validate-progress", ProgressBar),
+            self.query_one("#validate-live", Static),
+        )
         if isinstance(event, TrialStarted):
             bar.update(total=event.total_steps, progress=0)
-            live.update(f"Trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
-                        f"{event.predicted_step_time_s:.3g} s/step")
+            live.update(
+                f"Trial {event.index} ({event.role}): {event.plan.describe()}; predicted "
+                f"{event.predicted_step_time_s:.3g} s/step"
+            )
         elif isinstance(event, StepUpdate):
             bar.update(total=event.total, progress=event.step)
             live.update(event.describe())
         elif isinstance(event, Trial):
-            live.update(widgets.plain(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else "")))
+            live.update(
+                widgets.plain(f"Trial finished: {event.status}" + (f" ({event.message})" if event.message else ""))
+            )
         if self._stop.is_set():  # the stopping state stays in view until the report comes
             live.update("Stopping… (at the end of the current step)")
 
@@ -113,4 +125,5 @@ class ValidateStep(TabPane):
         result.remove_class("error")
         result.update(validation_tables(message.report))
         self.query_one("#validate-live", Static).update(
-            "Cancelled: the partial report is kept." if message.report.interrupted else "Done.")
+            "Cancelled: the partial report is kept." if message.report.interrupted else "Done."
+        )
