@@ -22,20 +22,28 @@ from probes.model import ModelProfile
 from advisor.core.vocabulary import Family, Task
 
 
-def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[tuple[float, int, int, int]]:
+def gemm_shapes(
+    model: ModelProfile, tokens: int, experts: bool = True, split: int = 1
+) -> list[tuple[float, int, int, int]]:
     """(m, k, n, how many) of the forward matmuls of one micro-batch of ``tokens`` rows (the backward's two GEMMs a
     layer have the same three sizes); a MoE block's routed experts each see tokens·k/E rows (its capacity factor
     pads them), of a width ffn_size / (k + shared experts); ``experts=False`` leaves the routed experts out (the
-    dense layers' roofline: :mod:`advisor.engine.experts` prices the routed experts' GEMMs apart)."""
-    h, inner = model.hidden_size, model.num_attention_heads * model.head_dim
-    kv = model.num_key_value_heads * model.head_dim
+    dense layers' roofline: :mod:`advisor.engine.experts` prices the routed experts' GEMMs apart).
+
+    ``split``: the tensor-parallel degree t. Each rank runs its 1/t of every layer's heads and MLP width (the
+    column-parallel q, k, v, up / gate and the row-parallel o and down of Megatron-LM, Shoeybi et al. 2019,
+    https://arxiv.org/abs/1909.08053 sec. 3; torchtitan's ColwiseParallel / RowwiseParallel plan), key / value heads
+    fewer than t replicated (one head a rank at least), and the vocabulary-parallel LM head 1/t of the vocabulary."""
+    t = max(split, 1)
+    h, inner = model.hidden_size, model.num_attention_heads * model.head_dim // t
+    kv = max(model.num_key_value_heads // t, 1) * model.head_dim
     blocks = model.encoder_layers + model.decoder_layers * (2 if model.family == Family.ENCODER_DECODER else 1)
     shapes: list[tuple[float, int, int, int]] = [
         (tokens, h, inner, blocks),
         (tokens, h, kv, 2 * blocks),
         (tokens, inner, h, blocks),
     ]
-    f, up = model.ffn_size, 2 if model.gated_mlp else 1
+    f, up = model.ffn_size // t, 2 if model.gated_mlp else 1
     dense = model.num_layers - model.moe_layers
     if dense:
         shapes += [(tokens, h, f, up * dense), (tokens, f, h, dense)]
@@ -52,7 +60,7 @@ def gemm_shapes(model: ModelProfile, tokens: int, experts: bool = True) -> list[
                 (tokens, width * model.shared_experts, h, model.moe_layers),
             ]
     if Task.of(model.task).language_modeling:
-        shapes.append((tokens, h, model.vocab_size, 1))
+        shapes.append((tokens, h, -(-model.vocab_size // t), 1))
     return shapes
 
 
@@ -106,6 +114,7 @@ def roofline_share(
     sms: int | None = None,
     width: float = 2.0,
     experts: bool = True,
+    split: int = 1,
 ) -> float:
     """The fraction of the peak the step's matmuls reach together, at most ``top``: Σ FLOPs / peak over
     Σ (FLOPs / (peak · top · fill) + bytes / usable bandwidth), as a multiple of the peak. Each layer runs three
@@ -119,10 +128,11 @@ def roofline_share(
         sms: the GPU's streaming multiprocessors (:data:`SMS`; None: every GEMM fills them).
         width: bytes an element of the operands (2: 16-bit).
         experts: with the routed experts' shapes (False: the dense layers alone, as the speed model prices them).
+        split: the tensor-parallel degree (:func:`gemm_shapes`): one rank's shapes.
     Returns:
         a share of the peak in (0, top].
     """
-    return _share(tuple(gemm_shapes(model, tokens, experts)), top, ridge, sms, width)
+    return _share(tuple(gemm_shapes(model, tokens, experts, split)), top, ridge, sms, width)
 
 
 @lru_cache(maxsize=4096)
@@ -167,6 +177,7 @@ def fp8_speedup(
     sms: int | None = None,
     fused_casts: bool = False,
     micro_batches: int = 1,
+    split: int = 1,
 ) -> float:
     """How much faster the blocks' linear layers run in fp8 than in 16-bit (LM head and routed experts excluded: they
     stay 16-bit), from the roofline of their shapes at each precision.
@@ -184,10 +195,12 @@ def fp8_speedup(
         tokens: rows of one micro-batch; top, ridge, sms: as :func:`roofline_share` (the 16-bit ridge point, FLOP/B).
         fused_casts: Transformer Engine's fused casts and cached weights (Megatron-style code), else torchao's.
         micro_batches: micro-batches per optimizer step (the cached weights' casts are shared by them).
+        split: the tensor-parallel degree (:func:`gemm_shapes`): one rank's shapes.
     Returns:
         the 16-bit time over the fp8 time (> 0; 1 when the model has no such layers).
     """
-    shapes = tuple(s for s in gemm_shapes(model, tokens, experts=False) if s[2] != model.vocab_size or s[3] != 1)
+    head = -(-model.vocab_size // max(split, 1))
+    shapes = tuple(s for s in gemm_shapes(model, tokens, False, split) if s[2] != head or s[3] != 1)
     return _fp8_ratio(shapes, top, ridge, sms, fused_casts, max(micro_batches, 1))
 
 

@@ -144,10 +144,11 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 #: saturation in tokens (half at 1.5e6 / h) and width (h / (h + 256)), the grid's choice is 0.8 / 0.8 with every
 #: source in the fit and without any one of them (LOSO: median 0.99, 47 of 47 within 1.25x; speed ratios 44 of 44).
 #: Refitted 2026-11-29 on the 83 rated runs of 12 sources (the Megatron-LM paper, Megatron-Bridge, torchtitan's
-#: async-TP page added) and the H100 trials by the same criterion (``benchmarks/loso.py``): 0.7 with a 0.9 share, 84
-#: runs within 1.25x (0.75 / 0.8 also 84, median |log| larger by 1e-5; 0.8 / 0.8 fewer); the refits without one
-#: source choose 0.7 / 0.9, 0.7 / 0.8 or 0.75 / 0.8 (without the Megatron-LM paper or torchtitan).
-TENSOR16_TOP = 0.7
+#: async-TP page added) and the H100 trials by the same criterion (``benchmarks/loso.py``), once the roofline takes a
+#: tensor-parallel rank's own GEMM shapes (:func:`advisor.engine.gemm.gemm_shapes`, ``split``): 0.75 with a 0.8
+#: share, 89 within 1.25x (0.8 / 0.8 also 89, median |log| 0.090 against 0.089); the refits without one source choose
+#: 0.75 / 0.8 or 0.8 / 0.8. (Before the split, 0.7 / 0.9 for a day.)
+TENSOR16_TOP = 0.75
 #: The same on Volta and Turing (first- and second-generation tensor cores), fitted to the seeds' V100 BERT runs
 #: (HF guide, ../shared/seeds/003: fp16 "almost twice as fast" as fp32, checkpointing 20-30 % slower) — one source.
 #: 0.50 under the former saturation curve; refitted to 0.25 under the roofline so that bert-large (4 x 512 tokens,
@@ -179,7 +180,7 @@ def _efficiency_rows(plan: Plan, model: ModelProfile, gpu: GPUInfo | None, token
     tf32 = plan.precision == Precision.FP32 and plan.tf32 and gpu.tf32
     if tensor16:  # a roofline over the step's GEMM shapes at this GPU's ridge point (advisor.engine.gemm)
         top, ridge, sms = _roofline_args(plan, gpu)
-        eff = roofline_share(model, round(tokens), top, ridge, sms, experts=False)
+        eff = roofline_share(model, round(tokens), top, ridge, sms, experts=False, split=plan.tensor_parallel)
     else:
         top, half = (0.55, 0.75e6 / h) if tf32 else (0.75, 256.0)
         eff = top * tokens / (tokens + half) * h / (h + 256)
@@ -202,8 +203,8 @@ def _optimizer_bytes_per_param(plan: Plan) -> float:
 #: The share of the datasheet memory bandwidth that memory-bound work (elementwise traffic, 4-bit dequantization,
 #: the optimizer's update) sustains: STREAM-like copies reach 80-90 % of HBM's peak. Fitted with :data:`TENSOR16_TOP`
 #: (see there: 0.8 of 0.7 / 0.8 / 0.9; 0.9 put the H100 trials at 0.92 and 46 published runs within 1.25x; refitted
-#: 2026-11-29 with it on 12 sources' runs: 0.9).
-BANDWIDTH_SHARE = 0.9
+#: 2026-11-29 with it on 12 sources' runs: 0.8 again).
+BANDWIDTH_SHARE = 0.8
 
 
 def _attention_efficiency(plan: Plan, gpu: GPUInfo | None, seq_len: int, matmul_efficiency: float) -> float:
@@ -249,7 +250,8 @@ def _compute_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo
         head = 2.0 * model.vocab_size * model.hidden_size * b * seq_len if Task.of(model.task).language_modeling else 0
         share = max(dense - head, 0.0) / dense if dense else 0.0
         te = Framework.of(plan.framework) is Framework.MEGATRON  # Transformer Engine's layers: fused casts
-        gain = fp8_speedup(model, b * seq_len, *_roofline_args(plan, gpu), te, plan.gradient_accumulation_steps)
+        gain = fp8_speedup(model, b * seq_len, *_roofline_args(plan, gpu), te, plan.gradient_accumulation_steps,
+                           plan.tensor_parallel)
         executed_dense *= (1 - share) + share / gain
     seconds = executed_dense / (peak * eff)
     if routed:

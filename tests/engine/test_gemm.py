@@ -59,3 +59,17 @@ def test_fp8_gains_little_on_small_gemms_and_approaches_twice_on_large_ones() ->
     gains = [fp8_speedup(llama, tokens, 0.8, ridge, sms) for tokens in (512, 4096, 131072)]
     assert gains[0] < 1.0 < gains[1] < gains[2] < 2.0
     assert fp8_speedup(llama, 4096, 0.8, ridge, sms, fused_casts=True, micro_batches=8) > gains[1]
+
+
+def test_a_tensor_parallel_rank_runs_its_own_share_of_each_layer() -> None:
+    """Under tensor parallel t a rank holds 1/t of the heads, the MLP width and the vocabulary-parallel head
+    (Megatron-LM's column / row-parallel layers); key / value heads fewer than t are replicated, one a rank. Narrow
+    shards reach less of the peak: Llama-3.1-8B's key / value projections are 128 columns a rank at t = 8."""
+    llama = profile_model("meta-llama/Llama-3.1-8B")  # 32 heads, 8 key / value heads of 128, ffn 14336
+    whole, eighth = gemm_shapes(llama, 8192, split=1), gemm_shapes(llama, 8192, split=8)
+    assert [s[2] for s in whole] == [4096, 1024, 4096, 14336, 4096, 128256]
+    assert [s[2] for s in eighth] == [512, 128, 4096, 1792, 4096, 16032]
+    assert [s[1] for s in eighth] == [4096, 4096, 512, 4096, 1792, 4096]
+    assert gemm_shapes(llama, 8192, split=16)[1][2] == 128  # 8 key / value heads over 16 ranks: replicated
+    ridge = 989.5e12 / (3.35e12 * 0.8)
+    assert roofline_share(llama, 8192, 0.75, ridge, 132, split=8) < roofline_share(llama, 8192, 0.75, ridge, 132)
