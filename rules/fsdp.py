@@ -1,4 +1,5 @@
-"""FSDP's two implementations: FSDP1 (``FullyShardedDataParallel``) and FSDP2 (``fully_shard``)."""
+"""FSDP's two implementations: FSDP1 (``FullyShardedDataParallel``) and FSDP2 (``fully_shard``); sharding the
+weights over hundreds of ranks."""
 
 from __future__ import annotations
 
@@ -69,5 +70,43 @@ class QloraOnFsdp1(Rule):
                 "and the alignment handbook's fsdp_qlora.yaml measured it; FSDP2 over 4-bit weights is "
                 "unproven",
                 setting=Setting.FSDP_VERSION,
+            )
+        ]
+
+
+#: Ranks of a weight-sharding group (ZeRO-3, FSDP FULL / HYBRID_SHARD's shards) beyond which the step time is least
+#: sure: every parameter gather then runs one ring over them, NCCL's per-call latency passes a millisecond (256 ranks
+#: over 32 nodes: 8.4 µs + 255 steps of 3.4-9.6 µs, ``advisor.engine.collectives.ring_latency_seconds``), paid per
+#: fetched layer. The published ZeRO-3 runs there (the Megatron-LM paper's, 384-2240 A100s) sit 1.3-2.6x from their
+#: price, the FSDP runs on up to 128 GPUs within 1.25x (``benchmarks/results/published.md``); the step-time bands
+#: keep them apart (``advisor.engine.bands.sharding``).
+WIDE_SHARDING_RANKS = 256
+
+
+@register
+class WideWeightSharding(Rule):
+    id = "parallelism.wide-weight-sharding"
+    title = "weights sharded over hundreds of GPUs: the least sure step time"
+    topic = "parallelism"
+    sources = [S.MEGATRON_ZERO3, S.MEGATRON_SCALING]
+    rationale = (
+        "ZeRO-3 and FSDP's FULL_SHARD gather every layer's parameters over the whole sharding group, forward and "
+        "backward, and reduce-scatter its gradients there: the bytes a GPU moves do not shrink as GPUs are added, "
+        "while its share of the compute does, and each call's ring grows with the ranks. The Megatron-LM paper "
+        "measured ZeRO-3 without model parallelism on 384-2240 A100s: per-GPU throughput fell as GPUs were added "
+        "at a fixed batch, where tensor and pipeline parallelism with a smaller data-parallel group held it. Those "
+        "runs took 1.3-2.6x the step time advisor prices them at, and the step-time band has too few of them to "
+        "say so itself."
+    )
+
+    def check(self, facts: Facts, plan: Plan) -> list[Effect]:
+        if Parallelism.of(plan.parallelism).stage < 3 or plan.shard_group_size <= WIDE_SHARDING_RANKS:
+            return []
+        return [
+            self.warn(
+                f"weights sharded over {plan.shard_group_size} ranks: published ZeRO-3 runs on 384-2240 GPUs took "
+                "1.3-2.6x the step time priced here; validate it, or shard over fewer ranks (HYBRID_SHARD, or "
+                "tensor / pipeline parallel with a smaller data-parallel group)",
+                setting=Setting.PARALLELISM,
             )
         ]

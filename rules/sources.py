@@ -112,6 +112,10 @@ ACCELERATE_FSDP1_VS_FSDP2 = Source(title="HF Accelerate concept guide: FSDP1 vs 
 MEGATRON_SCALING = Source(title="Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
                                 "Using Megatron-LM", url="https://arxiv.org/abs/2104.04473",
                           section="3.3 Takeaways (tensor parallel inside a node, pipeline across nodes)")
+MEGATRON_ZERO3 = Source(title="Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters "
+                              "Using Megatron-LM", url="https://arxiv.org/abs/2104.04473",
+                        section="5.2 Comparison to ZeRO-3, Table 2: ZeRO-3 without model parallelism on 384-2240 "
+                                "A100s, its per-GPU throughput falling as GPUs are added at a fixed batch")
 MEGATRON_LM = Source(title="Shoeybi et al. 2019, Megatron-LM", url="https://arxiv.org/abs/1909.08053",
                      section="3 Model Parallel Transformers (2 all-reduces forward, 2 backward per layer)")
 ACCELERATE_ND_PARALLEL = Source(title="Hugging Face blog: Accelerate ND-Parallel, a guide to efficient multi-GPU "

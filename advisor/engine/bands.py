@@ -15,6 +15,7 @@ from importlib import resources
 
 from advisor.core.plan import Plan
 from advisor.core.vocabulary import PARALLELISM_SPECS, Device
+from rules.fsdp import WIDE_SHARDING_RANKS
 
 #: The verdict's upper bound, a fraction of the device's capacity: a plan whose device memory lies between the
 #: planning margin (``candidates.SAFETY_MARGIN_GPU``) and this limit is "tight" (it should run: validate it first),
@@ -53,9 +54,12 @@ ANY = "*"
 
 def sharding(plan: Plan) -> str:
     """The plan's sharding as a band class: replicated (DDP, one GPU), states (ZeRO-1 / 2, FSDP's SHARD_GRAD_OP) or
-    weights (ZeRO-3, FSDP's FULL / HYBRID_SHARD)."""
+    weights (ZeRO-3, FSDP's FULL / HYBRID_SHARD), ``weights-wide`` over more than
+    :data:`rules.fsdp.WIDE_SHARDING_RANKS` ranks (where the published runs sit furthest from their price)."""
     stage = PARALLELISM_SPECS[plan.parallelism].stage
-    return "replicated" if stage == 0 else "states" if stage < 3 else "weights"
+    if stage >= 3:
+        return "weights-wide" if plan.shard_group_size > WIDE_SHARDING_RANKS else "weights"
+    return "replicated" if stage == 0 else "states"
 
 
 def plan_class(plan: Plan, cc_major: int | None) -> str:

@@ -66,3 +66,27 @@ def test_zero3_gathers_a_block_again_for_its_recomputation_only_past_the_reuse_d
     # the Megatron-LM paper's 174.6B GPT: 1.8e9 a block, gathered three times a micro-batch with checkpointing
     gpt = profile_model(str(ROOT / "benchmarks" / "published" / "configs" / "megatron-lm-paper--gpt-174p6b"))
     assert seconds(gpt, True) / seconds(gpt, False) == pytest.approx(4 / 3, rel=0.02)
+
+
+def test_weights_sharded_over_hundreds_of_ranks_band_apart() -> None:
+    """The step-time bands keep ZeRO-3 / FSDP over more than 256 ranks (rules.fsdp.WIDE_SHARDING_RANKS), where the
+    published runs sit furthest from their price, apart from the sharded runs on fewer GPUs."""
+    from advisor.engine.bands import plan_class
+    from rules import Plan
+
+    def plan(parallelism: str, gpus: int) -> Plan:
+        return Plan(
+            device="cuda",
+            precision="bf16",
+            tf32=False,
+            optimizer="adamw",
+            gradient_checkpointing=True,
+            micro_batch_size=1,
+            gradient_accumulation_steps=1,
+            num_gpus=gpus,
+            parallelism=parallelism,
+        )
+
+    assert plan_class(plan("zero-3", 512), 8) == "full/weights-wide/sm8"
+    assert plan_class(plan("fsdp-full-shard", 256), 8) == "full/weights/sm8"
+    assert plan_class(plan("zero-2", 512), 8) == "full/states/sm8"
