@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from probes.gpu_catalog import profile_from_catalog  # noqa: E402
 from probes.hardware import GPULink, HardwareProfile, HostInfo  # noqa: E402
 from probes.model import profile_model  # noqa: E402
-from rules import Facts, Workload  # noqa: E402
+from rules import Facts, Plan, Workload  # noqa: E402
 
 GIB = 1024**3
 
@@ -95,6 +95,26 @@ def facts(
         workload=Workload(seq_len=seq_len, global_batch_size=global_batch_size, **(workload or {})),
         packages=packages or {},
     )
+
+
+#: A one-GPU bf16 plan with AdamW and neither checkpointing nor accumulation: the plan the engine's tests build and
+#: vary (:func:`cuda_plan`).
+PLAN_BASE = dict(
+    device="cuda",
+    precision="bf16",
+    tf32=True,
+    optimizer="adamw",
+    gradient_checkpointing=False,
+    micro_batch_size=1,
+    gradient_accumulation_steps=1,
+    parallelism="none",
+    num_gpus=1,
+)
+
+
+def cuda_plan(**fields) -> Plan:
+    """:data:`PLAN_BASE` with ``fields`` over it."""
+    return Plan(**{**PLAN_BASE, **fields})
 
 
 @pytest.fixture

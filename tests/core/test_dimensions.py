@@ -11,23 +11,13 @@ import pytest
 from advisor.core import dimensions as d
 from advisor.core.dimensions import DIMENSIONS, Consumer, Role, Setting, refusal, swapped
 from advisor.core.plan import Plan, Workload
+from conftest import cuda_plan  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _plan(**update) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=1,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    return Plan(**{**base, **update})
+    return cuda_plan(**{**update})
 
 
 def test_every_plan_field_has_exactly_one_row() -> None:

@@ -11,24 +11,14 @@ import pytest
 from advisor.engine.memory import _calibration, calibration_keys, estimate_memory
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 LLAMA = "meta-llama/Llama-2-7b-hf"
 GIB = 2**30
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=2,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    return Plan(**{**base, **kw})
+    return cuda_plan(**{"micro_batch_size": 2, **kw})
 
 
 def _activations(model: str = LLAMA, seq: int = 1024, **kw) -> int:

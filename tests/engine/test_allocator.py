@@ -11,6 +11,7 @@ import pytest
 from advisor.engine.allocator import ALLOCATOR_SLACK_BYTES, TRANSIENT_RESERVE, TRANSIENT_RESERVE_CAP_BYTES, device_bytes
 from advisor.core.vocabulary import Parallelism
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 GIB = 2**30
 MIB = 2**20
@@ -19,18 +20,7 @@ H100_RECORDS = ROOT / "benchmarks" / "results" / "validate_h100-sxm.jsonl"
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=4,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    return Plan(**{**base, **kw})
+    return cuda_plan(**{"micro_batch_size": 4, **kw})
 
 
 def test_small_transients_keep_the_proportional_reserve_of_the_v100_fit() -> None:

@@ -11,6 +11,7 @@ from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
 from cli_runner import advisor
+from conftest import cuda_plan  # noqa: E402
 
 LLAMA = "meta-llama/Llama-3.1-8B"
 
@@ -21,18 +22,7 @@ def _est(**kw):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=True,
-        micro_batch_size=2,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    return Plan(**{**base, **kw})
+    return cuda_plan(**{"gradient_checkpointing": True, "micro_batch_size": 2, **kw})
 
 
 def test_op_level_keeps_attention_and_every_other_matmul_by_hand() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from advisor.engine.collectives import bucket_calls, ring_latency_seconds
+from conftest import cuda_plan
 from probes.model import profile_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,6 @@ def test_zero3_gathers_a_block_again_for_its_recomputation_only_past_the_reuse_d
     from advisor.engine.collectives import linears_per_block, zero3_fetches, zero3_gathers
     from advisor.engine.communication import communication_seconds
     from probes.gpu_catalog import profile_from_catalog
-    from rules import Plan
 
     assert zero3_gathers(1.8e9, True) == 3 and zero3_gathers(1.8e9, False) == 2 and zero3_gathers(2e8, True) == 2
     small, large = profile_model("gpt2"), profile_model("meta-llama/Llama-3.1-70B")
@@ -48,17 +48,7 @@ def test_zero3_gathers_a_block_again_for_its_recomputation_only_past_the_reuse_d
     gpu = profile_from_catalog("a100-80gb", 1).gpus[0]
 
     def seconds(model, ckpt: bool) -> float:
-        plan = Plan(
-            device="cuda",
-            precision="bf16",
-            tf32=False,
-            optimizer="adamw",
-            gradient_checkpointing=ckpt,
-            micro_batch_size=1,
-            gradient_accumulation_steps=1,
-            num_gpus=512,
-            parallelism="zero-3",
-        )
+        plan = cuda_plan(tf32=False, gradient_checkpointing=ckpt, num_gpus=512, parallelism="zero-3")
         return communication_seconds(model, plan, gpu, True, 64, compute_s_per_micro=0.0)
 
     # 70B's blocks hold 0.86e9 elements each: kept between recomputation and backward, the same traffic
@@ -72,20 +62,9 @@ def test_weights_sharded_over_hundreds_of_ranks_band_apart() -> None:
     """The step-time bands keep ZeRO-3 / FSDP over more than 256 ranks (rules.fsdp.WIDE_SHARDING_RANKS), where the
     published runs sit furthest from their price, apart from the sharded runs on fewer GPUs."""
     from advisor.engine.bands import plan_class
-    from rules import Plan
 
-    def plan(parallelism: str, gpus: int) -> Plan:
-        return Plan(
-            device="cuda",
-            precision="bf16",
-            tf32=False,
-            optimizer="adamw",
-            gradient_checkpointing=True,
-            micro_batch_size=1,
-            gradient_accumulation_steps=1,
-            num_gpus=gpus,
-            parallelism=parallelism,
-        )
+    def plan(parallelism: str, gpus: int):
+        return cuda_plan(tf32=False, gradient_checkpointing=True, num_gpus=gpus, parallelism=parallelism)
 
     assert plan_class(plan("zero-3", 512), 8) == "full/weights-wide/sm8"
     assert plan_class(plan("fsdp-full-shard", 256), 8) == "full/weights/sm8"

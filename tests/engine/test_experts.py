@@ -18,6 +18,7 @@ from probes.adapters import NF4_BYTES_PER_PARAM, unquantized_expert_bytes
 from probes.gpu_catalog import gpu_info_from_catalog, parse_gpu_spec
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 
@@ -27,21 +28,9 @@ def catalog_gpu(name: str):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=True,
-        micro_batch_size=2,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-        weights_dtype="bf16",
-        torch_compile=False,
+    return cuda_plan(
+        **{"gradient_checkpointing": True, "micro_batch_size": 2, "weights_dtype": "bf16", "torch_compile": False, **kw}
     )
-    base.update(kw)
-    return Plan(**base)
 
 
 def test_the_grouped_gemm_runs_on_sm80_and_newer_the_loop_below_and_under_compile_without_bf16() -> None:

@@ -12,25 +12,14 @@ from advisor.engine.states import local_parameters, model_states
 from advisor.core.errors import UsageError
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 MIXTRAL = "mistralai/Mixtral-8x7B-v0.1"
 LLAMA2 = "meta-llama/Llama-2-7b-hf"
 
 
 def _plan(**overrides) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=1,
-        gradient_accumulation_steps=1,
-        parallelism="fsdp-shard-grad-op",
-        num_gpus=8,
-        weights_dtype="bf16",
-    )
-    return Plan(**{**base, **overrides})
+    return cuda_plan(**{"parallelism": "fsdp-shard-grad-op", "num_gpus": 8, "weights_dtype": "bf16", **overrides})
 
 
 def test_mixtral_routed_experts_are_8_x_32_blocks_of_three_matrices() -> None:

@@ -10,25 +10,15 @@ from advisor.app.api import estimate
 from advisor.engine.structural import fused_loss_head_bytes
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 GEMMA = "google/gemma-2-2b"
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=True,
-        micro_batch_size=2,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-        loss_kernel="liger",
-        weights_dtype="bf16",
+    return cuda_plan(
+        **{"gradient_checkpointing": True, "micro_batch_size": 2, "loss_kernel": "liger", "weights_dtype": "bf16", **kw}
     )
-    return Plan(**{**base, **kw})
 
 
 def test_the_head_gradient_is_made_in_the_forward_in_the_weights_dtype() -> None:

@@ -12,6 +12,7 @@ from advisor.core.kernels import PYTHON_GELU_MODEL_TYPES
 from advisor.engine.structural import layer_activation_bytes
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 #: tiny configs of the public architectures (field names as transformers' GPTJConfig / MptConfig take them)
 GPTJ = {
@@ -56,19 +57,7 @@ MPT = {
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=False,
-        optimizer="sgd",
-        gradient_checkpointing=False,
-        micro_batch_size=4,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-        weights_dtype="bf16",
-    )
-    return Plan(**{**base, **kw})
+    return cuda_plan(**{"tf32": False, "optimizer": "sgd", "micro_batch_size": 4, "weights_dtype": "bf16", **kw})
 
 
 def _profile(tmp_path, config: dict):

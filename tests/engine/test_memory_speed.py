@@ -9,25 +9,14 @@ from advisor.engine.memory import estimate_memory
 from advisor.engine.speed import estimate_speed, forward_flops
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 GIB = 1024**3
 GPT2 = profile_model("gpt2")
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=4,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    base.update(kw)
-    return Plan(**base)
+    return cuda_plan(**{"micro_batch_size": 4, **kw})
 
 
 def _mem(model=GPT2, seq=512, **kw):

@@ -19,24 +19,11 @@ from advisor.engine.overheads import (
 from probes.adapters import quantized_parameters
 from probes.model import profile_model
 from rules import Plan
+from conftest import cuda_plan  # noqa: E402
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=1,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-        weights_dtype="bf16",
-        torch_compile=False,
-    )
-    base.update(kw)
-    return Plan(**base)
+    return cuda_plan(**{"weights_dtype": "bf16", "torch_compile": False, **kw})
 
 
 def test_an_eager_step_launches_its_blocks_counted_kernels_and_more_under_checkpointing_and_adapters() -> None:

@@ -21,22 +21,11 @@ from advisor.engine.traffic import (
 )
 from probes.model import profile_model as load_model
 from advisor.core.plan import Plan
+from conftest import cuda_plan  # noqa: E402
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="bf16",
-        tf32=True,
-        optimizer="adamw",
-        micro_batch_size=2,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-        weights_dtype="bf16",
-        gradient_checkpointing=False,
-    )
-    return Plan(**{**base, **kw})
+    return cuda_plan(**{"micro_batch_size": 2, "weights_dtype": "bf16", **kw})
 
 
 def test_every_calibrated_family_has_its_base_columns_and_they_priced_their_full_depth() -> None:

@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+from conftest import cuda_plan  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
 
@@ -55,20 +56,14 @@ GPT2 = {
 
 
 def _plan(**kw) -> Plan:
-    return Plan(
+    return cuda_plan(
         **{
             "device": "cpu",
-            "precision": "bf16",
             "tf32": False,
-            "optimizer": "adamw",
             "method": "qlora",
             "weights_dtype": "bf16",
             "lora_targets": "all-linear",
-            "gradient_checkpointing": False,
             "micro_batch_size": 2,
-            "gradient_accumulation_steps": 1,
-            "parallelism": "none",
-            "num_gpus": 1,
             **kw,
         }
     )

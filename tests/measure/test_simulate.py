@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import cuda_plan  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the torch / transformers stack, simulations or trials (tests/conftest.py)
 
@@ -39,19 +40,7 @@ def tiny(tmp_path):
 
 
 def _plan(**kw) -> Plan:
-    base = dict(
-        device="cuda",
-        precision="fp32",
-        tf32=False,
-        optimizer="adamw",
-        gradient_checkpointing=False,
-        micro_batch_size=4,
-        gradient_accumulation_steps=1,
-        parallelism="none",
-        num_gpus=1,
-    )
-    base.update(kw)
-    return Plan(**base)
+    return cuda_plan(**{"precision": "fp32", "tf32": False, "micro_batch_size": 4, **kw})
 
 
 def test_optimizer_state_and_weights_are_counted(tiny) -> None:
