@@ -60,8 +60,13 @@ def gemm_shapes(
                 (tokens, width * model.shared_experts, h, model.moe_layers),
             ]
     if Task.of(model.task).language_modeling:
-        shapes.append((tokens, h, -(-model.vocab_size // t), 1))
+        shapes.append((tokens, h, _head_columns(model, t), 1))
     return shapes
+
+
+def _head_columns(model: ModelProfile, split: int) -> int:
+    """The LM head's output columns on one rank of a vocabulary-parallel head over ``split`` ranks (rounded up)."""
+    return -(-model.vocab_size // max(split, 1))
 
 
 #: Streaming multiprocessors per catalog GPU (NVIDIA's architecture whitepapers: Volta
@@ -199,7 +204,7 @@ def fp8_speedup(
     Returns:
         the 16-bit time over the fp8 time (> 0; 1 when the model has no such layers).
     """
-    head = -(-model.vocab_size // max(split, 1))
+    head = _head_columns(model, split)
     shapes = tuple(s for s in gemm_shapes(model, tokens, False, split) if s[2] != head or s[3] != 1)
     return _fp8_ratio(shapes, top, ridge, sms, fused_casts, max(micro_batches, 1))
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 from advisor.core.plan import Plan
 from advisor.core.vocabulary import Device, LoraTargets, Method, Parallelism, Precision, WeightsDtype
 from advisor.engine.checkpointing import recompute_shares
-from advisor.engine.collectives import linears_per_block, zero3_gathers
+from advisor.engine.collectives import blocks as zero3_blocks, linears_per_block, zero3_gathers
 from advisor.engine.experts import LAUNCH_SECONDS
 from advisor.engine.states import local_parameters
 from probes.adapters import quantized_parameters
@@ -139,7 +139,7 @@ def kernels_per_micro_batch(model: ModelProfile, plan: Plan) -> float:
     parallelism = Parallelism.of(plan.parallelism)
     passes = 3 if plan.gradient_checkpointing else 2  # the forward's gathers, the backward's (recompute's: again)
     if parallelism.stage >= 3 and not parallelism.fsdp:  # a block's fetches: as many passes as its gathers
-        gathers = zero3_gathers(local_parameters(model, plan) / max(model.num_layers, 1), plan.gradient_checkpointing)
+        gathers = zero3_gathers(local_parameters(model, plan) / zero3_blocks(model), plan.gradient_checkpointing)
         per_block += linears * ZERO3_OPS_PER_FETCH * gathers
     elif parallelism.fsdp and plan.shard_group_size > 1:
         per_block += FSDP_OPS_PER_COLLECTIVE * (passes + 1)  # the gathers and the gradients' reduce-scatter
