@@ -239,10 +239,31 @@ def hardware_options(case: dict, notes: list[str]) -> dict:
     link = (hw.get("interconnect") or "").lower()
     if link in NETWORKS and (nodes > 1 or link in ("nvlink", "pcie")):
         opts["interconnect"] = link
+    if nodes > 1:
+        opts.update(_network(hw, count // nodes, notes))
     cuda = str(case["stack"].get("cuda") or "")
     if re.match(CUDA_VERSION_PATTERN, cuda):
         opts["cuda_version"] = cuda
     return opts
+
+
+#: Systems a source names whose network between nodes is documented: DGX H100, "8x single-port NVIDIA
+#: ConnectX-7 VPI, up to 400Gb/s InfiniBand/Ethernet" (DGX H100/H200 User Guide, "Hardware Overview",
+#: https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html).
+SYSTEM_NIC_GBIT_S = {"H100 (DGX-H100)": 400.0}
+_PER_GPU_LINK = re.compile(r"(\d+)\s*Gb/s(?:\s*\([^)]*\))?\s*per GPU", re.IGNORECASE)
+
+
+def _network(hw: dict, per_node: int, notes: list[str]) -> dict:
+    """``inter_node_gbps`` / ``nics_per_node`` for a multi-node case: the NIC speed its source states ("RDMA 400 Gb/s
+    per GPU between hosts": one NIC a GPU), else the documented one of the system it names (:data:`SYSTEM_NIC_GBIT_S`),
+    else nothing (advisor's catalog figure for the network)."""
+    if stated := _PER_GPU_LINK.search(hw.get("interconnect") or ""):
+        return {"interconnect": "infiniband", "inter_node_gbps": float(stated.group(1)), "nics_per_node": per_node}
+    if (gbit := SYSTEM_NIC_GBIT_S.get(hw["gpu"])) is not None:
+        notes.append(f"network between nodes: the named system's {gbit:.0f} Gb/s NIC per GPU (its user guide)")
+        return {"inter_node_gbps": gbit}
+    return {}
 
 
 def _optimizer(name: str | None) -> str | None:

@@ -147,8 +147,11 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 #: async-TP page added) and the H100 trials by the same criterion (``benchmarks/loso.py``), once the roofline takes a
 #: tensor-parallel rank's own GEMM shapes (:func:`advisor.engine.gemm.gemm_shapes`, ``split``): 0.75 with a 0.8
 #: share, 89 within 1.25x (0.8 / 0.8 also 89, median |log| 0.090 against 0.089); the refits without one source choose
-#: 0.75 / 0.8 or 0.8 / 0.8. (Before the split, 0.7 / 0.9 for a day.)
-TENSOR16_TOP = 0.75
+#: 0.75 / 0.8 or 0.8 / 0.8. (Before the split, 0.7 / 0.9 for a day.) Back to 0.8 / 0.8 the same day, once the
+#: published multi-node runs are priced with the network their sources state (torchtitan's "RDMA 400 Gb/s per GPU",
+#: DGX H100's 400 Gb/s ConnectX-7 adapters; they had been priced at the catalog's 200 Gb/s HDR): 88 within 1.25x,
+#: median |log| 0.081 against 0.75's 88 and 0.089.
+TENSOR16_TOP = 0.8
 #: The same on Volta and Turing (first- and second-generation tensor cores), fitted to the seeds' V100 BERT runs
 #: (HF guide, ../shared/seeds/003: fp16 "almost twice as fast" as fp32, checkpointing 20-30 % slower) — one source.
 #: 0.50 under the former saturation curve; refitted to 0.25 under the roofline so that bert-large (4 x 512 tokens,

@@ -119,6 +119,33 @@ def test_a_gpu_the_catalog_lacks_is_priced_with_the_figures_its_source_states() 
     assert result.fits_published is True and result.fits_predicted is not None
 
 
+def test_a_multi_node_case_is_priced_with_the_network_its_source_states() -> None:
+    """torchtitan's "RDMA 400 Gb/s per GPU between hosts" is one 400 Gb/s NIC a GPU, a named DGX H100 has its user
+    guide's 400 Gb/s adapters (noted), and a source that states only "infiniband" keeps the catalog's figure."""
+    from benchmarks.published import hardware_options
+
+    notes: list[str] = []
+    stated = {
+        "gpu": "H100-96GB-HBM2e-500W",
+        "count": 16,
+        "nodes": 2,
+        "interconnect": "NVLink in the host; RDMA 400 Gb/s per GPU between hosts",
+    }
+    opts = hardware_options({"hardware": stated, "stack": {}}, notes)
+    assert (opts["inter_node_gbps"], opts["nics_per_node"], opts["interconnect"]) == (400.0, 8, "infiniband")
+    dgx = hardware_options(
+        {"hardware": {"gpu": "H100 (DGX-H100)", "count": 64, "nodes": 8, "interconnect": "infiniband"}, "stack": {}},
+        notes,
+    )
+    assert dgx["inter_node_gbps"] == 400.0 and any("user guide" in n for n in notes)
+    selene = hardware_options(
+        {"hardware": {"gpu": "A100-SXM4-80GB", "count": 32, "nodes": 4, "interconnect": "infiniband"}, "stack": {}}, []
+    )
+    assert "inter_node_gbps" not in selene and selene["interconnect"] == "infiniband"
+    one_node = hardware_options({"hardware": {**stated, "count": 8, "nodes": 1}, "stack": {}}, [])
+    assert "inter_node_gbps" not in one_node
+
+
 def test_model_parallel_names_map_to_the_plans_degrees() -> None:
     """``BASE+tpN+ppN+vpN+cpN+epN``: every degree a source states reaches the plan; context parallel takes GPUs from the
     data-parallel replicas (the accumulation that makes the global batch), expert parallel does not."""
