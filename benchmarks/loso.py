@@ -135,7 +135,7 @@ TRIED = (
     (
         "the multi-node runs priced with the network their sources state (`published._network`): torchtitan's "
         "'RDMA 400 Gb/s per GPU between hosts' as 400 Gb/s a NIC and one NIC a GPU, and the named DGX H100's 400 Gb/s "
-        "ConnectX-7 adapters (its user guide), where both had been priced at the catalog's 200 Gb/s HDR (a mapping "
+        "ConnectX-7 adapters (DGX BasePOD reference architecture), where both had been priced at the catalog's 200 Gb/s HDR (a mapping "
         "fix, not a fit; the Megatron-LM paper's Selene states 200 Gb/s HDR, unchanged; 2026-11-29)",
         "speed ratios in-sample 66 → 68, LOSO 65 → 67 of 77 (NeMo AutoModel's LoRA runs against its 64-GPU "
         "pre-training baseline 1.21-1.28 → 1.10-1.21: the baseline's FSDP traffic over 8 nodes had been priced at "

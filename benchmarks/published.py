@@ -247,9 +247,10 @@ def hardware_options(case: dict, notes: list[str]) -> dict:
     return opts
 
 
-#: Systems a source names whose network between nodes is documented: DGX H100, "8x single-port NVIDIA
-#: ConnectX-7 VPI, up to 400Gb/s InfiniBand/Ethernet" (DGX H100/H200 User Guide, "Hardware Overview",
-#: https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html).
+#: Systems a source names whose network between nodes is documented: DGX H100, "four OSFP ports serving eight
+#: single-port NVIDIA ConnectX-7 VPI, up to 400 Gb/s InfiniBand/Ethernet" (DGX BasePOD reference architecture,
+#: "NVIDIA DGX H200 and H100 Systems", https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-
+#: foundation-enterprise-ai/latest/core-components.html).
 SYSTEM_NIC_GBIT_S = {"H100 (DGX-H100)": 400.0}
 _PER_GPU_LINK = re.compile(r"(\d+)\s*Gb/s(?:\s*\([^)]*\))?\s*per GPU", re.IGNORECASE)
 
@@ -261,7 +262,9 @@ def _network(hw: dict, per_node: int, notes: list[str]) -> dict:
     if stated := _PER_GPU_LINK.search(hw.get("interconnect") or ""):
         return {"interconnect": "infiniband", "inter_node_gbps": float(stated.group(1)), "nics_per_node": per_node}
     if (gbit := SYSTEM_NIC_GBIT_S.get(hw["gpu"])) is not None:
-        notes.append(f"network between nodes: the named system's {gbit:.0f} Gb/s NIC per GPU (its user guide)")
+        notes.append(
+            f"network between nodes: the named system's {gbit:.0f} Gb/s NIC per GPU (its reference architecture)"
+        )
         return {"inter_node_gbps": gbit}
     return {}
 

@@ -55,6 +55,13 @@ class CatalogGPU(BaseModel):
         "--host-memory"
     )
     host_memory_source: str = Field(description="the server the host RAM figure is from, with its URL")
+    nic_gbit_s: float | None = Field(
+        None,
+        description="the catalog's typical server's InfiniBand adapters, Gb/s per NIC "
+        "(one a GPU): what an InfiniBand network is priced at without "
+        "--inter-node-gbps; None: the network's catalog figure (HDR)",
+    )
+    nic_source: str | None = Field(None, description="the server the NIC figure is from, with its URL")
 
     @property
     def total_bytes(self) -> int:
@@ -178,6 +185,7 @@ def profile_from_catalog(spec: str, nodes: int = 1) -> HardwareProfile:
         notes=notes,
         typical_host_memory_bytes=int(entry.host_memory_gib_per_gpu * count * GIB),
         typical_host_source=entry.host_memory_source,
+        typical_nic_gbit_s=entry.nic_gbit_s,
     )
 
 

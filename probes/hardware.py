@@ -28,9 +28,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from probes.packages import installed_packages
+from probes.topology import largest_clique
 from probes.cuda_stack import ModuleLoading, default_context_bytes, lazy_loading, module_loading_env, torch_build
 from advisor.core.units import gbit_to_bytes_per_s
-from advisor.core.vocabulary import DEFAULT_NETWORK, Network, literal
+from advisor.core.vocabulary import DEFAULT_NETWORK, INFINIBAND_GENERATIONS, Network, literal
 
 #: Tensor-core generation by compute-capability major.minor (CUDA programming guide; NVIDIA
 #: architecture whitepapers: Volta 1st, Turing 2nd, Ampere 3rd, Ada and Hopper 4th, Blackwell 5th).
@@ -153,7 +154,8 @@ class HardwareProfile(BaseModel):
     links: list[GPULink] = Field(default_factory=list, description="link between every pair of GPUs of the node")
     nodes: int = Field(1, description="number of identical nodes")
     interconnect: literal(Network) | None = Field(
-        None, description="the network between nodes (None: one node, or not said: InfiniBand HDR assumed)")
+        None, description="the network between nodes (None: one node, or not said: InfiniBand assumed, at the typical "
+                          "server's adapters: typical_nic_gbit_s, else HDR)")
     inter_node_gbit_s: float | None = Field(
         None, description="network bandwidth between nodes, per NIC and direction, Gb/s (gigabits)")
     nics_per_node: int | None = Field(
@@ -168,6 +170,11 @@ class HardwareProfile(BaseModel):
                           "is checked against without --host-memory; None: not planned from the catalog")
     typical_host_source: str | None = Field(None, description="the server typical_host_memory_bytes is from, with its "
                                                               "URL")
+    typical_nic_gbit_s: float | None = Field(
+        None, description="the InfiniBand adapters of the catalog's typical server for these GPUs, Gb/s per NIC "
+                          "(probes/data/gpus.json nic_gbit_s: DGX H100 / H200's 400 Gb/s ConnectX-7): what InfiniBand "
+                          "is priced at without --inter-node-gbps; None: not planned from the catalog, or no such "
+                          "server (HDR's 200 Gb/s)")
     cuda_context_bytes: int | None = Field(None, description="device memory the CUDA context and library workspaces "
                                                              "take, bytes, as given (--cuda-context) or measured "
                                                              "(probe --measure-context); None: by module loading "
@@ -220,8 +227,22 @@ class HardwareProfile(BaseModel):
 
     @property
     def network_gbit_s(self) -> float:
-        """Bandwidth of one NIC between nodes, Gb/s: ``inter_node_gbit_s``, else the network's catalog figure."""
-        return self.inter_node_gbit_s or self.network.gbit_s
+        """Bandwidth of one NIC between nodes, Gb/s: ``inter_node_gbit_s``, else on InfiniBand the typical server's
+        adapters (:attr:`typical_nic_gbit_s`), else the network's catalog figure."""
+        if self.inter_node_gbit_s:
+            return self.inter_node_gbit_s
+        if self.network == Network.INFINIBAND and self.typical_nic_gbit_s:
+            return self.typical_nic_gbit_s
+        return self.network.gbit_s
+
+    @property
+    def network_label(self) -> str:
+        """The network's name with its InfiniBand generation at :attr:`network_gbit_s` (HDR 200, NDR 400 Gb/s a port:
+        https://www.nvidia.com/en-us/networking/infiniband-switching/), e.g. 'InfiniBand NDR'; 'Ethernet'."""
+        if self.network != Network.INFINIBAND:
+            return self.network.label
+        generation = INFINIBAND_GENERATIONS.get(self.network_gbit_s)
+        return f"InfiniBand {generation}" if generation else "InfiniBand"
 
     @property
     def nics(self) -> int:
@@ -288,48 +309,12 @@ class HardwareProfile(BaseModel):
     @property
     def nvlink_domain(self) -> int:
         """GPUs in the largest group of a node whose every pair is NVLink-joined: how far tensor parallelism can
-        reach at NVLink speed (1: none). The largest clique of the NVLink graph (:func:`largest_clique`), never an
-        enumeration of subsets: a 128-GPU node answers in microseconds."""
+        reach at NVLink speed (1: none). The largest clique of the NVLink graph
+        (:func:`probes.topology.largest_clique`), never an enumeration of subsets: a 128-GPU node answers in
+        microseconds."""
         if self.all_pairs_nvlink:
             return len(self.gpus)
         return largest_clique(self._nvlink_pairs())
-
-
-#: The most calls :func:`largest_clique` makes before it answers with the largest clique found so far: the graphs
-#: of real boards (NVSwitch, bridged pairs, DGX-1's cube-mesh) need fewer than a hundred.
-CLIQUE_CALLS = 10_000
-
-
-def largest_clique(pairs: set[tuple[int, int]]) -> int:
-    """The size of the largest set of vertices every pair of which is in ``pairs`` (1 without pairs).
-
-    Bron and Kerbosch's algorithm with Tomita's pivot (Tomita, Tanaka and Takahashi 2006, "The worst-case time
-    complexity for generating all maximal cliques", Theoretical Computer Science 363(1)), pruned by the size found
-    (a branch that cannot beat it is cut) and bounded by :data:`CLIQUE_CALLS`: a graph no board has answers with
-    the largest clique found by then, never a hang."""
-    neighbours: dict[int, set[int]] = {}
-    for a, b in pairs:
-        if a != b:
-            neighbours.setdefault(a, set()).add(b)
-            neighbours.setdefault(b, set()).add(a)
-    best, calls = 1 if not neighbours else 2, 0
-
-    def expand(size: int, candidates: set[int], excluded: set[int]) -> None:
-        nonlocal best, calls
-        calls += 1
-        if not candidates and not excluded:
-            best = max(best, size)
-            return
-        if size + len(candidates) <= best or calls > CLIQUE_CALLS:
-            return
-        pivot = max(candidates | excluded, key=lambda v: len(neighbours[v] & candidates))
-        for v in list(candidates - neighbours[pivot]):
-            expand(size + 1, candidates & neighbours[v], excluded & neighbours[v])
-            candidates = candidates - {v}
-            excluded = excluded | {v}
-
-    expand(0, set(neighbours), set())
-    return best
 
 
 def derive_capabilities(compute_capability: str, catalog_id: str | None = None) -> dict:

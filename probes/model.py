@@ -206,13 +206,12 @@ def load_config(model: str) -> tuple[dict, str, str | None, list[str]]:
     if not isinstance(model, str) or not model.strip():
         raise UsageError(f"--model must be a Hub id or a path, got {model!r}")
     if len(model) > MAX_MODEL_ID or "\0" in model:
-        shown = f"{model[:40]}…" if len(model) > 40 else model
-        raise UsageError(f"--model '{shown}' ({len(model)} characters) is not a Hub id or a path: at most "
+        raise UsageError(f"--model '{shown(model, 40)}' ({len(model)} characters) is not a Hub id or a path: at most "
                          f"{MAX_MODEL_ID} characters, no NUL")
     try:
         return _load_config(model, notes)
     except (OSError, RuntimeError) as exc:  # a name too long for the file system, '~nosuchuser', an unreadable folder
-        raise ModelNotFoundError(f"model '{model[:80]}' cannot be looked up here: "
+        raise ModelNotFoundError(f"model '{shown(model, 80)}' cannot be looked up here: "
                                  f"{getattr(exc, 'strerror', None) or exc}") from None
 
 
@@ -222,11 +221,11 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
     if path.exists():
         file = path / "config.json" if path.is_dir() else path
         if not file.is_file():
-            raise ModelNotFoundError(f"no config.json in '{model}'" + (adapter_hint(path) if path.is_dir() else ""))
+            raise ModelNotFoundError(f"no config.json in '{shown(model)}'" + (adapter_hint(path) if path.is_dir() else ""))
         return _read_json(file), "local", str(file), notes
     looks_like_path = model.startswith((".", "/", "~")) or model.endswith(".json") or model.count("/") > 1
     if looks_like_path:
-        raise ModelNotFoundError(f"'{model}' does not exist")
+        raise ModelNotFoundError(f"'{shown(model)}' does not exist")
     cached = _from_hf_cache(model)
     if isinstance(cached, str) and os.path.isfile(cached):
         return _read_json(Path(cached)), "cache", cached, notes
@@ -247,11 +246,11 @@ def _load_config(model: str, notes: list[str]) -> tuple[dict, str, str | None, l
             hub = f"skipped (unreachable within {min(2.0, hub_timeout_s()):g} s)"
     if shipped.is_file():
         if shipped_id != model:
-            notes.append(f"'{model}' is the Hub's id of the shipped '{shipped_id}'")
+            notes.append(f"'{shown(model)}' is the Hub's id of the shipped '{shipped_id}'")
         return json.loads(shipped.read_text(encoding="utf-8")), "catalog", None, notes
     near = near_matches(model)
     raise ModelNotFoundError(
-        f"model '{model}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
+        f"model '{shown(model)}' not found: no such folder or file; the Hugging Face cache: not there; the Hub: {hub}; "
         "the shipped catalog: not there" + (f"; near matches: {', '.join(near)}" if near else "")
         + "; give a local folder with a config.json, or a config.json path, e.g. ./my-model/config.json")
 
@@ -312,7 +311,7 @@ def profile_model(model: str, task: TaskName | None = None, num_labels: int = 2)
     config, source, path, notes = load_config(model)
     profile = profile_from_config(config, model, source, path, task, num_labels)
     if source == "catalog":
-        notes.append(f"config.json of '{model}' from advisor's shipped catalog")
+        notes.append(f"config.json of '{shown(model)}' from advisor's shipped catalog")
     return profile.model_copy(update={"notes": notes}) if notes else profile
 
 

@@ -42,5 +42,7 @@ def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> d
         ]
     if networks:
         update["interconnect"] = networks[0]
-        update["inter_node_gbit_s"] = Network(networks[0]).gbit_s
+        network = Network(networks[0])  # InfiniBand: the typical server's adapters where the catalog knows them
+        typical = profile.typical_nic_gbit_s if network == Network.INFINIBAND else None
+        update["inter_node_gbit_s"] = typical or network.gbit_s
     return update

@@ -499,6 +499,9 @@ class Network(Vocabulary):
 #: (https://www.nvidia.com/en-us/networking/infiniband/qm8700/); 100 Gb/s Ethernet.
 NETWORK_GBIT_S = {Network.INFINIBAND: 200.0, Network.ETHERNET: 100.0}
 _NETWORK_LABELS = {Network.INFINIBAND: "InfiniBand HDR", Network.ETHERNET: "Ethernet"}
+#: InfiniBand's generations by their port speed, Gb/s (NVIDIA InfiniBand switching: EDR 100, HDR 200, NDR 400, XDR
+#: 800 Gb/s a port, https://www.nvidia.com/en-us/networking/infiniband-switching/).
+INFINIBAND_GENERATIONS = {100.0: "EDR", 200.0: "HDR", 400.0: "NDR", 800.0: "XDR"}
 DEFAULT_NETWORK = Network.INFINIBAND  #: assumed between nodes when the user does not say
 
 

@@ -205,7 +205,7 @@ def _communication(facts, best: Candidate) -> str:
     """Per-GPU memory and the step's communication over the links that carry it, in words."""
     hw = facts.hardware
     if hw.nodes > 1:
-        net = hw.interconnect or f"{hw.network.label} (assumed)"
+        net = hw.network_label if hw.interconnect else f"{hw.network_label} (assumed)"
         link = f"{net} at {hw.nics} × {hw.network_gbit_s:g} Gb/s per node between {hw.nodes} nodes"
     elif hw.nvlink_ring:
         link = "NVLink"

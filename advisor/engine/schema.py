@@ -37,7 +37,9 @@ memory.band and speed.step_time_band (the uncertainty from the published runs' l
 (the catalog's typical server's RAM, what offload is checked against without --host-memory).
 1.24: speed.local_calibration (and compare's rows' local_calibration): the correction of the runs measured on this
 machine (advisor runs), when applied. 1.25: memory.paged_bytes (optimizer states bitsandbytes' paged optimizers keep in
-CUDA unified memory: outside peak_bytes, evicted to CPU RAM when the device lacks the room).
+CUDA unified memory: outside peak_bytes, evicted to CPU RAM when the device lacks the room). 1.26:
+hardware.typical_nic_gbit_s (the InfiniBand adapters of the catalog's typical server: DGX H100 / H200's 400 Gb/s,
+what an InfiniBand network is priced at without --inter-node-gbps).
 """
 
-SCHEMA_VERSION = "1.25"
+SCHEMA_VERSION = "1.26"

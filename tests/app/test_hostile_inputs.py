@@ -585,6 +585,19 @@ _API_KEYS = {
 }
 
 
+@pytest.mark.parametrize("model", ["0\n", "a\x1b[2Jb", "./no\rsuch/config.json", "no\u202esuch/model"])
+def test_a_model_id_that_is_not_found_is_named_escaped(model: str) -> None:
+    """The not-found message names the id the user gave with its control characters escaped (hypothesis found
+    '0\\n' printed raw): one line, nothing a terminal acts on."""
+    from advisor.core.errors import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError) as err:
+        api.estimate(model)
+    text = str(err.value)
+    assert "\n" not in text and "\r" not in text and "\x1b" not in text and "\u202e" not in text
+    assert ascii(model)[1:-1] in text
+
+
 @FEW
 @given(
     data=st.data(),

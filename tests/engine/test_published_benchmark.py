@@ -120,8 +120,8 @@ def test_a_gpu_the_catalog_lacks_is_priced_with_the_figures_its_source_states() 
 
 
 def test_a_multi_node_case_is_priced_with_the_network_its_source_states() -> None:
-    """torchtitan's "RDMA 400 Gb/s per GPU between hosts" is one 400 Gb/s NIC a GPU, a named DGX H100 has its user
-    guide's 400 Gb/s adapters (noted), and a source that states only "infiniband" keeps the catalog's figure."""
+    """torchtitan's "RDMA 400 Gb/s per GPU between hosts" is one 400 Gb/s NIC a GPU, a named DGX H100 has its reference
+    architecture's 400 Gb/s adapters (noted), and a source that states only "infiniband" keeps the catalog's figure."""
     from benchmarks.published import hardware_options
 
     notes: list[str] = []
@@ -137,7 +137,7 @@ def test_a_multi_node_case_is_priced_with_the_network_its_source_states() -> Non
         {"hardware": {"gpu": "H100 (DGX-H100)", "count": 64, "nodes": 8, "interconnect": "infiniband"}, "stack": {}},
         notes,
     )
-    assert dgx["inter_node_gbps"] == 400.0 and any("user guide" in n for n in notes)
+    assert dgx["inter_node_gbps"] == 400.0 and any("reference architecture" in n for n in notes)
     selene = hardware_options(
         {"hardware": {"gpu": "A100-SXM4-80GB", "count": 32, "nodes": 4, "interconnect": "infiniband"}, "stack": {}}, []
     )

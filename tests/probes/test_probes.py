@@ -141,6 +141,27 @@ def test_nics_per_node_default_by_network() -> None:
     assert four.nics == 4 and four.inter_node_bytes_per_s == 4 * 25e9 / 8
 
 
+def test_infiniband_runs_at_the_typical_servers_adapters_unless_a_speed_is_given() -> None:
+    """A DGX H100 / H200 has one 400 Gb/s NDR adapter a GPU (the catalog's nic_gbit_s, with its source), a DGX A100
+    200 Gb/s HDR (the network's catalog figure); --inter-node-gbps and Ethernet are not overridden by it."""
+    from advisor.app.api import probe_hardware
+    from probes.gpu_catalog import catalog
+
+    assert catalog()["h100-sxm"].nic_gbit_s == 400 and "http" in catalog()["h100-sxm"].nic_source
+    for said in (None, "infiniband"):
+        h100 = probe_hardware("h100-sxm:8", nodes=2, interconnect=said)
+        assert h100.network_gbit_s == 400 and h100.inter_node_bytes_per_s == 8 * 400e9 / 8
+        assert h100.network_label == "InfiniBand NDR"
+    a100 = probe_hardware("a100-80gb:8", nodes=2)
+    assert a100.network_gbit_s == 200 and a100.network_label == "InfiniBand HDR"
+    given = probe_hardware("h100-sxm:8", nodes=2, inter_node_gbps=200)
+    assert given.network_gbit_s == 200 and given.network_label == "InfiniBand HDR"
+    eth = probe_hardware("h200:8", nodes=2, interconnect="ethernet")
+    assert eth.network_gbit_s == 100 and eth.network_label == "Ethernet"
+    odd = probe_hardware("h100-sxm:8", nodes=2, inter_node_gbps=300)
+    assert odd.network_label == "InfiniBand"
+
+
 @pytest.mark.parametrize(
     "nvml_name, expected",
     [
