@@ -133,6 +133,20 @@ FITTED_ELSEWHERE = (
 #: Changes to the speed model tried against these runs and judged by LOSO (issue 43), with what it showed.
 TRIED = (
     (
+        "expert parallelism's all-to-all across nodes priced by what crosses the network (`communication."
+        "all_to_all_seconds`: a GPU's (e - g)/e of its tokens for other nodes, the node's g GPUs sharing its NICs, "
+        "the longer of that and the NVLink share), where a ring's price (15/16 of one GPU's bytes over the node's "
+        "network) had been used; counted from the exchange's pattern, not fitted (2026-11-29)",
+        "speed ratios 67 → 68 of 77 in-sample and LOSO, throughput 76 → 77 of 83 within 1.25x; the grid's choice "
+        "stays 0.8 / 0.8. The one run it moves is Megatron-Bridge's Qwen3-30B-A3B with EP 16 over two DGX H100s "
+        "(1.42 → 0.90 predicted / published, its ratio 1.58 → 0.97): but that run's HybridEP dispatcher sends a "
+        "token once per remote node, about a quarter of the plain all-to-all's bytes between nodes, so its price "
+        "now carries about 0.2 s a micro-batch of exchange the run does not make, where the MoE's own costs "
+        "(routing, permutation, launches) that made it 1.4x optimistic are still unpriced: it agrees by offsetting "
+        "errors. Adopted for the plans advisor makes (DeepSpeed-MoE's and Megatron-Core's plain all-to-all), "
+        "with that run named as not evidence for it.",
+    ),
+    (
         "the multi-node runs priced with the network their sources state (`published._network`): torchtitan's "
         "'RDMA 400 Gb/s per GPU between hosts' as 400 Gb/s a NIC and one NIC a GPU, and the named DGX H100's 400 Gb/s "
         "ConnectX-7 adapters (DGX BasePOD reference architecture), where both had been priced at the catalog's 200 Gb/s HDR (a mapping "

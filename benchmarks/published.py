@@ -524,6 +524,11 @@ def stack_notes(case: dict) -> list[str]:
         out.append(f"loss kernel '{s['fused_loss']}' (advisor: the standard loss)")
     if s.get("packing") and ATTENTION.get(attention) not in ("flash-attention-2", "flash-attention-3"):
         out.append("packed sequences (advisor: padding-free packing needs FlashAttention)")
+    if "'hybridep'" in stated or "'deepep'" in stated:
+        out.append(
+            "its token dispatcher sends a token once per remote node (HybridEP / DeepEP; advisor prices a plain "
+            "all-to-all, up to k times the bytes between nodes)"
+        )
     if "no momentum" in (p.get("optimizer") or ""):
         out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")
     if "padded per batch" in text or "padded to the longest" in text:

@@ -205,9 +205,14 @@ def all_to_all_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUIn
     checkpointing recomputes the forward (GShard, Lepikhin et al. 2020, https://arxiv.org/abs/2006.16668 sec. 2.2;
     DeepSpeed-MoE, https://arxiv.org/abs/2201.05596 sec. 5; Megatron-Core MoE, "Expert parallelism",
     https://docs.nvidia.com/megatron-core/developer-guide/latest/api-guide/moe.html). Each moves b·s·k·h elements
-    (padded by the capacity factor) of which (e − 1)/e leave the GPU, over NVLink when the expert-parallel group
-    fits in a node, else over the network. Assumption: all-to-all reaches the link's one-direction bandwidth, as
-    the ring collectives do here; load imbalance between experts is not modelled.
+    (padded by the capacity factor) of which (e − 1)/e leave the GPU. An all-to-all is point to point: unlike a
+    ring, every GPU's share for another node crosses the network itself (NCCL's send / recv over the GPU's nearest
+    NIC). An expert-parallel group of e ranks laid out node by node has g = min(e, GPUs a node) in each node: a GPU
+    sends (g − 1)/e of its tokens over NVLink (or PCIe) and (e − g)/e to other nodes, and the node's g GPUs share
+    its network, so the exchange takes the longer of the two: g·(e − g)/e of a GPU's bytes over the node's network
+    (``inter_node_bytes_per_s``). Assumptions: all-to-all reaches the links' one-direction bandwidth, as the ring
+    collectives do here; routing is balanced; a dispatcher that sends a token once per remote node and forwards it
+    inside the node (DeepEP, Megatron-Core's "flex" dispatcher) moves less and is not priced.
     """
     ep = plan.expert_parallel_size
     if ep <= 1 or not model.moe_layers:
@@ -215,10 +220,14 @@ def all_to_all_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUIn
     width = Precision.of(plan.precision).activation_bytes
     tokens = plan.micro_batch_size * seq_len * max(model.experts_per_token, 1) * (model.capacity_factor or 1.0)
     exchanges = 6 if plan.gradient_checkpointing else 4
-    per_node = max(plan.num_gpus // max(nodes, 1), 1)
-    bw = _link_bandwidth(gpu, nvlink, 1 if ep <= per_node else nodes, inter_node_bytes_per_s)
     layers = model.moe_layers / max(plan.pipeline_parallel, 1)
-    return exchanges * layers * (ep - 1) / ep * tokens * model.hidden_size * width / bw
+    sent = exchanges * layers * tokens * model.hidden_size * width  # bytes a GPU's tokens take, all ranks together
+    g = min(max(plan.num_gpus // max(nodes, 1), 1), ep)  # the group's GPUs in one node
+    inside = sent * (g - 1) / ep / _link_bandwidth(gpu, nvlink, 1)
+    if g >= ep:
+        return inside
+    between = g * sent * (ep - g) / ep / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
+    return max(inside, between)
 
 
 #: Bytes/s a CPU sustains in an offloaded optimizer step. DeepSpeed's CPU-Adam is vectorised and bound by

@@ -51,6 +51,22 @@ def test_all_to_all_is_four_exchanges_per_moe_block_or_six_with_checkpointing() 
     assert all_to_all_seconds(model, _plan(), 1024, gpu, True, 1) == 0.0
 
 
+def test_an_expert_parallel_group_across_nodes_sends_each_gpus_remote_share_over_the_nodes_network() -> None:
+    """EP 16 over two 8-GPU nodes: each GPU sends half its tokens to the other node (8 of 16 ranks), and the node's
+    8 GPUs share its 8 x 200 Gb/s: 8 x 1/2 of a GPU's bytes over 200 GB/s, not 15/16 of one GPU's (a ring's price)."""
+    model = profile_model(MIXTRAL)
+    gpu = __import__("conftest").hardware("a100-80gb:8").gpu
+    plan = _plan(expert_parallel=16, num_gpus=16)
+    sent = 4 * 32 * 1024 * 2 * 4096 * 2  # bytes of one GPU's routed tokens per micro-batch
+    node = 8 * 200e9 / 8
+    seconds = all_to_all_seconds(model, plan, 1024, gpu, nvlink=True, nodes=2, inter_node_bytes_per_s=node)
+    assert seconds == pytest.approx(8 * sent * 8 / 16 / node)
+    assert seconds > 4 * sent * 15 / 16 / node  # the former ring-like price
+    # a faster network leaves NVLink's share, 7/16 of the bytes at 300 GB/s, the longer one
+    fast = all_to_all_seconds(model, plan, 1024, gpu, nvlink=True, nodes=2, inter_node_bytes_per_s=1e15)
+    assert fast == pytest.approx(sent * 7 / 16 / 300e9)
+
+
 @pytest.mark.slow
 def test_mixtral_on_8_a100s_weighs_expert_parallelism_with_figures() -> None:
     rec = recommend(MIXTRAL, gpu="a100-80gb:8", method="full")
