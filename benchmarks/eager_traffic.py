@@ -36,6 +36,7 @@ COMPUTE_OPS = (
     "bmm",
     "baddbmm",
     "_scaled_mm",
+    "_grouped_mm",
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_cudnn_attention",

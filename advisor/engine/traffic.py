@@ -35,7 +35,7 @@ from advisor.engine.memory import activation_traffic_bytes
 from probes.adapters import quantized_parameters
 from advisor.core.kernels import Attention, Checkpointing, Framework, LossKernel
 from probes.model import ModelProfile
-from advisor.core.vocabulary import Family, Task
+from advisor.core.vocabulary import Family, Precision, Task
 from advisor.core.dimensions import Setting
 from advisor.core.plan import Plan
 
@@ -97,8 +97,36 @@ FLCE_BYTES_PER_LOGIT = 4.0
 
 #: Mixtures of experts priced with their dense kin's columns: the same attention, norms and gated MLP, whose s·b·ffn
 #: feature is the width a token passes through (its k routed experts'); the routing's gathers and scatters of the
-#: tokens (a few s·b·h reads and writes per block) are not counted
+#: tokens come on top (:func:`routing_traffic_bytes`)
 DENSE_KIN = {"mixtral": "mistral", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}
+#: Bytes a MoE block's routing moves per micro-batch beyond its dense kin's column, per element of the S x h
+#: token-expert rows and of the S x f expert activations (S = tokens x k; f: one expert's width), forward and
+#: backward, in 16-bit activations: transformers 5.24's ``grouped_mm_experts_forward`` (``integrations/moe.py``)
+#: sorts the S pairs by expert, gathers their hidden states, weights the experts' outputs, restores the order and sums
+#: the k rows of each token in fp32; its backward scatters each of them back (``index_put``, ``new_zeros``), and the
+#: gate and up projections' gradients are concatenated. Counted on fake-tensor steps of the shipped Qwen3-30B-A3B,
+#: Mixtral-8x7B and Qwen1.5-MoE-A2.7B configs at 1 and 2 blocks (``benchmarks/count_moe_routing.py``,
+#: ``benchmarks/results/moe_routing.md``): each family's count beyond its dense kin's priced traffic, fitted by least
+#: squares over the three (forward's S·f term dropped: it went below 0), within 3 % of each count, within 10 % with
+#: the family left out of the fit; not fitted to any run's speed. Qwen3-30B-A3B's routing then adds about 5 GB a
+#: block per 4096 tokens, as much as the rest of its elementwise traffic. Families without a dense kin's column take
+#: the fallback price, which has no routing term.
+ROUTING_BYTES = {"forward": (28.73, 0.0), "backward": (46.90, 13.10)}
+
+
+def routing_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float:
+    """Bytes one micro-batch's MoE routing moves on one device before any model-parallel split (:data:`ROUTING_BYTES`:
+    per MoE block its forward, again under checkpointing's recomputation, and its backward), scaled from 16-bit to
+    the activations' width; 0 for a dense model."""
+    if not model.moe_layers or not model.num_experts:
+        return 0.0
+    k = max(model.experts_per_token, 1)
+    rows = plan.micro_batch_size * seq_len * k * (model.capacity_factor or 1.0)
+    width = max(model.ffn_size // (k + model.shared_experts), 1)
+    (fh, ff), (bh, bf) = ROUTING_BYTES["forward"], ROUTING_BYTES["backward"]
+    forward, backward = rows * (fh * model.hidden_size + ff * width), rows * (bh * model.hidden_size + bf * width)
+    scale = Precision.of(plan.precision).activation_bytes / 2
+    return model.moe_layers * (forward * (1 + recompute_share(model, plan)) + backward) * scale
 
 
 def _column(model: ModelProfile, plan: Plan) -> dict | None:
@@ -138,7 +166,7 @@ def eager_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> float 
     if Attention.of(plan.attention).spec.keeps_scores:
         scores = block_layers(model) * plan.micro_batch_size * model.num_attention_heads * seq_len * seq_len
         total += scores * (c["eager_forward"] * (1 + recompute_share(model, plan)) + c["eager_backward"])
-    return max(total, 0.0)
+    return max(total, 0.0) + routing_traffic_bytes(model, plan, seq_len)
 
 
 def fallback_ratio() -> float:

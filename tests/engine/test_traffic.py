@@ -17,6 +17,7 @@ from advisor.engine.traffic import (
     eager_traffic_bytes,
     elementwise_traffic_bytes,
     fallback_ratio,
+    routing_traffic_bytes,
     traffic_features,
 )
 from probes.model import profile_model as load_model
@@ -52,6 +53,22 @@ def test_an_eager_llama_step_moves_several_times_its_saved_activations() -> None
     assert eager * 1.2 < ckpt < eager * 2
     # eager attention adds the s x s scores' softmax and its backward
     assert eager_traffic_bytes(model, plan.model_copy(update={"attention": "eager"}), 2048) > eager * 1.1
+
+
+def test_a_mixture_of_experts_adds_its_routing_to_its_dense_kins_traffic() -> None:
+    """Qwen3-30B-A3B's blocks move their dense kin's (Qwen3's) traffic plus the routing's gathers, weights, scatters and
+    fp32 sums of its S = tokens x 8 rows (traffic.ROUTING_BYTES): as much again at 4096 tokens; it grows with the
+    tokens, the recomputed forward adds its forward share, and a dense model has none."""
+    moe = load_model("Qwen/Qwen3-30B-A3B")
+    plan = _plan(micro_batch_size=1)
+    routing = routing_traffic_bytes(moe, plan, 4096)
+    rows = 4096 * 8 * moe.hidden_size
+    assert routing == pytest.approx(moe.moe_layers * (28.73 * rows + 46.90 * rows + 13.10 * 4096 * 8 * 768))
+    assert 0.5 < routing / (eager_traffic_bytes(moe, plan, 4096) - routing) < 2
+    assert routing_traffic_bytes(moe, plan, 8192) == pytest.approx(2 * routing)
+    ckpt = routing_traffic_bytes(moe, plan.model_copy(update={"gradient_checkpointing": True}), 4096)
+    assert ckpt == pytest.approx(routing + moe.moe_layers * 28.73 * rows)
+    assert routing_traffic_bytes(load_model("meta-llama/Llama-2-7b-hf"), plan, 4096) == 0.0
 
 
 def test_fused_kernels_and_compile_shrink_it_and_other_stacks_fall_back() -> None:

@@ -61,3 +61,22 @@ def test_a_step_counts_more_than_its_saved_activations(tmp_path) -> None:
     # GELU's chain, dropout, the loss's float32 logits
     assert mode.traffic > 1.5 * priced
     assert {"_to_copy", "mul", "add"} <= set(mode.by_op)
+
+
+def test_a_moe_blocks_counted_routing_is_what_the_traffic_model_adds() -> None:
+    """benchmarks/count_moe_routing.py: one Qwen3-30B-A3B block's count beyond its dense kin's column, on fake tensors
+    with the grouped GEMMs as compute, is within 5 % of traffic.routing_traffic_bytes' block (ROUTING_BYTES was fitted
+    to these counts; this pins the constants to transformers' code as installed)."""
+    pytest.importorskip("transformers")
+    from benchmarks.count_moe_routing import _step
+
+    model, f1, t1, pf1, p1 = _step("Qwen/Qwen3-30B-A3B", 1, 1, 512)
+    _, f2, t2, pf2, p2 = _step("Qwen/Qwen3-30B-A3B", 2, 1, 512)
+    unpriced = (t2 - t1) - (p2 - p1)
+    from advisor.engine.traffic import routing_traffic_bytes
+    from conftest import cuda_plan
+
+    one_block = (
+        routing_traffic_bytes(model, cuda_plan(micro_batch_size=1, weights_dtype="bf16"), 512) / model.moe_layers
+    )
+    assert unpriced == pytest.approx(one_block, rel=0.05)
