@@ -133,6 +133,19 @@ FITTED_ELSEWHERE = (
 #: Changes to the speed model tried against these runs and judged by LOSO (issue 43), with what it showed.
 TRIED = (
     (
+        "NCCL's current tuning constants and its tree all-reduce (`collectives.all_reduce_seconds`, NVIDIA/nccl "
+        "src/graph/tuning.cc at 5067397c, unchanged since 2.18.1: a network ring step 14 µs (was 9.6), the multi-node "
+        "ring all-reduce plateau 1.4 on compute capability 8.0+ (was 1.9 everywhere), and an all-reduce as the faster "
+        "of the ring and the tree, whose latency grows with log2(nodes)); taken from the code, not fitted "
+        "(2026-11-29)",
+        "at 0.8 / 0.8: speed ratios 69 of 77 either way, throughput within 1.25x 77 → 75 of 83 in-sample and LOSO: "
+        "the Megatron-LM paper's 2021 PTD-P runs, whose data-parallel all-reduces across nodes now take the 1.4 "
+        "plateau or the tree, went 1.19-1.25 → 1.23-1.27 optimistic (they ran a 2021 NCCL, before 2.18's constants). "
+        "The grid's choice with every source in the fit moved to 0.75 / 0.8 (89 within 1.25x against 0.8's 87; "
+        "shipped): ratios 70 of 77 in-sample, 69 LOSO; throughput 1.02 with 77 of 83 in-sample, 75 LOSO. Adopted: "
+        "the plans advisor emits run today's NCCL.",
+    ),
+    (
         "a mixture of experts' routing traffic (`traffic.routing_traffic_bytes`: transformers' `grouped_mm` experts' "
         "sort, gather, weighting, reorder, fp32 sum and their scatters in the backward, a·S·h + b·S·f bytes a block "
         "per phase, counted on fake-tensor steps of three shipped MoE configs and fitted to those counts, "

@@ -77,7 +77,7 @@ class QloraOnFsdp1(Rule):
 #: Ranks of a weight-sharding group (ZeRO-3, FSDP FULL / HYBRID_SHARD's shards) beyond which the step time is least
 #: sure: every parameter gather then runs one ring over them, NCCL's per-call latency passes a millisecond (256 ranks
 #: over 32 nodes: 8.4 µs + 255 steps of 3.4-9.6 µs, ``advisor.engine.collectives.ring_latency_seconds``), paid per
-#: fetched layer. The published ZeRO-3 runs there (the Megatron-LM paper's, 384-2240 A100s) sit 1.3-2.6x from their
+#: fetched layer. The published ZeRO-3 runs there (the Megatron-LM paper's, 384-2240 A100s) sit 1.4-2.7x from their
 #: price, the FSDP runs on up to 128 GPUs within 1.25x (``benchmarks/results/published.md``); the step-time bands
 #: keep them apart (``advisor.engine.bands.sharding``).
 WIDE_SHARDING_RANKS = 256
@@ -95,7 +95,7 @@ class WideWeightSharding(Rule):
         "while its share of the compute does, and each call's ring grows with the ranks. The Megatron-LM paper "
         "measured ZeRO-3 without model parallelism on 384-2240 A100s: per-GPU throughput fell as GPUs were added "
         "at a fixed batch, where tensor and pipeline parallelism with a smaller data-parallel group held it. Those "
-        "runs took 1.3-2.6x the step time advisor prices them at, and the step-time band has too few of them to "
+        "runs took 1.4-2.7x the step time advisor prices them at, and the step-time band has too few of them to "
         "say so itself."
     )
 
@@ -105,7 +105,7 @@ class WideWeightSharding(Rule):
         return [
             self.warn(
                 f"weights sharded over {plan.shard_group_size} ranks: published ZeRO-3 runs on 384-2240 GPUs took "
-                "1.3-2.6x the step time priced here; validate it, or shard over fewer ranks (HYBRID_SHARD, or "
+                "1.4-2.7x the step time priced here; validate it, or shard over fewer ranks (HYBRID_SHARD, or "
                 "tensor / pipeline parallel with a smaller data-parallel group)",
                 setting=Setting.PARALLELISM,
             )

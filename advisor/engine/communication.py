@@ -4,8 +4,8 @@ pipeline parallel exchanges, and offloading to CPU RAM (states, parameters, acti
 
 from __future__ import annotations
 
-from advisor.engine.collectives import (DDP_BUCKET_BYTES, ZERO_BUCKET_ELEMENTS, blocks, bucket_calls,
-                                        ring_latency_seconds, zero3_fetches, zero3_gathers)
+from advisor.engine.collectives import (DDP_BUCKET_BYTES, ZERO_BUCKET_ELEMENTS, all_reduce_seconds, blocks,
+                                        bucket_calls, ring_latency_seconds, zero3_fetches, zero3_gathers)
 from advisor.engine.states import adapter_rank_sizes, local_parameters
 from probes.hardware import GPUInfo
 from probes.model import ModelProfile
@@ -125,7 +125,7 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
     one_pass = (group - 1) / group / bw  # seconds per byte of one reduce-scatter or all-gather
     ring = (group, 1 if hybrid else min(nodes, group), nvlink)  # NCCL's ring: ranks, nodes, NVLink
     if parallelism.replicated or (adapters and parallelism.stage < 3):
-        return _all_reduce_seconds(parallelism, one_pass, grad_bytes, ring, compute_s_per_micro)
+        return _all_reduce_seconds(parallelism, bw, grad_bytes, ring, gpu, compute_s_per_micro)
     seconds = _sharded_seconds(parallelism, k, one_pass, grad_bytes, param_bytes, compute_s_per_micro,
                                ring_latency_seconds("all_gather", *ring), blocks(model),
                                bucket_calls(elements, ZERO_BUCKET_ELEMENTS),
@@ -135,21 +135,23 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
                                    compute_s_per_micro) if hybrid else 0.0)
 
 
-def _all_reduce_seconds(parallelism: Parallelism, one_pass: float, grad_bytes: float, ring: tuple[int, int, bool],
-                        compute_s: float | None) -> float:
+def _all_reduce_seconds(parallelism: Parallelism, bw: float, grad_bytes: float, ring: tuple[int, int, bool],
+                        gpu: GPUInfo | None, compute_s: float | None) -> float:
     """Exposed seconds of a replicated strategy's one all-reduce per step (no_sync), in DDP's 25 MiB buckets, each
-    paying NCCL's latency over ``ring`` (ranks, nodes, NVLink); DP scatters, replicates and gathers: 2.5x."""
-    calls = bucket_calls(grad_bytes, DDP_BUCKET_BYTES) * ring_latency_seconds("all_reduce", *ring)
-    seconds = _exposed(2 * one_pass * grad_bytes + calls, compute_s)
-    return seconds * (2.5 if parallelism == Parallelism.DP else 1.0)
+    an all-reduce over ``ring`` (ranks, nodes, NVLink) as NCCL picks its algorithm
+    (:func:`advisor.engine.collectives.all_reduce_seconds`); DP scatters, replicates and gathers: 2.5x."""
+    buckets = bucket_calls(grad_bytes, DDP_BUCKET_BYTES)
+    total = buckets * all_reduce_seconds(grad_bytes / max(buckets, 1), bw, *ring, gpu.cc if gpu else (8, 0))
+    return _exposed(total, compute_s) * (2.5 if parallelism == Parallelism.DP else 1.0)
 
 
 def _between_nodes(model: ModelProfile, grad_bytes: float, gpu: GPUInfo | None, nvlink: bool, nodes: int,
                    inter_node_bytes_per_s: float | None) -> float:
     """Seconds of HYBRID_SHARD's all-reduce between the nodes per micro-batch: the node's gradient shards over its
-    network, one call per unit (NCCL's latency across ``nodes`` ranks)."""
-    between = 2 * (nodes - 1) / nodes * grad_bytes / _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s)
-    return between + blocks(model) * ring_latency_seconds("all_reduce", nodes, nodes, nvlink)
+    network, one all-reduce per unit across ``nodes`` ranks, one a node
+    (:func:`advisor.engine.collectives.all_reduce_seconds`)."""
+    bw, units = _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s), blocks(model)
+    return units * all_reduce_seconds(grad_bytes / units, bw, nodes, nodes, nvlink, gpu.cc if gpu else (8, 0))
 
 
 def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,

@@ -150,8 +150,9 @@ def device_rates(plan: Plan, gpu: GPUInfo | None, host: HostInfo | None) -> tupl
 #: 0.75 / 0.8 or 0.8 / 0.8. (Before the split, 0.7 / 0.9 for a day.) Back to 0.8 / 0.8 the same day, once the
 #: published multi-node runs are priced with the network their sources state (torchtitan's "RDMA 400 Gb/s per GPU",
 #: DGX H100's 400 Gb/s ConnectX-7 adapters; they had been priced at the catalog's 200 Gb/s HDR): 88 within 1.25x,
-#: median |log| 0.081 against 0.75's 88 and 0.089.
-TENSOR16_TOP = 0.8
+#: median |log| 0.081 against 0.75's 88 and 0.089. Back to 0.75 once NCCL's current constants and its tree all-reduce
+#: priced the collectives (``advisor.engine.collectives``): 89 within 1.25x against 0.8's 87.
+TENSOR16_TOP = 0.75
 #: The same on Volta and Turing (first- and second-generation tensor cores), fitted to the seeds' V100 BERT runs
 #: (HF guide, ../shared/seeds/003: fp16 "almost twice as fast" as fp32, checkpointing 20-30 % slower) — one source.
 #: 0.50 under the former saturation curve; refitted to 0.25 under the roofline so that bert-large (4 x 512 tokens,

@@ -14,17 +14,38 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_ring_latency_follows_nccls_tuning_model_by_hand() -> None:
-    """Simple protocol, ring: 8.4 µs + 3.4 µs an NVLink step (5.7 PCIe) + 9.6 µs a network step; an all-reduce takes
-    twice the steps of an all-gather and, across nodes, 1.9x (NVIDIA/nccl src/graph/tuning.cc)."""
+    """Simple protocol, ring: 8.4 µs + 3.4 µs an NVLink step (5.7 PCIe) + 14 µs a network step; an all-reduce takes
+    twice the steps of an all-gather and, across nodes, 1.4x on an A100 or newer, 1.9x on a V100 (NVIDIA/nccl
+    src/graph/tuning.cc)."""
     assert ring_latency_seconds("all_gather", 8, 1, True) == pytest.approx((8.4 + 7 * 3.4) * 1e-6)
     assert ring_latency_seconds("reduce_scatter", 8, 1, False) == pytest.approx((8.4 + 7 * 5.7) * 1e-6)
-    assert ring_latency_seconds("all_gather", 16, 2, True) == pytest.approx((8.4 + 14 * 3.4 + 9.6) * 1e-6)
-    assert ring_latency_seconds("all_reduce", 16, 2, True) == pytest.approx(1.9 * (8.4 + 28 * 3.4 + 2 * 9.6) * 1e-6)
+    assert ring_latency_seconds("all_gather", 16, 2, True) == pytest.approx((8.4 + 14 * 3.4 + 14) * 1e-6)
+    assert ring_latency_seconds("all_reduce", 16, 2, True) == pytest.approx(1.4 * (8.4 + 28 * 3.4 + 2 * 14) * 1e-6)
+    volta = ring_latency_seconds("all_reduce", 16, 2, True, (7, 0))
+    assert volta == pytest.approx(1.9 * (8.4 + 28 * 3.4 + 2 * 14) * 1e-6)
     assert ring_latency_seconds("all_reduce", 1, 1, True) == 0.0
     # 128 nodes of 8: a ring of 1024 ranks pays over 4 ms a call, what a per-layer collective adds at that scale
     assert ring_latency_seconds("all_gather", 1024, 128, True) > 4e-3
     with pytest.raises(ValueError):
         ring_latency_seconds("broadcast", 8, 1, True)
+
+
+def test_an_all_reduce_takes_nccls_faster_algorithm_the_tree_across_many_nodes() -> None:
+    """DDP's 25 MiB bucket over 16 nodes of 8 A100s (8 x 200 Gb/s a node): the ring pays 1.4 x (8.4 + 224 NVLink
+    steps + 30 network steps) µs, the tree 6.8 + 2 x (7 NVLink levels x 4 + 4 network levels x 14) µs at 0.46 of the
+    bus bandwidth times 0.7 (its correction at 2^18 x 64 B): the tree; a 1 GiB buffer on 2 nodes: the ring."""
+    from advisor.engine.collectives import all_reduce_seconds
+
+    bus, bucket = 200e9, 25 * 2**20
+    ring = 1.4 * (8.4 + 224 * 3.4 + 30 * 14) * 1e-6 + 2 * 127 / 128 * bucket / bus
+    tree = (6.8 + 2 * (7 * 4.0 + 4 * 14)) * 1e-6 + bucket / (0.5 * 0.92 * 0.7 * bus)
+    assert tree < ring
+    assert all_reduce_seconds(bucket, bus, 128, 16, True) == pytest.approx(tree)
+    big = 2**30
+    assert all_reduce_seconds(big, bus, 16, 2, True) == pytest.approx(
+        1.4 * (8.4 + 28 * 3.4 + 2 * 14) * 1e-6 + 2 * 15 / 16 * big / bus
+    )
+    assert all_reduce_seconds(bucket, bus, 1, 1, True) == 0.0
 
 
 def test_buckets_round_up_and_nothing_sends_nothing() -> None:
