@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from advisor.core.errors import UnknownGPUError
 from probes.hardware import GPUInfo, GPULink, HardwareProfile, PeakTflops, derive_capabilities
 from advisor.core.limits import MAX_GPUS_PER_NODE
+from advisor.core.text import shown
 from advisor.core.units import GIB, MIB
 
 
@@ -89,14 +90,15 @@ def parse_gpu_spec(spec: str) -> tuple[CatalogGPU, int]:
     if key not in entries:
         near = near_gpus(key)
         raise UnknownGPUError(
-            f"unknown GPU '{name}'; " + (f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(entries)}")
+            f"unknown GPU '{shown(name)}'; "
+            + (f"did you mean {', '.join(near)}?" if near else f"known: {', '.join(entries)}")
         )
     count = 1
     if count_text:
         digits = count_text.strip()
         if not (digits.isascii() and digits.isdigit()) or not 1 <= int(digits) <= MAX_GPUS_PER_NODE:
             raise UnknownGPUError(
-                f"bad GPU count '{count_text}' in '{spec}': give a whole number from 1 to "
+                f"bad GPU count '{shown(count_text)}' in '{shown(spec)}': give a whole number from 1 to "
                 f"{MAX_GPUS_PER_NODE} (GPUs per node; --nodes for more)"
             )
         count = int(digits)

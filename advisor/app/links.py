@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.core.errors import UsageError
+from advisor.core.text import shown
 from probes.hardware import GPULink, HardwareProfile
 from advisor.core.vocabulary import Link, Network, values
 
@@ -21,11 +22,13 @@ def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> d
     unknown = [n for n in names if n not in links + networks]
     if unknown:
         raise UsageError(
-            f"--interconnect {unknown[0]}: choose {' or '.join(Link)} (inside a node), "
+            f"--interconnect {shown(unknown[0])}: choose {' or '.join(Link)} (inside a node), "
             f"{' or '.join(Network)} (between nodes)"
         )
     if len(set(links)) > 1 or len(set(networks)) > 1:
-        raise UsageError(f"--interconnect {','.join(names)}: one link inside a node and one network between nodes")
+        raise UsageError(
+            f"--interconnect {shown(','.join(names))}: one link inside a node and one network between nodes"
+        )
     update: dict[str, Any] = {}
     if links:
         nvlink = links[0] == Link.NVLINK

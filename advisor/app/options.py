@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from probes.cuda_stack import CUDA_VERSION_PATTERN
 from advisor.core.errors import UsageError
 from advisor.core.kernels import STACK_PACKAGES
+from advisor.core.text import shown
 from advisor.core.limits import MAX_GLOBAL_BATCH_SIZE, MAX_GPUS_PER_NODE, MAX_NODES, MAX_SEQ_LEN, MAX_SIZE_BYTES
 from advisor.core.vocabulary import Method, Objective, Task, literal, values
 from advisor.core.dimensions import ADAPTER_SHAPE, BY_NAME, ESTIMATE_DEFAULTS, PLAN_FLAGS  # noqa: F401 (the CLI's)
@@ -252,15 +253,15 @@ def _message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
     kind = first["type"]
     if kind in ("greater_than_equal", "greater_than"):
         if kind == "greater_than_equal" and isinstance(ctx.get("ge"), int):  # whole numbers: >= 1 reads > 0
-            return f"{_flag(name)} must be > {ctx['ge'] - 1}, got {given}"
+            return f"{_flag(name)} must be > {ctx['ge'] - 1}, got {shown(given)}"
         sign, bound = (">=", ctx.get("ge")) if kind == "greater_than_equal" else (">", ctx.get("gt"))
-        return f"{_flag(name)} must be {sign} {bound:g}, got {given}"
+        return f"{_flag(name)} must be {sign} {bound:g}, got {shown(given)}"
     if kind in ("less_than_equal", "less_than"):
-        return f"{_flag(name)} must be {'<=' if kind == 'less_than_equal' else '<'} {ctx.get('le', ctx.get('lt'))}, got {given}"
+        return f"{_flag(name)} must be {'<=' if kind == 'less_than_equal' else '<'} {ctx.get('le', ctx.get('lt'))}, got {shown(given)}"
     if kind == "finite_number":
-        return f"{_flag(name)} must be a finite number, got {given}"
+        return f"{_flag(name)} must be a finite number, got {shown(given)}"
     if kind in ("literal_error", "enum"):
-        return f"{_flag(name)} {given}: choose from {ctx.get('expected', '')}"
+        return f"{_flag(name)} {shown(given)}: choose from {ctx.get('expected', '')}"
     if kind == "value_error":
         return f"{_flag(name)} {given!r}: {first['msg'].removeprefix('Value error, ')}"
     if kind == "extra_forbidden":

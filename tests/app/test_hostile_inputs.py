@@ -598,6 +598,28 @@ def test_a_model_id_that_is_not_found_is_named_escaped(model: str) -> None:
     assert ascii(model)[1:-1] in text
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"gpu": "a\nb"},
+        {"gpu": "h100-sxm:8\x1b[2J"},
+        {"method": "lo\nra"},
+        {"precision": "bf\r16"},
+        {"interconnect": "infi\nniband"},
+        {"optimizer": "a\u202eb"},
+        {"micro_batch_size": "1\n2"},
+    ],
+)
+def test_an_option_value_with_control_characters_is_named_escaped(kwargs: dict) -> None:
+    """The API's one-line errors name a bad option value with its control characters escaped, as the CLI prints
+    every error line (options' messages, the GPU catalog's, --interconnect's)."""
+    from advisor.core.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        api.estimate("gpt2", **kwargs)
+    assert not any(c in str(err.value) for c in "\n\r\x1b\u202e"), str(err.value)
+
+
 @FEW
 @given(
     data=st.data(),
