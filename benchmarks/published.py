@@ -9,8 +9,8 @@ compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbyt
 reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
 ``estimate``'s own default, or to the source's framework's where it has one (QLoRA through PEFT: checkpointing on,
 :func:`_peft_kbit_recipe`), and named in the case's "why it may differ" column; nothing is invented. A case
-advisor cannot express (no catalog GPU, LoRA on the MLP only or on q, k, v alone, a plan the rules refuse)
-is listed as skipped with its reason.
+advisor cannot express (no catalog GPU, LoRA on the MLP only or on q, k, v alone, a checkpointing policy advisor
+has no counterpart for, a plan the rules refuse) is listed as skipped with its reason.
 
 Models: a Hub id in the shipped catalog (``probes/configs``) is used by id; every other model has its
 published config.json in ``benchmarks/published/configs/<id with / as -->/`` (values and how they were
