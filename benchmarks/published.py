@@ -550,8 +550,10 @@ def stack_notes(case: dict) -> list[str]:
             "all-to-all, up to k times the bytes between nodes)"
         )
     if s.get("sequence_parallel") is False and _parallelism(p.get("parallelism")).get("tensor_parallel", 1) > 1:
-        out.append("tensor parallel without sequence parallelism (advisor's tensor parallel splits the norms' and "
-                   "dropouts' activations and traffic too, as sequence parallelism does)")
+        out.append(
+            "tensor parallel without sequence parallelism (advisor's tensor parallel splits the norms' and "
+            "dropouts' activations and traffic too, as sequence parallelism does)"
+        )
     if "no momentum" in (p.get("optimizer") or ""):
         out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")
     if "padded per batch" in text or "padded to the longest" in text:

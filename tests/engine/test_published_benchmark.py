@@ -196,7 +196,9 @@ def test_checkpointing_policies_without_a_counterpart_skip_and_no_sequence_paral
         with pytest.raises(Skip, match=re.escape(words)):
             _checkpointing(name)
     cases = {c["id"]: c for c in load_cases("act-recompute-paper-t5-gpt-22b-*")}
-    full, selective = (cases[f"act-recompute-paper-t5-gpt-22b-{k}-tp8-8xa100"] for k in ("full-recompute", "selective-sp"))
+    full, selective = (
+        cases[f"act-recompute-paper-t5-gpt-22b-{k}-tp8-8xa100"] for k in ("full-recompute", "selective-sp")
+    )
     assert run_case(selective).skipped.startswith("Megatron-LM's selective activation recomputation")
     assert any("without sequence parallelism" in n for n in stack_notes(full))
     assert not any("sequence parallelism" in n for n in stack_notes(selective))
