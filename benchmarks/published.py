@@ -9,8 +9,8 @@ compile, packing, fp8; the framework, LitGPT's own code for its runs; bitsandbyt
 reentrant checkpointing keeping no old-bitsandbytes input). A setting the source does not state is left to
 ``estimate``'s own default, or to the source's framework's where it has one (QLoRA through PEFT: checkpointing on,
 :func:`_peft_kbit_recipe`), and named in the case's "why it may differ" column; nothing is invented. A case
-advisor cannot express (no catalog GPU, LoRA on the MLP only or on q, k, v alone, a plan the rules refuse)
-is listed as skipped with its reason.
+advisor cannot express (no catalog GPU, LoRA on the MLP only or on q, k, v alone, a checkpointing policy advisor
+has no counterpart for, a plan the rules refuse) is listed as skipped with its reason.
 
 Models: a Hub id in the shipped catalog (``probes/configs``) is used by id; every other model has its
 published config.json in ``benchmarks/published/configs/<id with / as -->/`` (values and how they were
@@ -316,11 +316,31 @@ def _parallelism(name: str | None) -> dict:
     return out
 
 
+#: The sources' checkpointing policies advisor has no counterpart for, with why (``plan.gradient_checkpointing``).
+UNPRICED_CHECKPOINTING = {
+    "selective-attention": (
+        "Megatron-LM's selective activation recomputation (only attention's QK^T, softmax, dropout and attention over "
+        "V recomputed, Korthikanti et al. 2022 sec. 5) has no advisor counterpart (advisor's selective-op is "
+        "torchtitan's op-level policy)"
+    ),
+    "microbatch-level": (
+        "microbatch-level recomputation (all activations of the in-flight microbatches that fit kept, Korthikanti et "
+        "al. 2022 appendix C) has no advisor counterpart (advisor checkpoints every microbatch alike)"
+    ),
+}
+
+
 def _checkpointing(value: bool | str | None) -> bool | None:
-    """The sources' activation checkpointing as advisor's on / off: 'full' and selective (op- or layer-wise,
-    torchtitan: its policy is the plan's ``checkpointing``, :func:`_checkpointing_policy`) are on."""
+    """The sources' activation checkpointing as advisor's on / off: 'full' and advisor's selective policies (op- or
+    layer-wise, torchtitan: the plan's ``checkpointing``, :func:`_checkpointing_policy`) are on.
+
+    Raises:
+        Skip: a policy advisor cannot state (:data:`UNPRICED_CHECKPOINTING`, or any other name).
+    """
     if isinstance(value, str):
-        return value == "full" or value.startswith("selective")
+        if value in values(Checkpointing):
+            return True
+        raise Skip(UNPRICED_CHECKPOINTING.get(value, f"checkpointing '{value}' has no advisor counterpart"))
     return value
 
 
@@ -387,7 +407,7 @@ def plan_options(case: dict, gpus: int, notes: list[str]) -> dict:
         stated["gradient_checkpointing"] = opts["gradient_checkpointing"] = True
         notes.append("checkpointing not stated: on, as PEFT's prepare_model_for_kbit_training turns it on by default")
     unstated = [k for k in ("precision", "optimizer", "gradient_checkpointing", "seq_len") if stated[k] is None]
-    if "parallelism" not in opts and gpus > 1:
+    if "parallelism" not in opts and gpus > _model_split(opts):  # one replica: no data-parallel flavour to state
         unstated.append("parallelism")
     if unstated:
         notes.append("not stated, advisor's default: " + ", ".join(unstated))
@@ -528,6 +548,11 @@ def stack_notes(case: dict) -> list[str]:
         out.append(
             "its token dispatcher sends a token once per remote node (HybridEP / DeepEP; advisor prices a plain "
             "all-to-all, up to k times the bytes between nodes)"
+        )
+    if s.get("sequence_parallel") is False and _parallelism(p.get("parallelism")).get("tensor_parallel", 1) > 1:
+        out.append(
+            "tensor parallel without sequence parallelism (advisor's tensor parallel splits the norms' and "
+            "dropouts' activations and traffic too, as sequence parallelism does)"
         )
     if "no momentum" in (p.get("optimizer") or ""):
         out.append("SGD without momentum keeps no optimizer state (advisor's sgd: a momentum buffer)")

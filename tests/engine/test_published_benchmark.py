@@ -181,3 +181,29 @@ def test_a_paper_case_names_its_config_and_its_global_batch_without_a_micro_batc
     assert not result.skipped and "× 16" in result.plan  # micro-batch 1, accumulated 16 x over 32 replicas = 512
     offload = plan_options(cases["deepspeed-zero-offload-tutorial-gpt2-10b-zero2-offload-1xv100-fits"], 1, [])
     assert (offload["parallelism"], offload["offload"]) == ("zero-2", "optimizer")
+
+
+def test_checkpointing_policies_without_a_counterpart_skip_and_no_sequence_parallel_is_named() -> None:
+    """Korthikanti et al. 2022: Megatron's selective recomputation (attention's core only) and microbatch-level
+    recomputation have no advisor policy, so their rows skip with why; a name nobody mapped skips too; torchtitan's
+    selective policies are on. A tensor-parallel run without sequence parallelism is priced (advisor's tensor parallel
+    splits the norms as sequence parallelism does) and the difference is named; one replica leaves no data-parallel
+    flavour unstated."""
+    from benchmarks.published import Skip, _checkpointing, plan_options, stack_notes
+
+    assert _checkpointing("selective-op") is True and _checkpointing("full") is True and _checkpointing(False) is False
+    for name, words in (("selective-attention", "QK^T"), ("microbatch-level", "appendix C"), ("every-third", "every")):
+        with pytest.raises(Skip, match=re.escape(words)):
+            _checkpointing(name)
+    cases = {c["id"]: c for c in load_cases("act-recompute-paper-t5-gpt-22b-*")}
+    full, selective = (
+        cases[f"act-recompute-paper-t5-gpt-22b-{k}-tp8-8xa100"] for k in ("full-recompute", "selective-sp")
+    )
+    assert run_case(selective).skipped.startswith("Megatron-LM's selective activation recomputation")
+    assert any("without sequence parallelism" in n for n in stack_notes(full))
+    assert not any("sequence parallelism" in n for n in stack_notes(selective))
+    notes: list[str] = []
+    assert plan_options(full, 8, notes)["tensor_parallel"] == 8
+    assert not any("parallelism" in n for n in notes if n.startswith("not stated"))
+    result = run_case(full)
+    assert not result.skipped and result.rate_published == 721.13 and result.rate_predicted > 0
