@@ -462,7 +462,7 @@ FUSED_LOSSES = tuple(v for v in values(LossKernel) if v != LossKernel.STANDARD)
 
 def stack_options(case: dict) -> dict:
     """The stack the source states, as ``estimate`` keywords (unstated: ``estimate``'s defaults, the Trainer's
-    stack: SDPA, the standard loss, no compile, no packing, no fp8)."""
+    stack: SDPA, the standard loss, no compile, no packing, no fp8, no async tensor parallel)."""
     s = case["stack"]
     opts: dict = {}
     attention = ATTENTION.get((s.get("attention") or "").lower())
@@ -470,7 +470,7 @@ def stack_options(case: dict) -> dict:
         opts["attention"] = attention
     if s.get("fused_loss") in FUSED_LOSSES:
         opts["loss_kernel"] = s["fused_loss"]
-    for key, option in (("compile", "torch_compile"), ("fp8", "fp8")):
+    for key, option in (("compile", "torch_compile"), ("fp8", "fp8"), ("async_tp", "async_tp")):
         if s.get(key) is not None:
             opts[option] = bool(s[key])
     if s.get("packing") and attention in ("flash-attention-2", "flash-attention-3"):
@@ -584,7 +584,8 @@ def estimate_case(case: dict, notes: list[str]):
         est = estimate(profile, hardware=machine, **opts)
         if opts.get("torch_compile") and case["stack"].get("compiled_loss") is False:
             # the model compiled, its loss not: advisor's compile fuses the loss (advisor.core.kernels.loss_kept)
-            eager_loss = estimate(profile, hardware=machine, **{**opts, "torch_compile": False})
+            # async tensor parallel needs compile and moves no memory: the memory pass runs without it
+            eager_loss = estimate(profile, hardware=machine, **{**opts, "torch_compile": False, "async_tp": False})
             est = est.model_copy(update={"memory": eager_loss.memory})
             notes.append("model compiled, loss computed outside it: memory priced without compile, speed with it")
         return est, profile

@@ -188,6 +188,18 @@ BNB_PAGED = Source(title="bitsandbytes paged optimizers",
 LITGPT = Source(title="LitGPT: model, LoRA and fine-tuning scripts", url="https://github.com/Lightning-AI/litgpt",
                 section="litgpt/lora.py (LoRA layers), litgpt/finetune/lora.py (bf16-true, lm_head_chunk_size=128, "
                         "chunked_cross_entropy)")
+TORCHTITAN_ASYNC_TP = Source(title="torchtitan: async tensor parallel (parallelize_llama, maybe_enable_async_tp; the "
+                                   "async-TP benchmark page)",
+                             url="https://github.com/pytorch/torchtitan/blob/main/benchmarks/"
+                                 "asyncTP_llama3_h100_2025-06_torchtitan.md",
+                             section="Llama3 70b on 256 H100s, FSDP 32 x TP 8: async TP 1.09x (bf16) and 1.16x "
+                                     "(float8) the vanilla TP tokens/s; torchtitan/models/llama3/infra/parallelize.py: "
+                                     "'Async TP requires torch.compile'")
+ASYNC_TP_DECOMPOSITION = Source(title="Wang et al. 2023, Overlap Communication with Dependent Computation via "
+                                      "Decomposition in Large Deep Learning Models (ASPLOS '23)",
+                                url="https://doi.org/10.1145/3567955.3567959",
+                                section="sec. 3-4: a collective decomposed into peer-to-peer steps beside the partial "
+                                        "matmuls that consume them")
 BNB_PR_1270 = Source(title="bitsandbytes PR 1270: fix QLoRA mem bug: delete useless buffered activation",
                      url="https://github.com/bitsandbytes-foundation/bitsandbytes/pull/1270",
                      section="MatMul4Bit keeps (None, B) instead of (A, B) for backward; released in 0.43.2 "

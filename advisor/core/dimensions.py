@@ -239,6 +239,7 @@ DIMENSIONS: tuple[Dimension, ...] = (
         _E: (_R("--emit writes the Trainer's recipe; the plan is priced for {framework}'s own code: configure it from "
                 "the plan"),)}),
     _D("virtual_pipeline", Role.PRICED, metavar="V", limit=MAX_LAYERS),
+    _D("async_tp", Role.PRICED, multi_gpu=True, states=False, activations=False),
     _D("fsdp_version", Role.PRICED, metavar="N", limit=2),
     _D("num_gpus", Role.MACHINE, flag=False, plan_line=True),
     _D("device", Role.MACHINE, flag=False),

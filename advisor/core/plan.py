@@ -213,6 +213,12 @@ class Plan(BaseModel):
         "schedule (Megatron-LM's virtual_pipeline_model_parallel_size, torchtitan's "
         "Interleaved1F1B): the bubble shrinks v-fold; 1: plain 1F1B",
     )
+    async_tp: bool = Field(
+        False,
+        description="tensor parallel's collectives overlapped with its matmuls "
+        "(torchtitan's enable_async_tensor_parallel, under torch.compile): "
+        "priced, not emitted; no effect without tensor parallel",
+    )
     fsdp_version: int = Field(
         2,
         ge=1,
@@ -319,6 +325,8 @@ class Plan(BaseModel):
             parts.append("bitsandbytes < 0.43.2")
         if self.framework != Framework.TRANSFORMERS:
             parts.append(f"{self.framework}'s code")
+        if self.async_tp and self.tensor_parallel > 1:
+            parts.append("async TP")
         if self.context_parallel > 1:  # the strategy spans the replicas and their context-parallel ranks
             parts.append(f"context parallel {self.context_parallel}")
         if data_parallel and self.shard_group_size > 1:

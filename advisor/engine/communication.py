@@ -155,13 +155,21 @@ def _between_nodes(model: ModelProfile, grad_bytes: float, gpu: GPUInfo | None, 
 
 
 def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,
-                           nodes: int, inter_node_bytes_per_s: float | None = None) -> float:
+                           nodes: int, inter_node_bytes_per_s: float | None = None,
+                           compute_s: float | None = None) -> float:
     """Communication of tensor and pipeline parallelism per micro-batch and stage, seconds (not overlapped).
 
     Tensor parallel: 4 all-reduces of the b·s·h activations per layer (2 forward, 2 backward; Megatron-LM,
     Shoeybi et al. 2019, https://arxiv.org/abs/1909.08053 sec. 3) over the node's links. Pipeline
     parallel: the activations forward and their gradients backward across each stage boundary
     (Narayanan et al. 2021 sec. 3), over the network between nodes when the stages span nodes.
+
+    Asynchronous tensor parallel (``plan.async_tp``: torchtitan's ``enable_async_tensor_parallel``, PyTorch's
+    micro-pipelined all-gather-matmul and matmul-reduce-scatter under torch.compile, after Wang et al. 2023,
+    "Overlap Communication with Dependent Computation via Decomposition", ASPLOS '23,
+    https://doi.org/10.1145/3567955.3567959): each collective runs as t − 1 peer-to-peer steps beside the t partial
+    matmuls, so only the first step's share (1/t) waits, and what exceeds the micro-batch's compute (``compute_s``;
+    None: long enough).
     """
     tp, pp = max(plan.tensor_parallel, 1), max(plan.pipeline_parallel, 1)
     width = Precision.of(plan.precision).activation_bytes
@@ -170,6 +178,8 @@ def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: G
     if tp > 1:
         layers = (model.encoder_layers + model.decoder_layers) / pp
         seconds += 4 * layers * 2 * (tp - 1) / tp * bsh / _link_bandwidth(gpu, nvlink, 1)
+        if plan.async_tp:
+            seconds = max(seconds / tp, seconds - (compute_s if compute_s is not None else seconds))
     if pp > 1:  # each of a stage's v interleaved chunks sends and receives its own (Narayanan sec. 2.2.2)
         seconds += 2 * max(plan.virtual_pipeline, 1) * bsh / _link_bandwidth(gpu, nvlink, nodes if nodes > 1 else 1,
                                                                             inter_node_bytes_per_s)

@@ -39,7 +39,8 @@ memory.band and speed.step_time_band (the uncertainty from the published runs' l
 machine (advisor runs), when applied. 1.25: memory.paged_bytes (optimizer states bitsandbytes' paged optimizers keep in
 CUDA unified memory: outside peak_bytes, evicted to CPU RAM when the device lacks the room). 1.26:
 hardware.typical_nic_gbit_s (the InfiniBand adapters of the catalog's typical server: DGX H100 / H200's 400 Gb/s,
-what an InfiniBand network is priced at without --inter-node-gbps).
+what an InfiniBand network is priced at without --inter-node-gbps). 1.27: plan.async_tp (tensor parallel's
+collectives overlapped with its matmuls: torchtitan's asynchronous tensor parallel; priced, never emitted).
 """
 
-SCHEMA_VERSION = "1.26"
+SCHEMA_VERSION = "1.27"

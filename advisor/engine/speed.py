@@ -329,7 +329,7 @@ def estimate_speed(model: ModelProfile, plan: Plan, seq_len: int, memory: Memory
     compute += dequant_seconds(model, plan, bandwidth * BANDWIDTH_SHARE)  # QLoRA's 4-bit base (engine/overheads.py)
     # tensor + sequence parallel split every activation of a layer (memory.py), the pipeline its layers
     act_traffic = elementwise_traffic_bytes(model, plan, row) / (pp * tp * cp)
-    mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s)
+    mp_comm = model_parallel_seconds(model, plan, row, gpu, nvlink, nodes, inter_node_bytes_per_s, compute)
     micro_time = compute + act_traffic / (bandwidth * BANDWIDTH_SHARE) + mp_comm
     if gpu is not None:  # the GPU waits on the CPU's launches when its kernels are shorter (engine/overheads.py)
         micro_time = max(micro_time, launch_floor_seconds(model, plan))

@@ -161,3 +161,27 @@ def test_validate_refuses_what_its_trials_cannot_run_in_one_line() -> None:
 
     with pytest.raises(UsageError, match="optimizer step in backward"):
         validate("gpt2", seq_len=64, global_batch_size=2, micro_batch_size=2, optimizer_in_backward=True)
+
+
+def test_async_tensor_parallel_leaves_the_first_steps_share_and_what_exceeds_the_compute() -> None:
+    """TP 8 on Llama-2-7B: 4 all-reduces of b·s·h a layer over NVLink; asynchronous tensor parallel (torchtitan,
+    under compile) waits for 1/8 of them beside a long compute, for all that exceeds a short one, and the step
+    is faster by what it hides; without tensor parallel there is nothing to hide."""
+    from advisor.engine.communication import model_parallel_seconds
+
+    model = profile_model(LLAMA2)
+    gpu = __import__("conftest").hardware("a100-80gb:8").gpu
+    plan = _plan(tensor_parallel=8, parallelism="fsdp-full-shard", torch_compile=True)
+    vanilla = model_parallel_seconds(model, plan, 4096, gpu, True, 1)
+    assert vanilla == pytest.approx(4 * 32 * 2 * 7 / 8 * 4096 * 4096 * 2 / 300e9)
+    async_tp = plan.model_copy(update={"async_tp": True})
+    assert model_parallel_seconds(model, async_tp, 4096, gpu, True, 1, compute_s=10.0) == pytest.approx(vanilla / 8)
+    assert model_parallel_seconds(model, async_tp, 4096, gpu, True, 1, compute_s=vanilla / 2) == pytest.approx(
+        vanilla / 2
+    )
+    two_nodes = dict(gpu="a100-80gb:8", nodes=2, tensor_parallel=8, parallelism="fsdp-full-shard")
+    slow = estimate(LLAMA2, **two_nodes, torch_compile=True, micro_batch_size=1, seq_len=4096)
+    fast = estimate(LLAMA2, **two_nodes, torch_compile=True, micro_batch_size=1, seq_len=4096, async_tp=True)
+    assert fast.speed.step_time_s < slow.speed.step_time_s and "async TP" in fast.plan.describe()
+    with pytest.raises(UsageError, match="tensor-parallel"):
+        estimate(LLAMA2, gpu="a100-80gb:8", async_tp=True)

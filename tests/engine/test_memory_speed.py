@@ -549,15 +549,21 @@ def test_fsdp_qlora_with_cpu_offload_keeps_the_gathered_units_on_the_gpu_and_the
 def test_the_activation_memo_leaves_out_only_what_activations_do_not_read(
     optimizer, tf32, steps, ckpt, precision, offload, attention
 ) -> None:
-    """advisor.engine.memory remembers activations by plan less tf32, optimizer and accumulation, and the attention
+    """advisor.engine.memory remembers activations by plan less tf32, optimizer, accumulation and async TP, and the attention
     kernel but whether it keeps the scores (``eager``, its own key): computed afresh, plans that differ only in those
     keep the same activations."""
     from advisor.engine.memory import _NOT_ACTIVATIONS, _activation_bytes, _activation_bytes_of
 
-    assert _NOT_ACTIVATIONS == {"tf32", "optimizer", "gradient_accumulation_steps"}
+    assert _NOT_ACTIVATIONS == {"tf32", "optimizer", "gradient_accumulation_steps", "async_tp"}
     base = _plan(precision=precision, gradient_checkpointing=ckpt, activation_offloading=offload, device="cuda")
     varied = base.model_copy(
-        update={"optimizer": optimizer, "tf32": tf32, "gradient_accumulation_steps": steps, "attention": attention}
+        update={
+            "optimizer": optimizer,
+            "tf32": tf32,
+            "gradient_accumulation_steps": steps,
+            "attention": attention,
+            "async_tp": tf32,
+        }
     )
     fresh = _activation_bytes_of(GPT2, varied, 512, False)
     assert fresh == _activation_bytes_of(GPT2, base, 512, False) == _activation_bytes(GPT2, varied, 512, False)

@@ -146,6 +146,24 @@ def test_a_multi_node_case_is_priced_with_the_network_its_source_states() -> Non
     assert "inter_node_gbps" not in one_node
 
 
+def test_a_case_run_with_async_tensor_parallel_is_priced_with_it_and_its_eager_loss_memory_without() -> None:
+    """stack.async_tp reaches estimate (--async-tp); a case compiled without its loss prices memory without compile,
+    and so without async TP, which needs compile and moves no memory."""
+    from benchmarks.published import estimate_case, stack_options
+
+    cases = {c["id"]: c for c in load_cases("torchtitan-*")}
+    async_case = cases["torchtitan-asynctp-llama31-8b-fsdp8-tp8-compile-bf16-asynctp-64xh100"]
+    vanilla = cases["torchtitan-asynctp-llama31-8b-fsdp8-tp8-compile-bf16-vanilla-64xh100"]
+    assert stack_options(async_case)["async_tp"] is True and "async_tp" not in stack_options(vanilla)
+    fast, _ = estimate_case(async_case, [])
+    slow, _ = estimate_case(vanilla, [])
+    assert fast.speed.step_time_s < slow.speed.step_time_s and fast.memory.peak_bytes == slow.memory.peak_bytes
+    eager_loss = cases["torchtitan-h100-llama31-70b-2d-asynctp-fsdp32-tp8-compile-float8-256xh100"]
+    notes: list[str] = []
+    est, _ = estimate_case(eager_loss, notes)
+    assert est.plan.async_tp and any("loss computed outside" in n for n in notes)
+
+
 def test_model_parallel_names_map_to_the_plans_degrees() -> None:
     """``BASE+tpN+ppN+vpN+cpN+epN``: every degree a source states reaches the plan; context parallel takes GPUs from the
     data-parallel replicas (the accumulation that makes the global batch), expert parallel does not."""
