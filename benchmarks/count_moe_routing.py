@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from advisor.app.api import estimate  # noqa: E402
 from advisor.engine import traffic  # noqa: E402
+from advisor.engine.gemm import expert_width  # noqa: E402
 from benchmarks.eager_traffic import counted_traffic  # noqa: E402
 from probes.model import load_config, profile_from_config  # noqa: E402
 
@@ -74,7 +75,7 @@ def rows() -> list[dict]:
             _, f2, t2, pf2, p2 = _step(ref, 2, micro, seq)
             k = max(model.experts_per_token, 1)
             s = micro * seq * k
-            width = model.ffn_size // (k + model.shared_experts)
+            width = expert_width(model)
             forward = (f2 - f1) - (pf2 - pf1)
             backward = (t2 - t1) - (p2 - p1) - forward
             out.append(

@@ -240,32 +240,22 @@ def hardware_options(case: dict, notes: list[str]) -> dict:
     if link in NETWORKS and (nodes > 1 or link in ("nvlink", "pcie")):
         opts["interconnect"] = link
     if nodes > 1:
-        opts.update(_network(hw, count // nodes, notes))
+        opts.update(_network(hw, count // nodes))
     cuda = str(case["stack"].get("cuda") or "")
     if re.match(CUDA_VERSION_PATTERN, cuda):
         opts["cuda_version"] = cuda
     return opts
 
 
-#: Systems a source names whose network between nodes is documented: DGX H100, "four OSFP ports serving eight
-#: single-port NVIDIA ConnectX-7 VPI, up to 400 Gb/s InfiniBand/Ethernet" (DGX BasePOD reference architecture,
-#: "NVIDIA DGX H200 and H100 Systems", https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-
-#: foundation-enterprise-ai/latest/core-components.html).
-SYSTEM_NIC_GBIT_S = {"H100 (DGX-H100)": 400.0}
 _PER_GPU_LINK = re.compile(r"(\d+)\s*Gb/s(?:\s*\([^)]*\))?\s*per GPU", re.IGNORECASE)
 
 
-def _network(hw: dict, per_node: int, notes: list[str]) -> dict:
+def _network(hw: dict, per_node: int) -> dict:
     """``inter_node_gbps`` / ``nics_per_node`` for a multi-node case: the NIC speed its source states ("RDMA 400 Gb/s
-    per GPU between hosts": one NIC a GPU), else the documented one of the system it names (:data:`SYSTEM_NIC_GBIT_S`),
-    else nothing (advisor's catalog figure for the network)."""
+    per GPU between hosts": one NIC a GPU), else nothing: the catalog's typical server for the GPU (a named DGX H100:
+    its 400 Gb/s adapters, ``probes/data/gpus.json`` ``nic_gbit_s``), or the network's figure."""
     if stated := _PER_GPU_LINK.search(hw.get("interconnect") or ""):
         return {"interconnect": "infiniband", "inter_node_gbps": float(stated.group(1)), "nics_per_node": per_node}
-    if (gbit := SYSTEM_NIC_GBIT_S.get(hw["gpu"])) is not None:
-        notes.append(
-            f"network between nodes: the named system's {gbit:.0f} Gb/s NIC per GPU (its reference architecture)"
-        )
-        return {"inter_node_gbps": gbit}
     return {}
 
 

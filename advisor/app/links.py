@@ -45,7 +45,7 @@ def interconnect_update(profile: HardwareProfile, interconnect: str | None) -> d
         ]
     if networks:
         update["interconnect"] = networks[0]
-        network = Network(networks[0])  # InfiniBand: the typical server's adapters where the catalog knows them
-        typical = profile.typical_nic_gbit_s if network == Network.INFINIBAND else None
-        update["inter_node_gbit_s"] = typical or network.gbit_s
+        # the network's speed as the profile prices it (InfiniBand: the typical server's adapters where known)
+        named = profile.model_copy(update={"interconnect": networks[0], "inter_node_gbit_s": None})
+        update["inter_node_gbit_s"] = named.network_gbit_s
     return update

@@ -135,13 +135,18 @@ def communication_seconds(model: ModelProfile, plan: Plan, gpu: GPUInfo | None, 
                                    compute_s_per_micro) if hybrid else 0.0)
 
 
+def _cc(gpu: GPUInfo | None) -> tuple[int, int]:
+    """The GPU's compute capability for NCCL's model (no GPU: a current one, 8.0)."""
+    return gpu.cc if gpu is not None else (8, 0)
+
+
 def _all_reduce_seconds(parallelism: Parallelism, bw: float, grad_bytes: float, ring: tuple[int, int, bool],
                         gpu: GPUInfo | None, compute_s: float | None) -> float:
     """Exposed seconds of a replicated strategy's one all-reduce per step (no_sync), in DDP's 25 MiB buckets, each
     an all-reduce over ``ring`` (ranks, nodes, NVLink) as NCCL picks its algorithm
     (:func:`advisor.engine.collectives.all_reduce_seconds`); DP scatters, replicates and gathers: 2.5x."""
     buckets = bucket_calls(grad_bytes, DDP_BUCKET_BYTES)
-    total = buckets * all_reduce_seconds(grad_bytes / max(buckets, 1), bw, *ring, gpu.cc if gpu else (8, 0))
+    total = buckets * all_reduce_seconds(grad_bytes / max(buckets, 1), bw, *ring, _cc(gpu))
     return _exposed(total, compute_s) * (2.5 if parallelism == Parallelism.DP else 1.0)
 
 
@@ -151,7 +156,7 @@ def _between_nodes(model: ModelProfile, grad_bytes: float, gpu: GPUInfo | None, 
     network, one all-reduce per unit across ``nodes`` ranks, one a node
     (:func:`advisor.engine.collectives.all_reduce_seconds`)."""
     bw, units = _link_bandwidth(gpu, nvlink, nodes, inter_node_bytes_per_s), blocks(model)
-    return units * all_reduce_seconds(grad_bytes / units, bw, nodes, nodes, nvlink, gpu.cc if gpu else (8, 0))
+    return units * all_reduce_seconds(grad_bytes / units, bw, nodes, nodes, nvlink, _cc(gpu))
 
 
 def model_parallel_seconds(model: ModelProfile, plan: Plan, seq_len: int, gpu: GPUInfo | None, nvlink: bool,

@@ -49,7 +49,7 @@ def gemm_shapes(
         shapes += [(tokens, h, f, up * dense), (tokens, f, h, dense)]
     if model.moe_layers and model.num_experts:
         k = max(model.experts_per_token, 1)
-        width = max(f // (k + model.shared_experts), 1)
+        width = expert_width(model, t)
         rows = tokens * k * (model.capacity_factor or 1.0) / model.num_experts
         if experts:
             count = model.num_experts * model.moe_layers
@@ -62,6 +62,13 @@ def gemm_shapes(
     if Task.of(model.task).language_modeling:
         shapes.append((tokens, h, _head_columns(model, t), 1))
     return shapes
+
+
+def expert_width(model: ModelProfile, split: int = 1) -> int:
+    """One routed expert's width on a tensor-parallel rank (``split``: its degree), elements: the width a token
+    passes through (``ffn_size``, its k routed and the shared experts') over k + shared experts, at least 1."""
+    k = max(model.experts_per_token, 1)
+    return max(model.ffn_size // max(split, 1) // (k + model.shared_experts), 1)
 
 
 def _head_columns(model: ModelProfile, split: int) -> int:

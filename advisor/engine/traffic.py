@@ -31,6 +31,7 @@ from importlib import resources
 
 from advisor.engine.calibration import calibration_keys
 from advisor.engine.checkpointing import checkpointed_blocks, recompute_shares
+from advisor.engine.gemm import expert_width
 from advisor.engine.memory import activation_traffic_bytes
 from probes.adapters import quantized_parameters
 from advisor.core.kernels import Attention, Checkpointing, Framework, LossKernel
@@ -122,7 +123,7 @@ def routing_traffic_bytes(model: ModelProfile, plan: Plan, seq_len: int) -> floa
         return 0.0
     k = max(model.experts_per_token, 1)
     rows = plan.micro_batch_size * seq_len * k * (model.capacity_factor or 1.0)
-    width = max(model.ffn_size // (k + model.shared_experts), 1)
+    width = expert_width(model)
     (fh, ff), (bh, bf) = ROUTING_BYTES["forward"], ROUTING_BYTES["backward"]
     forward, backward = rows * (fh * model.hidden_size + ff * width), rows * (bh * model.hidden_size + bf * width)
     scale = Precision.of(plan.precision).activation_bytes / 2
